@@ -1,0 +1,76 @@
+"""Collate helpers: pad-and-stack tensors, list everything else (Energon's batching rules)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+KEY_FIELDS = ("__key__", "__restore_key__", "__subflavors__")
+
+
+def batch_stack(values: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Stack tensors of one shape."""
+    return torch.stack(list(values))
+
+
+def batch_pad_stack(values: Sequence[torch.Tensor], pad_value: float = 0) -> torch.Tensor:
+    """Stack tensors, zero-padding each dimension to the largest size in the batch."""
+    first = values[0]
+    if all(v.shape == first.shape for v in values):
+        return torch.stack(list(values))
+    if any(v.dim() != first.dim() for v in values):
+        raise ValueError(f"cannot pad-stack tensors of ranks {sorted({v.dim() for v in values})}")
+    shape = [max(v.shape[d] for v in values) for d in range(first.dim())]
+    out = torch.full((len(values), *shape), pad_value, dtype=first.dtype)
+    for i, value in enumerate(values):
+        out[(i, *(slice(0, s) for s in value.shape))] = value
+    return out
+
+
+def batch_list(values: Sequence[Any]) -> list[Any]:
+    return list(values)
+
+
+def collate_values(values: Sequence[Any]) -> Any:
+    """One field across a batch: tensors and arrays pad-stacked, numbers tensored, rest listed."""
+    first = values[0]
+    if isinstance(first, torch.Tensor) and all(isinstance(v, torch.Tensor) for v in values):
+        return batch_pad_stack(values)
+    numeric_arrays = all(isinstance(v, np.ndarray) and v.dtype.kind in "biuf" for v in values)
+    if numeric_arrays:
+        return batch_pad_stack([torch.from_numpy(v) for v in values])
+    if isinstance(first, (bool, int, float)) and all(type(v) is type(first) for v in values):
+        return torch.tensor(values)
+    if isinstance(first, dict) and all(isinstance(v, dict) for v in values):
+        return {
+            k: collate_values([v[k] for v in values]) for k in first if all(k in v for v in values)
+        }
+    return list(values)
+
+
+def default_collate(samples: Sequence[Any], result_type: type | None = None) -> Any:
+    """Collate samples field by field into ``result_type`` (default: the samples' own type).
+
+    Dataclass samples give an instance of the same dataclass whose fields hold batched
+    values (``__key__`` a list of keys); dicts give a dict; tensors are pad-stacked.
+    """
+    first = samples[0]
+    if dataclasses.is_dataclass(first):
+        cls = result_type or type(first)
+        names = [f.name for f in dataclasses.fields(cls)]
+        values = {}
+        for name in names:
+            column = [getattr(s, name, None) for s in samples]
+            values[name] = list(column) if name in KEY_FIELDS else collate_values(column)
+        return cls(**values)
+    if isinstance(first, dict):
+        batch = {
+            k: (list(v) if k in KEY_FIELDS else collate_values(v))
+            for k, v in ((k, [s[k] for s in samples]) for k in first)
+        }
+        return result_type(**batch) if result_type is not None else batch
+    return collate_values(samples)

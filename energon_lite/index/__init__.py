@@ -1,0 +1,1 @@
+"""The on-disk layout shared with Megatron-Energon: tar indexes and the `.nv-meta` files."""

@@ -1,0 +1,126 @@
+"""The ``.nv-meta`` folder: ``.info.json`` (or legacy ``.info.yaml``), ``split.yaml`` and
+``dataset.yaml``. Readers return plain data; writers are atomic (temp + rename by prepare).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import braceexpand
+import yaml
+
+from energon_lite.errors import DatasetFormatError
+
+META_DIR = ".nv-meta"
+INFO_JSON = ".info.json"
+INFO_YAML = ".info.yaml"
+
+
+def load_yaml(path: str | os.PathLike[str]) -> Any:
+    """Parse a YAML (or JSON) file; a syntax error names the file and line."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise DatasetFormatError(f"{path}: file not found") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise DatasetFormatError(f"{where}: YAML syntax error: {problem}") from None
+
+
+def expand(patterns: list[str] | str) -> list[str]:
+    """Brace-expand shard names (``parts/data-{0..2}.tar``) keeping order."""
+    if isinstance(patterns, str):
+        patterns = [patterns]
+    out: list[str] = []
+    for pattern in patterns:
+        out.extend(braceexpand.braceexpand(pattern))
+    return out
+
+
+@dataclass
+class DatasetInfo:
+    """Shard names in shard-id order and their sample counts."""
+
+    shard_names: list[str]
+    shard_counts: list[int]
+    energon_version: str | None = None
+
+
+def load_info(root: str | os.PathLike[str]) -> DatasetInfo:
+    meta = Path(root) / META_DIR
+    json_path, yaml_path = meta / INFO_JSON, meta / INFO_YAML
+    if json_path.is_file():
+        try:
+            data = json.loads(json_path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise DatasetFormatError(f"{json_path}:{exc.lineno}: invalid JSON: {exc.msg}") from None
+        where = json_path
+    elif yaml_path.is_file():
+        data, where = load_yaml(yaml_path), yaml_path
+    else:
+        raise DatasetFormatError(
+            f"{meta}: no {INFO_JSON} or {INFO_YAML}; is {root} a prepared dataset? "
+            "Run `energon-lite prepare` on it"
+        )
+    counts = data.get("shard_counts") if isinstance(data, dict) else None
+    if not isinstance(counts, dict):
+        raise DatasetFormatError(f"{where}: key 'shard_counts' must map shard names to counts")
+    for name, count in counts.items():
+        if not isinstance(count, int) or count < 0:
+            raise DatasetFormatError(f"{where}: shard_counts[{name!r}] = {count!r} is not a count")
+    return DatasetInfo(list(counts), list(counts.values()), data.get("energon_version"))
+
+
+def write_info(meta_dir: Path, info: DatasetInfo) -> None:
+    payload = {
+        "energon_version": info.energon_version,
+        "shard_counts": dict(zip(info.shard_names, info.shard_counts)),
+    }
+    (meta_dir / INFO_JSON).write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+
+
+@dataclass
+class SplitConfig:
+    split_parts: dict[str, list[str]]  # brace-expanded shard names per split
+    exclude: list[str]  # brace-expanded: shard names or "<shard>/<sample key>"
+    source: Path
+
+
+def load_split(root: str | os.PathLike[str], name: str = "split.yaml") -> SplitConfig:
+    meta = Path(root) / META_DIR
+    path = meta / name
+    if not path.is_file() and name == "split.yaml" and (meta / "split.json").is_file():
+        path = meta / "split.json"
+    data = load_yaml(path)
+    if not isinstance(data, dict) or not isinstance(data.get("split_parts"), dict):
+        raise DatasetFormatError(f"{path}: needs a mapping 'split_parts: {{split: [shards]}}'")
+    unknown = set(data) - {"split_parts", "exclude"}
+    if unknown:
+        raise DatasetFormatError(
+            f"{path}: unknown keys {sorted(unknown)}; allowed: split_parts, exclude"
+        )
+    parts = {str(k): expand(v or []) for k, v in data["split_parts"].items()}
+    return SplitConfig(parts, expand(data.get("exclude") or []), path)
+
+
+def write_split(meta_dir: Path, split_parts: dict[str, list[str]], exclude: list[str]) -> None:
+    payload = {"split_parts": split_parts, "exclude": exclude}
+    with open(meta_dir / "split.yaml", "w", encoding="utf-8") as file:
+        yaml.safe_dump(payload, file, sort_keys=False)
+
+
+def load_dataset_config(root: str | os.PathLike[str], name: str = "dataset.yaml") -> dict[str, Any]:
+    path = Path(root) / META_DIR / name
+    data = load_yaml(path)
+    if not isinstance(data, dict):
+        raise DatasetFormatError(f"{path}: must be a mapping (sample_type/field_map or __class__)")
+    return data

@@ -1,0 +1,106 @@
+"""``<shard>.tar.idx``: per-shard sample offsets, written by prepare and memory-mapped by readers.
+
+The file is a raw little-endian uint64 array: the byte offset of the first header of each
+sample, then the end offset of the last member (``count + 1`` entries), exactly as
+Megatron-Energon writes it.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from energon_lite.errors import DatasetFormatError
+from energon_lite.index.tar import iter_members, split_name
+
+IDX_SUFFIX = ".idx"
+
+
+@dataclass
+class ShardScan:
+    """What one pass over a shard found."""
+
+    offsets: np.ndarray  # uint64, count + 1 entries
+    parts: set[str] = field(default_factory=set)
+
+    @property
+    def count(self) -> int:
+        return len(self.offsets) - 1
+
+
+def scan_shard(path: str | os.PathLike[str], display_name: str | None = None) -> ShardScan:
+    """Read every header of a tar shard (one sequential pass, no data copied).
+
+    Raises DatasetFormatError naming the file (and the key) for a file that is not a tar,
+    a truncated tar, or a sample key that appears twice.
+    """
+    where = display_name or str(path)
+    size = os.path.getsize(path)
+    if size == 0:
+        raise DatasetFormatError(f"{where}: empty file, not a tar archive")
+    offsets: list[int] = []
+    parts: set[str] = set()
+    seen: set[str] = set()
+    current_key: str | None = None
+    current_parts: set[str] = set()
+    end = 0
+    with open(path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        view = memoryview(mm)
+        try:
+            for member in iter_members(view, 0, where):
+                split = split_name(member.name)
+                if split is None:
+                    continue
+                key, part = split
+                if key != current_key:
+                    if key in seen:
+                        raise DatasetFormatError(
+                            f"{where}: duplicate sample key {key!r}: its members are not "
+                            "consecutive (a sample's parts must follow each other in the tar)"
+                        )
+                    seen.add(key)
+                    offsets.append(member.header_offset)
+                    current_key = key
+                    current_parts = set()
+                if part in current_parts:
+                    raise DatasetFormatError(
+                        f"{where}: duplicate sample key {key!r}: part {part!r} appears twice"
+                    )
+                current_parts.add(part)
+                parts.add(part)
+                end = member.end
+        finally:
+            view.release()
+    offsets.append(end)
+    return ShardScan(np.asarray(offsets, dtype="<u8"), parts)
+
+
+def write_index(shard_path: str | os.PathLike[str], offsets: np.ndarray) -> Path:
+    """Write ``<shard>.tar.idx`` atomically (temp file + rename)."""
+    target = Path(str(shard_path) + IDX_SUFFIX)
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.write_bytes(np.asarray(offsets, dtype="<u8").tobytes())
+    os.replace(tmp, target)
+    return target
+
+
+def open_index(shard_path: str | os.PathLike[str], expected_count: int) -> np.ndarray:
+    """Memory-map ``<shard>.tar.idx``; check it has ``expected_count + 1`` entries."""
+    idx_path = str(shard_path) + IDX_SUFFIX
+    try:
+        nbytes = os.path.getsize(idx_path)
+    except FileNotFoundError:
+        raise DatasetFormatError(
+            f"{idx_path}: missing tar index; run `energon-lite prepare` on the dataset"
+        ) from None
+    entries, rest = divmod(nbytes, 8)
+    if rest or entries != expected_count + 1:
+        raise DatasetFormatError(
+            f"{idx_path}: has {nbytes} bytes, expected {(expected_count + 1) * 8} "
+            f"({expected_count} samples + 1 end offset from .info.json); re-run prepare"
+        )
+    return np.memmap(idx_path, dtype="<u8", mode="r")

@@ -1,0 +1,204 @@
+"""``Reader``: the samples of one leaf dataset that one global worker owns, slice by slice.
+
+Algorithm. The split's runs are cut into *slices* of at most ``max_samples_per_sequence``
+consecutive samples (slice ids are global and stable for a dataset and that setting). In
+epoch ``e`` the slice order is a keyed permutation of the slice ids (identity for val), and
+global worker ``g`` of ``G`` takes positions ``g, g + G, g + 2G ...`` of it, so every slice
+is read exactly once per epoch across all ranks and workers. A worker keeps
+``open_slices`` slices open and picks the next one at random, weighted by what each has
+left; each open slice is read sequentially in chunks (one ``pread`` per chunk).
+
+``shuffle_over_epochs_multiplier`` m >= 1 permutes m copies of the slice list over m
+epochs (each slice exactly m times per m epochs); -1 draws slices with replacement; None
+keeps the slices in order.
+
+State: the epoch, the next position, the open slices as ``[slice_id, next_sample]``, the
+random counter and a done flag: O(open_slices) integers whatever the dataset size.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from energon_lite.errors import StateError
+from energon_lite.index.dataset import PreparedDataset
+from energon_lite.rng import CounterRng, Permutation, derive_seed
+from energon_lite.stage import Stage
+
+_CHUNK = 16  # samples read per pread from an open slice
+
+
+class Reader(Stage):
+    """Raw samples ``{__key__, __restore_key__, __shard__, <part>: bytes}`` of one leaf."""
+
+    def __init__(
+        self,
+        dataset: PreparedDataset,
+        *,
+        leaf_id: int,
+        seed: int,
+        worker_index: int,
+        num_workers: int,
+        max_samples_per_sequence: int | None,
+        shuffle: bool,
+        repeat: bool,
+        open_slices: int = 1,
+        shuffle_over_epochs_multiplier: int | None = 1,
+        start_epoch: int = 0,
+    ) -> None:
+        self.dataset = dataset
+        self.leaf_id = leaf_id
+        self.seed = seed
+        self.worker_index = worker_index
+        self.num_workers = num_workers
+        self.shuffle = shuffle
+        self.repeat = repeat
+        self.open_slices = max(1, open_slices)
+        self.multiplier = shuffle_over_epochs_multiplier if shuffle else None
+        self.start_epoch = start_epoch
+        lengths = dataset.run_end - dataset.run_start
+        per_slice = int(max_samples_per_sequence or max(1, int(lengths.max(initial=1))))
+        self.slice_len = per_slice
+        self.run_slices = np.concatenate([[0], np.cumsum(-(-lengths // per_slice))]).astype(
+            np.int64
+        )
+        self.num_slices = int(self.run_slices[-1])
+        self.restore_state(None)
+
+    # slice arithmetic ------------------------------------------------------------------
+
+    def slice_bounds(self, slice_id: int) -> tuple[int, int, int]:
+        """``(shard_id, start, end)`` of a global slice id."""
+        run = int(np.searchsorted(self.run_slices, slice_id, side="right")) - 1
+        ds = self.dataset
+        start = int(ds.run_start[run]) + (slice_id - int(self.run_slices[run])) * self.slice_len
+        return int(ds.run_shard[run]), start, min(start + self.slice_len, int(ds.run_end[run]))
+
+    def worker_slice_count(self) -> int:
+        """How many slices this worker reads per epoch."""
+        return max(0, -(-(self.num_slices - self.worker_index) // self.num_workers))
+
+    def _slice_at(self, epoch: int, position: int) -> int:
+        n, m = self.num_slices, self.multiplier
+        if m is None:
+            return position
+        if m == -1:
+            return derive_seed(self.seed, "slice-draw", self.leaf_id, epoch, position) % n
+        permutation = self._permutation(epoch // m, n * m)
+        return permutation((epoch % m) * n + position) % n
+
+    def _permutation(self, cycle: int, size: int) -> Permutation:
+        if self._perm_cycle != cycle:
+            self._perm = Permutation(size, self.seed, "slices", self.leaf_id, cycle)
+            self._perm_cycle = cycle
+        return self._perm
+
+    # the stage contract -----------------------------------------------------------------
+
+    def next(self) -> dict[str, Any]:
+        while True:
+            count = self.worker_slice_count()
+            while len(self._open) < self.open_slices and self._next < count:
+                position = self.worker_index + self._next * self.num_workers
+                slice_id = self._slice_at(self._epoch, position)
+                _, start, _ = self.slice_bounds(slice_id)
+                self._open.append([slice_id, start])
+                self._next += 1
+            if self._open:
+                break
+            if not self.repeat or self._done or count == 0:
+                self._done = True
+                raise StopIteration
+            self._epoch += 1
+            self._next = 0
+        choice = 0
+        if self.shuffle and len(self._open) > 1:
+            left = [self.slice_bounds(s)[2] - pos for s, pos in self._open]
+            target = self._rng.random() * sum(left)
+            while choice < len(left) - 1 and target >= left[choice]:
+                target -= left[choice]
+                choice += 1
+        entry = self._open[choice]
+        slice_id, position = entry
+        shard_id, _, end = self.slice_bounds(slice_id)
+        sample = self._read(shard_id, position, end)
+        entry[1] = position + 1
+        if entry[1] >= end:
+            self._open.pop(choice)
+        return sample
+
+    def _read(self, shard_id: int, position: int, end: int) -> dict[str, Any]:
+        chunk = self._chunks.get((shard_id, position))
+        if chunk is None:
+            stop = min(end, position + _CHUNK)
+            loaded = self.dataset.read_range(shard_id, position, stop)
+            for offset, item in enumerate(loaded):
+                self._chunks[(shard_id, position + offset)] = item
+            chunk = self._chunks[(shard_id, position)]
+        del self._chunks[(shard_id, position)]
+        key, parts = chunk
+        return self._raw(key, parts, shard_id, position, self._epoch)
+
+    def _raw(
+        self, key: str, parts: dict[str, bytes], shard_id: int, index: int, epoch: int
+    ) -> dict[str, Any]:
+        return {
+            "__key__": key,
+            "__restore_key__": ("Webdataset", self.leaf_id, shard_id, index, epoch),
+            "__shard__": self.dataset.shard_names[shard_id],
+            **parts,
+        }
+
+    def fetch(self, restore_key: Any) -> dict[str, Any]:
+        if (
+            not isinstance(restore_key, (tuple, list))
+            or len(restore_key) != 5
+            or restore_key[0] != "Webdataset"
+            or restore_key[1] != self.leaf_id
+        ):
+            raise StateError(
+                f"Reader(leaf {self.leaf_id}): not a restore key of mine: {restore_key!r}"
+            )
+        _, _, shard_id, index, epoch = restore_key
+        key, parts = self.dataset.read(int(shard_id), int(index))
+        return self._raw(key, parts, int(shard_id), int(index), int(epoch))
+
+    def save_state(self) -> dict[str, Any]:
+        return self._state(
+            epoch=self._epoch,
+            next=self._next,
+            open=[list(entry) for entry in self._open],
+            rng=self._rng.counter,
+            done=self._done,
+        )
+
+    def restore_state(self, state: dict[str, Any] | None) -> None:
+        self._chunks: dict[tuple[int, int], tuple[str, dict[str, bytes]]] = {}
+        self._perm_cycle: int | None = None
+        if state is None:
+            self._epoch, self._next, self._open, self._done = self.start_epoch, 0, [], False
+            self._rng = CounterRng(self.seed, "interleave", self.leaf_id, self.worker_index)
+            return
+        state = self._check_state(state, "epoch", "next", "open", "rng", "done")
+        try:
+            self._epoch, self._next = int(state["epoch"]), int(state["next"])
+            self._open = [[int(s), int(p)] for s, p in state["open"]]
+            self._done = bool(state["done"])
+            counter = int(state["rng"])
+        except (TypeError, ValueError) as exc:
+            raise StateError(f"Reader: corrupt state {state!r}: {exc}") from None
+        for slice_id, position in self._open:
+            if not 0 <= slice_id < self.num_slices:
+                raise StateError(
+                    f"Reader: slice {slice_id} outside this dataset's {self.num_slices}"
+                )
+            _, start, end = self.slice_bounds(slice_id)
+            if not start <= position < end:
+                raise StateError(
+                    f"Reader: position {position} outside slice {slice_id} [{start}, {end})"
+                )
+        self._rng = CounterRng(
+            self.seed, "interleave", self.leaf_id, self.worker_index, counter=counter
+        )

@@ -1,0 +1,132 @@
+"""Builds typed samples from decoded parts, as a dataset's ``dataset.yaml`` says.
+
+Three forms (FORMATS.md): ``sample_type`` + ``field_map`` (with ``json[a][0]`` access into
+JSON parts), ``sample_type`` + ``sample_loader: file.py:function`` (+ ``part_filter``), or a
+crude dataset (``__class__: CrudeWebdataset``) whose samples stay dicts of decoded parts
+for the TaskEncoder's cookers. ``__module__: megatron.energon`` and ``energon_lite`` both
+resolve to energon_lite's classes, so Energon datasets load unchanged.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from energon_lite.decode import SampleDecoder
+from energon_lite.errors import DatasetFormatError
+from energon_lite.samples import SAMPLE_TYPES
+
+_OUR_MODULES = ("megatron.energon", "energon_lite", "energon_lite.samples")
+_INDEX = re.compile(r"\[([^\]]*)\]")
+CRUDE_CLASSES = ("CrudeWebdataset", "DefaultCrudeWebdataset")
+
+
+def resolve_class(spec: Any, where: str) -> type:
+    if not isinstance(spec, dict) or "__class__" not in spec:
+        raise DatasetFormatError(f"{where}: sample_type needs '__module__' and '__class__'")
+    module, name = spec.get("__module__", "energon_lite"), spec["__class__"]
+    if module in _OUR_MODULES or module.startswith("megatron.energon."):
+        if name not in SAMPLE_TYPES:
+            raise DatasetFormatError(
+                f"{where}: sample_type {module}.{name} is not a built-in type; "
+                f"known: {sorted(SAMPLE_TYPES)}"
+            )
+        return SAMPLE_TYPES[name]
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise DatasetFormatError(
+            f"{where}: cannot import sample_type {module}.{name}: {exc}"
+        ) from None
+
+
+def _load_function(spec: str, meta_dir: Path, where: str) -> Callable[..., Any]:
+    file, sep, name = spec.partition(":")
+    if not sep:
+        raise DatasetFormatError(f"{where}: {spec!r} must look like 'file.py:function'")
+    path = meta_dir / file
+    if not path.is_file():
+        raise DatasetFormatError(f"{where}: {spec!r}: file {path} not found")
+    module_spec = importlib.util.spec_from_file_location(f"energon_lite_user_{path.stem}", path)
+    assert module_spec is not None and module_spec.loader is not None  # a .py file always has one
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    try:
+        return getattr(module, name)
+    except AttributeError:
+        raise DatasetFormatError(f"{where}: {path} defines no function {name!r}") from None
+
+
+def _parse_field(spec: str, where: str) -> tuple[str, list[str | int]]:
+    part, _, rest = spec.partition("[")
+    path: list[str | int] = []
+    if rest:
+        for item in _INDEX.findall("[" + rest):
+            path.append(int(item) if item.lstrip("-").isdigit() else item.strip("'\""))
+    if not part:
+        raise DatasetFormatError(f"{where}: field_map value {spec!r} names no part")
+    return part, path
+
+
+class SampleFactory:
+    """``build(raw, decoder, subflavors)``: a raw sample of one dataset -> typed sample or crude dict."""
+
+    def __init__(self, config: dict[str, Any], meta_dir: Path) -> None:
+        where = str(meta_dir / "dataset.yaml")
+        self.crude = config.get("__class__") in CRUDE_CLASSES
+        self.sample_type: type | None = None
+        self.fields: dict[str, tuple[str, list[str | int]]] = {}
+        self.loader: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+        self.part_filter: Callable[[str], bool] | None = None
+        self.parts: frozenset[str] | None = None  # None: decode every part
+        if self.crude:
+            return
+        if "sample_type" not in config:
+            raise DatasetFormatError(
+                f"{where}: needs 'sample_type' (or __class__: CrudeWebdataset)"
+            )
+        self.sample_type = resolve_class(config["sample_type"], where)
+        if "field_map" in config:
+            self.fields = {k: _parse_field(str(v), where) for k, v in config["field_map"].items()}
+            self.parts = frozenset(part for part, _ in self.fields.values())
+        elif "sample_loader" in config:
+            self.loader = _load_function(config["sample_loader"], meta_dir, where)
+            if "part_filter" in config:
+                self.part_filter = _load_function(config["part_filter"], meta_dir, where)
+        else:
+            raise DatasetFormatError(f"{where}: needs 'field_map' or 'sample_loader'")
+
+    def build(
+        self, raw: dict[str, Any], decoder: SampleDecoder | None, subflavors: dict | None
+    ) -> Any:
+        if self.part_filter is not None:
+            raw = {k: v for k, v in raw.items() if k.startswith("__") or self.part_filter(k)}
+        decoded = decoder.decode(raw, self.parts) if decoder is not None else raw
+        keys = {
+            "__key__": raw["__key__"],
+            "__restore_key__": raw["__restore_key__"],
+            "__subflavors__": subflavors,
+        }
+        if self.crude:
+            return {**decoded, **keys}
+        assert self.sample_type is not None  # set whenever not crude
+        if self.loader is not None:
+            fields = self.loader(decoded)
+            fields = {k: v for k, v in fields.items() if not k.startswith("__")}
+            return self.sample_type(**keys, **fields)
+        values = {}
+        for name, (part, path) in self.fields.items():
+            if part not in decoded:
+                raise DatasetFormatError(
+                    f"sample {raw['__key__']!r}: field {name!r} needs part {part!r}; "
+                    f"the sample has {sorted(k for k in decoded if not k.startswith('__'))}"
+                )
+            value = decoded[part]
+            for step in path:
+                value = value[step]
+            values[name] = value
+        return self.sample_type(**keys, **values)

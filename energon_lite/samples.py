@@ -1,0 +1,130 @@
+"""Sample and Batch dataclasses and the built-in sample types (Energon's names and fields).
+
+Every sample carries ``__key__`` (the bare sample key inside its shard), ``__restore_key__``
+(a tuple of plain values that fetches the same sample again by random access) and
+``__subflavors__`` (the metadataset's subflavors, or None).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import torch
+
+T = TypeVar("T", bound="Sample")
+
+
+@dataclass
+class Sample:
+    """Base of all samples. Subclass it with ``@dataclass`` and add fields."""
+
+    __key__: str
+    __restore_key__: tuple[Any, ...]
+    __subflavors__: dict[str, Any] | None = None
+
+    @classmethod
+    def derive_from(cls: type[T], base: Any, **fields: Any) -> T:
+        """A new ``cls`` that keeps ``base``'s key fields (sample or crude dict) plus ``fields``."""
+        return cls(**basic_sample_keys(base), **fields)
+
+
+def basic_sample_keys(sample: Any) -> dict[str, Any]:
+    """``__key__``, ``__restore_key__`` and ``__subflavors__`` of a sample or crude dict."""
+    if isinstance(sample, dict):
+        get = sample.get
+    else:
+
+        def get(name: str, default: Any = None) -> Any:
+            return getattr(sample, name, default)
+
+    return {
+        "__key__": get("__key__"),
+        "__restore_key__": get("__restore_key__"),
+        "__subflavors__": get("__subflavors__"),
+    }
+
+
+@dataclass
+class Batch:
+    """Base for user batch types: ``__key__`` and ``__restore_key__`` hold one entry per sample."""
+
+    __key__: list[str]
+    __restore_key__: list[Any]
+    __subflavors__: list[Any] | None = None
+
+    @classmethod
+    def from_samples(cls: type[Any], samples: list[Any], **fields: Any) -> Any:
+        """Build a batch whose key lists come from ``samples`` and other fields from ``fields``."""
+        keys = [basic_sample_keys(s) for s in samples]
+        return cls(
+            __key__=[k["__key__"] for k in keys],
+            __restore_key__=[k["__restore_key__"] for k in keys],
+            __subflavors__=[k["__subflavors__"] for k in keys],
+            **fields,
+        )
+
+
+@dataclass
+class TextSample(Sample):
+    text: str = ""
+
+
+@dataclass
+class ImageSample(Sample):
+    image: torch.Tensor | Any = None
+
+
+@dataclass
+class CaptioningSample(Sample):
+    image: torch.Tensor | Any = None
+    caption: str = ""
+
+
+@dataclass
+class ImageClassificationSample(Sample):
+    image: torch.Tensor | Any = None
+    label: int | None = None
+    label_name: str | None = None
+
+
+@dataclass
+class VQASample(Sample):
+    image: torch.Tensor | Any = None
+    context: str = ""
+    answers: list[str] | None = None
+    answer_weights: torch.Tensor | None = None
+
+
+@dataclass
+class VidQASample(Sample):
+    video: Any = None
+    context: str = ""
+    answers: list[str] | None = None
+    answer_weights: torch.Tensor | None = None
+
+
+@dataclass
+class InterleavedSample(Sample):
+    sequence: list[Any] = field(default_factory=list)
+
+
+SAMPLE_TYPES: dict[str, type[Sample]] = {
+    cls.__name__: cls
+    for cls in (
+        Sample,
+        TextSample,
+        ImageSample,
+        CaptioningSample,
+        ImageClassificationSample,
+        VQASample,
+        VidQASample,
+        InterleavedSample,
+    )
+}
+
+
+def sample_field_names(cls: type) -> list[str]:
+    """The user fields of a sample dataclass (without the key fields)."""
+    return [f.name for f in dataclasses.fields(cls) if not f.name.startswith("__")]

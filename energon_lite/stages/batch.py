@@ -1,0 +1,55 @@
+"""``Batch``: groups ``batch_size`` consecutive items and collates them.
+
+A batch is assembled inside one ``next()`` call, so between calls the stage holds nothing:
+its state is its source's. The last, partial batch of a finite stream is emitted unless
+``drop_last``. A collate function raising ``SkipSample`` drops that batch; any other error
+is logged and the batch dropped, counted by the failure tracker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from energon_lite.errors import ConfigError, FailureTracker, SkipSample
+from energon_lite.samples import basic_sample_keys
+from energon_lite.stage import Stage
+
+
+class Batch(Stage):
+    def __init__(
+        self,
+        source: Stage,
+        batch_size: int,
+        collate: Callable[[list[Any]], Any],
+        drop_last: bool = False,
+        failures: FailureTracker | None = None,
+    ) -> None:
+        if batch_size < 1:
+            raise ConfigError(f"{batch_size=} must be >= 1 (or None for no batching)")
+        self.source = source
+        self.batch_size = batch_size
+        self.collate = collate
+        self.drop_last = drop_last
+        self.failures = failures or FailureTracker(0)
+
+    def next(self) -> Any:
+        while True:
+            items = []
+            for _ in range(self.batch_size):
+                try:
+                    items.append(self.source.next())
+                except StopIteration:
+                    break
+            if not items or (self.drop_last and len(items) < self.batch_size):
+                raise StopIteration
+            try:
+                batch = self.collate(items)
+            except SkipSample:
+                continue
+            except Exception as exc:
+                keys = [basic_sample_keys(item)["__key__"] for item in items]
+                self.failures.failed("batch", {"keys": keys}, exc)
+                continue
+            self.failures.ok()
+            return batch

@@ -1,0 +1,44 @@
+"""``Map``: applies a function to every item (``encode_batch`` and similar 1:1 steps).
+
+``SkipSample`` from the function drops the item; other errors are logged with the item's
+keys and counted by the failure tracker. Stateless beyond its source.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from energon_lite.errors import FailureTracker, SkipSample
+from energon_lite.samples import basic_sample_keys
+from energon_lite.stage import Stage
+
+
+class Map(Stage):
+    def __init__(
+        self,
+        source: Stage,
+        fn: Callable[[Any], Any],
+        name: str,
+        failures: FailureTracker | None = None,
+    ) -> None:
+        self.source = source
+        self.fn = fn
+        self.name = name
+        self.failures = failures or FailureTracker(0)
+
+    def next(self) -> Any:
+        while True:
+            item = self.source.next()
+            try:
+                out = self.fn(item)
+            except SkipSample:
+                continue
+            except Exception as exc:
+                self.failures.failed(self.name, {"key": basic_sample_keys(item)["__key__"]}, exc)
+                continue
+            self.failures.ok()
+            return out
+
+    def fetch(self, restore_key: Any) -> Any:
+        return self.fn(self.source.fetch(restore_key))

@@ -1,0 +1,76 @@
+"""``WorkerConfig``: where this process sits among data-parallel ranks and loader workers.
+
+It lives in the trainer's process and the loader; stages never see it. Each worker's chain
+gets a ``WorkerSlot`` of plain integers instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from energon_lite.errors import ConfigError
+
+
+@dataclass
+class WorkerConfig:
+    """Energon's worker configuration: rank and world size of the data-parallel group,
+    loader worker processes per rank, and the seed (``seed_offset``)."""
+
+    rank: int
+    world_size: int
+    num_workers: int
+    data_parallel_group: Any = None
+    seed_offset: int = 0
+
+    def __post_init__(self) -> None:
+        if self.world_size < 1 or not 0 <= self.rank < self.world_size:
+            raise ConfigError(
+                f"WorkerConfig: need 0 <= rank < world_size, got {self.rank=}, {self.world_size=}"
+            )
+        if self.num_workers < 0:
+            raise ConfigError(f"WorkerConfig: {self.num_workers=} must be >= 0")
+
+    @staticmethod
+    def default_worker_config(
+        num_workers: int = 4, data_parallel_group: Any = None
+    ) -> WorkerConfig:
+        """Rank and world size from ``torch.distributed`` when initialised, else 0 and 1."""
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            rank = dist.get_rank(data_parallel_group)
+            world_size = dist.get_world_size(data_parallel_group)
+        else:
+            rank, world_size = 0, 1
+        return WorkerConfig(rank, world_size, num_workers, data_parallel_group)
+
+    @property
+    def workers_per_rank(self) -> int:
+        """Worker pipelines per rank: ``num_workers``, or 1 for in-process loading."""
+        return max(1, self.num_workers)
+
+    def slot(self, worker_id: int, epoch: int = 0) -> WorkerSlot:
+        return WorkerSlot(
+            self.rank, self.world_size, worker_id, self.workers_per_rank, self.seed_offset, epoch
+        )
+
+
+@dataclass(frozen=True)
+class WorkerSlot:
+    """One worker pipeline's place: the only worker facts a pipeline is built from."""
+
+    rank: int
+    world_size: int
+    worker_id: int
+    num_workers: int  # pipelines per rank (>= 1)
+    seed: int
+    epoch: int = 0
+
+    @property
+    def global_worker_id(self) -> int:
+        return self.rank * self.num_workers + self.worker_id
+
+    @property
+    def num_global_workers(self) -> int:
+        return self.world_size * self.num_workers
