@@ -21,6 +21,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from energon_lite.errors import ConfigError, StateError
 from energon_lite.pipeline import DatasetPipeline, Leaf, PipelineOptions
+from energon_lite.stages.group_batch import BucketSync
 from energon_lite.state import STATE_VERSION, check_same_config
 from energon_lite.task_encoder import DefaultTaskEncoder, TaskEncoder
 from energon_lite.worker import WorkerConfig
@@ -270,6 +271,7 @@ def get_train_dataset(
     repeat: bool = True,
     parallel_shard_iters: int | None = None,
     failure_tolerance: int = 100,
+    bucket_sync: dict[str, Any] | None = None,
     **kwargs: Any,
 ) -> SavableDataset:
     """The training dataset of a prepared dataset folder or a metadataset YAML.
@@ -277,7 +279,9 @@ def get_train_dataset(
     Samples are shuffled (slice order per epoch, ``parallel_shard_iters`` open slices per
     worker, a ``shuffle_buffer_size`` buffer), encoded, optionally packed, batched and
     batch-encoded. ``repeat=False`` ends after one epoch. ``failure_tolerance`` bounds the
-    consecutive bad samples skipped before the run stops.
+    consecutive bad samples skipped before the run stops. ``bucket_sync={"weights": {bucket:
+    weight}}`` makes every rank emit the same ``batch_group_criterion`` bucket at each step
+    (``energon_lite.stages.group_batch``).
     """
     if kwargs.pop("virtual_epoch_length", 0):
         raise ConfigError(
@@ -296,8 +300,10 @@ def get_train_dataset(
         repeat=repeat,
         packing_buffer_size=packing_buffer_size,
         failure_tolerance=failure_tolerance,
+        bucket_sync=bucket_sync,
     )
     te = task_encoder if task_encoder is not None else DefaultTaskEncoder()
+    BucketSync.check_option(bucket_sync, te)
     return SavableDataset(DatasetPipeline(leaves, mode, te, options, worker_config), worker_config)
 
 

@@ -57,6 +57,7 @@ class PipelineOptions:
     packing_buffer_size: int | None = None
     limit: int | None = None
     failure_tolerance: int = 100
+    bucket_sync: dict[str, Any] | None = None  # GroupBatch's synchronised mode (BucketSync)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -111,7 +112,10 @@ class DatasetPipeline:
                 seed=slot.seed,
                 worker_index=slot.global_worker_id,
                 num_workers=slot.num_global_workers,
-                max_samples_per_sequence=opts.max_samples_per_sequence,
+                # val: contiguous, balanced ranges so that every worker gets a share
+                max_samples_per_sequence=opts.max_samples_per_sequence
+                if opts.training
+                else max(1, -(-len(dataset) // slot.num_global_workers)),
                 shuffle=opts.training,
                 repeat=opts.training and opts.repeat and self.blend_mode != "epochized",
                 open_slices=open_slices if opts.training else 1,
@@ -134,12 +138,13 @@ class DatasetPipeline:
         if opts.packing_buffer_size:
             from energon_lite.stages.pack import Pack
 
-            stage = Pack(stage, opts.packing_buffer_size, te, failures)
+            stage = Pack(stage, opts.packing_buffer_size, te, slot.seed, failures)
         if te.overrides("batch_group_criterion"):
-            from energon_lite.stages.group_batch import GroupBatch
+            from energon_lite.stages.group_batch import BucketSync, GroupBatch
 
+            sync = BucketSync.for_slot(opts.bucket_sync, slot)
             stage = GroupBatch(
-                stage, te.batch_group_criterion, te.batch, opts.batch_drop_last, failures
+                stage, te.batch_group_criterion, te.batch, opts.batch_drop_last, failures, sync
             )
         elif opts.batch_size is not None:
             stage = Batch(stage, opts.batch_size, te.batch, opts.batch_drop_last, failures)

@@ -45,7 +45,8 @@ def assert_stage_resumes(
     stage = make_stage()
     reference: list[Any] = []
     states: list[Any] = [encode_state(stage.save_state())]
-    for item in take(stage, num_items):
+    items = iter(stage) if num_items is None else itertools.islice(iter(stage), num_items)
+    for item in items:  # lazily: each state is taken right after its item
         reference.append(key(item))
         states.append(encode_state(stage.save_state()))
     if not reference:
@@ -55,10 +56,14 @@ def assert_stage_resumes(
         resumed.restore_state(decode_state(states[position]))
         rest = [key(item) for item in take(resumed, len(reference) - position)]
         if rest != reference[position:]:
-            first = next(i for i, (a, b) in enumerate(zip(rest, reference[position:])) if a != b) if rest else 0
+            first = (
+                next(i for i, (a, b) in enumerate(zip(rest, reference[position:])) if a != b)
+                if rest
+                else 0
+            )
             raise AssertionError(
                 f"resume after item {position} diverged at item {position + first}: "
-                f"got {rest[first:first + 3]!r}, expected {reference[position + first:position + first + 3]!r}"
+                f"got {rest[first : first + 3]!r}, expected {reference[position + first : position + first + 3]!r}"
             )
     return reference
 
@@ -90,5 +95,7 @@ def assert_loader_resumes(
         resumed.restore_state_rank(decode_state(saved[point]))
         rest = [key(b) for b in take(resumed, total - point)]
         if rest != reference[point:]:
-            raise AssertionError(f"loader resumed after batch {point} diverged: {rest[:2]!r} != {reference[point:point + 2]!r}")
+            raise AssertionError(
+                f"loader resumed after batch {point} diverged: {rest[:2]!r} != {reference[point : point + 2]!r}"
+            )
     return reference

@@ -49,14 +49,16 @@ def decode_image(data: bytes, mode: str) -> Any:
             img = img.convert(pil_mode)
         if kind == "pil":
             return img
-        array = np.asarray(img)
+        array = np.array(img)  # a writable copy: tensors made from it may be modified
     if array.ndim == 2:
         array = array[:, :, None]
     if kind == "uint8":
         return array
     if kind == "float":
         return array.astype(np.float32) / 255.0
-    tensor = torch.from_numpy(np.ascontiguousarray(array.transpose(2, 0, 1)))
+    hwc = torch.from_numpy(array)
     if kind == "torchuint8":
-        return tensor
-    return tensor.to(torch.float32).div_(255.0)
+        return hwc.permute(2, 0, 1).contiguous()
+    chw = torch.empty(hwc.shape[2], hwc.shape[0], hwc.shape[1], dtype=torch.float32)
+    chw.copy_(hwc.permute(2, 0, 1))  # one pass: layout change and dtype conversion together
+    return chw.div_(255.0)

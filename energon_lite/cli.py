@@ -1,0 +1,218 @@
+"""``energon-lite``: prepare | info | preview | lint | checkpoint info | demo."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pickle
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from energon_lite.errors import EnergonLiteError
+
+
+def _parse_ratio(text: str) -> list[tuple[str, float]]:
+    try:
+        values = [float(v) for v in text.split(",")]
+    except ValueError:
+        raise SystemExit(f"--split-ratio {text!r}: expected numbers like 8,1,1") from None
+    if len(values) > 3:
+        raise SystemExit(f"--split-ratio {text!r}: at most three parts (train,val,test)")
+    return list(zip(["train", "val", "test"], values))
+
+
+def _parse_split_parts(items: Sequence[str]) -> list[tuple[str, str]]:
+    parts = []
+    for item in items:
+        name, sep, pattern = item.partition(":")
+        if not sep or not name:
+            raise SystemExit(
+                f"--split-parts {item!r}: expected 'split:regex', e.g. 'train:parts/data-[0-7].tar'"
+            )
+        parts.append((name, pattern))
+    return parts
+
+
+def _ask(question: str, default: str | None = None) -> str:
+    suffix = f" [{default}]" if default else ""
+    answer = input(f"{question}{suffix}: ").strip()
+    return answer or (default or "")
+
+
+def _interactive(args: argparse.Namespace) -> None:
+    """Ask what the flags would have said."""
+    from energon_lite.prepare import find_shards
+    from energon_lite.samples import SAMPLE_TYPES, sample_field_names
+
+    shards = find_shards(Path(args.path))
+    print(f"Found {len(shards)} shards under {args.path}")
+    if not (args.split_ratio or args.split_parts):
+        args.split_ratio = _ask("Split ratio train,val,test", "8,1,1")
+    if not args.sample_type:
+        names = [*sorted(SAMPLE_TYPES), "CrudeWebdataset"]
+        print("Sample types: " + ", ".join(names))
+        args.sample_type = _ask("Sample type", "CaptioningSample")
+    if (
+        args.sample_type != "CrudeWebdataset"
+        and not args.field_map
+        and args.sample_type in SAMPLE_TYPES
+    ):
+        field_map = {}
+        for name in sample_field_names(SAMPLE_TYPES[args.sample_type]):
+            part = _ask(f"Part for field {name!r} (e.g. jpg, txt, json[caption]; empty to skip)")
+            if part:
+                field_map[name] = part
+        args.field_map = json.dumps(field_map)
+
+
+def cmd_prepare(args: argparse.Namespace) -> int:
+    from energon_lite.prepare import prepare_dataset
+
+    if not args.non_interactive and not args.tar_index_only and sys.stdin.isatty():
+        _interactive(args)
+    field_map = None
+    if args.field_map:
+        try:
+            field_map = json.loads(args.field_map)
+        except json.JSONDecodeError as exc:
+            raise SystemExit(f"--field-map is not JSON: {exc}") from None
+    report = prepare_dataset(
+        args.path,
+        split_ratio=_parse_ratio(args.split_ratio) if args.split_ratio else None,
+        split_parts=_parse_split_parts(args.split_parts) if args.split_parts else None,
+        sample_type=args.sample_type,
+        field_map=field_map,
+        exclude=args.exclude or [],
+        num_workers=args.num_workers,
+        shuffle_tars=args.shuffle_tars,
+        tar_index_only=args.tar_index_only,
+        force_overwrite=args.force_overwrite,
+    )
+    print(
+        f"Prepared {report.num_samples} samples in {len(report.shard_names)} shards; parts: {', '.join(sorted(report.parts))}"
+    )
+    for split, shards in report.split_parts.items():
+        print(f"  {split}: {len(shards)} shards")
+    return 0
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    from energon_lite.info import dataset_info
+
+    print(dataset_info(args.path))
+    return 0
+
+
+def cmd_preview(args: argparse.Namespace) -> int:
+    from energon_lite.info import preview
+
+    for line in preview(args.path, args.split_part, args.num):
+        print(line)
+    return 0
+
+
+def cmd_lint(args: argparse.Namespace) -> int:
+    from energon_lite.info import lint
+
+    problems = lint(args.path, progress=not args.quiet)
+    for problem in problems:
+        print(problem)
+    print(f"{len(problems)} problem(s)")
+    return 1 if problems else 0
+
+
+def _load_checkpoint(path: Path) -> Any:
+    from energon_lite.state import decode_state
+
+    data = path.read_bytes()
+    if data[:2] == b"PK" or data[:1] == b"\x80":  # torch.save zip or pickle
+        import torch
+
+        try:
+            return torch.load(path, weights_only=False)
+        except Exception:
+            return pickle.loads(data)
+    return decode_state(data)
+
+
+def cmd_checkpoint(args: argparse.Namespace) -> int:
+    from energon_lite.info import describe_state
+
+    print(describe_state(_load_checkpoint(Path(args.file))))
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from energon_lite.demo import run_demo
+
+    ok = run_demo(args.dir, num_samples=args.samples, steps=args.steps, num_workers=args.workers)
+    return 0 if ok else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="energon-lite", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("prepare", help="index a WebDataset folder and write .nv-meta")
+    p.add_argument("path")
+    p.add_argument("--non-interactive", action="store_true")
+    p.add_argument("--split-ratio", help="e.g. 8,1,1 (train,val,test), by whole shards")
+    p.add_argument("--split-parts", action="append", help="'split:regex' (repeatable)")
+    p.add_argument("--sample-type", help="e.g. CaptioningSample, or CrudeWebdataset")
+    p.add_argument("--field-map", help='JSON, e.g. \'{"image": "jpg", "caption": "txt"}\'')
+    p.add_argument(
+        "--exclude", action="append", help="a shard or <shard>/<sample key> (repeatable)"
+    )
+    p.add_argument("--num-workers", type=int, default=1, help="index shards in N processes")
+    p.add_argument(
+        "--shuffle-tars", action="store_true", help="shuffle shards before ratio splitting"
+    )
+    p.add_argument(
+        "--tar-index-only", action="store_true", help="only (re)write the .tar.idx files"
+    )
+    p.add_argument("--force-overwrite", action="store_true")
+    p.set_defaults(fn=cmd_prepare)
+
+    p = sub.add_parser("info", help="sample and shard counts per split, sample type, parts")
+    p.add_argument("path")
+    p.set_defaults(fn=cmd_info)
+
+    p = sub.add_parser("preview", help="print the first samples of a split")
+    p.add_argument("path")
+    p.add_argument("--split-part", default="train")
+    p.add_argument("-n", "--num", type=int, default=5)
+    p.set_defaults(fn=cmd_preview)
+
+    p = sub.add_parser("lint", help="decode every sample and report the ones that fail")
+    p.add_argument("path")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(fn=cmd_lint)
+
+    p = sub.add_parser("checkpoint", help="inspect a saved loader state")
+    csub = p.add_subparsers(dest="action", required=True)
+    c = csub.add_parser("info", help="summarise a state file (msgpack, torch.save or pickle)")
+    c.add_argument("file")
+    c.set_defaults(fn=cmd_checkpoint)
+
+    p = sub.add_parser("demo", help="prepare a small dataset, train, checkpoint and resume")
+    p.add_argument("--dir", help="where to write the dataset (default: a temporary folder)")
+    p.add_argument("--samples", type=int, default=2000)
+    p.add_argument("--steps", type=int, default=80)
+    p.add_argument("--workers", type=int, default=2)
+    p.set_defaults(fn=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except EnergonLiteError as exc:
+        print(f"energon-lite {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

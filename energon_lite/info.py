@@ -1,0 +1,137 @@
+"""What the ``info``, ``preview``, ``lint`` and ``checkpoint info`` commands print."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from energon_lite.decode import SampleDecoder
+from energon_lite.errors import EnergonLiteError
+from energon_lite.index.dataset import PreparedDataset
+from energon_lite.index.meta import META_DIR, load_dataset_config, load_info, load_split
+from energon_lite.sample_factory import SampleFactory
+
+
+def dataset_info(root: str | os.PathLike[str]) -> str:
+    """Counts per split, bytes, sample type, field map and the parts of the first samples."""
+    root = Path(root)
+    info = load_info(root)
+    split = load_split(root)
+    config = load_dataset_config(root)
+    counts = dict(zip(info.shard_names, info.shard_counts))
+    size = sum((root / name).stat().st_size for name in info.shard_names if (root / name).exists())
+    lines = [
+        f"dataset {root}",
+        f"  total: {sum(info.shard_counts)} samples, {len(info.shard_names)} shards, {size / 1e6:.1f} MB",
+    ]
+    for name, shards in split.split_parts.items():
+        samples = sum(counts.get(s, 0) for s in shards if s not in split.exclude)
+        lines.append(f"  split {name}: {samples} samples in {len(shards)} shards")
+    if split.exclude:
+        lines.append(f"  excluded: {len(split.exclude)} entries")
+    sample_type = config.get("sample_type", {}).get("__class__") or config.get("__class__")
+    lines.append(f"  sample type: {sample_type}")
+    if "field_map" in config:
+        lines.append(
+            "  field map: " + ", ".join(f"{k} <- {v}" for k, v in config["field_map"].items())
+        )
+    if "sample_loader" in config:
+        lines.append(f"  sample loader: {config['sample_loader']}")
+    first_split = next((s for s, shards in split.split_parts.items() if shards), None)
+    if first_split is not None:
+        dataset = PreparedDataset(root, first_split)
+        parts: set[str] = set()
+        for run in range(min(dataset.num_runs, 100)):
+            _, sample = dataset.read(int(dataset.run_shard[run]), int(dataset.run_start[run]))
+            parts.update(sample)
+        lines.append(f"  parts (first sample of up to 100 shards): {', '.join(sorted(parts))}")
+    return "\n".join(lines)
+
+
+def _summary(value: Any) -> str:
+    shape = getattr(value, "shape", None)
+    if shape is not None:
+        return f"{type(value).__name__}{tuple(shape)} {getattr(value, 'dtype', '')}".strip()
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def preview(root: str | os.PathLike[str], split_part: str = "train", num: int = 5) -> list[str]:
+    """One line per field of the first ``num`` samples of a split."""
+    dataset = PreparedDataset(root, split_part)
+    factory = SampleFactory(dataset.config, Path(root) / META_DIR)
+    decoder = SampleDecoder()
+    lines = []
+    for position in range(min(num, len(dataset))):
+        shard_id, index = dataset.locate(position)
+        key, parts = dataset.read(shard_id, index)
+        raw = {"__key__": key, "__restore_key__": ("Webdataset", 0, shard_id, index, 0), **parts}
+        sample = factory.build(raw, decoder, None)
+        fields = sample.items() if isinstance(sample, dict) else vars(sample).items()
+        lines.append(f"{dataset.shard_names[shard_id]} #{index} {key}")
+        lines.extend(f"    {k}: {_summary(v)}" for k, v in fields if not k.startswith("__"))
+    return lines
+
+
+def lint(root: str | os.PathLike[str], progress: bool = True) -> list[str]:
+    """Decode every sample of every split; return one line per sample that fails."""
+    root = Path(root)
+    problems = []
+    for split_part in load_split(root).split_parts:
+        dataset = PreparedDataset(root, split_part)
+        factory = SampleFactory(dataset.config, root / META_DIR)
+        decoder = SampleDecoder()
+        bar = tqdm(
+            total=len(dataset), desc=f"lint {split_part}", unit="sample", disable=not progress
+        )
+        for run in range(dataset.num_runs):
+            shard_id = int(dataset.run_shard[run])
+            for index in range(int(dataset.run_start[run]), int(dataset.run_end[run])):
+                where = f"{dataset.shard_names[shard_id]} #{index}"
+                try:
+                    key, parts = dataset.read(shard_id, index)
+                    where += f" {key}"
+                    raw = {
+                        "__key__": key,
+                        "__restore_key__": ("Webdataset", 0, shard_id, index, 0),
+                        **parts,
+                    }
+                    factory.build(raw, decoder, None)
+                except (EnergonLiteError, Exception) as exc:
+                    problems.append(f"{split_part}: {where}: {type(exc).__name__}: {exc}")
+                bar.update()
+        bar.close()
+    return problems
+
+
+def describe_state(state: Any) -> str:
+    """A readable summary of a loader state (one rank's, or a list of ranks')."""
+    if isinstance(state, list):
+        return "\n\n".join(f"rank {i}:\n{describe_state(s)}" for i, s in enumerate(state))
+    if not isinstance(state, dict) or state.get("type") != "SavableLoader":
+        return f"not an energon_lite loader state: {type(state).__name__}"
+    config = state.get("config", {})
+    lines = [
+        f"energon_lite loader state v{state.get('version')}, epoch pass {state.get('epoch')}, next worker {state.get('next_worker')}"
+    ]
+    lines.extend(f"  {k}: {v}" for k, v in config.items())
+    for worker, worker_state in enumerate(state.get("workers", [])):
+        lines.append(f"  worker {worker}: " + ("fresh" if worker_state is None else ""))
+        node, depth = worker_state, 2
+        while isinstance(node, dict):
+            fields = {k: v for k, v in node.items() if k not in ("type", "source", "sources")}
+            shown = ", ".join(
+                f"{k}={len(v)} items" if isinstance(v, list) and k == "keys" else f"{k}={v}"
+                for k, v in fields.items()
+            )
+            lines.append("  " * depth + f"{node['type']}: {shown}")
+            for child in node.get("sources", []):
+                lines.append(
+                    "  " * (depth + 1)
+                    + f"{child.get('type')}: epoch={child.get('epoch')}, open={child.get('open')}"
+                )
+            node, depth = node.get("source"), depth + 1
+    return "\n".join(lines)

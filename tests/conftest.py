@@ -1,0 +1,52 @@
+"""Shared fixtures: real prepared JPEG+caption datasets in temporary folders."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from energon_lite import prepare_dataset
+from energon_lite.synth import write_captioning_shards
+
+
+def make_dataset(
+    root: Path,
+    num_samples: int = 120,
+    samples_per_shard: int = 20,
+    split_ratio: list[tuple[str, float]] | None = None,
+    **kwargs,
+) -> Path:
+    """Write and prepare a captioning dataset; every shard in train unless ``split_ratio``."""
+    write_captioning_shards(
+        root, num_samples, samples_per_shard, image_size=(16, 16), with_json=True
+    )
+    prepare_dataset(
+        root,
+        split_ratio=split_ratio or [("train", 1)],
+        sample_type="CaptioningSample",
+        field_map={"image": "jpg", "caption": "txt"},
+        progress=False,
+        **kwargs,
+    )
+    return root
+
+
+@pytest.fixture(scope="session")
+def train_ds(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """120 samples in 6 shards of 20, all in train."""
+    return make_dataset(tmp_path_factory.mktemp("train_ds"))
+
+
+@pytest.fixture(scope="session")
+def split_ds(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """200 samples in 10 shards, split 8/1/1 into train/val/test."""
+    return make_dataset(
+        tmp_path_factory.mktemp("split_ds"), 200, 20, [("train", 8), ("val", 1), ("test", 1)]
+    )
+
+
+@pytest.fixture
+def dataset_factory():
+    """``make_dataset`` as a fixture, for tests that need datasets of their own."""
+    return make_dataset

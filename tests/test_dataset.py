@@ -1,0 +1,101 @@
+"""PreparedDataset: exact bytes by random access, runs with excludes and subsets, flat memory."""
+
+from __future__ import annotations
+
+import json
+import tarfile
+import tracemalloc
+from pathlib import Path
+
+import pytest
+import yaml
+
+from energon_lite.errors import DatasetFormatError
+from energon_lite.index.dataset import PreparedDataset
+
+
+def _tar_samples(path: Path) -> dict[str, dict[str, bytes]]:
+    out: dict[str, dict[str, bytes]] = {}
+    with tarfile.open(path) as tar:
+        for member in tar:
+            key, part = member.name.split(".", 1)
+            out.setdefault(key, {})[part] = tar.extractfile(member).read()
+    return out
+
+
+def test_random_access_returns_exact_bytes(split_ds: Path) -> None:
+    ds = PreparedDataset(split_ds, "train")
+    assert len(ds) == 160 and ds.num_runs == 8
+    for position in [0, 19, 20, 77, 159]:
+        shard_id, index = ds.locate(position)
+        key, parts = ds.read(shard_id, index)
+        expected = _tar_samples(split_ds / ds.shard_names[shard_id])
+        assert key == f"{shard_id * 20 + index:06d}"
+        assert parts == expected[key]
+    window = ds.read_range(3, 5, 12)
+    assert [k for k, _ in window] == [f"{60 + i:06d}" for i in range(5, 12)]
+    with pytest.raises(IndexError):
+        ds.read_range(3, 15, 25)
+
+
+def test_excludes_subset_and_legacy_files(tmp_path: Path, dataset_factory) -> None:
+    root = dataset_factory(tmp_path / "d", 60, 20)
+    split_path = root / ".nv-meta/split.yaml"
+    split = yaml.safe_load(split_path.read_text())
+    split["exclude"] = ["parts/data-0.tar", "parts/data-1.tar/0000{21..23}"]
+    split_path.write_text(yaml.safe_dump(split))
+    ds = PreparedDataset(root, "train")
+    keys = [ds.read(*ds.locate(p))[0] for p in range(len(ds))]
+    assert len(keys) == 37 and "000021" not in keys and "000000" not in keys and keys[0] == "000020"
+    sub = PreparedDataset(root, "train", subset=("0%", "50%"))
+    assert len(sub) == 18 and sub.read(*sub.locate(0))[0] == "000020"
+    tail = PreparedDataset(root, "train", subset=(30, "end"))
+    assert len(tail) == 7
+    # legacy .info.yaml and split.json
+    info = json.loads((root / ".nv-meta/.info.json").read_text())
+    (root / ".nv-meta/.info.json").unlink()
+    (root / ".nv-meta/.info.yaml").write_text(yaml.safe_dump(info))
+    split_path.unlink()
+    (root / ".nv-meta/split.json").write_text(
+        json.dumps({"split_parts": {"train": ["parts/data-{0..2}.tar"]}})
+    )
+    assert len(PreparedDataset(root, "train")) == 60
+
+
+def test_clear_errors(tmp_path: Path, dataset_factory) -> None:
+    root = dataset_factory(tmp_path / "d", 40, 20)
+    with pytest.raises(
+        DatasetFormatError, match=r"split\.yaml: no split 'validation'; it has \['train'\]"
+    ):
+        PreparedDataset(root, "validation")
+    (root / "parts/data-1.tar.idx").write_bytes(b"\0" * 16)
+    ds = PreparedDataset(root, "train")
+    with pytest.raises(DatasetFormatError, match=r"data-1\.tar\.idx: has 16 bytes, expected 168"):
+        ds.read(1, 0)
+    (root / ".nv-meta/split.yaml").write_text("split_parts: {train: [parts/data-0.tar}\n")
+    with pytest.raises(DatasetFormatError, match=r"split\.yaml:1:\d+: YAML syntax error"):
+        PreparedDataset(root, "train")
+    with pytest.raises(DatasetFormatError, match=r"subset bound 'half'"):
+        dataset_factory(tmp_path / "e", 20, 20)
+        PreparedDataset(tmp_path / "e", "train", subset=("half", "end"))
+
+
+def test_opening_ten_million_samples_allocates_little(tmp_path: Path) -> None:
+    """No per-sample Python objects: a 10M-sample split opens in a few hundred KB."""
+    meta = tmp_path / ".nv-meta"
+    meta.mkdir()
+    shards = {f"parts/s-{i:05d}.tar": 10_000 for i in range(1000)}
+    (meta / ".info.json").write_text(json.dumps({"energon_version": "x", "shard_counts": shards}))
+    (meta / "split.yaml").write_text(
+        yaml.safe_dump({"split_parts": {"train": ["parts/s-{00000..00999}.tar"]}})
+    )
+    (meta / "dataset.yaml").write_text(
+        yaml.safe_dump({"__module__": "energon_lite", "__class__": "CrudeWebdataset"})
+    )
+    tracemalloc.start()
+    ds = PreparedDataset(tmp_path, "train")
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert len(ds) == 10_000_000
+    assert peak < 2_000_000, f"opening allocated {peak} bytes"
+    assert ds.locate(9_999_999) == (999, 9_999)

@@ -1,0 +1,222 @@
+"""End to end: loaders with 0, 1 and 2 workers; exact resume anywhere; refused states; failures."""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from energon_lite import (
+    CaptioningSample,
+    StateError,
+    TaskEncoder,
+    TooManyFailuresError,
+    WorkerConfig,
+    get_loader,
+    get_savable_loader,
+    get_train_dataset,
+    get_val_dataset,
+)
+from energon_lite.errors import ConfigError
+from energon_lite.testing import assert_loader_resumes, take
+
+
+class FlipEncoder(TaskEncoder):
+    """Random flips from the per-sample generator: resumed batches must match pixel for pixel."""
+
+    def encode_sample(self, sample: CaptioningSample) -> CaptioningSample:
+        if self.sample_rng.random() < 0.5:
+            sample.image = sample.image.flip(-1)
+        return sample
+
+
+def _train(path: Path, num_workers: int = 0, rank: int = 0, world_size: int = 1, **kwargs):
+    options = {
+        "batch_size": 8,
+        "shuffle_buffer_size": 20,
+        "max_samples_per_sequence": 10,
+        "task_encoder": FlipEncoder(),
+    }
+    options.update(kwargs)
+    wc = WorkerConfig(rank=rank, world_size=world_size, num_workers=num_workers)
+    return get_train_dataset(path, worker_config=wc, **options)
+
+
+def _keys_and_pixels(batch) -> tuple:
+    return tuple(batch.__key__), float(batch.image.sum())
+
+
+@pytest.mark.parametrize("num_workers", [0, 1, 2])
+def test_resume_mid_epoch_at_boundary_and_across_epochs(train_ds: Path, num_workers: int) -> None:
+    # 120 samples, batch 8: epoch boundaries fall around batch 15 and 30 (per worker they differ)
+    assert_loader_resumes(
+        lambda: get_savable_loader(_train(train_ds, num_workers)),
+        total=40,
+        save_points=[0, 1, 7, 15, 16, 31],
+        key=_keys_and_pixels,
+    )
+
+
+def test_resume_right_after_a_restore(train_ds: Path) -> None:
+    reference = [b.__key__ for b in take(get_savable_loader(_train(train_ds, 2)), 12)]
+    first = get_savable_loader(_train(train_ds, 2))
+    take(first, 5)
+    second = get_savable_loader(_train(train_ds, 2))
+    second.restore_state_rank(first.save_state_rank())
+    state = second.save_state_rank()  # saved before any batch of the restored loader
+    third = get_savable_loader(_train(train_ds, 2))
+    third.restore_state_rank(state)
+    assert [b.__key__ for b in take(third, 7)] == reference[5:]
+    # iterating again continues where the last pass stopped
+    assert [b.__key__ for b in take(second, 3)] == reference[5:8]
+    assert [b.__key__ for b in take(second, 2)] == reference[8:10]
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_one_epoch_without_repeat_covers_every_sample_once(
+    train_ds: Path, num_workers: int
+) -> None:
+    loader = get_savable_loader(_train(train_ds, num_workers, repeat=False))
+    keys = [k for batch in loader for k in batch.__key__]
+    assert sorted(keys) == [f"{i:06d}" for i in range(120)]
+    assert len(loader) == 15 if num_workers == 0 else len(loader) >= 15
+    second_epoch = [k for batch in loader for k in batch.__key__]
+    assert sorted(second_epoch) == sorted(keys) and second_epoch != keys
+    assert_loader_resumes(
+        lambda: get_savable_loader(_train(train_ds, num_workers, repeat=False)), 15, [3, 9, 15]
+    )
+
+
+def test_reproducible_scaling_of_global_batches(train_ds: Path) -> None:
+    """The samples of each global batch depend only on world_size x num_workers."""
+
+    def global_batches(world_size: int, num_workers: int, steps: int) -> list[set[str]]:
+        per_rank = [
+            [
+                b.__key__
+                for b in take(get_loader(_train(train_ds, num_workers, rank, world_size)), steps)
+            ]
+            for rank in range(world_size)
+        ]
+        accumulation = 4 // world_size  # micro-batches per global batch on each rank
+        out = []
+        for step in range(0, steps, accumulation):
+            keys = {
+                k for rank in per_rank for batch in rank[step : step + accumulation] for k in batch
+            }
+            out.append(keys)
+        return out
+
+    one_by_four = global_batches(1, 4, 8)
+    assert global_batches(2, 2, 4) == one_by_four
+    assert global_batches(4, 0, 2) == one_by_four[:2] or global_batches(4, 1, 2) == one_by_four[:2]
+
+
+def test_val_is_ordered_with_limit(split_ds: Path) -> None:
+    wc = WorkerConfig(rank=0, world_size=1, num_workers=2)
+    val = get_val_dataset(split_ds, worker_config=wc, batch_size=4)
+    keys = [k for batch in get_savable_loader(val) for k in batch.__key__]
+    assert sorted(keys) == [f"{160 + i:06d}" for i in range(20)]
+    assert [k for batch in get_savable_loader(val) for k in batch.__key__] == keys
+    limited = get_val_dataset(split_ds, worker_config=wc, batch_size=4, limit=3)
+    assert len(list(get_savable_loader(limited))) == 3
+    test_keys = [
+        k
+        for b in get_loader(
+            get_val_dataset(split_ds, worker_config=wc, batch_size=5, split_part="test")
+        )
+        for k in b.__key__
+    ]
+    assert sorted(test_keys) == [f"{180 + i:06d}" for i in range(20)]
+
+
+def test_foreign_and_corrupt_states_are_refused(train_ds: Path, split_ds: Path) -> None:
+    loader = get_savable_loader(_train(train_ds, 2))
+    take(loader, 3)
+    state = loader.save_state_rank()
+    cases = {
+        "batch_size: state has 8, this loader has 4": _train(train_ds, 2, batch_size=4),
+        "num_workers: state has 2, this loader has 1": _train(train_ds, 1),
+        "shuffle_buffer_size: state has 20, this loader has 30": _train(
+            train_ds, 2, shuffle_buffer_size=30
+        ),
+        "world_size: state has 1, this loader has 2": _train(train_ds, 2, 0, 2),
+        "datasets: state has": _train(split_ds, 2),
+    }
+    for message, dataset in cases.items():
+        with pytest.raises(StateError, match=message):
+            get_savable_loader(dataset).restore_state_rank(state)
+    other_seed = get_train_dataset(
+        train_ds,
+        worker_config=WorkerConfig(0, 1, 2, seed_offset=9),
+        batch_size=8,
+        shuffle_buffer_size=20,
+        max_samples_per_sequence=10,
+        task_encoder=FlipEncoder(),
+    )
+    with pytest.raises(StateError, match="seed: state has 0, this loader has 9"):
+        get_savable_loader(other_seed).restore_state_rank(state)
+    fresh = get_savable_loader(_train(train_ds, 2))
+    with pytest.raises(StateError, match="worker states, expected 2"):
+        fresh.restore_state_rank({**state, "workers": state["workers"][:1]})
+    with pytest.raises(StateError, match="ShuffleBuffer: state is missing"):
+        broken = copy.deepcopy(state["workers"][0])  # Batch <- Encode <- ShuffleBuffer <- Reader
+        broken["source"]["source"] = {"type": "ShuffleBuffer", "rng": 1}
+        fresh.restore_state_rank({**state, "workers": [broken, state["workers"][1]]})
+    with pytest.raises(StateError, match="not an energon_lite loader state"):
+        fresh.restore_state_rank({"hello": 1})
+    with pytest.raises(StateError, match="get_savable_loader"):
+        get_loader(_train(train_ds, 0)).save_state_rank()
+
+
+def test_state_round_trips_through_torch_save(train_ds: Path, tmp_path: Path) -> None:
+    loader = get_savable_loader(_train(train_ds, 2))
+    take(loader, 4)
+    torch.save(loader.save_state_rank(), tmp_path / "loader.pt")
+    resumed = get_savable_loader(_train(train_ds, 2))
+    resumed.restore_state_rank(torch.load(tmp_path / "loader.pt", weights_only=True))
+    assert [b.__key__ for b in take(resumed, 3)] == [b.__key__ for b in take(loader, 3)]
+
+
+class Fails(TaskEncoder):
+    def encode_sample(self, sample: CaptioningSample) -> CaptioningSample:
+        raise ValueError(f"cannot encode {sample.__key__}")
+
+
+class Dies(TaskEncoder):
+    def encode_sample(self, sample: CaptioningSample) -> CaptioningSample:
+        os._exit(3)
+
+
+@pytest.mark.timeout(120)
+def test_worker_errors_reach_the_trainer(train_ds: Path) -> None:
+    with pytest.raises(
+        TooManyFailuresError, match=r"failure_tolerance=5\); last: encode_sample failed at key="
+    ):
+        list(take(get_loader(_train(train_ds, 2, task_encoder=Fails(), failure_tolerance=5)), 2))
+    with pytest.raises(RuntimeError, match="exited unexpectedly"):
+        list(take(get_loader(_train(train_ds, 2, task_encoder=Dies())), 2))
+
+
+def test_bad_arguments(train_ds: Path) -> None:
+    with pytest.raises(
+        ConfigError,
+        match=r"rank 7 has no data: the split has 120 samples in 6 slices of at most max_samples_per_sequence=None, fewer than world_size x num_workers = 8 x 1",
+    ):
+        _train(
+            train_ds, 0, rank=7, world_size=8, max_samples_per_sequence=None
+        )  # one slice per shard
+    with pytest.raises(ConfigError, match=r"unknown arguments \['shuffle_buffer'\]"):
+        get_train_dataset(
+            train_ds,
+            worker_config=WorkerConfig(0, 1, 0),
+            batch_size=1,
+            shuffle_buffer_size=None,
+            max_samples_per_sequence=None,
+            shuffle_buffer=3,
+        )
+    with pytest.raises(ConfigError, match="does not exist"):
+        _train(train_ds / "nope")

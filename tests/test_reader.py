@@ -1,0 +1,115 @@
+"""Reader: slices dealt across global workers, once per epoch, shuffled per epoch, exact resume."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from energon_lite.errors import StateError
+from energon_lite.index.dataset import PreparedDataset
+from energon_lite.reader import Reader
+from energon_lite.testing import assert_stage_resumes, take
+
+
+def _reader(ds: PreparedDataset, g: int = 0, G: int = 1, **kwargs) -> Reader:
+    options = {
+        "leaf_id": 0,
+        "seed": 7,
+        "worker_index": g,
+        "num_workers": G,
+        "max_samples_per_sequence": 8,
+        "shuffle": True,
+        "repeat": False,
+        "open_slices": 3,
+    }
+    options.update(kwargs)
+    return Reader(ds, **options)
+
+
+@pytest.mark.parametrize("G", [1, 3, 4])
+def test_every_sample_once_per_epoch_across_workers(train_ds: Path, G: int) -> None:
+    ds = PreparedDataset(train_ds, "train")
+    keys = [s["__key__"] for g in range(G) for s in _reader(ds, g, G)]
+    assert sorted(keys) == [f"{i:06d}" for i in range(120)]
+
+
+def test_slices_are_sequential_runs_and_order_changes_per_epoch(train_ds: Path) -> None:
+    ds = PreparedDataset(train_ds, "train")
+    single = list(_reader(ds, open_slices=1))
+    slice_of = [(s["__restore_key__"][2], s["__restore_key__"][3] // 8) for s in single]
+    runs = [slice_of[0]]
+    for previous, current in zip(slice_of, slice_of[1:]):
+        if current != previous:
+            runs.append(current)
+    assert (
+        len(runs) == len(set(runs)) == 18
+    )  # 6 shards of 20 -> slices of 8, 8, 4, each read in one go
+    indices = [int(s["__key__"]) for s in single]
+    assert indices != sorted(indices)
+    reader = _reader(ds, repeat=True)
+    epoch0 = [s["__key__"] for s in take(reader, 120)]
+    epoch1 = [s["__key__"] for s in take(reader, 120)]
+    assert sorted(epoch0) == sorted(epoch1) and epoch0 != epoch1
+    assert {s["__restore_key__"][4] for s in take(reader, 120)} == {2}
+
+
+def test_val_order_is_sequential_and_deterministic(split_ds: Path) -> None:
+    ds = PreparedDataset(split_ds, "val")
+    keys = [
+        s["__key__"]
+        for s in _reader(ds, shuffle=False, open_slices=1, max_samples_per_sequence=None)
+    ]
+    assert keys == [f"{160 + i:06d}" for i in range(20)]
+
+
+def test_shuffle_over_epochs_multiplier(train_ds: Path) -> None:
+    ds = PreparedDataset(train_ds, "train")
+    two = _reader(ds, repeat=True, shuffle_over_epochs_multiplier=2, open_slices=1)
+    slices = Counter()
+    for sample in take(two, 240):  # two epochs: every slice exactly twice
+        slices[(sample["__restore_key__"][2], sample["__restore_key__"][3] // 8)] += 1
+    assert set(slices.values()) == {16} or set(slices.values()) <= {8, 16}
+    keys = Counter(
+        s["__key__"] for s in take(_reader(ds, repeat=True, shuffle_over_epochs_multiplier=2), 240)
+    )
+    assert set(keys.values()) == {2}
+    drawn = Counter(
+        s["__key__"] for s in take(_reader(ds, repeat=True, shuffle_over_epochs_multiplier=-1), 240)
+    )
+    assert (
+        max(drawn.values()) > 2 or len(drawn) < 120
+    )  # with replacement: some repeat, some missing
+    ordered = [
+        s["__key__"] for s in _reader(ds, shuffle_over_epochs_multiplier=None, open_slices=1)
+    ]
+    assert ordered == sorted(ordered)
+
+
+def test_fetch_by_restore_key(train_ds: Path) -> None:
+    ds = PreparedDataset(train_ds, "train")
+    reader = _reader(ds)
+    for sample in take(reader, 10):
+        again = reader.fetch(sample["__restore_key__"])
+        assert again == sample
+    with pytest.raises(StateError, match="not a restore key of mine"):
+        reader.fetch(("Webdataset", 5, 0, 0, 0))
+
+
+def test_exact_resume_at_every_step(train_ds: Path) -> None:
+    ds = PreparedDataset(train_ds, "train")
+    assert_stage_resumes(lambda: _reader(ds, 1, 2, repeat=True), 150, every=7)
+    assert_stage_resumes(lambda: _reader(ds, 0, 2))
+
+
+def test_corrupt_states_are_refused(train_ds: Path) -> None:
+    ds = PreparedDataset(train_ds, "train")
+    reader = _reader(ds)
+    state = reader.save_state()
+    with pytest.raises(StateError, match="state belongs to stage 'ShuffleBuffer', not 'Reader'"):
+        reader.restore_state({**state, "type": "ShuffleBuffer"})
+    with pytest.raises(StateError, match=r"state is missing \['open'\]"):
+        reader.restore_state({k: v for k, v in state.items() if k != "open"})
+    with pytest.raises(StateError, match="slice 999 outside"):
+        reader.restore_state({**state, "open": [[999, 0]]})

@@ -1,0 +1,110 @@
+"""Typed samples from dataset.yaml: field_map with json access, sample_loader.py, crude."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from energon_lite import CaptioningSample, SampleDecoder, TextSample
+from energon_lite.errors import DatasetFormatError
+from energon_lite.index.dataset import PreparedDataset
+from energon_lite.sample_factory import SampleFactory
+
+
+def _raw(ds: PreparedDataset, position: int) -> dict:
+    shard_id, index = ds.locate(position)
+    key, parts = ds.read(shard_id, index)
+    return {"__key__": key, "__restore_key__": ("Webdataset", 0, shard_id, index, 0), **parts}
+
+
+def _meta(root: Path) -> Path:
+    return root / ".nv-meta"
+
+
+def test_field_map_with_json_access(tmp_path: Path, dataset_factory) -> None:
+    root = dataset_factory(tmp_path / "d", 20, 10)
+    config = {
+        "sample_type": {"__module__": "energon_lite", "__class__": "CaptioningSample"},
+        "field_map": {"image": "jpg", "caption": "json[caption]"},
+    }
+    factory = SampleFactory(config, _meta(root))
+    ds = PreparedDataset(root, "train")
+    sample = factory.build(_raw(ds, 3), SampleDecoder(), {"source": "x"})
+    assert isinstance(sample, CaptioningSample)
+    assert sample.__key__ == "000003" and sample.__subflavors__ == {"source": "x"}
+    assert sample.caption.startswith("sample 3:")
+    assert sample.image.shape == (3, 16, 16)
+    tags = SampleFactory(
+        {
+            "sample_type": {"__module__": "megatron.energon", "__class__": "TextSample"},
+            "field_map": {"text": "json[tags][1]"},
+        },
+        _meta(root),
+    )
+    assert tags.build(_raw(ds, 5), SampleDecoder(), None).text == 5 % 3
+    missing = SampleFactory(
+        {
+            "sample_type": {"__module__": "energon_lite", "__class__": "TextSample"},
+            "field_map": {"text": "md"},
+        },
+        _meta(root),
+    )
+    with pytest.raises(
+        DatasetFormatError,
+        match=r"sample '000005': field 'text' needs part 'md'; the sample has \['jpg', 'json', 'txt'\]",
+    ):
+        missing.build(_raw(ds, 5), SampleDecoder(), None)
+
+
+def test_sample_loader_and_part_filter(tmp_path: Path, dataset_factory) -> None:
+    root = dataset_factory(tmp_path / "d", 20, 10)
+    (_meta(root) / "loader.py").write_text(
+        "def sample_loader(raw):\n"
+        "    return {'text': raw['txt'].upper() + str(sorted(k for k in raw if not k.startswith('__')))}\n"
+        "def part_filter(part):\n    return part == 'txt'\n"
+    )
+    config = {
+        "sample_type": {"__module__": "megatron.energon", "__class__": "TextSample"},
+        "sample_loader": "loader.py:sample_loader",
+        "part_filter": "loader.py:part_filter",
+    }
+    (_meta(root) / "dataset.yaml").write_text(yaml.safe_dump(config))
+    ds = PreparedDataset(root, "train")
+    sample = SampleFactory(ds.config, _meta(root)).build(_raw(ds, 0), SampleDecoder(), None)
+    assert (
+        isinstance(sample, TextSample)
+        and sample.text.startswith("SAMPLE 0:")
+        and sample.text.endswith("['txt']")
+    )
+    bad = dict(config, sample_loader="loader.py:nope")
+    with pytest.raises(DatasetFormatError, match=r"loader\.py defines no function 'nope'"):
+        SampleFactory(bad, _meta(root))
+
+
+def test_crude_and_bad_types(tmp_path: Path, dataset_factory) -> None:
+    root = dataset_factory(tmp_path / "d", 10, 10)
+    ds = PreparedDataset(root, "train")
+    crude = SampleFactory(
+        {"__module__": "megatron.energon", "__class__": "CrudeWebdataset"}, _meta(root)
+    )
+    sample = crude.build(_raw(ds, 1), SampleDecoder(), {"k": 1})
+    assert sample["__key__"] == "000001" and sample["__subflavors__"] == {"k": 1}
+    assert isinstance(sample["jpg"], torch.Tensor) and sample["txt"].startswith("sample 1")
+    with pytest.raises(
+        DatasetFormatError,
+        match=r"sample_type megatron\.energon\.PictureSample is not a built-in type",
+    ):
+        SampleFactory(
+            {
+                "sample_type": {"__module__": "megatron.energon", "__class__": "PictureSample"},
+                "field_map": {},
+            },
+            _meta(root),
+        )
+    with pytest.raises(DatasetFormatError, match="needs 'field_map' or 'sample_loader'"):
+        SampleFactory(
+            {"sample_type": {"__module__": "energon_lite", "__class__": "TextSample"}}, _meta(root)
+        )
