@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from pathlib import Path
 
@@ -40,7 +41,7 @@ def test_slices_are_sequential_runs_and_order_changes_per_epoch(train_ds: Path) 
     single = list(_reader(ds, open_slices=1))
     slice_of = [(s["__restore_key__"][2], s["__restore_key__"][3] // 8) for s in single]
     runs = [slice_of[0]]
-    for previous, current in zip(slice_of, slice_of[1:]):
+    for previous, current in itertools.pairwise(slice_of):
         if current != previous:
             runs.append(current)
     assert (
