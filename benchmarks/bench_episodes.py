@@ -1,0 +1,158 @@
+"""Robot episodes: energon_lite's pool vs a decode-everything-in-memory pool.
+
+Both sample uniform start frames from the same pool of episodes and build the same
+transition (qpos, all cameras' frame t, an action chunk with masks):
+
+* **energon_lite** - ``EpisodePool`` + ``TransitionBuilder``: low-dimensional arrays in
+  memory, camera frames read from the HDF5 file and decoded per transition;
+* **decode-all** - the requirement document's loader: every frame of every pool episode
+  decoded into numpy arrays when the pool loads, transitions sliced from memory.
+
+Reported per side: pool load time, transitions/s after loading, epoch time (load + draws)
+and pool memory (numpy bytes held; tracemalloc's peak from one extra traced round).
+Rounds alternate A/B; the table shows medians. Usage: ``python benchmarks/bench_episodes.py [--frames 120 ...]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import statistics
+import tempfile
+import time
+import tracemalloc
+from pathlib import Path
+
+import h5py
+import numpy as np
+from PIL import Image
+
+from energon_lite.flavors.episodes import (
+    EpisodePool,
+    TransitionBuilder,
+    compute_norm_stats,
+    prepare_episodes,
+)
+from energon_lite.flavors.episodes.index import load_episode_index
+from energon_lite.flavors.episodes.pool import choose_pool
+from energon_lite.flavors.episodes.synth import write_dataset
+from energon_lite.rng import rng_for
+
+CAMS = ["cam_high", "cam_left_wrist", "cam_right_wrist"]
+
+
+def decode_all_pool(index, pool):
+    """The baseline: load and decode every frame of every pool episode."""
+    episodes = []
+    for e in pool.tolist():
+        with h5py.File(index.path(e), "r") as f:
+            images = []
+            for cam in CAMS:
+                rows = f[f"observations/images/{cam}"][()]
+                images.append(
+                    np.stack(
+                        [
+                            np.asarray(Image.open(io.BytesIO(r.tobytes())).convert("RGB"))
+                            for r in rows
+                        ]
+                    )
+                )
+            episodes.append((f["observations/qpos"][()], f["action"][()], np.stack(images, axis=1)))
+    return episodes
+
+
+def baseline_transition(episodes, cum, draw, chunk, norm):
+    e = int(np.searchsorted(cum, draw, side="right"))
+    qpos, action, images = episodes[e]
+    t = draw - (int(cum[e]) - len(qpos))
+    n = min(chunk, len(qpos) - t)
+    actions = np.zeros((chunk, action.shape[1]), np.float32)
+    actions[:n] = (action[t : t + n] - norm["action_mean"]) / norm["action_std"]
+    k = t + np.arange(chunk)
+    return {"qpos": (qpos[t] - norm["qpos_mean"]) / norm["qpos_std"], "images": images[t].copy(),
+            "actions": actions, "valid": (k < len(qpos)).astype(np.float32)}  # fmt: skip
+
+
+def run_energon(index, norm, args, round_id, trace=False):
+    if trace:
+        tracemalloc.start()
+    builder = TransitionBuilder(index, CAMS, norm, args.chunk)
+    stage = EpisodePool(builder, round_id, 0, 1, 0, 1, episodes_per_epoch=args.pool, positive_ratio=0.5,
+                        steps_per_epoch=args.draws, batch_size=1)  # fmt: skip
+    t0 = time.perf_counter()
+    for e in stage.pool(0).tolist():  # what "loading the pool" costs here: low-dim arrays
+        builder.reader.low_dim(e)
+    t1 = time.perf_counter()
+    for _ in range(args.draws):
+        stage.next()
+    t2 = time.perf_counter()
+    held = sum(a.nbytes for low in builder.reader._low.values() for a in low if a is not None)
+    peak = tracemalloc.get_traced_memory()[1] if trace else 0
+    tracemalloc.stop()
+    builder.reader.close()
+    return t1 - t0, args.draws / (t2 - t1), t2 - t0, held, peak
+
+
+def run_baseline(index, norm, args, round_id, trace=False):
+    if trace:
+        tracemalloc.start()
+    pool = choose_pool(index, round_id, 0, 0, args.pool, 0.5)
+    t0 = time.perf_counter()
+    episodes = decode_all_pool(index, pool)
+    t1 = time.perf_counter()
+    cum = np.cumsum([len(q) for q, _, _ in episodes])
+    draws = rng_for(round_id, "bench").integers(0, int(cum[-1]), args.draws)
+    for d in draws.tolist():
+        baseline_transition(episodes, cum, d, args.chunk, norm)
+    t2 = time.perf_counter()
+    held = sum(a.nbytes for ep in episodes for a in ep)
+    peak = tracemalloc.get_traced_memory()[1] if trace else 0
+    tracemalloc.stop()
+    return t1 - t0, args.draws / (t2 - t1), t2 - t0, held, peak
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--episodes", type=int, default=12)
+    parser.add_argument("--frames", type=int, default=120)
+    parser.add_argument("--height", type=int, default=240)
+    parser.add_argument("--width", type=int, default=320)
+    parser.add_argument("--pool", type=int, default=6)
+    parser.add_argument("--draws", type=int, default=2000)
+    parser.add_argument("--chunk", type=int, default=50)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--dir", type=Path, default=None, help="where to write episodes (default: a temp dir)"
+    )
+    args = parser.parse_args()
+    folder = args.dir or Path(tempfile.mkdtemp(prefix="bench_episodes_"))
+    if not (folder / ".nv-meta" / "episodes.npz").is_file():
+        write_dataset(folder, [args.frames] * args.episodes, cameras=tuple(CAMS), images="jpeg",
+                      image_size=(args.height, args.width), qpos_dim=14, action_dim=14, texture=True)  # fmt: skip
+        prepare_episodes(folder)
+    index = load_episode_index(folder)
+    norm = compute_norm_stats(index)
+    results = {"energon_lite": [], "decode-all": []}
+    for r in range(args.rounds):  # alternate A/B so drift hits both sides
+        results["energon_lite"].append(run_energon(index, norm, args, r))
+        results["decode-all"].append(run_baseline(index, norm, args, r))
+    # memory in a separate traced round: tracemalloc slows Python code down
+    peaks = {"energon_lite": run_energon(index, norm, args, 0, trace=True)[4],
+             "decode-all": run_baseline(index, norm, args, 0, trace=True)[4]}  # fmt: skip
+    disk = sum(index.path(e).stat().st_size for e in range(len(index))) / len(index)
+    print(f"{args.episodes} episodes x {args.frames} frames x {len(CAMS)} JPEG cameras "
+          f"{args.height}x{args.width} ({disk / 2**20:.1f} MiB/episode on disk); pool of {args.pool}, "
+          f"{args.draws} draws, chunk {args.chunk}, median of {args.rounds} rounds\n")  # fmt: skip
+    print(
+        "| loader | pool load (s) | transitions/s | epoch time (s) | pool memory held (MiB) | tracemalloc peak (MiB) |"
+    )
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    for name, rows in results.items():
+        load, rate, total, held, _ = (statistics.median(col) for col in zip(*rows))
+        print(
+            f"| {name} | {load:.2f} | {rate:,.0f} | {total:.2f} | {held / 2**20:.2f} | {peaks[name] / 2**20:.1f} |"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Datasets beyond WebDataset: robot episodes (HDF5), ..."""

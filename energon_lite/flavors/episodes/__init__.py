@@ -1,0 +1,47 @@
+"""Robot episodes: action-chunk transitions from HDF5 episodes, deterministic and resumable.
+
+Modules, in the order data flows:
+
+* ``index``       - ``prepare_episodes(folder)``: one scan into ``.nv-meta/episodes.npz``;
+* ``reader``      - lazy per-process HDF5 access, frames decoded on demand;
+* ``transitions`` - the transition of a start frame (Q-chunking fields);
+* ``stats``       - ``compute_norm_stats`` (ACT's keys);
+* ``pool`` / ``sweep`` - the ``pool`` and ``full`` sampling stages, one per global worker;
+* ``pipeline``    - ``EpisodePipeline``: the per-worker chain the loader builds;
+* ``dataloader``  - ``create_qc_dataloader_v3``: the requirement document's interface.
+"""
+
+from energon_lite.flavors.episodes.collate import collate_transitions
+from energon_lite.flavors.episodes.dataloader import EpisodeDataset, create_qc_dataloader_v3
+from energon_lite.flavors.episodes.index import (
+    DEFAULT_SUCCESS,
+    EpisodeIndex,
+    load_episode_index,
+    open_episode_index,
+    prepare_episodes,
+    scan_episodes,
+)
+from energon_lite.flavors.episodes.pipeline import EpisodePipeline
+from energon_lite.flavors.episodes.pool import EpisodePool, choose_pool
+from energon_lite.flavors.episodes.stats import compute_norm_stats
+from energon_lite.flavors.episodes.sweep import EpisodeSweep
+from energon_lite.flavors.episodes.transitions import TransitionBuilder, chunk_fields
+
+__all__ = [
+    "DEFAULT_SUCCESS",
+    "EpisodeDataset",
+    "EpisodeIndex",
+    "EpisodePipeline",
+    "EpisodePool",
+    "EpisodeSweep",
+    "TransitionBuilder",
+    "choose_pool",
+    "chunk_fields",
+    "collate_transitions",
+    "compute_norm_stats",
+    "create_qc_dataloader_v3",
+    "load_episode_index",
+    "open_episode_index",
+    "prepare_episodes",
+    "scan_episodes",
+]

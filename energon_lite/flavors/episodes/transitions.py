@@ -1,0 +1,160 @@
+"""Action-chunk transitions: the training example for start frame ``t`` of an episode.
+
+For an episode of ``T`` frames, start ``t`` and chunk index ``i`` in ``[0, chunk_size)``,
+frame ``k = t + i`` (a chunk never leaves its episode; ``k >= T`` is padding):
+
+* ``valid[i]     = 1 if k < T else 0``             - a real frame, not padding;
+* ``terminals[i] = 1 if k >= T - 1 else 0``        - the episode has ended at or before k;
+* ``masks[i]     = 1 - terminals[i]``              - bootstrap from after step i is allowed;
+* ``rewards[i]   = sum_{j <= i, t + j < T} discount**j * r[t + j]`` - discounted cumulative;
+* ``actions[i]   = normalised action[k]`` for real frames, zeros for padding;
+* ``final_reward = rewards[-1]``, the chunk's discounted reward (the Q-chunking target is
+  ``final_reward + discount**chunk_size * masks[-1] * Q(s_{t+chunk_size})``).
+
+These are the Q-chunking conventions (``valid[i] = 1 - terminals[i-1]``,
+``masks[i] = min(masks[i-1], 1 - terminal[k])``, ``terminals`` a running max) with the last
+frame of every episode terminal. ``r`` is the file's ``/reward`` when present; otherwise a
+sparse success reward: ``r[T-1] = 1`` for a positive episode, 0 everywhere else.
+
+``observations.qpos`` is frame t's qpos, ``(qpos - qpos_mean) / qpos_std``; ``observations.images``
+is frame t of each camera in ``camera_names`` order, ``(n_cam, H, W, 3)`` uint8 (or float32 in
+[0, 1] with ``normalize_images=True``); ``observations.depth_images`` is ``(n_cam, H, W)`` or None.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from energon_lite.errors import ConfigError, DatasetFormatError, FailureTracker, MediaDecodeError
+from energon_lite.flavors.episodes.index import EpisodeIndex
+from energon_lite.flavors.episodes.reader import EpisodeReader
+
+NORM_KEYS = ("qpos_mean", "qpos_std", "action_mean", "action_std")
+
+
+def chunk_fields(
+    length: int, start: int, chunk_size: int, frame_rewards: np.ndarray, discount: float
+) -> dict[str, np.ndarray]:
+    """``rewards``, ``masks``, ``valid`` and ``terminals`` (float32, (chunk_size,)) for one chunk."""
+    k = start + np.arange(chunk_size)
+    valid = k < length
+    r = np.zeros(chunk_size, dtype=np.float64)
+    r[valid] = frame_rewards[k[valid]]
+    terminals = (k >= length - 1).astype(np.float32)
+    return {
+        "rewards": np.cumsum(r * discount ** np.arange(chunk_size)).astype(np.float32),
+        "masks": 1.0 - terminals,
+        "valid": valid.astype(np.float32),
+        "terminals": terminals,
+    }
+
+
+class TransitionBuilder:
+    """Builds the transition dict for (episode, start frame); pure given the files."""
+
+    def __init__(
+        self,
+        index: EpisodeIndex,
+        camera_names: list[str],
+        norm_stats: dict[str, Any],
+        chunk_size: int,
+        *,
+        discount: float = 0.99,
+        include_depth: bool = False,
+        normalize_actions: bool = True,
+        normalize_images: bool = False,
+        failure_tolerance: int = 10,
+    ) -> None:
+        if chunk_size < 1:
+            raise ConfigError(f"{chunk_size=} must be >= 1")
+        if not 0.0 <= discount <= 1.0:
+            raise ConfigError(f"{discount=} must be in [0, 1]")
+        missing = [k for k in NORM_KEYS if k not in norm_stats]
+        if missing:
+            raise ConfigError(f"norm_stats lacks {missing}; compute it with compute_norm_stats()")
+        self.camera_names = list(camera_names)
+        self.index = index.require_cameras(self.camera_names, failure_tolerance=failure_tolerance)
+        if include_depth:
+            self.index = self.index.require_cameras(
+                self.camera_names, depth=True, failure_tolerance=failure_tolerance
+            )
+        self.chunk_size = chunk_size
+        self.discount = float(discount)
+        self.include_depth = include_depth
+        self.normalize_actions = normalize_actions
+        self.normalize_images = normalize_images
+        self.norm = {k: np.asarray(norm_stats[k], dtype=np.float32) for k in NORM_KEYS}
+        for key, dim in (("qpos", self.index.qpos_dim), ("action", self.index.action_dim)):
+            for name in (f"{key}_mean", f"{key}_std"):
+                if self.norm[name].shape not in ((), (dim,)):
+                    raise ConfigError(
+                        f"norm_stats[{name!r}] has shape {self.norm[name].shape}, but the "
+                        f"episodes' {key} has {dim} dims"
+                    )
+        self.reader = EpisodeReader(self.index)
+
+    def frame_rewards(self, episode: int) -> np.ndarray:
+        low = self.reader.low_dim(episode)
+        if low.reward is not None:
+            return low.reward
+        r = np.zeros(int(self.index.lengths[episode]), dtype=np.float32)
+        r[-1] = 1.0 if self.index.labels[episode] else 0.0
+        return r
+
+    def build(self, episode: int, start: int) -> dict[str, Any]:
+        """The transition for ``start`` frame of ``episode`` (see the module docstring)."""
+        length = int(self.index.lengths[episode])
+        if not 0 <= start < length:
+            raise IndexError(f"start frame {start} outside episode {episode} of {length} frames")
+        low = self.reader.low_dim(episode)
+        n = min(self.chunk_size, length - start)
+        actions = np.zeros((self.chunk_size, low.action.shape[1]), dtype=np.float32)
+        actions[:n] = low.action[start : start + n]
+        if self.normalize_actions:
+            actions[:n] = (actions[:n] - self.norm["action_mean"]) / self.norm["action_std"]
+        qpos = (low.qpos[start] - self.norm["qpos_mean"]) / self.norm["qpos_std"]
+        images = self.reader.frame(episode, start, self.camera_names)
+        if self.normalize_images:
+            images = images.astype(np.float32) / 255.0
+        depth = None
+        if self.include_depth:
+            depth = self.reader.frame(episode, start, self.camera_names, group="depth")
+        fields = chunk_fields(
+            length, start, self.chunk_size, self.frame_rewards(episode), self.discount
+        )
+        return {
+            "__key__": f"{self.index.paths[episode]}/{start}",
+            "__restore_key__": ("Episode", int(episode), int(start)),
+            "observations": {
+                "qpos": qpos.astype(np.float32),
+                "images": images,
+                "depth_images": depth,
+            },
+            "actions": actions,
+            **fields,
+            "is_positive": bool(self.index.labels[episode]),
+            "final_reward": float(fields["rewards"][-1]),
+        }
+
+    def try_build(self, episode: int, start: int, tracker: FailureTracker) -> dict[str, Any] | None:
+        """``build``, or None after logging a bad file/frame (raises past the failure limit)."""
+        try:
+            item = self.build(episode, start)
+        except (OSError, DatasetFormatError, MediaDecodeError) as exc:
+            where = {"file": str(self.index.path(episode)), "frame": start}
+            tracker.failed("episode transition", where, exc)
+            return None
+        tracker.ok()
+        return item
+
+    def fetch(self, restore_key: Any) -> dict[str, Any]:
+        """Rebuild a transition from its ``__restore_key__`` ``("Episode", episode, start)``."""
+        if (
+            not isinstance(restore_key, (tuple, list))
+            or len(restore_key) != 3
+            or restore_key[0] != "Episode"
+        ):
+            raise ValueError(f"not an episode restore key: {restore_key!r}")
+        return self.build(int(restore_key[1]), int(restore_key[2]))
