@@ -238,6 +238,14 @@ def _leaves_for(
     if path.suffix in (".yaml", ".yml") and path.is_file():
         from energon_lite.metadataset import load_metadataset
 
+        per_leaf = sorted(
+            {"subflavors", "shuffle_over_epochs_multiplier", "split_config", "dataset_config"}
+            & set(kwargs)
+        )
+        if per_leaf:
+            raise ConfigError(
+                f"{path}: set {per_leaf} per dataset inside the metadataset, not as arguments"
+            )
         return load_metadataset(path, split_part)
     if not path.exists():
         raise ConfigError(f"dataset path {path} does not exist")

@@ -79,8 +79,11 @@ class DatasetPipeline:
         self.task_encoder = task_encoder
         self.options = options
         self.datasets = [self._open(leaf) for leaf in leaves]
-        self.specs = [
-            LeafSpec(SampleFactory(ds.config, ds.root / META_DIR), leaf.subflavors)
+        self.specs = [  # dataset.yaml subflavors, overridden by the metadataset's
+            LeafSpec(
+                SampleFactory(ds.config, ds.root / META_DIR),
+                {**(ds.config.get("subflavors") or {}), **(leaf.subflavors or {})} or None,
+            )
             for ds, leaf in zip(self.datasets, leaves)
         ]
         if task_encoder.overrides("encode_sample") and task_encoder.overrides("preencode_sample"):
@@ -130,7 +133,8 @@ class DatasetPipeline:
         opts, te = self.options, self.task_encoder
         failures = FailureTracker(opts.failure_tolerance)
         readers = self.readers(slot)
-        stage: Stage = readers[0] if len(readers) == 1 else self._blend(readers, slot)
+        single = len(readers) == 1 and self.blend_mode != "epochized"  # quotas need the Blend
+        stage: Stage = readers[0] if single else self._blend(readers, slot)
         if opts.training and opts.shuffle_buffer_size:
             stage = ShuffleBuffer(stage, opts.shuffle_buffer_size, slot.seed, slot.global_worker_id)
         hook = "preencode_sample" if opts.packing_buffer_size else "encode_sample"

@@ -1,0 +1,336 @@
+"""MetadatasetV2 YAML -> a flat list of ``Leaf``s and a blend mode (FORMATS.md, "Metadataset").
+
+Algorithm: a depth-first walk of the requested split. A split (or a blend entry) is a
+*reference* (``path:`` a prepared dataset folder or a nested metadataset ``.yaml``, relative
+to the file it is written in) or a ``blend:`` / ``blend_epochized:`` list of references.
+Walking down carries what outer levels impose, combined the way Energon combines it:
+
+* weights are normalised per ``blend`` list and multiplied down the tree (leaf weight =
+  product of ``weight / sum(weights)``); ``repetitions`` multiply; a tree holds one kind;
+* ``subflavors``: outer keys override inner ones;
+* ``split_part``: a reference's own value wins, else the enclosing split's name;
+* ``subset``: an outer percentage range applies inside the inner one (``[0%, 50%]`` of
+  ``[50%, 100%]`` is ``[50%, 75%]``); an absolute ``[100, end]`` only on a dataset folder,
+  and applies first. Each leaf's range is resolved to sample indices here, with Energon's
+  rounding (``int``), so both libraries pick the same samples;
+* ``shuffle_over_epochs_multiplier``: ``null`` anywhere wins, then ``-1``, else multiply.
+
+Every leaf's split is opened once to check that it exists and is not empty (cheap: the
+``.nv-meta`` files, no tar index). A cycle of nested files is found from the stack of open
+files. Every error names the file, the key path (``splits.train.blend[2].weight``) and what
+is allowed. ``load_metadataset`` returns plain data and holds no state.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from energon_lite.errors import DatasetFormatError
+from energon_lite.index.dataset import PreparedDataset
+from energon_lite.index.meta import META_DIR, load_yaml
+from energon_lite.pipeline import Leaf
+
+_MODULES = ("megatron.energon", "energon_lite")
+_TOP_KEYS = ("__module__", "__class__", "splits")
+_REF_KEYS = (
+    "path",
+    "split_part",
+    "subflavors",
+    "subset",
+    "shuffle_over_epochs_multiplier",
+    "dataset_config",
+    "split_config",
+)
+_KIND = {"blend": "weight", "blend_epochized": "repetitions"}  # list key -> entry's number key
+_MODE = {"blend": "weights", "blend_epochized": "epochized"}
+
+
+def load_metadataset(path: str | os.PathLike[str], split_part: str) -> tuple[list[Leaf], str]:
+    """The leaves of ``split_part`` of a metadataset YAML and the mode: "weights" (``blend``),
+    "epochized" (``blend_epochized``) or "single" (one ``path:``)."""
+    path = Path(path).resolve()
+    leaves, mode = _load_file(path, split_part, _Inherited(), (path,))
+    if mode == "epochized" and len(leaves) == 1 and leaves[0].repetitions == 1:
+        # one dataset seen once per epoch is a plain dataset: no Blend stage needed
+        leaves[0].repetitions, mode = None, "single"
+    return leaves, mode
+
+
+@dataclass(frozen=True)
+class _Inherited:
+    """What outer levels impose on everything below them."""
+
+    subflavors: dict[str, Any] | None = None
+    relative: tuple[float, float] | None = None  # Energon's DatasetSubset.range
+    multiplier: int | None = 1
+
+
+class _Where:
+    """A file and key path, for error messages."""
+
+    def __init__(self, file: Path, keys: str) -> None:
+        self.file, self.keys = file, keys
+
+    def __truediv__(self, key: str | int) -> _Where:
+        if isinstance(key, int):
+            return _Where(self.file, f"{self.keys}[{key}]")
+        return _Where(self.file, f"{self.keys}.{key}" if self.keys else key)
+
+    def error(self, problem: str) -> DatasetFormatError:
+        return DatasetFormatError(f"{self.file}: {self.keys or '(top level)'}: {problem}")
+
+
+def _load_file(
+    path: Path, split_part: str, inherited: _Inherited, stack: tuple[Path, ...]
+) -> tuple[list[Leaf], str]:
+    data = load_yaml(path)
+    top = _Where(path, "")
+    if not isinstance(data, dict):
+        raise top.error("a metadataset must be a mapping with __module__, __class__ and splits")
+    _check_keys(data, _TOP_KEYS, top)
+    module, cls = data.get("__module__"), data.get("__class__")
+    if module not in _MODULES or cls != "MetadatasetV2":
+        raise top.error(
+            f"__module__: {module!r}, __class__: {cls!r}; allowed: __module__ one of "
+            f"{list(_MODULES)} with __class__: MetadatasetV2"
+        )
+    splits = data.get("splits")
+    if not isinstance(splits, dict) or not splits:
+        raise (top / "splits").error("needs a mapping of split names (train, val, ...) to datasets")
+    if split_part not in splits:
+        raise (top / "splits").error(f"no split {split_part!r}; this file has {sorted(splits)}")
+    where = _Where(path, f"splits.{split_part}")
+    return _node(splits[split_part], path.parent, split_part, inherited, stack, where)
+
+
+def _node(
+    node: Any,
+    base: Path,
+    split_part: str,
+    inherited: _Inherited,
+    stack: tuple[Path, ...],
+    where: _Where,
+) -> tuple[list[Leaf], str]:
+    """A split or a nested reference: a ``path:`` or one ``blend``/``blend_epochized`` list."""
+    if not isinstance(node, dict):
+        raise where.error("must be a mapping with one of path, blend, blend_epochized")
+    kinds = [k for k in ("path", "blend", "blend_epochized", "join") if k in node]
+    if len(kinds) != 1:
+        raise where.error(f"needs exactly one of path, blend, blend_epochized; found {kinds}")
+    if kinds == ["join"]:
+        raise (where / "join").error("join is not supported by energon_lite; use blend")
+    if kinds == ["path"]:
+        return _reference(node, base, split_part, inherited, stack, where, _REF_KEYS)
+    kind = kinds[0]
+    _check_keys(node, (kind, "subset"), where)
+    inherited = replace(inherited, relative=_merge_subset(node, inherited, where, folder=False))
+    entries = node[kind]
+    if not isinstance(entries, list) or not entries:
+        raise (where / kind).error("is empty; list at least one dataset")
+    number_key, other = _KIND[kind], _KIND["blend" if kind != "blend" else "blend_epochized"]
+    numbers, results = [], []
+    for index, entry in enumerate(entries):
+        at = where / kind / index
+        if isinstance(entry, dict) and other in entry:
+            problem = (
+                "both weight and repetitions" if number_key in entry else f"{other} in a {kind}"
+            )
+            raise (at / other).error(
+                f"{problem}: a tree mixes either weights (blend) or repetitions "
+                f"(blend_epochized), never both; use {number_key}"
+            )
+        allowed = (*_REF_KEYS, number_key)
+        if not isinstance(entry, dict) or "path" not in entry:
+            raise at.error(f"needs path: and {number_key}:; allowed keys: {list(allowed)}")
+        number = entry.get(number_key)
+        if isinstance(number, bool) or not isinstance(number, (int, float)) or not number > 0:
+            got = "missing" if number_key not in entry else f"{number!r}"
+            raise (at / number_key).error(f"{got}; must be a number > 0 (e.g. 1, 2.5 or 0.5)")
+        leaves, mode = _reference(entry, base, split_part, inherited, stack, at, allowed)
+        if mode not in ("single", _MODE[kind]):
+            raise (at / "path").error(
+                f"{entry['path']} is a {mode} blend inside a {kind}: a tree mixes either weights "
+                "(blend) or repetitions (blend_epochized), never both"
+            )
+        numbers.append(number)
+        results.append(leaves)
+    total = sum(numbers)
+    out = []
+    for number, leaves in zip(numbers, results):
+        for leaf in leaves:
+            if kind == "blend":
+                leaf.weight = (leaf.weight or 1.0) * number / total
+            else:
+                leaf.repetitions = (leaf.repetitions or 1) * number
+            out.append(leaf)
+    return out, _MODE[kind]
+
+
+def _reference(
+    ref: dict[str, Any],
+    base: Path,
+    split_part: str,
+    inherited: _Inherited,
+    stack: tuple[Path, ...],
+    where: _Where,
+    allowed: tuple[str, ...],
+) -> tuple[list[Leaf], str]:
+    _check_keys(ref, allowed, where)
+    raw = ref["path"]
+    if not isinstance(raw, str) or not raw:
+        raise (where / "path").error(f"{raw!r}; must be a path relative to {base}")
+    target = (base / raw).resolve()
+    split_part = _string(ref, "split_part", where) or split_part
+    subflavors = ref.get("subflavors")
+    if subflavors is not None and not isinstance(subflavors, dict):
+        raise (where / "subflavors").error(f"{subflavors!r}; must be a mapping of names to values")
+    if subflavors or inherited.subflavors:
+        subflavors = {**(subflavors or {}), **(inherited.subflavors or {})}  # outer wins
+    multiplier = _multiplier(ref, inherited.multiplier, where)
+    nested = target.suffix in (".yaml", ".yml") and target.is_file()
+    relative = _merge_subset(ref, inherited, where, folder=not nested)
+    inner = _Inherited(subflavors or None, relative, multiplier)
+    if target.suffix == ".jsonl":
+        raise (where / "path").error(f"{target}: .jsonl datasets are not supported by energon_lite")
+    if nested:
+        for key in ("dataset_config", "split_config"):
+            if key in ref:
+                raise (where / key).error("only allowed with a dataset folder, not a metadataset")
+        if target in stack:
+            chain = " -> ".join(str(p) for p in (*stack, target))
+            raise (where / "path").error(f"cycle of nested metadatasets: {chain}")
+        return _load_file(target, split_part, inner, (*stack, target))
+    if not target.exists():
+        raise (where / "path").error(
+            f"{target} does not exist; a prepared dataset folder or a .yaml"
+        )
+    if not (target / META_DIR).is_dir():
+        raise (where / "path").error(
+            f"{target} has no {META_DIR}; run `energon-lite prepare` on it"
+        )
+    leaf = Leaf(
+        target,
+        split_part,
+        subflavors=inner.subflavors,
+        shuffle_over_epochs_multiplier=multiplier,
+        split_config=_string(ref, "split_config", where) or "split.yaml",
+        dataset_config=_string(ref, "dataset_config", where) or "dataset.yaml",
+    )
+    leaf.subset = _resolve_subset(leaf, ref, inner.relative, where)
+    return [leaf], "single"
+
+
+def _resolve_subset(
+    leaf: Leaf, ref: dict[str, Any], relative: tuple[float, float] | None, where: _Where
+) -> tuple[int, int] | None:
+    """Open the leaf's split (checks it) and turn absolute-then-relative ranges into indices."""
+    try:
+        dataset = PreparedDataset(
+            leaf.path,
+            leaf.split_part,
+            split_config=leaf.split_config,
+            dataset_config=leaf.dataset_config,
+        )
+    except DatasetFormatError as exc:
+        raise (where / "split_part").error(f"split {leaf.split_part!r}: {exc}") from None
+    total = len(dataset)
+    if total == 0:
+        raise (where / "split_part").error(f"split {leaf.split_part!r} of {leaf.path} is empty")
+    absolute = _parse_subset(ref, where)[1] if "subset" in ref else None
+    if absolute is None and relative is None:
+        return None
+    start, end = 0, total
+    if absolute is not None:
+        start, end = absolute[0], total if absolute[1] is None else absolute[1]
+        if not 0 <= start <= end <= total:
+            raise (where / "subset").error(
+                f"range [{start}, {end}) outside the split's {total} samples"
+            )
+    if relative is not None:
+        span = end - start
+        start, end = start + int(span * relative[0]), start + int(span * relative[1])
+    if start == end:
+        raise (where / "subset").error(f"selects no samples of {leaf.path} ({total} in the split)")
+    return start, end
+
+
+def _parse_subset(ref: dict[str, Any], where: _Where) -> tuple[tuple[float, float] | None, Any]:
+    """``(relative range, absolute range)`` of a ``subset:``; exactly one is set."""
+    at = where / "subset"
+    value = ref["subset"]
+    if isinstance(value, dict) and set(value) == {"range"}:
+        value, at = value["range"], at / "range"
+    if not isinstance(value, list) or len(value) != 2:
+        raise at.error(f"{value!r}; allowed: {{range: [0%, 50%]}} or {{range: [100, end]}}")
+    start, end = value
+    if isinstance(start, int) and not isinstance(start, bool):
+        if end != "end" and (isinstance(end, bool) or not isinstance(end, int)):
+            raise at.error(f"{value!r}: an absolute range ends with an integer or 'end'")
+        return None, (start, None if end == "end" else end)
+    bounds = []
+    for bound in value:
+        text = str(bound).strip()
+        try:
+            fraction = 1.0 if text == "end" else float(text.removesuffix("%")) / 100.0
+        except ValueError:
+            fraction = -1.0
+        if (not text.endswith("%") and text != "end") or not 0 <= fraction <= 1:
+            raise at.error(
+                f"{value!r}: bound {bound!r}; allowed: 'N%' with 0 <= N <= 100, or 'end'"
+            )
+        bounds.append(fraction)
+    if bounds[0] > bounds[1]:
+        raise at.error(f"{value!r}: start after end")
+    return (bounds[0], bounds[1]), None
+
+
+def _merge_subset(
+    node: dict[str, Any], inherited: _Inherited, where: _Where, folder: bool
+) -> tuple[float, float] | None:
+    """This level's relative range with the outer one applied inside it (Energon's merge)."""
+    if "subset" not in node:
+        return inherited.relative
+    relative, absolute = _parse_subset(node, where)
+    if absolute is not None:
+        if not folder:
+            raise (where / "subset").error("an absolute range is only allowed on a dataset folder")
+        return inherited.relative
+    assert relative is not None  # _parse_subset returns one of the two
+    if inherited.relative is None:
+        return relative
+    span = relative[1] - relative[0]
+    outer = inherited.relative
+    return relative[0] + outer[0] * span, relative[0] + outer[1] * span
+
+
+def _multiplier(ref: dict[str, Any], outer: int | None, where: _Where) -> int | None:
+    if "shuffle_over_epochs_multiplier" not in ref:
+        return outer
+    value = ref["shuffle_over_epochs_multiplier"]
+    if value is not None and (
+        isinstance(value, bool) or not isinstance(value, int) or value == 0 or value < -1
+    ):
+        raise (where / "shuffle_over_epochs_multiplier").error(
+            f"{value!r}; allowed: null (no shuffle), -1 (with replacement) or an integer >= 1"
+        )
+    if value is None or outer is None:
+        return None
+    if value == -1 or outer == -1:
+        return -1
+    return value * outer
+
+
+def _string(ref: dict[str, Any], key: str, where: _Where) -> str | None:
+    value = ref.get(key)
+    if value is not None and (not isinstance(value, str) or not value):
+        raise (where / key).error(f"{value!r}; must be a non-empty string")
+    return value
+
+
+def _check_keys(node: dict[str, Any], allowed: tuple[str, ...], where: _Where) -> None:
+    unknown = [k for k in node if k not in allowed]
+    if unknown:
+        raise (where / str(unknown[0])).error(f"unknown key; allowed: {', '.join(allowed)}")

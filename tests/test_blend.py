@@ -1,0 +1,163 @@
+"""The Blend stage over real Readers of real prepared datasets: weights, quotas, concat, resume."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from energon_lite import StateError, prepare_dataset
+from energon_lite.index.dataset import PreparedDataset
+from energon_lite.reader import Reader
+from energon_lite.stages.blend import Blend
+from energon_lite.synth import write_captioning_shards
+from energon_lite.testing import assert_stage_resumes, take
+
+
+def _prepared(root: Path, name: str, count: int, per_shard: int) -> PreparedDataset:
+    write_captioning_shards(
+        root / name, count, per_shard, image_size=(8, 8), key_format=name + "{:04d}"
+    )
+    prepare_dataset(
+        root / name,
+        split_ratio=[("train", 1)],
+        sample_type="CaptioningSample",
+        field_map={"image": "jpg", "caption": "txt"},
+        progress=False,
+    )
+    return PreparedDataset(root / name, "train")
+
+
+@pytest.fixture(scope="module")
+def datasets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, PreparedDataset]:
+    """a: 60 samples, b: 20, c: 21 in shards of 7 (slices of 5 and 2: uneven worker shares)."""
+    root = tmp_path_factory.mktemp("blend")
+    return {
+        "a": _prepared(root, "a", 60, 20),
+        "b": _prepared(root, "b", 20, 10),
+        "c": _prepared(root, "c", 21, 7),
+    }
+
+
+def _readers(
+    data: list[PreparedDataset], worker: int = 0, workers: int = 1, *, repeat: bool, shuffle=True
+) -> list[Reader]:
+    return [
+        Reader(
+            ds,
+            leaf_id=i,
+            seed=7,
+            worker_index=worker,
+            num_workers=workers,
+            max_samples_per_sequence=5,
+            shuffle=shuffle,
+            repeat=repeat,
+            open_slices=2,
+        )
+        for i, ds in enumerate(data)
+    ]
+
+
+def _source(sample: dict) -> str:
+    return sample["__key__"][0]
+
+
+def test_weighted_frequencies_match_weights(datasets):
+    # 3:1 over 4,000 draws: a ~ Binomial(4000, 0.75), sd = 27.4; allow 4 sd (110).
+    blend = Blend.weighted(
+        _readers([datasets["a"], datasets["b"]], repeat=True), [3, 1], seed=7, global_worker_id=0
+    )
+    counts = Counter(_source(s) for s in take(blend, 4000))
+    assert abs(counts["a"] - 3000) <= 110, counts
+    assert counts["a"] + counts["b"] == 4000
+
+
+def test_weighted_drops_sources_that_end(datasets):
+    blend = Blend.weighted(
+        _readers([datasets["a"], datasets["b"]], repeat=False), [1, 1], seed=7, global_worker_id=0
+    )
+    keys = [s["__key__"] for s in blend]
+    assert len(keys) == len(set(keys)) == 80
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+@pytest.mark.parametrize(
+    ("names", "reps", "expected"),
+    [(("a", "b"), (2, 0.5), {"a": 120, "b": 10}), (("a", "c"), (1.5, 0.5), {"a": 90, "c": 10})],
+)
+def test_epochized_quotas_are_exact_across_workers(datasets, workers, names, reps, expected):
+    data = [datasets[n] for n in names]
+    keys = []
+    for worker in range(workers):
+        blend = Blend.epochized(
+            _readers(data, worker, workers, repeat=False), reps, 7, worker, repeat=False
+        )
+        keys += [s["__key__"] for s in blend]
+    assert Counter(k[0] for k in keys) == expected
+    per_sample = Counter(keys)
+    whole = int(reps[0])
+    assert all(whole <= per_sample[k] <= whole + 1 for k in per_sample if k[0] == "a")
+    assert all(per_sample[k] == 1 for k in per_sample if k[0] != "a")
+
+
+def test_epochized_repeats_with_a_new_fraction_each_epoch(datasets):
+    data = [datasets["a"], datasets["b"]]
+    blend = Blend.epochized(_readers(data, repeat=False), [2, 0.5], 7, 0, repeat=True)
+    first, second = take(blend, 130), take(blend, 130)
+    for epoch in (first, second):
+        assert Counter(_source(s) for s in epoch) == {"a": 120, "b": 10}
+    halves = [{s["__key__"] for s in epoch if _source(s) == "b"} for epoch in (first, second)]
+    assert halves[0] != halves[1]
+    assert {s["__restore_key__"][4] for s in first if _source(s) == "a"} == {0, 1}
+    assert {s["__restore_key__"][4] for s in second if _source(s) == "a"} == {2, 3}
+
+
+def test_concat_yields_sources_in_order(datasets):
+    data = [datasets["b"], datasets["c"]]
+    blend = Blend.concat(_readers(data, repeat=False, shuffle=False))
+    keys = [s["__key__"] for s in blend]
+    assert keys == [f"b{i:04d}" for i in range(20)] + [f"c{i:04d}" for i in range(21)]
+
+
+def test_weighted_resumes_exactly(datasets):
+    data = [datasets["a"], datasets["c"]]
+    assert_stage_resumes(
+        lambda: Blend.weighted(_readers(data, 1, 2, repeat=True), [3, 1], 7, 1), 150, every=7
+    )
+
+
+def test_epochized_resumes_exactly_across_epoch_boundaries(datasets):
+    data = [datasets["a"], datasets["c"]]
+    reference = assert_stage_resumes(
+        lambda: Blend.epochized(_readers(data, 1, 2, repeat=False), [1.5, 0.5], 7, 1), 120, every=3
+    )
+    assert len(reference) == 120
+
+
+def test_concat_resumes_exactly(datasets):
+    data = [datasets["b"], datasets["c"]]
+    assert_stage_resumes(lambda: Blend.concat(_readers(data, repeat=False, shuffle=False)), None)
+
+
+def test_fetch_dispatches_by_leaf_and_rejects_foreign_keys(datasets):
+    blend = Blend.weighted(
+        _readers([datasets["a"], datasets["b"]], repeat=True), [1, 1], seed=7, global_worker_id=0
+    )
+    samples = take(blend, 20)
+    for sample in samples:
+        assert blend.fetch(sample["__restore_key__"])["__key__"] == sample["__key__"]
+    with pytest.raises(StateError, match="names leaf 5"):
+        blend.fetch(("Webdataset", 5, 0, 0, 0))
+
+
+def test_state_of_another_mode_is_refused(datasets):
+    data = [datasets["a"], datasets["b"]]
+    weighted = Blend.weighted(_readers(data, repeat=True), [1, 1], 7, 0)
+    epochized = Blend.epochized(_readers(data, repeat=False), [1, 1], 7, 0)
+    with pytest.raises(StateError, match="'weighted' blend, this one is 'epochized'"):
+        epochized.restore_state(weighted.save_state())
+    with pytest.raises(StateError, match="2 sources, this blend 1"):
+        Blend.weighted(_readers(data[:1], repeat=True), [1], 7, 0).restore_state(
+            weighted.save_state()
+        )

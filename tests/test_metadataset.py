@@ -1,0 +1,322 @@
+"""Metadataset YAML through the loader: blends, quotas, subsets, subflavors, crude, resume, errors."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from energon_lite import (
+    Cooker,
+    DatasetFormatError,
+    DefaultTaskEncoder,
+    ImageSample,
+    TextSample,
+    TooManyFailuresError,
+    WorkerConfig,
+    basic_sample_keys,
+    get_savable_loader,
+    get_train_dataset,
+    get_val_dataset,
+    prepare_dataset,
+)
+from energon_lite.metadataset import load_metadataset
+from energon_lite.synth import write_captioning_shards
+from energon_lite.testing import assert_loader_resumes
+
+REPO = Path(__file__).resolve().parent.parent
+HEAD = "__module__: megatron.energon\n__class__: MetadatasetV2\n"
+
+
+def _dataset(root: Path, name: str, count: int, ratio: list, crude: bool = False) -> None:
+    write_captioning_shards(root / name, count, 10, image_size=(8, 8), key_format=name + "-{:04d}")
+    prepare_dataset(
+        root / name,
+        split_ratio=ratio,
+        sample_type="CrudeWebdataset" if crude else "CaptioningSample",
+        field_map=None if crude else {"image": "jpg", "caption": "txt"},
+        progress=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """a: 60 train + 20 val; b: 20 train + 20 val; crude c, d: 20 train; e: empty val."""
+    root = tmp_path_factory.mktemp("mds")
+    _dataset(root, "a", 80, [("train", 3), ("val", 1)])
+    _dataset(root, "b", 40, [("train", 1), ("val", 1)])
+    _dataset(root, "c", 20, [("train", 1)], crude=True)
+    _dataset(root, "d", 20, [("train", 1)], crude=True)
+    _dataset(root, "e", 20, [("train", 1), ("val", 0)])
+    return root
+
+
+def _yaml(folder: Path, name: str, body: str) -> Path:
+    path = folder / name
+    path.write_text(HEAD + body)
+    return path
+
+
+def _loader(path: Path, workers: int = 0, **kwargs):
+    kwargs = {
+        "batch_size": None,
+        "shuffle_buffer_size": None,
+        "max_samples_per_sequence": 5,
+        **kwargs,
+    }
+    dataset = get_train_dataset(path, worker_config=WorkerConfig(0, 1, workers), **kwargs)
+    return get_savable_loader(dataset)
+
+
+BLEND_3_1 = (
+    "splits:\n  train:\n    blend:\n      - {weight: 3, path: a}\n      - {weight: 1, path: b}\n"
+)
+EPOCHIZED = (
+    "splits:\n  train:\n    blend_epochized:\n      - {repetitions: 2, path: a}\n"
+    "      - {repetitions: 0.5, path: b}\n"
+)
+
+
+def test_blend_frequencies_match_weights(data):
+    # a ~ Binomial(4000, 3/4): sd = 27.4; a 4-sd band (+-110) is a 6e-5 false-alarm rate
+    loader = _loader(_yaml(data, "blend31.yaml", BLEND_3_1))
+    counts = Counter(s.__key__[0] for _, s in zip(range(4000), loader))
+    assert abs(counts["a"] - 3000) <= 110, counts
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_blend_epochized_gives_exact_quotas_per_epoch(data, workers):
+    loader = _loader(_yaml(data, "epochized.yaml", EPOCHIZED), workers, repeat=False)
+    for _ in range(2):  # two epochs: the loader ends each one
+        keys = [s.__key__ for s in loader]
+        assert len(keys) == 2 * 60 + 10
+        per_key = Counter(keys)
+        assert {k for k in per_key if k[0] == "a"} == {f"a-{i:04d}" for i in range(60)}
+        assert all(per_key[k] == 2 for k in per_key if k[0] == "a")
+        assert sum(1 for k in per_key if k[0] == "b") == 10 and len(per_key) == 70
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_single_epochized_dataset_repeats_its_quota(data, workers):
+    path = _yaml(
+        data,
+        "twice.yaml",
+        "splits:\n  train:\n    blend_epochized:\n      - {repetitions: 2.5, path: b}\n",
+    )
+    keys = Counter(s.__key__ for s in _loader(path, workers, repeat=False))
+    assert sum(keys.values()) == 50 and sorted(set(keys.values())) == [2, 3]
+
+
+def test_subsets_compose_and_subflavors_override(data):
+    _yaml(
+        data,
+        "inner.yaml",
+        "splits:\n  train:\n    blend:\n"
+        "      - {weight: 1, path: a, subset: {range: [0%, 50%]}, subflavors: {level: inner, x: 1}}\n"
+        "      - {weight: 1, path: b, subset: {range: [5, end]}}\n",
+    )
+    outer = _yaml(
+        data,
+        "outer.yaml",
+        "splits:\n  train:\n    path: inner.yaml\n    subset: {range: [50%, 100%]}\n"
+        "    subflavors: {level: outer, src: outer}\n",
+    )
+    leaves, mode = load_metadataset(outer, "train")
+    assert mode == "weights" and [leaf.subset for leaf in leaves] == [(15, 30), (12, 20)]
+    samples = [s for _, s in zip(range(300), _loader(outer))]
+    assert {s.__key__ for s in samples} == {f"a-{i:04d}" for i in range(15, 30)} | {
+        f"b-{i:04d}" for i in range(12, 20)
+    }
+    flavors = {s.__key__[0]: s.__subflavors__ for s in samples}
+    assert flavors == {
+        "a": {"level": "outer", "x": 1, "src": "outer"},
+        "b": {"level": "outer", "src": "outer"},
+    }
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_resume_through_a_blend_mid_epoch_and_at_the_boundary(data, workers):
+    path = _yaml(data, "epochized_repeat.yaml", EPOCHIZED)
+    # 130 samples per epoch in batches of 5: the epoch boundary falls near batch 26
+    assert_loader_resumes(
+        lambda: _loader(path, workers, batch_size=5, shuffle_buffer_size=8), 34, [0, 9, 26, 27]
+    )
+    weighted = _yaml(data, "blend31.yaml", BLEND_3_1)
+    assert_loader_resumes(lambda: _loader(weighted, workers, batch_size=4), 20, [0, 7, 13])
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_resume_after_a_finished_epoch_continues_with_the_next(data, workers):
+    path = _yaml(data, "epochized.yaml", EPOCHIZED)
+    loader = _loader(path, workers, repeat=False)
+    first = [s.__key__ for s in loader]
+    state = loader.save_state_rank()
+    second = [s.__key__ for s in loader]
+    resumed = _loader(path, workers, repeat=False)
+    resumed.restore_state_rank(state)
+    assert [s.__key__ for s in resumed] == second and len(second) == 130 and second != first
+
+
+class CookBoth(DefaultTaskEncoder):
+    cookers = [
+        Cooker(lambda s: TextSample(**basic_sample_keys(s), text=s["txt"]), {"kind": "text"}),
+        Cooker(lambda s: ImageSample(**basic_sample_keys(s), image=s["jpg"]), {"kind": "image"}),
+    ]
+
+
+def test_blend_of_crude_datasets_is_cooked_by_subflavor(data):
+    path = _yaml(
+        data,
+        "crude.yaml",
+        "splits:\n  train:\n    blend:\n      - {weight: 1, path: c, subflavors: {kind: text}}\n"
+        "      - {weight: 1, path: d, subflavors: {kind: image}}\n",
+    )
+    samples = [s for _, s in zip(range(60), _loader(path, task_encoder=CookBoth()))]
+    kinds = {type(s).__name__ + ":" + s.__key__[0] for s in samples}
+    assert kinds == {"TextSample:c", "ImageSample:d"}
+    assert all(s.text.startswith("sample ") for s in samples if isinstance(s, TextSample))
+    unmatched = _yaml(
+        data, "unmatched.yaml", "splits:\n  train:\n    path: c\n    subflavors: {kind: audio}\n"
+    )
+    with pytest.raises(TooManyFailuresError, match=re.escape("subflavors {'kind': 'audio'}")):
+        next(iter(_loader(unmatched, task_encoder=CookBoth(), failure_tolerance=0)))
+
+
+def test_val_concatenates_in_order(data):
+    path = _yaml(
+        data,
+        "val.yaml",
+        "splits:\n  val:\n    blend:\n      - {weight: 1, path: b}\n      - {weight: 9, path: a}\n",
+    )
+    dataset = get_val_dataset(path, worker_config=WorkerConfig(0, 1, 0), batch_size=None)
+    keys = [s.__key__ for s in get_savable_loader(dataset)]
+    assert keys == [f"b-{i:04d}" for i in range(20, 40)] + [f"a-{i:04d}" for i in range(60, 80)]
+
+
+def test_energon_metadataset_loads_unchanged_here_and_in_energon(data):
+    path = _yaml(data, "epochized.yaml", EPOCHIZED)
+    assert len([s for s in _loader(path, repeat=False)]) == 130
+    energon = pytest.importorskip("megatron.energon")
+    dataset = energon.get_train_dataset(
+        str(path),
+        worker_config=energon.WorkerConfig(rank=0, world_size=1, num_workers=0),
+        batch_size=None,
+        shuffle_buffer_size=None,
+        max_samples_per_sequence=5,
+        repeat=False,
+    )
+    keys = [s.__key__ for s in energon.get_loader(dataset)]
+    assert Counter(k[0] for k in keys) == {"a": 120, "b": 10}
+
+
+def test_worked_examples_load(tmp_path):
+    work = tmp_path / "metadatasets"
+    shutil.copytree(REPO / "metadatasets", work, ignore=shutil.ignore_patterns("data"))
+    for name in ("coco", "coyo", "laion", "ocr"):
+        _dataset(work / "data", name, 40, [("train", 3), ("val", 1)], crude=name == "ocr")
+    leaves, mode = load_metadataset(work / "nested_blend.yaml", "train")
+    assert mode == "weights"
+    weights = {leaf.path.name: round(leaf.weight, 6) for leaf in leaves}
+    assert weights == {"coco": 0.375, "coyo": 0.225, "laion": 0.15, "ocr": 0.25}
+    assert (
+        leaves[0].subflavors == {"task": "caption"}
+        and leaves[3].shuffle_over_epochs_multiplier == 2
+    )
+    leaves, mode = load_metadataset(work / "curriculum_epochized.yaml", "train")
+    assert mode == "epochized" and [leaf.repetitions for leaf in leaves] == [2, 0.5, 1]
+
+
+def test_docs_examples_run(tmp_path, monkeypatch):
+    doc = REPO / "docs" / "metadataset.md"
+    blocks = re.findall(r"```python\n(.*?)```", doc.read_text(), flags=re.S)
+    assert len(blocks) >= 6
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {"__name__": "__docs__"}
+    for number, block in enumerate(blocks):
+        exec(compile(block, f"{doc.name}[block {number}]", "exec"), namespace)
+    assert len(namespace["epoch"]) == 165
+
+
+def _entry(extra: str) -> str:
+    return f"splits:\n  train:\n    blend:\n      - {{weight: 1, path: a}}\n      - {extra}\n"
+
+
+BAD = {
+    "syntax": ("splits:\n  train: [\n", ["bad.yaml:5", "YAML syntax error"]),
+    "unknown key": (
+        _entry("{weight: 1, path: b, wieght: 2}"),
+        ["splits.train.blend[1].wieght", "unknown key", "allowed"],
+    ),
+    "missing weight": (_entry("{path: b}"), ["splits.train.blend[1].weight", "missing", "> 0"]),
+    "negative weight": (
+        _entry("{weight: -1, path: b}"),
+        ["splits.train.blend[1].weight", "-1", "> 0"],
+    ),
+    "both": (
+        _entry("{weight: 1, repetitions: 2, path: b}"),
+        ["blend[1].repetitions", "both weight and repetitions"],
+    ),
+    "repetitions in blend": (
+        _entry("{repetitions: 2, path: b}"),
+        ["blend[1].repetitions", "never both"],
+    ),
+    "mixed tree": (
+        _entry("{weight: 1, path: epochized.yaml}"),
+        ["blend[1].path", "epochized blend inside a blend"],
+    ),
+    "missing path": (
+        _entry("{weight: 1, path: nowhere}"),
+        ["blend[1].path", "nowhere does not exist"],
+    ),
+    "cycle": (
+        _entry("{weight: 1, path: bad.yaml}"),
+        ["blend[1].path", "cycle of nested metadatasets"],
+    ),
+    "empty blend": ("splits:\n  train:\n    blend: []\n", ["splits.train.blend", "is empty"]),
+    "empty split": (
+        "splits:\n  train:\n    path: e\n    split_part: val\n",
+        ["splits.train.split_part", "'val'", "is empty"],
+    ),
+    "unknown split_part": (
+        _entry("{weight: 1, path: b, split_part: nope}"),
+        ["blend[1].split_part", "no split 'nope'", "train"],
+    ),
+    "unknown split": ("splits:\n  val:\n    path: a\n", ["splits", "no split 'train'", "['val']"]),
+    "jsonl": (_entry("{weight: 1, path: x.jsonl}"), ["blend[1].path", ".jsonl", "not supported"]),
+    "class": ("splits:\n  train:\n    path: a\n", ["__class__: 'Metadataset'", "MetadatasetV2"]),
+    "subset": (
+        _entry("{weight: 1, path: b, subset: {range: [0%, 150%]}}"),
+        ["blend[1].subset.range", "0 <= N <= 100"],
+    ),
+    "absolute on yaml": (
+        _entry("{weight: 1, path: blend31.yaml, subset: {range: [0, 5]}}"),
+        ["blend[1].subset", "only allowed on a dataset folder"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_input_names_file_key_and_what_is_allowed(data, case):
+    _yaml(data, "epochized.yaml", EPOCHIZED)
+    _yaml(data, "blend31.yaml", BLEND_3_1)
+    body, fragments = BAD[case]
+    head = HEAD.replace("MetadatasetV2", "Metadataset") if case == "class" else HEAD
+    path = data / "bad.yaml"
+    path.write_text(head + body)
+    with pytest.raises(DatasetFormatError) as error:
+        load_metadataset(path, "train")
+    assert str(path) in str(error.value)
+    for fragment in fragments:
+        assert fragment in str(error.value), (fragment, str(error.value))
+
+
+def test_energon_lite_module_is_accepted(data):
+    path = data / "lite.yaml"
+    path.write_text(
+        "__module__: energon_lite\n__class__: MetadatasetV2\nsplits:\n  train:\n    path: b\n"
+    )
+    leaves, mode = load_metadataset(path, "train")
+    assert mode == "single" and leaves[0].path == data / "b" and leaves[0].weight is None
