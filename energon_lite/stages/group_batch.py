@@ -1,0 +1,216 @@
+"""``GroupBatch``: per-bucket batching by ``batch_group_criterion(sample) -> (key, batch_size)``.
+
+Algorithm: each sample goes to the buffer of its bucket key; a bucket is collated and
+emitted (then forgotten) as soon as it holds its batch size, so every batch is homogeneous
+in its key. At the end of a finite stream the partial buckets are emitted oldest first (the
+order in which their current contents began) unless ``drop_last``. ``SkipSample`` from the
+criterion drops the sample (e.g. "no shape bucket accepts it").
+
+Synchronised mode (``BucketSync``): all data-parallel ranks emit the same bucket at the
+same loader step. The loader polls a rank's ``n`` workers round robin, so worker ``w``'s
+``k``-th batch is step ``k * n + w`` on every rank; its bucket is
+``choose_bucket(seed, step, weights)``, and the worker pulls (and buffers the others) until
+that bucket is full. The end of a finite stream is not synchronised: leftovers are emitted
+as above. Keys with weight 0 are dropped (they would never be chosen); a key without a
+weight is an error; more than ``max_buffered`` waiting samples means the weights do not
+match the data, and is an error rather than a silent memory leak.
+
+State: the restore keys of each bucket's samples (at most ``sum(batch_size - 1)`` samples,
+more in synchronised mode), and the count of emitted batches (the step counter). Bucket keys
+are not saved: restore fetches the samples and asks the criterion again, so keys need not
+survive msgpack (a ``BucketId`` would come back as a list).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from energon_lite.buckets import choose_bucket
+from energon_lite.errors import ConfigError, FailureTracker, SkipSample, StateError
+from energon_lite.samples import basic_sample_keys
+from energon_lite.stage import Stage
+from energon_lite.task_encoder import TaskEncoder
+from energon_lite.worker import WorkerSlot
+
+
+@dataclass(frozen=True)
+class BucketSync:
+    """Settings of the synchronised mode for one worker chain."""
+
+    weights: Mapping[Hashable, float]
+    seed: int
+    worker_id: int = 0
+    num_workers: int = 1
+    max_buffered: int = 10_000
+
+    @staticmethod
+    def check_option(option: Any, task_encoder: TaskEncoder) -> None:
+        """Validate ``get_train_dataset(bucket_sync=...)`` early, in the main process."""
+        if option is None:
+            return
+        if not task_encoder.overrides("batch_group_criterion"):
+            raise ConfigError(
+                "bucket_sync needs a TaskEncoder that overrides batch_group_criterion"
+            )
+        shape_ok = isinstance(option, Mapping) and isinstance(option.get("weights"), Mapping)
+        if not shape_ok or set(option) - {"weights", "max_buffered"}:
+            raise ConfigError(
+                f"bucket_sync={option!r} must be a dict with 'weights': {{bucket_key: weight}} "
+                "and optionally 'max_buffered': int"
+            )
+        choose_bucket(0, 0, option["weights"])  # raises ConfigError naming a bad weight
+
+    @staticmethod
+    def for_slot(option: Mapping[str, Any] | None, slot: WorkerSlot) -> BucketSync | None:
+        """The settings of one worker chain; every rank's worker w draws the same steps."""
+        if option is None:
+            return None
+        return BucketSync(
+            seed=slot.seed, worker_id=slot.worker_id, num_workers=slot.num_workers, **option
+        )
+
+
+class GroupBatch(Stage):
+    def __init__(
+        self,
+        source: Stage,
+        criterion: Callable[[Any], tuple[Hashable, int]],
+        collate: Callable[[list[Any]], Any],
+        drop_last: bool = False,
+        failures: FailureTracker | None = None,
+        sync: BucketSync | None = None,
+    ) -> None:
+        self.source = source
+        self.criterion = criterion
+        self.collate = collate
+        self.drop_last = drop_last
+        self.failures = failures or FailureTracker(0)
+        self.sync = sync
+        self.restore_state(None)
+
+    def next(self) -> Any:
+        while True:
+            target = None if self.sync is None else self._target(self.sync)
+            full = self._fill(target)
+            if full is None:
+                if self.drop_last or not self._buckets:
+                    raise StopIteration
+                full = next(iter(self._buckets))
+            batch_size, waiting = self._buckets[full]
+            # In synchronised mode a bucket may hold more than one batch while it waits.
+            items, rest = waiting[:batch_size], waiting[batch_size:]
+            if rest:
+                self._buckets[full] = (batch_size, rest)
+            else:
+                del self._buckets[full]
+            try:
+                batch = self.collate(items)
+            except SkipSample:
+                continue
+            except Exception as exc:
+                keys = [basic_sample_keys(item)["__key__"] for item in items]
+                self.failures.failed("batch", {"keys": keys}, exc)
+                continue
+            self.failures.ok()
+            # Counted only when emitted: a dropped batch does not shift the step schedule.
+            self._emitted += 1
+            return batch
+
+    def _target(self, sync: BucketSync) -> Hashable:
+        step = self._emitted * sync.num_workers + sync.worker_id
+        return choose_bucket(sync.seed, step, sync.weights)
+
+    def _fill(self, target: Hashable | None) -> Hashable | None:
+        """Pull until ``target`` (any bucket if None) is full; None at the end of the source."""
+        if target is not None and self._is_full(target):
+            return target
+        while not self._source_done:
+            try:
+                sample = self.source.next()
+            except StopIteration:
+                self._source_done = True
+                break
+            key = self._add(sample)
+            if key is not None and self._is_full(key) and target in (None, key):
+                return key
+        return None
+
+    def _is_full(self, key: Hashable) -> bool:
+        bucket = self._buckets.get(key)
+        return bucket is not None and len(bucket[1]) >= bucket[0]
+
+    def _add(self, sample: Any, strict: bool = False) -> Hashable | None:
+        """Put ``sample`` in its bucket; return the key (None if dropped)."""
+        try:
+            key, batch_size = self.criterion(sample)
+        except Exception as exc:
+            if strict:
+                raise
+            if not isinstance(exc, SkipSample):
+                self.failures.failed("batch_group_criterion", basic_sample_keys(sample), exc)
+            return None
+        if self.sync is not None:
+            weight = self.sync.weights.get(key)
+            if weight is None:
+                raise ConfigError(
+                    f"batch_group_criterion returned bucket {key!r}, which has no weight in "
+                    "bucket_sync['weights']; give it a weight (0 drops its samples)"
+                )
+            if weight == 0:
+                return None
+        bucket = self._buckets.setdefault(key, (batch_size, []))
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ConfigError(f"batch_group_criterion gave bucket {key!r} {batch_size=}; need >= 1")
+        if bucket[0] != batch_size:
+            raise ConfigError(
+                f"batch_group_criterion gave bucket {key!r} batch sizes {bucket[0]} and "
+                f"{batch_size}; one key must always have one batch size"
+            )
+        bucket[1].append(sample)
+        if self.sync is not None:
+            waiting = sum(len(items) for _, items in self._buckets.values())
+            if waiting > self.sync.max_buffered:
+                raise ConfigError(
+                    f"bucket_sync: {waiting} samples wait in {len(self._buckets)} buckets "
+                    f"(max_buffered={self.sync.max_buffered}); the weights do not match how "
+                    "often the criterion yields each bucket (weights from counts / batch_size fit)"
+                )
+        return key
+
+    def save_state(self) -> dict[str, Any]:
+        buckets = []
+        for key, (_, items) in self._buckets.items():
+            restore_keys = [basic_sample_keys(item)["__restore_key__"] for item in items]
+            if any(rk is None for rk in restore_keys):
+                raise StateError(
+                    f"GroupBatch: a sample of bucket {key!r} has no __restore_key__; keep it "
+                    "in encode_sample (Sample.derive_from) so the bucket can be saved"
+                )
+            buckets.append(restore_keys)
+        return self._state(buckets=buckets, emitted=self._emitted, sync=self.sync is not None)
+
+    def restore_state(self, state: dict[str, Any] | None) -> None:
+        self._source_done = False
+        self._buckets: dict[Hashable, tuple[int, list[Any]]] = {}
+        if state is None:
+            self._emitted = 0
+            self.source.restore_state(None)
+            return
+        state = self._check_state(state, "buckets", "emitted", "sync")
+        if bool(state["sync"]) != (self.sync is not None):
+            raise StateError(
+                f"GroupBatch: state saved with bucket_sync {'on' if state['sync'] else 'off'}, "
+                f"this loader has it {'on' if self.sync is not None else 'off'}"
+            )
+        self.source.restore_state(state["source"])
+        self._emitted = int(state["emitted"])
+        for restore_keys in state["buckets"]:
+            before = len(self._buckets)
+            found = {self._add(self.source.fetch(rk), strict=True) for rk in restore_keys}
+            if len(found) != 1 or len(self._buckets) != before + 1:
+                raise StateError(
+                    f"GroupBatch: a saved bucket's samples now fall into buckets {found!r}; "
+                    "batch_group_criterion must be a pure function of the sample"
+                )
