@@ -1,0 +1,465 @@
+"""Lazy, seek-first video/audio decoding with PyAV, shaped after ``megatron.energon.av``.
+
+An ``AVDecoder`` wraps the encoded bytes (or a path or binary file) and opens the container
+only when first asked for something; the container then stays open, so the metadata read and
+every later range share one demuxer. Each range is served by one cursor per container:
+
+* seek with the container index to the last keyframe at or before the range start (the
+  demuxer's own index: mp4/mov ``moov``, mkv/webm cues, avi ``idx1``),
+* decode forward, converting to RGB only the frames inside the range,
+* stop at the first frame past the range end and keep it for the next range.
+
+A following range that starts after the cursor and has no keyframe in between continues
+from the cursor instead of seeking, so increasing ranges never decode a frame twice. The
+cost of a clip is thus bounded by one GOP plus the clip itself, whatever the video length;
+``stats`` counts the decoded frames so tests can check it.
+
+Units and conventions (the same as Energon's): a video range ``(start, end)`` is inclusive
+at both ends. In ``"frames"`` it selects frames ``start..end``; in ``"seconds"`` every frame
+whose display interval ``[pts, pts + duration)`` meets ``[start, end]``, so ``(t, t)`` gives
+the one frame shown at ``t``. Seconds count from the container's start time, so 0 is always
+the beginning of the media even where the first pts is not 0; frame numbers count from the
+first video frame assuming a constant frame rate. An audio range is half-open in samples:
+``(start, end)`` seconds gives ``round((end - start) * rate)`` samples from sample
+``round(start * rate)``. Ranges running past the end are clipped; a range that selects
+nothing raises ``MediaDecodeError``.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO
+
+import av
+import numpy as np
+import torch
+
+from energon_lite.errors import ConfigError, MediaDecodeError
+
+AV_DECODE_MODES = ("AVDecoder", "pyav", "torch")
+INF = float("inf")
+
+
+@dataclass
+class AVData:
+    """Decoded clips: video (T, C, H, W) uint8, audio (channels, samples) float32 in [-1, 1]."""
+
+    video_clips: list[torch.Tensor] = field(default_factory=list)
+    video_timestamps: list[tuple[float, float]] = field(default_factory=list)
+    audio_clips: list[torch.Tensor] = field(default_factory=list)
+    audio_timestamps: list[tuple[float, float]] = field(default_factory=list)
+
+
+@dataclass
+class AVMetadata:
+    """What the container says about its first video and audio stream; None where absent."""
+
+    video_duration: float | None = None
+    video_num_frames: int | None = None
+    video_fps: float | None = None
+    video_width: int | None = None
+    video_height: int | None = None
+    audio_duration: float | None = None
+    audio_channels: int | None = None
+    audio_sample_rate: int | None = None
+
+
+@dataclass
+class DecodeStats:
+    """Work counters of one decoder, for tests and benchmarks."""
+
+    decoded_video_frames: int = 0
+    decoded_audio_frames: int = 0
+    seeks: int = 0
+    opens: int = 0
+
+
+class AVDecoder:
+    """Decodes clips of one encoded video/audio file on demand (see the module docstring)."""
+
+    def __init__(self, source: bytes | str | os.PathLike | BinaryIO) -> None:
+        if isinstance(source, (bytes, bytearray, memoryview)):
+            self._source: Any = bytes(source)
+        elif isinstance(source, (str, os.PathLike)):
+            self._source = os.fspath(source)
+        elif hasattr(source, "read") and hasattr(source, "seek"):
+            self._source = source
+        else:
+            raise ConfigError(f"AVDecoder needs bytes, a path or a binary file, got {type(source)}")
+        self.stats = DecodeStats()
+        self._container: av.container.InputContainer | None = None
+        self._cursor: _Cursor | None = None
+        self._metadata: AVMetadata | None = None
+
+    # -- container lifetime: opened lazily, reopened after pickling or close() --
+    def _open(self) -> av.container.InputContainer:
+        if self._container is None:
+            src = self._source
+            if isinstance(src, bytes):
+                src = io.BytesIO(src)
+            elif not isinstance(src, str):
+                src.seek(0)
+            try:
+                container = av.open(src, "r")
+            except (av.FFmpegError, OSError, ValueError) as exc:
+                raise MediaDecodeError(f"cannot open media ({self._describe()}): {exc}") from exc
+            for stream in container.streams:
+                # Single-threaded codecs: loader workers already run in parallel, and codec
+                # threads in a forked worker can deadlock ffmpeg on teardown (as in Energon).
+                stream.codec_context.thread_type = "NONE"
+            self._container = container
+            self.stats.opens += 1
+        return self._container
+
+    def close(self) -> None:
+        """Release the container; a later call reopens it."""
+        if self._container is not None:
+            self._container.close()
+        self._container = self._cursor = None
+
+    def __enter__(self) -> AVDecoder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        if not isinstance(self._source, (bytes, str)):
+            raise TypeError("an AVDecoder over an open file object cannot be pickled")
+        return {"source": self._source}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["source"])
+
+    def _describe(self) -> str:
+        src = self._source
+        return repr(src) if isinstance(src, str) else f"{type(src).__name__} source"
+
+    # -- metadata --
+    def get_metadata(self) -> AVMetadata:
+        """Durations, fps, frame count, size, audio rate and channels (cached)."""
+        if self._metadata is None:
+            container = self._open()
+            meta = AVMetadata()
+            if container.streams.video:
+                vs = container.streams.video[0]
+                meta.video_fps = float(vs.average_rate) if vs.average_rate else None
+                meta.video_width = vs.codec_context.width or None
+                meta.video_height = vs.codec_context.height or None
+                meta.video_num_frames = vs.frames or None
+                if vs.duration is not None:
+                    meta.video_duration = float(vs.duration * vs.time_base)
+                if meta.video_duration is None or meta.video_num_frames is None:
+                    # mkv/webm keep no per-stream length: count the packets (no decoding).
+                    count, end = self._scan_packets(vs)
+                    meta.video_num_frames = meta.video_num_frames or count
+                    if meta.video_duration is None and end is not None:
+                        meta.video_duration = float((end - _start_pts(vs)) * vs.time_base)
+            if container.streams.audio:
+                aud = container.streams.audio[0]
+                meta.audio_sample_rate = aud.codec_context.sample_rate or aud.sample_rate
+                meta.audio_channels = aud.codec_context.channels or None
+                if aud.duration is not None:
+                    meta.audio_duration = float(aud.duration * aud.time_base)
+                else:
+                    _, end = self._scan_packets(aud)
+                    if end is not None:
+                        meta.audio_duration = float((end - _start_pts(aud)) * aud.time_base)
+            self._metadata = meta
+        return self._metadata
+
+    def _scan_packets(self, stream: av.stream.Stream) -> tuple[int, int | None]:
+        container = self._open()
+        self._cursor = None
+        container.seek(_start_pts(stream), stream=stream, backward=True)
+        count, end = 0, None
+        for packet in container.demux(stream):
+            if packet.pts is not None:
+                count += 1
+                packet_end = packet.pts + (packet.duration or 0)
+                end = packet_end if end is None else max(end, packet_end)
+        return count, end
+
+    def get_video_fps(self) -> float:
+        fps = self.get_metadata().video_fps
+        if fps is None:
+            raise MediaDecodeError(f"no video frame rate in {self._describe()}")
+        return fps
+
+    def get_video_duration(self) -> float:
+        duration = self.get_metadata().video_duration
+        if duration is None:
+            raise MediaDecodeError(f"no video stream or duration in {self._describe()}")
+        return duration
+
+    def get_audio_duration(self) -> float:
+        duration = self.get_metadata().audio_duration
+        if duration is None:
+            raise MediaDecodeError(f"no audio stream or duration in {self._describe()}")
+        return duration
+
+    def has_video_stream(self) -> bool:
+        return bool(self._open().streams.video)
+
+    def has_audio_stream(self) -> bool:
+        return bool(self._open().streams.audio)
+
+    # -- clips --
+    def get_clips(
+        self,
+        video_clip_ranges: Sequence[tuple[float, float]] | None = None,
+        audio_clip_ranges: Sequence[tuple[float, float]] | None = None,
+        video_unit: str = "seconds",
+        audio_unit: str = "seconds",
+        video_out_frame_size: tuple[int, int] | None = None,
+    ) -> AVData:
+        """Decode the given video and/or audio ranges (conventions: module docstring).
+
+        ``video_out_frame_size`` is ``(width, height)`` as in Energon, or None for the
+        stored size.
+        """
+        if video_unit not in ("seconds", "frames"):
+            raise MediaDecodeError(f"{video_unit=} is not 'seconds' or 'frames'")
+        if audio_unit not in ("seconds", "samples"):
+            raise MediaDecodeError(f"{audio_unit=} is not 'seconds' or 'samples'")
+        data = AVData()
+        for start, end in video_clip_ranges or ():
+            clip, stamps = self._video_clip(start, end, video_unit, video_out_frame_size)
+            data.video_clips.append(clip)
+            data.video_timestamps.append(stamps)
+        for start, end in audio_clip_ranges or ():
+            clip, stamps = self._audio_clip(start, end, audio_unit)
+            data.audio_clips.append(clip)
+            data.audio_timestamps.append(stamps)
+        return data
+
+    def get_video(self) -> AVData:
+        """The whole video stream as one clip."""
+        return self.get_clips(video_clip_ranges=[(0, INF)])
+
+    def get_audio(self) -> AVData:
+        """The whole audio stream as one clip."""
+        return self.get_clips(audio_clip_ranges=[(0, INF)])
+
+    def get_video_with_audio(self) -> AVData:
+        """The whole video and the whole audio stream."""
+        return self.get_clips(video_clip_ranges=[(0, INF)], audio_clip_ranges=[(0, INF)])
+
+    def get_frames(self, video_decode_audio: bool = False) -> AVData:
+        """Everything: the video (plus audio if asked), or the audio of an audio-only file."""
+        if not self.has_video_stream():
+            return self.get_audio()
+        return self.get_video_with_audio() if video_decode_audio else self.get_video()
+
+    def _stream(self, kind: str) -> av.stream.Stream:
+        streams = getattr(self._open().streams, kind)
+        if not streams:
+            raise MediaDecodeError(f"no {kind} stream in {self._describe()}")
+        return streams[0]
+
+    def _video_clip(
+        self, start: float, end: float, unit: str, size: tuple[int, int] | None
+    ) -> tuple[torch.Tensor, tuple[float, float]]:
+        _check_range(start, end, unit)
+        stream = self._stream("video")
+        tb = float(stream.time_base)
+        step = 1 / (float(stream.average_rate or 25) * tb)  # nominal frame duration, pts units
+        if unit == "frames":
+            # Mid-frame bounds make the match robust to pts rounded to the time base.
+            lo = _start_pts(stream) + (start + 0.5) * step
+            hi = _start_pts(stream) + (end + 0.5) * step
+        else:
+            lo, hi = self._origin(stream) + start / tb, self._origin(stream) + end / tb
+        arrays, first, last = [], None, None
+        for frame in self._frames(stream, lo, step):
+            if frame.pts > hi:
+                self._cursor.pending = frame
+                break
+            arrays.append(_rgb(frame, size))
+            first = frame if first is None else first
+            last = frame
+            if frame.pts + (frame.duration or step) > hi:
+                # The next frame starts after this one ends, so it cannot be in the range:
+                # stop without decoding it, and offer this one again to an overlapping range.
+                self._cursor.pending = frame
+                break
+        if first is None or last is None:
+            meta = self.get_metadata()
+            raise MediaDecodeError(
+                f"video range ({start}, {end}) {unit} selects no frame; the video has "
+                f"{meta.video_num_frames} frames, {meta.video_duration} seconds"
+            )
+        origin = self._origin(stream)
+        stamps = (
+            (first.pts - origin) * tb,
+            (last.pts + (last.duration or step) - origin) * tb,
+        )
+        clip = torch.from_numpy(np.stack(arrays)).permute(0, 3, 1, 2)
+        return clip, (float(stamps[0]), float(stamps[1]))
+
+    def _audio_clip(
+        self, start: float, end: float, unit: str
+    ) -> tuple[torch.Tensor, tuple[float, float]]:
+        _check_range(start, end, unit)
+        stream = self._stream("audio")
+        rate = stream.codec_context.sample_rate or stream.sample_rate
+        if unit == "seconds":
+            first = round(start * rate)
+            wanted = None if end == INF else round((end - start) * rate)
+        else:
+            first = int(start)
+            wanted = None if end == INF else int(end) - first
+        tb = float(stream.time_base)
+        origin = self._origin(stream)
+        lo = origin + first / rate / tb
+        chunks, have, pos = [], 0, None
+        for frame in self._frames(stream, lo, 1.0):
+            if pos is None:
+                pos = round(((frame.pts or 0) - origin) * tb * rate)
+            samples = _samples(frame)
+            skip = max(first - pos, 0)
+            pos += samples.shape[1]
+            if pos <= first:
+                continue
+            take = samples[:, skip:] if wanted is None else samples[:, skip : skip + wanted - have]
+            chunks.append(take)
+            have += take.shape[1]
+            if wanted is not None and have >= wanted:
+                break
+        self._cursor = None  # audio frames are cut mid-frame: the next range seeks afresh
+        if have == 0:
+            duration = self.get_metadata().audio_duration
+            raise MediaDecodeError(
+                f"audio range ({start}, {end}) {unit} selects no sample; the audio has "
+                f"{duration} seconds at {rate} Hz"
+            )
+        clip = torch.from_numpy(np.concatenate(chunks, axis=1))
+        return clip, (first / rate, (first + have) / rate)
+
+    def _origin(self, stream: av.stream.Stream) -> float:
+        """Where second 0 is, in ``stream``'s pts: the container start (keeps A/V in sync)."""
+        start = self._open().start_time
+        if start is None:
+            return float(_start_pts(stream))
+        return start / av.time_base / float(stream.time_base)
+
+    def _frames(self, stream: av.stream.Stream, lo: float, step: float) -> Iterator[Any]:
+        """Decoded frames of ``stream`` from the one showing at pts ``lo`` onward."""
+        cursor = self._cursor
+        if cursor is None or cursor.stream is not stream or not self._can_continue(cursor, lo):
+            cursor = self._cursor = self._seek(stream, lo, step)
+        while True:
+            frame = cursor.next_frame()
+            if frame is None:
+                return
+            if frame.pts is None or frame.pts + (frame.duration or step) > lo:
+                yield frame
+
+    def _can_continue(self, cursor: _Cursor, lo: float) -> bool:
+        if cursor.position > lo:
+            return False
+        index = cursor.stream.index_entries
+        key = index.search_timestamp(int(lo), backward=True) if len(index) else -1
+        # A keyframe between the cursor and the target means a seek skips decoding work.
+        return key < 0 or index[key].timestamp <= cursor.position
+
+    def _seek(self, stream: av.stream.Stream, lo: float, step: float) -> _Cursor:
+        container = self._open()
+        target, floor = int(lo), _start_pts(stream)
+        back = max(step, 1.0)
+        for _ in range(8):
+            self.stats.seeks += 1
+            try:
+                container.seek(max(target, floor), stream=stream, backward=True)
+            except av.FFmpegError:
+                container.seek(floor, stream=stream, backward=True)
+            cursor = _Cursor(self, stream)
+            first = cursor.next_frame()
+            # Demuxer indexes of B-frame streams hold dts, and may land one GOP late.
+            if first is None or first.pts is None or first.pts <= lo or target <= floor:
+                cursor.pending = first
+                return cursor
+            target, back = int(lo - back), back * 4
+        raise MediaDecodeError(f"cannot seek to pts {lo} in {self._describe()}")
+
+
+class _Cursor:
+    """A decode position in one stream: the frame iterator plus one frame read ahead."""
+
+    def __init__(self, decoder: AVDecoder, stream: av.stream.Stream) -> None:
+        self.decoder, self.stream = decoder, stream
+        self.frames = decoder._open().decode(stream)
+        self.pending: Any = None
+        self.position = -INF
+        self.video = stream.type == "video"
+
+    def next_frame(self) -> Any:
+        if self.pending is not None:
+            frame, self.pending = self.pending, None
+        else:
+            try:
+                frame = next(self.frames, None)
+            except (av.FFmpegError, ValueError) as exc:
+                raise MediaDecodeError(
+                    f"corrupt media ({self.decoder._describe()}): {exc}"
+                ) from exc
+            if frame is None:
+                return None
+            stats = self.decoder.stats
+            if self.video:
+                stats.decoded_video_frames += 1
+            else:
+                stats.decoded_audio_frames += 1
+        self.position = frame.pts if frame.pts is not None else self.position
+        return frame
+
+
+def _start_pts(stream: av.stream.Stream) -> int:
+    return stream.start_time if stream.start_time is not None else 0
+
+
+def _check_range(start: float, end: float, unit: str) -> None:
+    if not (0 <= start <= end):
+        raise MediaDecodeError(f"range ({start}, {end}) {unit} must have 0 <= start <= end")
+
+
+def _rgb(frame: av.VideoFrame, size: tuple[int, int] | None) -> np.ndarray:
+    if size is None:
+        return frame.to_ndarray(format="rgb24")
+    return frame.to_ndarray(format="rgb24", width=size[0], height=size[1], interpolation="BILINEAR")
+
+
+def _samples(frame: av.AudioFrame) -> np.ndarray:
+    """(channels, samples) float32 in [-1, 1], whatever the decoder's sample format."""
+    arr = frame.to_ndarray()
+    if not frame.format.is_planar:
+        arr = arr.reshape(-1, len(frame.layout.channels)).T
+    if arr.dtype.kind == "f":
+        return arr.astype(np.float32, copy=False)
+    if arr.dtype == np.uint8:
+        return (arr.astype(np.float32) - 128) / 128
+    return arr.astype(np.float32) / float(-np.iinfo(arr.dtype).min)
+
+
+def decode_av_part(data: bytes, mode: str, decode_audio: bool = False) -> Any:
+    """Decode a video/audio part of a sample the way Energon's ``SampleDecoder(av_decode=...)`` does.
+
+    ``"AVDecoder"``: a lazy ``AVDecoder``; ``"pyav"``: an open ``av`` input container (the
+    caller closes it); ``"torch"``: the whole media as ``AVData`` (video, plus audio if
+    ``decode_audio``).
+    """
+    if mode not in AV_DECODE_MODES:
+        raise ConfigError(f"av_decode={mode!r} is not one of {AV_DECODE_MODES}")
+    if mode == "pyav":
+        try:
+            return av.open(io.BytesIO(data), "r")
+        except (av.FFmpegError, OSError) as exc:
+            raise MediaDecodeError(f"cannot open media: {exc}") from exc
+    decoder = AVDecoder(data)
+    if mode == "AVDecoder":
+        return decoder
+    with decoder:
+        return decoder.get_frames(video_decode_audio=decode_audio)

@@ -1,0 +1,321 @@
+"""Tests of energon_lite.av on real files encoded with PyAV (energon_lite.av.synth)."""
+
+from __future__ import annotations
+
+import io
+import pickle
+import re
+import warnings
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+import torch
+
+from energon_lite.av import (
+    AVData,
+    AVDecoder,
+    decode_av_part,
+    get_clips_uniform,
+    get_single_frames_uniform,
+)
+from energon_lite.av.synth import AUDIO_PERIOD, audio_pattern, make_video, read_frame_index
+from energon_lite.errors import ConfigError, MediaDecodeError
+
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "video_decoding.md"
+
+
+def indices(clip: torch.Tensor) -> list[int]:
+    return [read_frame_index(frame) for frame in clip]
+
+
+def flat(pairs: list[tuple[float, float]]) -> list[float]:
+    return [x for pair in pairs for x in pair]
+
+
+def video_bytes(container: str = "mp4", **kwargs: object) -> bytes:
+    buf = io.BytesIO()
+    make_video(buf, container, **kwargs)
+    return buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+def long_mp4(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """30 s at 30 fps, a keyframe every 30 frames."""
+    path = tmp_path_factory.mktemp("av") / "long.mp4"
+    make_video(path, "mp4", num_frames=900, width=32, height=32, fps=30, gop_size=30)
+    return path
+
+
+@pytest.fixture(scope="module")
+def av_mkv() -> bytes:
+    """3 s of video at 25 fps with 16 kHz stereo PCM audio."""
+    return video_bytes("mkv", num_frames=75, fps=25, with_audio=True, audio_channels=2)
+
+
+@pytest.mark.parametrize(
+    ("container", "codec", "size", "fps"),
+    [
+        ("mp4", None, (64, 48), 30),
+        ("mov", None, (96, 64), 24),
+        ("mkv", None, (64, 48), 25),
+        ("webm", None, (64, 48), 30),
+        ("webm", "libvpx", (48, 32), 15),
+        ("avi", None, (64, 48), 30),
+        ("avi", "mjpeg", (80, 48), 10),
+    ],
+)
+def test_whole_video_and_metadata(container, codec, size, fps) -> None:
+    data = video_bytes(
+        container, num_frames=40, width=size[0], height=size[1], fps=fps, video_codec=codec
+    )
+    decoder = AVDecoder(data)
+    assert decoder.stats.opens == 0  # lazy: nothing opened yet
+    meta = decoder.get_metadata()
+    assert (meta.video_width, meta.video_height, meta.video_num_frames) == (*size, 40)
+    assert meta.video_fps == pytest.approx(fps)
+    assert meta.video_duration == pytest.approx(40 / fps, abs=0.002)
+    assert meta.audio_sample_rate is None and meta.audio_duration is None
+    video = decoder.get_video()
+    (clip,) = video.video_clips
+    assert clip.dtype == torch.uint8 and clip.shape == (40, 3, size[1], size[0])
+    assert indices(clip) == list(range(40))
+    assert video.video_timestamps[0] == pytest.approx((0, 40 / fps), abs=0.002)
+    assert decoder.stats.opens == 1
+
+
+@pytest.mark.parametrize("container", ["mp4", "mkv", "avi"])
+def test_second_ranges_select_frames_meeting_the_range(container) -> None:
+    decoder = AVDecoder(video_bytes(container, num_frames=60, fps=20, gop_size=8))
+    data = decoder.get_clips([(0, 1), (1.02, 1.02), (1.5, 1.6), (2.5, 10)])
+    # Inclusive ends: (0, 1) s at 20 fps holds frames 0..20; (t, t) is the frame shown at t.
+    assert [indices(c) for c in data.video_clips] == [
+        list(range(21)),
+        [20],
+        [30, 31, 32],
+        list(range(50, 60)),
+    ]
+    assert flat(data.video_timestamps) == pytest.approx(
+        flat([(0, 1.05), (1.0, 1.05), (1.5, 1.65), (2.5, 3.0)]), abs=0.002
+    )
+
+
+@pytest.mark.parametrize("container", ["mp4", "mkv", "webm"])
+def test_frame_ranges_are_inclusive(container) -> None:
+    decoder = AVDecoder(video_bytes(container, num_frames=50, fps=30, gop_size=10))
+    data = decoder.get_clips([(0, 0), (3, 17), (17, 20), (45, 99)], video_unit="frames")
+    assert [indices(c) for c in data.video_clips] == [
+        [0],
+        list(range(3, 18)),
+        list(range(17, 21)),
+        list(range(45, 50)),
+    ]
+    assert data.video_timestamps[1] == pytest.approx((3 / 30, 18 / 30), abs=0.002)
+
+
+@pytest.mark.parametrize("container", ["mp4", "mkv"])
+def test_first_pts_not_zero(container) -> None:
+    decoder = AVDecoder(video_bytes(container, num_frames=30, fps=10, first_frame=5))
+    frames = decoder.get_clips([(0, 2)], video_unit="frames")
+    assert indices(frames.video_clips[0]) == [0, 1, 2]
+    # Video only: the container starts with the first frame, so second 0 is frame 0.
+    seconds = decoder.get_clips([(0, 0.25)])
+    assert indices(seconds.video_clips[0]) == [0, 1, 2]
+    assert flat(seconds.video_timestamps) == pytest.approx([0, 0.3], abs=0.002)
+    # With audio from 0 s, seconds stay on the shared clock: video shows from 0.5 s on.
+    synced = AVDecoder(
+        video_bytes(container, num_frames=30, fps=10, first_frame=5, with_audio=True)
+    )
+    clip = synced.get_clips([(0.5, 0.75)])
+    assert indices(clip.video_clips[0]) == [0, 1, 2]
+    assert flat(clip.video_timestamps) == pytest.approx([0.5, 0.8], abs=0.002)
+    with pytest.raises(MediaDecodeError, match=r"range \(0, 0.4\) seconds selects no frame"):
+        synced.get_clips([(0, 0.4)])
+
+
+def test_b_frames_seek_exactly() -> None:
+    data = video_bytes("mp4", num_frames=120, gop_size=12, video_options={"preset": "medium"})
+    with av.open(io.BytesIO(data)) as container:
+        packets = [p for p in container.demux(video=0) if p.pts is not None]
+    assert any(p.pts != p.dts for p in packets)  # really has reordered frames
+    decoder = AVDecoder(data)
+    for start in (11, 12, 13, 59, 61, 107):
+        clip = decoder.get_clips([(start, start + 4)], video_unit="frames").video_clips[0]
+        assert indices(clip) == list(range(start, start + 5))
+
+
+def test_clip_near_end_of_long_video_decodes_one_gop(long_mp4: Path) -> None:
+    decoder = AVDecoder(long_mp4)
+    clip = decoder.get_clips([(880, 895)], video_unit="frames").video_clips[0]
+    assert indices(clip) == list(range(880, 896))
+    gop, clip_len = 30, 16
+    assert decoder.stats.decoded_video_frames <= gop + clip_len + 1
+    decoder = AVDecoder(long_mp4)
+    data = decoder.get_clips([(28.5, 29.0)])
+    assert indices(data.video_clips[0]) == list(range(855, 871))
+    assert decoder.stats.decoded_video_frames <= gop + clip_len + 1
+
+
+def test_increasing_ranges_never_decode_a_frame_twice(long_mp4: Path) -> None:
+    decoder = AVDecoder(long_mp4)
+    ranges = [(s, s + 15) for s in range(0, 900, 20)]  # close ranges: no keyframe skipped
+    data = decoder.get_clips(ranges, video_unit="frames")
+    assert [indices(c)[0] for c in data.video_clips] == [s for s, _ in ranges]
+    # Seeks only forward, to skip frames before a keyframe: nothing is decoded twice.
+    assert decoder.stats.decoded_video_frames <= 900
+    assert decoder.stats.seeks <= 30
+    within_gop = AVDecoder(long_mp4)
+    within_gop.get_clips([(0, 5), (8, 12), (20, 25)], video_unit="frames")
+    assert (within_gop.stats.seeks, within_gop.stats.decoded_video_frames) == (1, 26)
+    sparse = AVDecoder(long_mp4)
+    sparse.get_clips([(1, 3), (20, 22)])  # far apart: seeks instead of decoding 17 s
+    assert sparse.stats.decoded_video_frames <= 2 * (30 + 61)
+
+
+def test_uniform_clips_and_single_frames(long_mp4: Path) -> None:
+    decoder = AVDecoder(long_mp4.read_bytes())
+    data = get_clips_uniform(decoder, clip_duration_seconds=1.0, num_clips=4)
+    assert [c.shape[0] for c in data.video_clips] == [31, 31, 31, 30]
+    assert [indices(c)[0] for c in data.video_clips] == [0, 290, 580, 870]
+    assert data.video_timestamps[-1][1] == pytest.approx(30.0)
+    frames, stamps = get_single_frames_uniform(decoder, 5, return_timestamps=True)
+    assert frames.shape == (5, 3, 32, 32)
+    assert indices(frames) == [0, 225, 450, 674, 899]
+    assert stamps == pytest.approx([0, 7.5, 15, 22.4667, 29.9667], abs=0.001)
+    small = get_single_frames_uniform(decoder, 2, video_out_frame_size=(16, 8))
+    assert small.shape == (2, 3, 8, 16) and indices(small) == [0, 899]
+    with pytest.raises(ConfigError, match="request_video"):
+        get_clips_uniform(decoder, 1.0, 2, request_video=False)
+    with pytest.raises(MediaDecodeError, match="do not fit"):
+        get_clips_uniform(decoder, 31.0, 2)
+
+
+def test_audio_clips_exact_to_the_sample(av_mkv: bytes) -> None:
+    decoder = AVDecoder(av_mkv)
+    meta = decoder.get_metadata()
+    assert (meta.audio_sample_rate, meta.audio_channels) == (16000, 2)
+    assert meta.audio_duration == pytest.approx(3.0, abs=0.002)
+    data = decoder.get_clips(audio_clip_ranges=[(0.25, 0.5), (1.0001, 1.7), (2.9, 9)])
+    assert [c.shape for c in data.audio_clips] == [(2, 4000), (2, 11198), (2, 1600)]
+    for clip, first in zip(data.audio_clips, (4000, 16002, 46400)):
+        assert clip.dtype == torch.float32
+        expected = audio_pattern(first, clip.shape[1], 2)
+        np.testing.assert_allclose(clip.numpy(), expected, atol=1 / 32768)
+    assert flat(data.audio_timestamps) == pytest.approx(
+        flat([(0.25, 0.5), (1.000125, 1.7), (2.9, 3.0)])
+    )
+    samples = decoder.get_clips(
+        audio_clip_ranges=[(1023, 1023 + AUDIO_PERIOD)], audio_unit="samples"
+    )
+    np.testing.assert_allclose(
+        samples.audio_clips[0].numpy(), audio_pattern(1023, AUDIO_PERIOD, 2), atol=1 / 32768
+    )
+
+
+def test_video_with_audio_and_uniform_audio(av_mkv: bytes) -> None:
+    decoder = AVDecoder(av_mkv)
+    both = decoder.get_video_with_audio()
+    assert both.video_clips[0].shape[0] == 75 and both.audio_clips[0].shape == (2, 48000)
+    data = get_clips_uniform(decoder, 0.5, 3, request_audio=True)
+    assert [c.shape for c in data.audio_clips] == [(2, 8000)] * 3
+    assert [a for a, _ in data.audio_timestamps] == pytest.approx([0, 1.25, 2.5])
+    assert [indices(c)[0] for c in data.video_clips] == [0, 31, 62]
+    audio_only = AVDecoder(video_bytes("mkv", num_frames=25, with_audio=True, with_video=False))
+    assert audio_only.get_frames().audio_clips[0].shape == (1, 13333)
+
+
+def test_sources_and_pickle(tmp_path: Path, av_mkv: bytes) -> None:
+    path = tmp_path / "v.mkv"
+    path.write_bytes(av_mkv)
+    with path.open("rb") as fh:
+        from_file = AVDecoder(fh).get_clips([(1, 1)]).video_clips[0]
+    from_path = AVDecoder(str(path)).get_clips([(1, 1)]).video_clips[0]
+    revived = pickle.loads(pickle.dumps(AVDecoder(av_mkv)))
+    assert (
+        indices(from_file)
+        == indices(from_path)
+        == indices(revived.get_video().video_clips[0][25:26])
+        == [25]
+    )
+
+
+def test_decode_av_part_modes(av_mkv: bytes) -> None:
+    lazy = decode_av_part(av_mkv, "AVDecoder")
+    assert isinstance(lazy, AVDecoder) and lazy.stats.opens == 0
+    with decode_av_part(av_mkv, "pyav") as container:
+        assert len(container.streams.video) == 1 and len(container.streams.audio) == 1
+    video = decode_av_part(av_mkv, "torch")
+    assert isinstance(video, AVData) and video.video_clips[0].shape == (75, 3, 48, 64)
+    assert video.audio_clips == []
+    both = decode_av_part(av_mkv, "torch", decode_audio=True)
+    assert both.audio_clips[0].shape == (2, 48000)
+    with pytest.raises(
+        ConfigError, match=r"'torchvision' is not one of \('AVDecoder', 'pyav', 'torch'\)"
+    ):
+        decode_av_part(av_mkv, "torchvision")
+
+
+def test_errors_name_the_range_and_the_length(tmp_path: Path) -> None:
+    data = video_bytes("mp4", num_frames=30, fps=10)
+    decoder = AVDecoder(data)
+    with pytest.raises(MediaDecodeError, match=r"range \(5, 6\) seconds .* 30 frames, 3.0 seconds"):
+        decoder.get_clips([(5, 6)])
+    with pytest.raises(MediaDecodeError, match=r"range \(30, 31\) frames"):
+        decoder.get_clips([(30, 31)], video_unit="frames")
+    with pytest.raises(MediaDecodeError, match="0 <= start <= end"):
+        decoder.get_clips([(2, 1)])
+    with pytest.raises(MediaDecodeError, match="video_unit='minutes'"):
+        decoder.get_clips([(0, 1)], video_unit="minutes")
+    with pytest.raises(MediaDecodeError, match="audio_unit='frames'"):
+        decoder.get_clips(audio_clip_ranges=[(0, 1)], audio_unit="frames")
+    with pytest.raises(MediaDecodeError, match="no audio stream"):
+        decoder.get_audio()
+    with pytest.raises(
+        MediaDecodeError,
+        match=r"range \(5, 6\) seconds selects no sample; the audio has 1.0 seconds",
+    ):
+        AVDecoder(video_bytes("mkv", with_audio=True)).get_clips(audio_clip_ranges=[(5, 6)])
+    audio_only = video_bytes("mkv", with_audio=True, with_video=False)
+    with pytest.raises(MediaDecodeError, match="no video stream"):
+        AVDecoder(audio_only).get_video()
+    with pytest.raises(MediaDecodeError, match="cannot open media"):
+        AVDecoder(b"\x00garbage" * 100).get_video()
+    with pytest.raises(MediaDecodeError, match="cannot open media"):
+        AVDecoder(data[: len(data) // 2]).get_metadata()  # mp4 index is at the end
+    with pytest.raises(MediaDecodeError, match="cannot open media"):
+        AVDecoder(tmp_path / "missing.mp4").get_video()
+
+
+def test_truncated_mkv_decodes_what_is_there_then_fails() -> None:
+    data = video_bytes("mkv", num_frames=60, fps=10)
+    decoder = AVDecoder(data[: len(data) // 2])
+    clip = decoder.get_clips([(0, 0.5)]).video_clips[0]
+    assert indices(clip) == list(range(6))
+    with pytest.raises(MediaDecodeError, match=r"range \(5.5, 6\) seconds selects no frame"):
+        decoder.get_clips([(5.5, 6)])
+
+
+def test_same_frames_as_energon(long_mp4: Path) -> None:
+    energon_av = pytest.importorskip("megatron.energon.av")
+    data = long_mp4.read_bytes()
+    ours = AVDecoder(data)
+    ranges = [(0, 0.5), (3.3, 4.0), (29.5, 30)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        theirs = energon_av.AVDecoder(io.BytesIO(data)).get_clips(video_clip_ranges=ranges)
+        their_frames = energon_av.get_single_frames_uniform(
+            energon_av.AVDecoder(io.BytesIO(data)), 7
+        )
+    mine = ours.get_clips(video_clip_ranges=ranges)
+    assert [c.shape for c in mine.video_clips] == [c.shape for c in theirs.video_clips]
+    assert flat(mine.video_timestamps) == pytest.approx(flat(theirs.video_timestamps))
+    assert torch.equal(get_single_frames_uniform(ours, 7), their_frames)
+
+
+def test_docs_examples_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    blocks = re.findall(r"```python\n(.*?)```", DOCS.read_text(), flags=re.S)
+    assert blocks
+    monkeypatch.chdir(tmp_path)
+    for block in blocks:
+        exec(compile(block, str(DOCS), "exec"), {"__name__": "__docs__"})
