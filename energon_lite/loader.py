@@ -12,6 +12,7 @@ worker ids so that the torch DataLoader's first worker is the saved next one.
 from __future__ import annotations
 
 import os
+import pickle
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -49,11 +50,15 @@ class SavableDataset(IterableDataset):
         logical = (physical + rotation) % n
         chain = self.pipeline.build(self.worker_config.slot(logical, epoch))
         chain.restore_state(states[logical] if states is not None else None)
+        check_pickle = info is not None
         while True:
             try:
                 batch = chain.next()
             except StopIteration:
                 return
+            if check_pickle:  # once per worker: an unpicklable batch would hang torch's queue
+                _check_picklable(batch, logical)
+                check_pickle = False
             yield logical, batch, chain.save_state() if save_states else None
 
     def __len__(self) -> int:
@@ -69,6 +74,17 @@ class SavableDataset(IterableDataset):
             "seed": wc.seed_offset,
             **self.pipeline.fingerprint(),
         }
+
+
+def _check_picklable(batch: Any, worker: int) -> None:
+    try:
+        pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as exc:
+        raise ConfigError(
+            f"worker {worker}: a batch of type {type(batch).__module__}.{type(batch).__qualname__} "
+            f"cannot be pickled to send it to the trainer process ({type(exc).__name__}: {exc}); "
+            "define sample and batch classes at module level in an importable module"
+        ) from exc
 
 
 class _StatefulView(IterableDataset):

@@ -220,3 +220,19 @@ def test_bad_arguments(train_ds: Path) -> None:
         )
     with pytest.raises(ConfigError, match="does not exist"):
         _train(train_ds / "nope")
+
+
+def test_unpicklable_batches_raise_instead_of_hanging(train_ds: Path) -> None:
+    class LocalBatch:  # defined in a function: worker processes cannot pickle it by reference
+        def __init__(self, keys: list[str]) -> None:
+            self.__key__ = keys
+
+    class LocalEncoder(TaskEncoder):
+        def batch(self, samples: list[CaptioningSample]) -> LocalBatch:
+            return LocalBatch([s.__key__ for s in samples])
+
+    with pytest.raises(
+        ConfigError, match=r"worker 0: a batch of type .*LocalBatch cannot be pickled"
+    ):
+        list(take(get_loader(_train(train_ds, 2, task_encoder=LocalEncoder())), 2))
+    assert len(list(take(get_loader(_train(train_ds, 0, task_encoder=LocalEncoder())), 2))) == 2

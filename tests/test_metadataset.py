@@ -229,17 +229,6 @@ def test_worked_examples_load(tmp_path):
     assert mode == "epochized" and [leaf.repetitions for leaf in leaves] == [2, 0.5, 1]
 
 
-def test_docs_examples_run(tmp_path, monkeypatch):
-    doc = REPO / "docs" / "metadataset.md"
-    blocks = re.findall(r"```python\n(.*?)```", doc.read_text(), flags=re.S)
-    assert len(blocks) >= 6
-    monkeypatch.chdir(tmp_path)
-    namespace: dict = {"__name__": "__docs__"}
-    for number, block in enumerate(blocks):
-        exec(compile(block, f"{doc.name}[block {number}]", "exec"), namespace)
-    assert len(namespace["epoch"]) == 165
-
-
 def _entry(extra: str) -> str:
     return f"splits:\n  train:\n    blend:\n      - {{weight: 1, path: a}}\n      - {extra}\n"
 

@@ -1,0 +1,36 @@
+"""Every ```python block of every guide in docs/ runs, in order, in one namespace per guide."""
+
+from __future__ import annotations
+
+import re
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+DOCS = sorted((Path(__file__).resolve().parent.parent / "docs").glob("*.md"))
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=[d.name for d in DOCS])
+def test_guide_code_runs(doc: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    blocks = re.findall(r"```python\n(.*?)```", doc.read_text(encoding="utf-8"), flags=re.S)
+    assert blocks, f"{doc.name} has no python block"
+    monkeypatch.chdir(tmp_path)
+    # the guide's classes live in an importable module, as they would in a user's script,
+    # so that worker processes can send instances of them to the trainer
+    module = types.ModuleType("__docs__")
+    monkeypatch.setitem(sys.modules, "__docs__", module)
+    namespace = module.__dict__
+    for number, block in enumerate(blocks):
+        # dont_inherit: the guide's code must not run under this file's __future__ imports
+        exec(compile(block, f"{doc.name}[block {number}]", "exec", dont_inherit=True), namespace)
+
+
+def test_readme_commands_are_the_ci_commands() -> None:
+    root = Path(__file__).resolve().parent.parent
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    ci = (root / ".ci" / "run").read_text(encoding="utf-8")
+    test_command = next(line for line in ci.splitlines() if line.startswith("python3 -m venv"))
+    assert test_command in readme
+    assert "energon-lite demo" in readme
