@@ -67,8 +67,21 @@ def _interactive(args: argparse.Namespace) -> None:
         args.field_map = json.dumps(field_map)
 
 
+def _is_episode_folder(path: Path) -> bool:
+    """A folder of HDF5 robot episodes (and no tar shards) is prepared as episodes."""
+    if not path.is_dir() or any(path.rglob("*.tar")):
+        return False
+    return any(path.glob("*.hdf5")) or any(path.glob("*.h5"))
+
+
 def cmd_prepare(args: argparse.Namespace) -> int:
     from energon_lite.prepare import prepare_dataset
+
+    if _is_episode_folder(Path(args.path)):
+        from energon_lite.flavors.episodes import prepare_episodes
+
+        print(f"Indexed robot episodes: {prepare_episodes(args.path)}")
+        return 0
 
     if not args.non_interactive and not args.tar_index_only and sys.stdin.isatty():
         _interactive(args)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
 
 from energon_lite.errors import ConfigError, DatasetFormatError, FailureTracker
 
@@ -186,7 +187,9 @@ def _scan_one(path: Path) -> tuple[int, bool, list[str], list[str], bool, int, i
         return length, success, cams, depth_cams, "reward" in f, qpos.shape[1], action.shape[1]
 
 
-def scan_episodes(folder: str | Path, *, failure_tolerance: int = 10) -> EpisodeIndex:
+def scan_episodes(
+    folder: str | Path, *, failure_tolerance: int = 10, progress: bool = False
+) -> EpisodeIndex:
     """Open every episode under ``folder`` once and build the index (not written)."""
     root = Path(folder)
     if not root.is_dir():
@@ -194,7 +197,7 @@ def scan_episodes(folder: str | Path, *, failure_tolerance: int = 10) -> Episode
     files = sorted(p for ext in ("*.hdf5", "*.h5") for p in root.rglob(ext))
     tracker = FailureTracker(failure_tolerance)
     rows, skipped, dims = [], [], None
-    for path in files:
+    for path in tqdm(files, desc="scanning episodes", unit="episode", disable=not progress):
         try:
             row = _scan_one(path)
             if dims is not None and row[5:] != dims:
@@ -219,9 +222,11 @@ def scan_episodes(folder: str | Path, *, failure_tolerance: int = 10) -> Episode
     )  # fmt: skip
 
 
-def prepare_episodes(folder: str | Path, *, failure_tolerance: int = 10) -> Path:
+def prepare_episodes(
+    folder: str | Path, *, failure_tolerance: int = 10, progress: bool = True
+) -> Path:
     """Scan the episodes under ``folder`` and write the index; returns its path."""
-    return scan_episodes(folder, failure_tolerance=failure_tolerance).save()
+    return scan_episodes(folder, failure_tolerance=failure_tolerance, progress=progress).save()
 
 
 def open_episode_index(folder: str | Path) -> EpisodeIndex:

@@ -1,0 +1,87 @@
+"""The energon-lite command: demo, preview, lint, checkpoint info, prepare of robot episodes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import torch
+
+from energon_lite import WorkerConfig, get_savable_loader, get_train_dataset
+from energon_lite.cli import main
+from energon_lite.state import encode_state
+from energon_lite.testing import take
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "energon_lite.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_demo_resumes_identically(tmp_path: Path) -> None:
+    done = _run("demo", "--dir", str(tmp_path / "demo"), "--samples", "400", "--steps", "20")
+    assert done.returncode == 0, done.stderr
+    assert "5. the 10 batches after the checkpoint are identical (keys and pixels)" in done.stdout
+    assert "samples/s" in done.stdout and "first batch" in done.stdout
+    assert "train:" in done.stderr  # the progress bar
+
+
+def test_preview_lint_and_info(train_ds: Path, tmp_path: Path, dataset_factory, capsys) -> None:
+    assert main(["preview", str(train_ds), "-n", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "parts/data-0.tar #0 000000" in out and "image: Tensor(3, 16, 16) torch.float32" in out
+    broken = dataset_factory(tmp_path / "broken", 20, 10)
+    shard = broken / "parts/data-1.tar"
+    with tarfile.open(shard) as tar:
+        member = tar.getmember("000013.jpg")
+    data = bytearray(shard.read_bytes())
+    data[member.offset_data : member.offset_data + 64] = b"\0" * 64  # garbage where the JPEG starts
+    shard.write_bytes(bytes(data))
+    assert main(["lint", str(broken), "--quiet"]) == 1
+    out = capsys.readouterr().out
+    assert (
+        "train: parts/data-1.tar #3 000013: UnidentifiedImageError" in out and "1 problem(s)" in out
+    )
+
+
+def test_checkpoint_info(train_ds: Path, tmp_path: Path, capsys) -> None:
+    wc = WorkerConfig(rank=0, world_size=1, num_workers=2)
+    loader = get_savable_loader(
+        get_train_dataset(
+            train_ds,
+            worker_config=wc,
+            batch_size=4,
+            shuffle_buffer_size=10,
+            max_samples_per_sequence=10,
+        )
+    )
+    take(loader, 3)
+    state = loader.save_state_rank()
+    (tmp_path / "state.msgpack").write_bytes(encode_state(state))
+    torch.save([state, state], tmp_path / "global.pt")
+    assert main(["checkpoint", "info", str(tmp_path / "state.msgpack")]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "next worker 1" in out
+        and "batch_size: 4" in out
+        and "ShuffleBuffer: keys=" in out
+        and "Reader: epoch=0" in out
+    )
+    assert main(["checkpoint", "info", str(tmp_path / "global.pt")]) == 0
+    assert "rank 1:" in capsys.readouterr().out
+
+
+def test_prepare_robot_episodes(tmp_path: Path) -> None:
+    from energon_lite.flavors.episodes.synth import write_dataset
+
+    folder = write_dataset(tmp_path / "episodes", [5, 7], cameras=("top",))
+    done = _run("prepare", str(folder))
+    assert done.returncode == 0, done.stderr
+    assert "Indexed robot episodes" in done.stdout and "scanning episodes" in done.stderr
+    assert (folder / ".nv-meta/episodes.npz").is_file()

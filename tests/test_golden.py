@@ -1,0 +1,28 @@
+"""A pinned literal order: any change to slice permutation, interleaving, shuffling or worker
+round robin shows up here. If a change of order is intended, update GOLDEN and say so in the
+commit message (it changes every user's data order for a given seed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from energon_lite import WorkerConfig, get_loader, get_train_dataset
+from energon_lite.testing import take
+
+GOLDEN = [
+    "000111", "000040", "000030", "000112", "000022", "000051", "000020", "000071",
+    "000032", "000003", "000005", "000004", "000102", "000021", "000100", "000052",
+    "000042", "000002", "000006", "000031", "000075", "000072", "000023", "000104",
+]  # fmt: skip
+
+
+def test_shuffled_order_is_pinned(train_ds: Path) -> None:
+    wc = WorkerConfig(rank=0, world_size=1, num_workers=2, seed_offset=42)
+    dataset = get_train_dataset(
+        train_ds,
+        worker_config=wc,
+        batch_size=4,
+        shuffle_buffer_size=10,
+        max_samples_per_sequence=10,
+    )
+    assert [k for batch in take(get_loader(dataset), 6) for k in batch.__key__] == GOLDEN
