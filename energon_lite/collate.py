@@ -12,20 +12,39 @@ import torch
 KEY_FIELDS = ("__key__", "__restore_key__", "__subflavors__")
 
 
+def _batch_tensor(first: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
+    """An uninitialised tensor for a batch; in a loader worker, in shared memory.
+
+    A worker's batch is pickled to the trainer process through shared memory. Allocating it
+    there from the start (as torch's own collate does) saves copying every batch once more.
+    """
+    numel = 1
+    for size in shape:
+        numel *= size
+    if first.device.type == "cpu" and torch.utils.data.get_worker_info() is not None:
+        try:
+            storage = first._typed_storage()._new_shared(numel, device=first.device)
+            return first.new(storage).resize_(*shape)
+        except (AttributeError, RuntimeError):  # private API moved: fall back to plain memory
+            pass
+    return torch.empty(tuple(shape), dtype=first.dtype, device=first.device)
+
+
 def batch_stack(values: Sequence[torch.Tensor]) -> torch.Tensor:
     """Stack tensors of one shape."""
-    return torch.stack(list(values))
+    values = list(values)
+    return torch.stack(values, out=_batch_tensor(values[0], (len(values), *values[0].shape)))
 
 
 def batch_pad_stack(values: Sequence[torch.Tensor], pad_value: float = 0) -> torch.Tensor:
-    """Stack tensors, zero-padding each dimension to the largest size in the batch."""
+    """Stack tensors, padding each dimension with ``pad_value`` to the largest size in the batch."""
     first = values[0]
     if all(v.shape == first.shape for v in values):
-        return torch.stack(list(values))
+        return batch_stack(values)
     if any(v.dim() != first.dim() for v in values):
         raise ValueError(f"cannot pad-stack tensors of ranks {sorted({v.dim() for v in values})}")
     shape = [max(v.shape[d] for v in values) for d in range(first.dim())]
-    out = torch.full((len(values), *shape), pad_value, dtype=first.dtype)
+    out = _batch_tensor(first, (len(values), *shape)).fill_(pad_value)
     for i, value in enumerate(values):
         out[(i, *(slice(0, s) for s in value.shape))] = value
     return out

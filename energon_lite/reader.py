@@ -76,6 +76,18 @@ class Reader(Stage):
         start = int(ds.run_start[run]) + (slice_id - int(self.run_slices[run])) * self.slice_len
         return int(ds.run_shard[run]), start, min(start + self.slice_len, int(ds.run_end[run]))
 
+    def _bounds(self, slice_id: int) -> tuple[int, int, int]:
+        """``slice_bounds`` memoised for the open slices (a derived cache, not state)."""
+        bounds = self._bounds_cache.get(slice_id)
+        if bounds is None:
+            if len(self._bounds_cache) > 4 * self.open_slices:
+                self._bounds_cache.clear()
+            bounds = self._bounds_cache[slice_id] = self.slice_bounds(slice_id)
+        return bounds
+
+    def _end(self, slice_id: int) -> int:
+        return self._bounds(slice_id)[2]
+
     def worker_slice_count(self) -> int:
         """How many slices this worker reads per epoch."""
         return max(0, -(-(self.num_slices - self.worker_index) // self.num_workers))
@@ -115,14 +127,14 @@ class Reader(Stage):
             self._next = 0
         choice = 0
         if self.shuffle and len(self._open) > 1:
-            left = [self.slice_bounds(s)[2] - pos for s, pos in self._open]
+            left = [self._end(s) - pos for s, pos in self._open]
             target = self._rng.random() * sum(left)
             while choice < len(left) - 1 and target >= left[choice]:
                 target -= left[choice]
                 choice += 1
         entry = self._open[choice]
         slice_id, position = entry
-        shard_id, _, end = self.slice_bounds(slice_id)
+        shard_id, _, end = self._bounds(slice_id)
         sample = self._read(shard_id, position, end)
         entry[1] = position + 1
         if entry[1] >= end:
@@ -176,6 +188,7 @@ class Reader(Stage):
 
     def restore_state(self, state: dict[str, Any] | None) -> None:
         self._chunks: dict[tuple[int, int], tuple[str, dict[str, bytes]]] = {}
+        self._bounds_cache: dict[int, tuple[int, int, int]] = {}
         self._perm_cycle: int | None = None
         if state is None:
             self._epoch, self._next, self._open, self._done = self.start_epoch, 0, [], False
