@@ -15,6 +15,24 @@ from energon_lite.errors import ConfigError, FailureTracker, SkipSample
 from energon_lite.samples import basic_sample_keys
 from energon_lite.stage import Stage
 
+SKIPPED = object()
+
+
+def collate_or_skip(
+    collate: Callable[[list[Any]], Any], items: list[Any], failures: FailureTracker
+) -> Any:
+    """``collate(items)``, or ``SKIPPED`` if it raised SkipSample or failed (logged and counted)."""
+    try:
+        batch = collate(items)
+    except SkipSample:
+        return SKIPPED
+    except Exception as exc:
+        keys = [basic_sample_keys(item)["__key__"] for item in items]
+        failures.failed("batch", {"keys": keys}, exc)
+        return SKIPPED
+    failures.ok()
+    return batch
+
 
 class Batch(Stage):
     def __init__(
@@ -43,13 +61,6 @@ class Batch(Stage):
                     break
             if not items or (self.drop_last and len(items) < self.batch_size):
                 raise StopIteration
-            try:
-                batch = self.collate(items)
-            except SkipSample:
-                continue
-            except Exception as exc:
-                keys = [basic_sample_keys(item)["__key__"] for item in items]
-                self.failures.failed("batch", {"keys": keys}, exc)
-                continue
-            self.failures.ok()
-            return batch
+            batch = collate_or_skip(self.collate, items, self.failures)
+            if batch is not SKIPPED:
+                return batch

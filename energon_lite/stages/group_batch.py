@@ -31,6 +31,7 @@ from energon_lite.buckets import choose_bucket
 from energon_lite.errors import ConfigError, FailureTracker, SkipSample, StateError
 from energon_lite.samples import basic_sample_keys
 from energon_lite.stage import Stage
+from energon_lite.stages.batch import SKIPPED, collate_or_skip
 from energon_lite.task_encoder import TaskEncoder
 from energon_lite.worker import WorkerSlot
 
@@ -105,15 +106,9 @@ class GroupBatch(Stage):
                 self._buckets[full] = (batch_size, rest)
             else:
                 del self._buckets[full]
-            try:
-                batch = self.collate(items)
-            except SkipSample:
+            batch = collate_or_skip(self.collate, items, self.failures)
+            if batch is SKIPPED:
                 continue
-            except Exception as exc:
-                keys = [basic_sample_keys(item)["__key__"] for item in items]
-                self.failures.failed("batch", {"keys": keys}, exc)
-                continue
-            self.failures.ok()
             # Counted only when emitted: a dropped batch does not shift the step schedule.
             self._emitted += 1
             return batch

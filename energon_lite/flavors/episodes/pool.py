@@ -25,12 +25,12 @@ from typing import Any
 
 import numpy as np
 
-from energon_lite.errors import ConfigError, FailureTracker, StateError
+from energon_lite.errors import ConfigError, FailureTracker
+from energon_lite.flavors.episodes.cursor import EpochCursor
 from energon_lite.flavors.episodes.index import EpisodeIndex
 from energon_lite.flavors.episodes.partition import local_worker, share
 from energon_lite.flavors.episodes.transitions import TransitionBuilder
 from energon_lite.rng import CounterRng, rng_for
-from energon_lite.stage import Stage
 
 
 def choose_pool(
@@ -75,8 +75,10 @@ def pool_stats(index: EpisodeIndex, pool: np.ndarray) -> dict[str, Any]:
     }
 
 
-class EpisodePool(Stage):
+class EpisodePool(EpochCursor):
     """Transitions drawn uniformly from a per-(epoch, rank) pool of episodes."""
+
+    mismatch_hint = "the state was saved with other steps_per_epoch/batch_size/workers"
 
     def __init__(
         self,
@@ -142,23 +144,8 @@ class EpisodePool(Stage):
             if item is not None:
                 return item
 
-    def save_state(self) -> dict[str, Any]:
-        return self._state(epoch=self.epoch, position=self._rng.counter)
+    def _position(self) -> int:
+        return self._rng.counter
 
-    def restore_state(self, state: dict[str, Any] | None) -> None:
-        if state is None:
-            self._enter(self.first_epoch, 0)
-            return
-        state = self._check_state(state, "epoch", "position")
-        epoch, position = state["epoch"], state["position"]
-        if not isinstance(epoch, int) or not isinstance(position, int) or epoch < 0:
-            raise StateError(f"EpisodePool: bad state {epoch=} {position=}; it is corrupt")
-        if not 0 <= position <= self.samples_per_epoch:
-            raise StateError(
-                f"EpisodePool: {position=} outside this worker's {self.samples_per_epoch} draws "
-                "per epoch; the state was saved with other steps_per_epoch/batch_size/workers"
-            )
-        self._enter(epoch, position)
-
-    def fetch(self, restore_key: Any) -> dict[str, Any]:
-        return self.builder.fetch(restore_key)
+    def _positions_per_epoch(self) -> int:
+        return self.samples_per_epoch

@@ -20,17 +20,19 @@ from typing import Any
 
 import numpy as np
 
-from energon_lite.errors import ConfigError, FailureTracker, StateError
+from energon_lite.errors import ConfigError, FailureTracker
+from energon_lite.flavors.episodes.cursor import EpochCursor
 from energon_lite.flavors.episodes.partition import local_worker
 from energon_lite.flavors.episodes.permutation import KeyedPermutation
 from energon_lite.flavors.episodes.transitions import TransitionBuilder
-from energon_lite.stage import Stage
 
 _BLOCK = 256
 
 
-class EpisodeSweep(Stage):
+class EpisodeSweep(EpochCursor):
     """Every start frame of the dataset once per epoch, shuffled, split over global workers."""
+
+    mismatch_hint = "the state was saved for another dataset or number of workers"
 
     def __init__(
         self,
@@ -89,23 +91,8 @@ class EpisodeSweep(Stage):
             if item is not None:
                 return item
 
-    def save_state(self) -> dict[str, Any]:
-        return self._state(epoch=self.epoch, position=self.position)
+    def _position(self) -> int:
+        return self.position
 
-    def restore_state(self, state: dict[str, Any] | None) -> None:
-        if state is None:
-            self._enter(self.first_epoch, 0)
-            return
-        state = self._check_state(state, "epoch", "position")
-        epoch, position = state["epoch"], state["position"]
-        if not isinstance(epoch, int) or not isinstance(position, int) or epoch < 0:
-            raise StateError(f"EpisodeSweep: bad state {epoch=} {position=}; it is corrupt")
-        if not 0 <= position <= self.per_epoch:
-            raise StateError(
-                f"EpisodeSweep: {position=} outside this worker's {self.per_epoch} starts per "
-                "epoch; the state was saved for another dataset or number of workers"
-            )
-        self._enter(epoch, position)
-
-    def fetch(self, restore_key: Any) -> dict[str, Any]:
-        return self.builder.fetch(restore_key)
+    def _positions_per_epoch(self) -> int:
+        return self.per_epoch
