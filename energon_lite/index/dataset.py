@@ -24,6 +24,7 @@ from energon_lite.index.tar import first_member_name, parse_sample, split_name
 from energon_lite.index.tar_index import open_index
 
 _MAX_OPEN_FILES = 32
+_MAX_OPEN_INDEXES = 256
 
 
 class PreparedDataset:
@@ -156,6 +157,8 @@ class PreparedDataset:
         """The memory-mapped sample offsets of a shard (``count + 1`` entries)."""
         offsets = self._indexes.get(shard_id)
         if offsets is None:
+            if len(self._indexes) >= _MAX_OPEN_INDEXES:  # keep a worker's maps bounded
+                self._indexes.pop(next(iter(self._indexes)))
             path = self.root / self.shard_names[shard_id]
             offsets = open_index(path, int(self._counts[shard_id]))
             self._indexes[shard_id] = offsets
