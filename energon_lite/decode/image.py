@@ -49,16 +49,27 @@ def decode_image(data: bytes, mode: str) -> Any:
             img = img.convert(pil_mode)
         if kind == "pil":
             return img
-        array = np.array(img)  # a writable copy: tensors made from it may be modified
+        if kind.startswith("torch"):
+            return _planar_tensor(img, kind == "torchuint8")
+        array = np.array(img)
     if array.ndim == 2:
         array = array[:, :, None]
     if kind == "uint8":
         return array
-    if kind == "float":
-        return array.astype(np.float32) / 255.0
-    hwc = torch.from_numpy(array)
-    if kind == "torchuint8":
-        return hwc.permute(2, 0, 1).contiguous()
-    chw = torch.empty(hwc.shape[2], hwc.shape[0], hwc.shape[1], dtype=torch.float32)
-    chw.copy_(hwc.permute(2, 0, 1))  # one pass: layout change and dtype conversion together
-    return chw.div_(255.0)
+    return array.astype(np.float32) / 255.0
+
+
+def _planar_tensor(img: Image.Image, as_uint8: bool) -> torch.Tensor:
+    """A CHW tensor written band by band: each band is a contiguous plane, so the layout
+    change costs no strided copy, and uint8 -> float and the scaling happen in one pass."""
+    bands = img.split()
+    height, width = img.height, img.width
+    out = torch.empty((len(bands), height, width), dtype=torch.uint8 if as_uint8 else torch.float32)
+    view = out.numpy()
+    for channel, band in enumerate(bands):
+        plane = np.frombuffer(band.tobytes(), dtype=np.uint8).reshape(height, width)
+        if as_uint8:
+            view[channel] = plane
+        else:
+            np.divide(plane, np.float32(255), out=view[channel], dtype=np.float32)
+    return out
