@@ -77,6 +77,20 @@ def _is_episode_folder(path: Path) -> bool:
 def cmd_prepare(args: argparse.Namespace) -> int:
     from energon_lite.prepare import prepare_dataset
 
+    if Path(args.path).suffix == ".csv":  # an Open-Sora style video-text table
+        from energon_lite.flavors.video_text import prepare_video_text
+
+        vt = prepare_video_text(
+            args.path,
+            args.output,
+            split_ratio=_parse_ratio(args.split_ratio) if args.split_ratio else None,
+            missing_media=args.missing_media,
+        )
+        print(f"Indexed {vt.num_rows} rows into {vt.output}; splits: {vt.splits}")
+        if vt.num_missing_media:
+            print(f"  {vt.num_missing_media} row(s) name a missing media file (skipped at load)")
+        return 0
+
     if _is_episode_folder(Path(args.path)):
         from energon_lite.flavors.episodes import prepare_episodes
 
@@ -186,6 +200,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--tar-index-only", action="store_true", help="only (re)write the .tar.idx files"
     )
     p.add_argument("--force-overwrite", action="store_true")
+    p.add_argument("--output", help="videos.csv: the index folder (default <stem>.energon)")
+    p.add_argument(
+        "--missing-media",
+        choices=["warn", "error", "ignore"],
+        default="warn",
+        help="videos.csv: what a media file that does not exist does",
+    )
     p.set_defaults(fn=cmd_prepare)
 
     p = sub.add_parser("info", help="sample and shard counts per split, sample type, parts")

@@ -265,6 +265,10 @@ def _leaves_for(
         return load_metadataset(path, split_part)
     if not path.exists():
         raise ConfigError(f"dataset path {path} does not exist")
+    if path.suffix == ".csv":  # a video-text table: load its prepared index
+        from energon_lite.flavors.video_text.layout import resolve_prepared
+
+        path = resolve_prepared(path)
     leaf = Leaf(
         path,
         split_part,

@@ -95,7 +95,15 @@ class DatasetPipeline:
 
     @staticmethod
     def _open(leaf: Leaf) -> PreparedDataset:
-        return PreparedDataset(
+        from energon_lite.flavors.video_text.layout import is_video_text
+
+        if is_video_text(leaf.path):  # a CSV of clips or its prepared folder
+            from energon_lite.flavors.video_text.source import VideoTextSource
+
+            opener: type[PreparedDataset] = VideoTextSource
+        else:
+            opener = PreparedDataset
+        return opener(
             leaf.path,
             leaf.split_part,
             split_config=leaf.split_config,

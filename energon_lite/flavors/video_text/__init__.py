@@ -1,0 +1,34 @@
+"""Open-Sora's video-text dataset: a CSV of clips, indexed once, loaded like any dataset.
+
+Modules, in the order data flows:
+
+* ``prepare``      - ``prepare_video_text(csv)``: one pass into memory-mapped arrays;
+* ``layout``       - where the index lives; recognising CSVs and prepared folders;
+* ``source``       - ``VideoTextSource``: rows of a split as small raw samples;
+* ``sample``       - ``VideoTextSample``: one row; decodes only the frames asked for;
+* ``transforms``   - ``sample_frame_indices`` and ``resize_crop``;
+* ``task_encoder`` - ``VideoTextTaskEncoder``: bucketed ``(B, 3, T, H, W)`` batches.
+
+See ``docs/video_text.md``.
+"""
+
+from __future__ import annotations
+
+from energon_lite.flavors.video_text.layout import is_video_text, resolve_prepared
+from energon_lite.flavors.video_text.prepare import VideoTextReport, prepare_video_text
+from energon_lite.flavors.video_text.sample import VideoTextSample
+from energon_lite.flavors.video_text.source import VideoTextSource
+from energon_lite.flavors.video_text.task_encoder import VideoTextTaskEncoder
+from energon_lite.flavors.video_text.transforms import resize_crop, sample_frame_indices
+
+__all__ = [
+    "VideoTextReport",
+    "VideoTextSample",
+    "VideoTextSource",
+    "VideoTextTaskEncoder",
+    "is_video_text",
+    "prepare_video_text",
+    "resize_crop",
+    "resolve_prepared",
+    "sample_frame_indices",
+]

@@ -1,0 +1,112 @@
+"""``VideoTextSample`` (one CSV row) and the lazy readers of its media and feature files.
+
+The sample holds only the row: opening the video is deferred to :meth:`read_frames`, which
+decodes just the requested frame indices with the seek-based ``AVDecoder``. An image path
+(jpg, png, ...) is a one-frame video. Every failure raises ``MediaDecodeError`` naming the
+sample key and the path, which the loader's skip-and-log policy reports.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from energon_lite.errors import MediaDecodeError
+from energon_lite.samples import Sample
+
+IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".webp", ".bmp", ".tif", ".tiff"})
+
+
+@dataclass
+class VideoTextSample(Sample):
+    """One row of a video-text CSV; ``path`` and ``*_path`` extras are absolute."""
+
+    path: str = ""
+    text: str = ""
+    num_frames: int = 1
+    height: int = 0
+    width: int = 0
+    fps: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_image(self) -> bool:
+        return Path(self.path).suffix.lower() in IMAGE_SUFFIXES
+
+    def read_frames(self, indices: list[int]) -> torch.Tensor:
+        """The frames at ``indices`` (sorted, repeats allowed) as uint8 ``(T, 3, H, W)``."""
+        if self.is_image:
+            return self._read_image().expand(len(indices), -1, -1, -1)
+        import av
+
+        from energon_lite.av import AVDecoder
+
+        wanted = sorted(set(indices))
+        decoded: dict[int, torch.Tensor] = {}
+        try:
+            with AVDecoder(self.path) as decoder:
+                # Consecutive indices form one range; gaps are separate ranges, so the
+                # decoder seeks over a gap that spans a keyframe instead of decoding it.
+                ranges = _runs(wanted)
+                data = decoder.get_clips(video_clip_ranges=ranges, video_unit="frames")
+        except MediaDecodeError as exc:
+            raise MediaDecodeError(
+                f"sample {self.__key__!r} ({self.path}, CSV num_frames={self.num_frames}): {exc}"
+            ) from exc
+        except (OSError, ValueError, av.FFmpegError) as exc:
+            raise MediaDecodeError(
+                f"sample {self.__key__!r}: cannot decode {self.path}: {exc}"
+            ) from exc
+        for (start, end), clip in zip(ranges, data.video_clips):
+            if len(clip) != end - start + 1:
+                raise MediaDecodeError(
+                    f"sample {self.__key__!r} ({self.path}): frames {start}..{end} asked, "
+                    f"{len(clip)} decoded; the CSV says num_frames={self.num_frames}"
+                )
+            decoded.update(zip(range(start, end + 1), clip))
+        return torch.stack([decoded[i] for i in indices])
+
+    def _read_image(self) -> torch.Tensor:
+        from PIL import Image, UnidentifiedImageError
+
+        try:
+            with Image.open(self.path) as image:
+                array = np.asarray(image.convert("RGB"))
+        except (OSError, UnidentifiedImageError) as exc:
+            raise MediaDecodeError(
+                f"sample {self.__key__!r}: cannot read image {self.path}: {exc}"
+            ) from exc
+        return torch.from_numpy(array.copy()).permute(2, 0, 1).unsqueeze(0)
+
+    def load_feature(self, column: str) -> torch.Tensor:
+        """The tensor in the file named by extra column ``column`` (``.pt`` or ``.npy``)."""
+        path = self.extra.get(column)
+        if not path:
+            raise MediaDecodeError(f"sample {self.__key__!r}: column {column!r} is empty or absent")
+        try:
+            if path.endswith(".npy"):
+                return torch.from_numpy(np.load(path, allow_pickle=False))
+            value = torch.load(path, map_location="cpu", weights_only=True)
+        except (OSError, ValueError, RuntimeError) as exc:
+            raise MediaDecodeError(
+                f"sample {self.__key__!r}: cannot load {column}={path}: {exc}"
+            ) from exc
+        if not isinstance(value, torch.Tensor):
+            raise MediaDecodeError(
+                f"sample {self.__key__!r}: {path} holds a {type(value).__name__}, not a tensor"
+            )
+        return value
+
+
+def _runs(indices: list[int]) -> list[tuple[int, int]]:
+    """Sorted distinct ints -> inclusive ``(first, last)`` runs of consecutive values."""
+    runs = []
+    for _, group in itertools.groupby(enumerate(indices), key=lambda p: p[1] - p[0]):
+        values = [v for _, v in group]
+        runs.append((values[0], values[-1]))
+    return runs
