@@ -225,11 +225,7 @@ class DatasetPipeline:
         for worker in range(wc.workers_per_rank):
             total = 0
             for reader in self.readers(wc.slot(worker, epoch)):
-                for j in range(reader.worker_slice_count()):
-                    _, start, end = reader.slice_bounds(
-                        reader._slice_at(epoch, reader.worker_index + j * reader.num_workers)
-                    )
-                    total += end - start
+                total += int(reader.samples_per_worker(epoch)[reader.worker_index])
             counts.append(total)
         return counts
 

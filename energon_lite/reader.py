@@ -24,7 +24,7 @@ import numpy as np
 
 from energon_lite.errors import StateError
 from energon_lite.index.dataset import PreparedDataset
-from energon_lite.rng import CounterRng, Permutation, derive_seed
+from energon_lite.rng import CounterRng, Permutation, derive_seed, mix_draws
 from energon_lite.stage import Stage
 
 _CHUNK = 16  # samples read per pread from an open slice
@@ -93,13 +93,36 @@ class Reader(Stage):
         return max(0, -(-(self.num_slices - self.worker_index) // self.num_workers))
 
     def _slice_at(self, epoch: int, position: int) -> int:
+        return int(self.slice_ids(epoch, np.asarray([position]))[0])
+
+    def slice_ids(self, epoch: int, positions: np.ndarray) -> np.ndarray:
+        """The slice ids at ``positions`` of ``epoch``'s global slice order."""
         n, m = self.num_slices, self.multiplier
+        positions = np.asarray(positions, dtype=np.int64)
         if m is None:
-            return position
-        if m == -1:
-            return derive_seed(self.seed, "slice-draw", self.leaf_id, epoch, position) % n
+            return positions
+        if m == -1:  # with replacement
+            key = derive_seed(self.seed, "slice-draw", self.leaf_id, epoch)
+            return (mix_draws(key, positions) % np.uint64(n)).astype(np.int64)
         permutation = self._permutation(epoch // m, n * m)
-        return permutation((epoch % m) * n + position) % n
+        return permutation.many((epoch % m) * n + positions) % n
+
+    def samples_per_worker(self, epoch: int) -> np.ndarray:
+        """Samples each of the ``num_workers`` global workers reads in ``epoch`` (vectorised)."""
+        positions = np.arange(self.num_slices, dtype=np.int64)
+        ids = self.slice_ids(epoch, positions)
+        run = np.searchsorted(self.run_slices, ids, side="right") - 1
+        lengths = (self.dataset.run_end - self.dataset.run_start)[run]
+        sizes = np.minimum(self.slice_len, lengths - (ids - self.run_slices[run]) * self.slice_len)
+        counts = np.bincount(
+            positions % self.num_workers, weights=sizes, minlength=self.num_workers
+        )
+        return counts.astype(np.int64)
+
+    def restart(self, epoch: int) -> None:
+        """Start over at the beginning of ``epoch``, keeping the random stream's position."""
+        self._epoch, self._next, self._open, self._done = epoch, 0, [], False
+        self._chunks.clear()
 
     def _permutation(self, cycle: int, size: int) -> Permutation:
         if self._perm_cycle != cycle:

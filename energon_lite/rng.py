@@ -79,6 +79,18 @@ def _mix64(x: int) -> int:
     return x ^ (x >> 31)
 
 
+def _mix64_array(x: np.ndarray) -> np.ndarray:
+    """``_mix64`` over a uint64 array (numpy wraps uint64 products modulo 2**64)."""
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def mix_draws(key: int, positions: np.ndarray) -> np.ndarray:
+    """Independent-looking uint64 draws for integer ``positions`` under ``key``."""
+    return _mix64_array(np.asarray(positions, dtype=np.uint64) ^ np.uint64(key))
+
+
 class Permutation:
     """A pseudo-random bijection of ``range(n)`` keyed by ``(seed, *keys)``, in O(1) memory.
 
@@ -96,6 +108,26 @@ class Permutation:
         self._half = max(1, ((max(n, 2) - 1).bit_length() + 1) // 2)
         self._mask = (1 << self._half) - 1
         self._round_keys = tuple(derive_seed(seed, *keys, "feistel", r) for r in range(4))
+
+    def many(self, positions: np.ndarray) -> np.ndarray:
+        """``perm(i)`` for every ``i`` in ``positions`` at once (the same values as calling it)."""
+        positions = np.asarray(positions, dtype=np.int64)
+        if positions.size and (positions.min() < 0 or positions.max() >= self.n):
+            raise IndexError(f"permutation indices outside [0, {self.n})")
+        out = np.empty(positions.shape, dtype=np.uint64)
+        todo = np.arange(positions.size)
+        current = positions.astype(np.uint64).ravel()
+        flat = out.ravel()
+        half, mask = np.uint64(self._half), np.uint64(self._mask)
+        while todo.size:
+            left, right = current >> half, current & mask
+            for key in self._round_keys:
+                left, right = right, left ^ (_mix64_array(right ^ np.uint64(key)) & mask)
+            current = (left << half) | right
+            done = current < np.uint64(self.n)
+            flat[todo[done]] = current[done]
+            todo, current = todo[~done], current[~done]
+        return out.astype(np.int64)
 
     def __call__(self, i: int) -> int:
         if not 0 <= i < self.n:

@@ -114,3 +114,29 @@ def test_corrupt_states_are_refused(train_ds: Path) -> None:
         reader.restore_state({k: v for k, v in state.items() if k != "open"})
     with pytest.raises(StateError, match="slice 999 outside"):
         reader.restore_state({**state, "open": [[999, 0]]})
+
+
+@pytest.mark.parametrize("multiplier", [None, 1, 3, -1])
+def test_samples_per_worker_matches_what_workers_read(
+    train_ds: Path, multiplier: int | None
+) -> None:
+    ds = PreparedDataset(train_ds, "train")
+    for epoch in (0, 4):
+        expected = [
+            sum(
+                1
+                for _ in _reader(
+                    ds,
+                    g,
+                    4,
+                    shuffle_over_epochs_multiplier=multiplier,
+                    start_epoch=epoch,
+                    max_samples_per_sequence=7,
+                )
+            )
+            for g in range(4)
+        ]
+        counts = _reader(
+            ds, 0, 4, shuffle_over_epochs_multiplier=multiplier, max_samples_per_sequence=7
+        ).samples_per_worker(epoch)
+        assert counts.tolist() == expected

@@ -188,11 +188,7 @@ class Blend(Stage):
         return self._epoch * max(1, math.ceil(self._reps[index])) + number
 
     def _start_pass(self, index: int, number: int) -> None:
-        # Readers restart through their own state contract: same rng counter, new epoch.
-        reader = self.sources[index]
-        state = reader.save_state()
-        state.update(epoch=self._reader_epoch(index, number), next=0, open=[], done=False)
-        reader.restore_state(state)
+        self.sources[index].restart(self._reader_epoch(index, number))
 
     def _begin_epoch(self, epoch: int) -> None:
         self._epoch = epoch
@@ -223,13 +219,8 @@ class Blend(Stage):
     def _worker_counts(self, index: int, epoch: int, mine_only: bool = False) -> list[int]:
         """Samples each global worker's reader owns in ``epoch`` (``[own]`` with mine_only)."""
         reader = self.sources[index]
-        workers, me = reader.num_workers, reader.worker_index
-        positions = range(me, reader.num_slices, workers) if mine_only else range(reader.num_slices)
-        counts = [0] * (1 if mine_only else workers)
-        for position in positions:
-            _, start, end = reader.slice_bounds(reader._slice_at(epoch, position))
-            counts[0 if mine_only else position % workers] += end - start
-        return counts
+        counts = reader.samples_per_worker(epoch).tolist()
+        return [counts[reader.worker_index]] if mine_only else counts
 
     # the stage contract -----------------------------------------------------------------
 
