@@ -108,3 +108,58 @@ def test_crude_and_bad_types(tmp_path: Path, dataset_factory) -> None:
         SampleFactory(
             {"sample_type": {"__module__": "energon_lite", "__class__": "TextSample"}}, _meta(root)
         )
+
+
+def test_shards_written_by_webdataset_with_png_and_npy(tmp_path: Path) -> None:
+    """webdataset's own ShardWriter output prepares and loads: PNG images, npy arrays, json."""
+    import io
+
+    import numpy as np
+    import webdataset as wds
+    from PIL import Image
+
+    from energon_lite import (
+        ImageClassificationSample,
+        WorkerConfig,
+        get_loader,
+        get_train_dataset,
+        prepare_dataset,
+    )
+
+    (tmp_path / "shards").mkdir()
+    with wds.ShardWriter(str(tmp_path / "shards/part-%03d.tar"), maxcount=10) as sink:
+        for i in range(25):
+            png = io.BytesIO()
+            Image.fromarray(np.full((5, 7, 3), i, dtype=np.uint8)).save(png, format="PNG")
+            sink.write(
+                {
+                    "__key__": f"k{i:03d}",
+                    "png": png.getvalue(),
+                    "npy": np.arange(i + 1),
+                    "json": {"label": i % 3, "name": f"class {i % 3}"},
+                }
+            )
+    prepare_dataset(
+        tmp_path,
+        split_ratio=[("train", 1)],
+        sample_type="ImageClassificationSample",
+        field_map={"image": "png", "label": "json[label]", "label_name": "json[name]"},
+        progress=False,
+    )
+    ds = get_train_dataset(
+        tmp_path,
+        worker_config=WorkerConfig(0, 1, 0),
+        batch_size=None,
+        shuffle_buffer_size=None,
+        max_samples_per_sequence=None,
+        repeat=False,
+    )
+    samples = {s.__key__: s for s in get_loader(ds)}
+    assert len(samples) == 25 and isinstance(samples["k007"], ImageClassificationSample)
+    assert samples["k007"].image.shape == (3, 5, 7) and torch.allclose(
+        samples["k007"].image, torch.full((3, 5, 7), 7 / 255)
+    )
+    assert (samples["k008"].label, samples["k008"].label_name) == (2, "class 2")
+    raw = PreparedDataset(tmp_path, "train")
+    key, parts = raw.read(*raw.locate(4))
+    assert key == "k004" and np.load(io.BytesIO(parts["npy"])).tolist() == list(range(5))
