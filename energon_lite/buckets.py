@@ -210,6 +210,9 @@ class BucketConfig:
     one group with ``None`` for the resolution form, one per ratio for the aspect-ratio form.
     """
 
+    weighted: bool
+    groups: list[tuple[float | None, list[_Resolution]]]
+
     def __init__(self, config: BucketConfig | Mapping[Any, Any]) -> None:
         if isinstance(config, BucketConfig):
             self.weighted, self.groups = config.weighted, config.groups
@@ -223,9 +226,9 @@ class BucketConfig:
                 f"{list(config)!r}; use one form"
             )
         self.weighted = forms.pop()
-        self.groups: list[tuple[float | None, list[_Resolution]]] = []
+        self.groups = []
         if not self.weighted:
-            resolutions = []
+            resolutions: list[_Resolution] = []
             for name, frames in config.items():
                 if any(r.name == str(name) for r in resolutions):
                     raise ConfigError(f"bucket_config: resolution {str(name)!r} is given twice")
@@ -250,7 +253,7 @@ class BucketConfig:
                 parsed = _parse_frames(where, frames, weighted=True)
                 resolutions.append(_resolution(str(res), h * w, {ratio: (h, w)}, parsed))
             self.groups.append((h_part / w_part, sorted(resolutions, key=lambda r: -r.pixels)))
-        self.groups.sort(key=lambda g: g[0])
+        self.groups.sort(key=lambda g: g[0] or 0.0)  # every group of this form has a ratio
 
     def bucket_ids(self) -> list[BucketId]:
         """Every enabled bucket (probability or weight > 0)."""
@@ -307,7 +310,7 @@ class BucketAssigner:
         groups = self.config.groups
         if self.config.weighted:
             target = height / width
-            values = [g[0] for g in groups]
+            values = [g[0] or 0.0 for g in groups]
             i = bisect.bisect_left(values, target)
             if i == len(values) or (i > 0 and target - values[i - 1] <= values[i] - target):
                 i -= 1

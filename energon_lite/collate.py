@@ -46,7 +46,7 @@ def batch_pad_stack(values: Sequence[torch.Tensor], pad_value: float = 0) -> tor
     shape = [max(v.shape[d] for v in values) for d in range(first.dim())]
     out = _batch_tensor(first, (len(values), *shape)).fill_(pad_value)
     for i, value in enumerate(values):
-        out[(i, *(slice(0, s) for s in value.shape))] = value
+        out[i][tuple(slice(0, s) for s in value.shape)] = value
     return out
 
 

@@ -88,7 +88,7 @@ def run_demo(
             f"3. training {steps} steps with {num_workers} workers, saving the loader state at step {save_at}"
         )
         loader = _loader(root, num_workers, batch_size)
-        start, seen, state, after_save = time.perf_counter(), 0, None, []
+        start, seen, state, after_save = time.perf_counter(), 0, b"", []
         for step, batch in enumerate(tqdm(loader, total=steps, desc="train", unit="batch")):
             seen += len(batch.__key__)
             if step >= save_at:

@@ -21,7 +21,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from energon_lite.errors import ConfigError, StateError
-from energon_lite.pipeline import DatasetPipeline, Leaf, PipelineOptions
+from energon_lite.pipeline import DatasetPipeline, Leaf, Pipeline, PipelineOptions
 from energon_lite.stages.group_batch import BucketSync
 from energon_lite.state import STATE_VERSION, check_same_config
 from energon_lite.task_encoder import DefaultTaskEncoder, TaskEncoder
@@ -31,7 +31,7 @@ from energon_lite.worker import WorkerConfig
 class SavableDataset(IterableDataset):
     """A pipeline plus the worker configuration; iterating it yields batches (no state)."""
 
-    def __init__(self, pipeline: DatasetPipeline, worker_config: WorkerConfig) -> None:
+    def __init__(self, pipeline: Pipeline, worker_config: WorkerConfig) -> None:
         super().__init__()
         self.pipeline = pipeline
         self.worker_config = worker_config

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Sequence
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 
@@ -78,7 +78,7 @@ def _prepare(
 def first_fit_decreasing(
     samples: Sequence[T],
     max_length: int,
-    length: Callable[[T], int] = len,
+    length: Callable[[Any], int] = len,
     oversize: Oversize = "error",
 ) -> list[list[T]]:
     """Groups of ``samples`` with total ``length`` <= ``max_length``, by first-fit decreasing."""
@@ -113,7 +113,7 @@ def first_fit_decreasing(
 def best_fit(
     samples: Sequence[T],
     max_length: int,
-    length: Callable[[T], int] = len,
+    length: Callable[[Any], int] = len,
     oversize: Oversize = "error",
 ) -> list[list[T]]:
     """Groups of ``samples`` with total ``length`` <= ``max_length``, by best-fit decreasing."""
@@ -136,7 +136,7 @@ def best_fit(
 
 
 def packing_efficiency(
-    groups: Sequence[Sequence[T]], max_length: int, length: Callable[[T], int] = len
+    groups: Sequence[Sequence[T]], max_length: int, length: Callable[[Any], int] = len
 ) -> float:
     """Real tokens / (number of packs * ``max_length``); 1.0 means no padding at all."""
     if max_length < 1:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from energon_lite.errors import ConfigError, FailureTracker
 from energon_lite.index.dataset import PreparedDataset
@@ -39,7 +39,7 @@ class Leaf:
     weight: float | None = None  # blend
     repetitions: float | None = None  # blend_epochized
     subflavors: dict[str, Any] | None = None
-    subset: tuple[float | int | str, float | int | str] | None = None
+    subset: tuple[int | str, int | str] | None = None  # ints, "N%" or "end"
     shuffle_over_epochs_multiplier: int | None = 1
     split_config: str = "split.yaml"
     dataset_config: str = "dataset.yaml"
@@ -59,6 +59,16 @@ class PipelineOptions:
     failure_tolerance: int = 100
     bucket_sync: dict[str, Any] | None = None  # GroupBatch's synchronised mode (BucketSync)
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Pipeline(Protocol):
+    """What a SavableDataset runs: one chain per worker, and what a state must match."""
+
+    def build(self, slot: WorkerSlot) -> Stage: ...
+
+    def fingerprint(self) -> dict[str, Any]: ...
+
+    def batches_per_epoch(self, worker_config: WorkerConfig, epoch: int = 0, /) -> int: ...
 
 
 class DatasetPipeline:

@@ -33,6 +33,10 @@ _CHUNK = 16  # samples read per pread from an open slice
 class Reader(Stage):
     """Raw samples ``{__key__, __restore_key__, __shard__, <part>: bytes}`` of one leaf."""
 
+    _open: list[list[int]]  # [slice_id, next sample] of each open slice
+    _perm_cycle: int | None
+    _perm: Permutation
+
     def __init__(
         self,
         dataset: PreparedDataset,
@@ -212,7 +216,7 @@ class Reader(Stage):
     def restore_state(self, state: dict[str, Any] | None) -> None:
         self._chunks: dict[tuple[int, int], tuple[str, dict[str, bytes]]] = {}
         self._bounds_cache: dict[int, tuple[int, int, int]] = {}
-        self._perm_cycle: int | None = None
+        self._perm_cycle = None
         if state is None:
             self._epoch, self._next, self._open, self._done = self.start_epoch, 0, [], False
             self._rng = CounterRng(self.seed, "interleave", self.leaf_id, self.worker_index)

@@ -31,6 +31,7 @@ import io
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any, BinaryIO
 
 import av
@@ -132,7 +133,7 @@ class AVDecoder:
         return {"source": self._source}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["source"])
+        AVDecoder.__init__(self, state["source"])
 
     def _describe(self) -> str:
         src = self._source
@@ -151,23 +152,23 @@ class AVDecoder:
                 meta.video_height = vs.codec_context.height or None
                 meta.video_num_frames = vs.frames or None
                 if vs.duration is not None:
-                    meta.video_duration = float(vs.duration * vs.time_base)
+                    meta.video_duration = float(vs.duration * _time_base(vs))
                 if meta.video_duration is None or meta.video_num_frames is None:
                     # mkv/webm keep no per-stream length: count the packets (no decoding).
                     count, end = self._scan_packets(vs)
                     meta.video_num_frames = meta.video_num_frames or count
                     if meta.video_duration is None and end is not None:
-                        meta.video_duration = float((end - _start_pts(vs)) * vs.time_base)
+                        meta.video_duration = float((end - _start_pts(vs)) * _time_base(vs))
             if container.streams.audio:
                 aud = container.streams.audio[0]
                 meta.audio_sample_rate = aud.codec_context.sample_rate or aud.sample_rate
                 meta.audio_channels = aud.codec_context.channels or None
                 if aud.duration is not None:
-                    meta.audio_duration = float(aud.duration * aud.time_base)
+                    meta.audio_duration = float(aud.duration * _time_base(aud))
                 else:
                     _, end = self._scan_packets(aud)
                     if end is not None:
-                        meta.audio_duration = float((end - _start_pts(aud)) * aud.time_base)
+                        meta.audio_duration = float((end - _start_pts(aud)) * _time_base(aud))
             self._metadata = meta
         return self._metadata
 
@@ -254,7 +255,7 @@ class AVDecoder:
             return self.get_audio()
         return self.get_video_with_audio() if video_decode_audio else self.get_video()
 
-    def _stream(self, kind: str) -> av.stream.Stream:
+    def _stream(self, kind: str) -> Any:  # a VideoStream or AudioStream, as ``kind`` says
         streams = getattr(self._open().streams, kind)
         if not streams:
             raise MediaDecodeError(f"no {kind} stream in {self._describe()}")
@@ -265,7 +266,7 @@ class AVDecoder:
     ) -> tuple[torch.Tensor, tuple[float, float]]:
         _check_range(start, end, unit)
         stream = self._stream("video")
-        tb = float(stream.time_base)
+        tb = float(_time_base(stream))
         step = 1 / (float(stream.average_rate or 25) * tb)  # nominal frame duration, pts units
         if unit == "frames":
             # Mid-frame bounds make the match robust to pts rounded to the time base.
@@ -276,7 +277,7 @@ class AVDecoder:
         arrays, first, last = [], None, None
         for frame in self._frames(stream, lo, step):
             if frame.pts > hi:
-                self._cursor.pending = frame
+                self._pend(frame)
                 break
             arrays.append(_rgb(frame, size))
             first = frame if first is None else first
@@ -284,7 +285,7 @@ class AVDecoder:
             if frame.pts + (frame.duration or step) > hi:
                 # The next frame starts after this one ends, so it cannot be in the range:
                 # stop without decoding it, and offer this one again to an overlapping range.
-                self._cursor.pending = frame
+                self._pend(frame)
                 break
         if first is None or last is None:
             meta = self.get_metadata()
@@ -312,7 +313,7 @@ class AVDecoder:
         else:
             first = int(start)
             wanted = None if end == INF else int(end) - first
-        tb = float(stream.time_base)
+        tb = float(_time_base(stream))
         origin = self._origin(stream)
         lo = origin + first / rate / tb
         chunks, have, pos = [], 0, None
@@ -339,12 +340,17 @@ class AVDecoder:
         clip = torch.from_numpy(np.concatenate(chunks, axis=1))
         return clip, (first / rate, (first + have) / rate)
 
+    def _pend(self, frame: Any) -> None:
+        """Keep ``frame`` for the next range (the cursor exists while frames are read)."""
+        if self._cursor is not None:
+            self._cursor.pending = frame
+
     def _origin(self, stream: av.stream.Stream) -> float:
         """Where second 0 is, in ``stream``'s pts: the container start (keeps A/V in sync)."""
         start = self._open().start_time
         if start is None:
             return float(_start_pts(stream))
-        return start / av.time_base / float(stream.time_base)
+        return start / av.time_base / float(_time_base(stream))
 
     def _frames(self, stream: av.stream.Stream, lo: float, step: float) -> Iterator[Any]:
         """Decoded frames of ``stream`` from the one showing at pts ``lo`` onward."""
@@ -441,7 +447,7 @@ def _samples(frame: av.AudioFrame) -> np.ndarray:
         return arr.astype(np.float32, copy=False)
     if arr.dtype == np.uint8:
         return (arr.astype(np.float32) - 128) / 128
-    return arr.astype(np.float32) / float(-np.iinfo(arr.dtype).min)
+    return arr.astype(np.float32) / 2.0 ** (8 * arr.dtype.itemsize - 1)  # signed PCM full scale
 
 
 def decode_av_part(data: bytes, mode: str, decode_audio: bool = False) -> Any:
@@ -463,3 +469,10 @@ def decode_av_part(data: bytes, mode: str, decode_audio: bool = False) -> Any:
         return decoder
     with decoder:
         return decoder.get_frames(video_decode_audio=decode_audio)
+
+
+def _time_base(stream: Any) -> Fraction:
+    """A stream's time base; containers PyAV can demux always set one."""
+    if stream.time_base is None:
+        raise MediaDecodeError(f"{stream.type} stream #{stream.index} has no time base")
+    return stream.time_base

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from fractions import Fraction
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 import av
 import numpy as np
@@ -107,24 +107,29 @@ def make_video(
     if isinstance(path_or_buffer, os.PathLike):
         path_or_buffer = os.fspath(path_or_buffer)
     with av.open(path_or_buffer, mode="w", format=_MUXERS[container]) as out:
-        vstream = astream = None
+        vstream: av.VideoStream | None = None
+        astream: av.AudioStream | None = None
         if with_video:
-            vstream = out.add_stream(video_codec, rate=fps)
+            vstream = cast("av.VideoStream", out.add_stream(video_codec, rate=fps))
             vstream.width, vstream.height, vstream.pix_fmt = width, height, pix_fmt
             vstream.time_base = Fraction(1, fps)
             vstream.codec_context.gop_size = gop_size
             if video_codec in ("libx264", "libvpx-vp9", "libvpx"):
                 # Fast and small, keyframes only every gop_size frames (no scene-cut extras).
-                vstream.options = {"preset": "ultrafast", "sc_threshold": "0", "crf": "18"}
+                options: dict[str, object] = (
+                    {"preset": "ultrafast", "sc_threshold": "0", "crf": "18"}
+                    if video_codec == "libx264"
+                    else {"deadline": "realtime", "cpu-used": "8", "crf": "10"}
+                )
+                vstream.options = options
                 if video_codec != "libx264":
-                    vstream.options = {"deadline": "realtime", "cpu-used": "8", "crf": "10"}
                     vstream.bit_rate = 2_000_000
             else:
                 vstream.bit_rate = 4_000_000
             if video_options is not None:
-                vstream.options = video_options
+                vstream.options = dict[str, object](video_options)
         if with_audio:
-            astream = out.add_stream(audio_codec, rate=audio_rate)
+            astream = cast("av.AudioStream", out.add_stream(audio_codec, rate=audio_rate))
             astream.layout = "mono" if audio_channels == 1 else "stereo"
         audio = _AudioWriter(astream, audio_rate, audio_channels) if astream else None
         for i in range(num_frames):

@@ -43,8 +43,9 @@ def check_image_mode(mode: str) -> None:
 def decode_image(data: bytes, mode: str) -> Any:
     """Decode image bytes: numpy layouts are HWC, torch layouts CHW; floats lie in [0, 1]."""
     pil_mode, kind = IMAGE_MODES[mode]
-    with Image.open(io.BytesIO(data)) as img:
-        img.load()
+    with Image.open(io.BytesIO(data)) as opened:
+        opened.load()
+        img: Image.Image = opened
         if pil_mode is not None and img.mode != pil_mode:
             img = img.convert(pil_mode)
         if kind == "pil":

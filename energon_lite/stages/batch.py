@@ -35,6 +35,8 @@ def collate_or_skip(
 
 
 class Batch(Stage):
+    source: Stage  # always set: this stage has one parent
+
     def __init__(
         self,
         source: Stage,

@@ -48,6 +48,8 @@ _MODES = ("weighted", "epochized", "concat")
 class Blend(Stage):
     """Weighted, epochized or concatenated blend of several sources (see the module docstring)."""
 
+    _done: bool
+
     def __init__(
         self,
         sources: Sequence[Stage],

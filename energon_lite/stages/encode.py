@@ -31,6 +31,8 @@ class LeafSpec:
 
 
 class Encode(Stage):
+    source: Stage  # always set: this stage has one parent
+
     def __init__(
         self,
         source: Stage,

@@ -74,6 +74,9 @@ class BucketSync:
 
 
 class GroupBatch(Stage):
+    source: Stage  # always set: this stage has one parent
+    _source_done: bool
+
     def __init__(
         self,
         source: Stage,

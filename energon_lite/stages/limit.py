@@ -9,6 +9,8 @@ from energon_lite.stage import Stage
 
 
 class Limit(Stage):
+    source: Stage  # always set: this stage has one parent
+
     def __init__(self, source: Stage, limit: int) -> None:
         if limit < 0:
             raise ConfigError(f"{limit=} must be >= 0 (or None for no limit)")

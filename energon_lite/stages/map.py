@@ -15,6 +15,8 @@ from energon_lite.stage import Stage
 
 
 class Map(Stage):
+    source: Stage  # always set: this stage has one parent
+
     def __init__(
         self,
         source: Stage,

@@ -44,6 +44,11 @@ def _restore_key(sample: Any) -> Any:
 
 
 class Pack(Stage):
+    source: Stage  # always set: this stage has one parent
+    _buffer: list[Any]
+    _pending: list[list[Any]]
+    _source_done: bool
+
     def __init__(
         self,
         source: Stage,

@@ -18,6 +18,11 @@ from energon_lite.stage import Stage
 
 
 class ShuffleBuffer(Stage):
+    source: Stage  # always set: this stage has one parent
+    _buffer: list[Any]
+    _rng: CounterRng
+    _source_done: bool
+
     def __init__(self, source: Stage, size: int, seed: int, *rng_keys: Any) -> None:
         if size < 1:
             raise ConfigError(
@@ -52,7 +57,7 @@ class ShuffleBuffer(Stage):
         self._source_done = False
         if state is None:
             self.source.restore_state(None)
-            self._buffer: list[Any] = []
+            self._buffer = []
             self._rng = CounterRng(self.seed, *self.rng_keys)
             return
         state = self._check_state(state, "keys", "rng")

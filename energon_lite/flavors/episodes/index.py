@@ -144,7 +144,7 @@ def load_episode_index(folder: str | Path) -> EpisodeIndex:
             return EpisodeIndex(
                 root, z["paths"], z["lengths"].astype(np.int64), z["labels"].astype(bool),
                 z["cameras"], z["depth_cameras"], z["has_reward"].astype(bool),
-                int(z["dims"][0]), int(z["dims"][1]), skipped,  # type: ignore[arg-type]
+                int(z["dims"][0]), int(z["dims"][1]), skipped,
             )  # fmt: skip
     except (KeyError, ValueError, OSError) as exc:
         raise DatasetFormatError(f"{path}: corrupt episode index ({exc}); prepare again") from exc
@@ -211,7 +211,7 @@ def scan_episodes(
         tracker.ok()
         dims = dims or row[5:]
         rows.append((str(path.relative_to(root)), *row))
-    if not rows:
+    if not rows or dims is None:
         raise DatasetFormatError(f"no usable HDF5 episode (*.hdf5, *.h5) under {root}")
     cols = list(zip(*rows))
     return EpisodeIndex(

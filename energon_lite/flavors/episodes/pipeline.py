@@ -9,7 +9,7 @@ reader with no open files, so each worker opens the HDF5 files itself.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any
 
 from energon_lite.errors import ConfigError
 from energon_lite.flavors.episodes.collate import collate_transitions
@@ -17,19 +17,9 @@ from energon_lite.flavors.episodes.pool import EpisodePool, choose_pool, pool_st
 from energon_lite.flavors.episodes.sweep import EpisodeSweep
 from energon_lite.flavors.episodes.transitions import TransitionBuilder
 from energon_lite.stage import Stage
+from energon_lite.worker import WorkerSlot
 
 MODES = ("pool", "full")
-
-
-class WorkerSlot(Protocol):
-    rank: int
-    world_size: int
-    worker_id: int
-    num_workers: int
-    global_worker_id: int
-    num_global_workers: int
-    seed: int
-    epoch: int
 
 
 class EpisodePipeline:

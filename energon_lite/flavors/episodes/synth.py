@@ -62,7 +62,7 @@ def write_episode(
         f.create_dataset("action", data=action.astype(np.float32))
         if reward is not None:
             f.create_dataset("reward", data=np.asarray(reward, dtype=np.float32))
-        noise = np.zeros((height, width, 3), dtype=np.int16)
+        noise: np.ndarray = np.zeros((height, width, 3), dtype=np.int16)
         if texture:
             noise = np.random.default_rng(episode_id).integers(-20, 21, (height, width, 3))
         for c, cam in enumerate(cameras):

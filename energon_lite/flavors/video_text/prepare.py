@@ -72,7 +72,7 @@ class _HashingReader(io.RawIOBase):
         return True
 
     def readinto(self, buffer: Any) -> int:
-        n = self.file.readinto(buffer)
+        n = self.file.readinto(buffer)  # type: ignore[attr-defined]  # a real file object
         self.digest.update(memoryview(buffer)[:n])
         self.done += n
         return n
@@ -122,7 +122,8 @@ def prepare_video_text(
     nums = {name: array("i") for name in ("num_frames", "height", "width")}
     fps, offsets = array("f"), array("q", [0])
     missing: list[tuple[int, str]] = []
-    num_missing, checked = 0, {}
+    num_missing = 0
+    checked: dict[str, bool] = {}
     size = csv_path.stat().st_size
     with open(csv_path, "rb") as raw, open(tmp / "strings.bin", "wb") as blob:
         hashing = _HashingReader(raw)
