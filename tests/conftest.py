@@ -46,6 +46,21 @@ def split_ds(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
 
 
+@pytest.fixture(scope="session")
+def text_ds(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """200 caption samples ("sample i: w1 w2 ...") as TextSample, in 10 shards, all in train."""
+    root = tmp_path_factory.mktemp("text_ds")
+    write_captioning_shards(root, 200, 20, image_size=(8, 8))
+    prepare_dataset(
+        root,
+        split_ratio=[("train", 1)],
+        sample_type="TextSample",
+        field_map={"text": "txt"},
+        progress=False,
+    )
+    return root
+
+
 @pytest.fixture
 def dataset_factory():
     """``make_dataset`` as a fixture, for tests that need datasets of their own."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 import tarfile
@@ -24,44 +23,12 @@ def _shards(root: Path) -> None:
 
 def test_energon_prepared_dataset_reads_here(tmp_path: Path) -> None:
     _shards(tmp_path)
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "megatron.energon.cli.main",
-            "prepare",
-            "--non-interactive",
-            "--split-ratio",
-            "2,1,0",
-            "--sample-type",
-            "CaptioningSample",
-            "--field-map",
-            '{"image": "jpg", "caption": "json[caption]"}',
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    if done.returncode != 0:  # older layouts of the CLI module
-        energon_cli = shutil.which("energon") or str(Path(sys.executable).parent / "energon")
-        done = subprocess.run(
-            [
-                energon_cli,
-                "prepare",
-                "--non-interactive",
-                "--split-ratio",
-                "2,1,0",
-                "--sample-type",
-                "CaptioningSample",
-                "--field-map",
-                '{"image": "jpg", "caption": "json[caption]"}',
-                str(tmp_path),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=180,
-        )
+    done = subprocess.run(  # Energon's own CLI, as its users run it
+        [sys.executable, "-m", "megatron.energon.cli.main", "prepare", "--non-interactive",
+         "--split-ratio", "2,1,0", "--sample-type", "CaptioningSample",
+         "--field-map", '{"image": "jpg", "caption": "json[caption]"}', str(tmp_path)],
+        capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert (tmp_path / ".nv-meta/index.sqlite").exists()  # really Energon's output
     ds = PreparedDataset(tmp_path, "train")

@@ -20,30 +20,13 @@ from energon_lite import (
     WorkerConfig,
     get_savable_loader,
     get_train_dataset,
-    prepare_dataset,
 )
 from energon_lite.buckets import BucketConfig, BucketId, choose_bucket, make_batch_group_criterion
 from energon_lite.packing import best_fit
-from energon_lite.synth import write_captioning_shards
 from energon_lite.testing import assert_loader_resumes, assert_stage_resumes
 
 NUM_SAMPLES = 200
 SEED = 0
-
-
-@pytest.fixture(scope="module")
-def text_ds(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """200 caption samples ("sample i: w1 w2 ...") in 10 shards, all in train."""
-    root = tmp_path_factory.mktemp("group_ds")
-    write_captioning_shards(root, NUM_SAMPLES, 20, image_size=(8, 8))
-    prepare_dataset(
-        root,
-        split_ratio=[("train", 1)],
-        sample_type="TextSample",
-        field_map={"text": "txt"},
-        progress=False,
-    )
-    return root
 
 
 @dataclass

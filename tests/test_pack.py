@@ -20,31 +20,14 @@ from energon_lite import (
     WorkerConfig,
     get_savable_loader,
     get_train_dataset,
-    prepare_dataset,
 )
 from energon_lite.packing import best_fit
 from energon_lite.stages.pack import Pack
 from energon_lite.state import decode_state, encode_state
-from energon_lite.synth import write_captioning_shards
 from energon_lite.testing import assert_loader_resumes, assert_stage_resumes
 
 MAX_LENGTH = 32
 NUM_SAMPLES = 200
-
-
-@pytest.fixture(scope="module")
-def text_ds(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """200 caption samples ("sample i: w1 w2 ...") in 10 shards, all in train."""
-    root = tmp_path_factory.mktemp("pack_ds")
-    write_captioning_shards(root, NUM_SAMPLES, 20, image_size=(8, 8))
-    prepare_dataset(
-        root,
-        split_ratio=[("train", 1)],
-        sample_type="TextSample",
-        field_map={"text": "txt"},
-        progress=False,
-    )
-    return root
 
 
 @dataclass
