@@ -23,7 +23,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from energon_lite.errors import ConfigError, StateError
 from energon_lite.pipeline import DatasetPipeline, Leaf, Pipeline, PipelineOptions
 from energon_lite.stages.group_batch import BucketSync
-from energon_lite.state import STATE_VERSION, check_same_config
+from energon_lite.state import STATE_VERSION, check_same_config, check_state_shape
 from energon_lite.task_encoder import DefaultTaskEncoder, TaskEncoder
 from energon_lite.worker import WorkerConfig
 
@@ -198,14 +198,16 @@ class SavableLoader:
         next_worker = state.get("next_worker")
         if not isinstance(next_worker, int) or not 0 <= next_worker < n:
             raise StateError(f"loader state next_worker={next_worker!r} outside [0, {n})")
+        epoch = state.get("epoch", 0)
+        if not isinstance(epoch, int) or epoch < 0:
+            raise StateError(f"loader state epoch={epoch!r} is not a pass number; it is corrupt")
         for worker, worker_state in enumerate(workers):
-            if worker_state is not None:  # validate now, in this process, not later in a worker
-                self.dataset.pipeline.build(
-                    self.worker_config.slot(worker, int(state.get("epoch", 0)))
-                ).restore_state(worker_state)
+            if worker_state is not None:  # the shape now; the values when the worker restores
+                fresh = self.dataset.pipeline.build(self.worker_config.slot(worker, epoch))
+                check_state_shape(fresh.save_state(), worker_state)
         self._states = list(workers)
         self._next_worker = next_worker
-        self._epoch = int(state.get("epoch", 0))
+        self._epoch = epoch
 
     def save_state_global(self, global_dst_rank: int = 0) -> list[dict[str, Any]] | None:
         """Gather every rank's state on ``global_dst_rank`` (None on the other ranks)."""

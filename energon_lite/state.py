@@ -45,3 +45,32 @@ def _normalise(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _normalise(v) for k, v in value.items()}
     return value
+
+
+def check_state_shape(template: Any, state: Any) -> None:
+    """Refuse ``state`` where its stage chain differs from ``template`` (a fresh state of the
+    same chain): another stage, a missing key, a truncated nesting. No I/O: buffered
+    samples are not fetched here, only when a worker restores."""
+    if not isinstance(template, dict):
+        return
+    expected = template.get("type")
+    if not isinstance(state, dict):
+        raise StateError(
+            f"{expected}: state must be a dict, got {type(state).__name__}; it is corrupt"
+        )
+    if state.get("type") != expected:
+        raise StateError(
+            f"{expected}: state belongs to stage {state.get('type')!r}, not {expected!r}; "
+            "was it saved by a loader with other stages (packing, grouping, blend)?"
+        )
+    missing = sorted(set(template) - set(state))
+    if missing:
+        raise StateError(f"{expected}: state is missing {missing}; it is truncated or corrupt")
+    if "source" in template:
+        check_state_shape(template["source"], state["source"])
+    if "sources" in template:
+        sources = state["sources"]
+        if not isinstance(sources, list) or len(sources) != len(template["sources"]):
+            raise StateError(f"{expected}: state has another number of sources; it is corrupt")
+        for fresh, saved in zip(template["sources"], sources):
+            check_state_shape(fresh, saved)

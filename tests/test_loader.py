@@ -236,3 +236,16 @@ def test_unpicklable_batches_raise_instead_of_hanging(train_ds: Path) -> None:
     ):
         list(take(get_loader(_train(train_ds, 2, task_encoder=LocalEncoder())), 2))
     assert len(list(take(get_loader(_train(train_ds, 0, task_encoder=LocalEncoder())), 2))) == 2
+
+
+def test_corrupt_values_are_refused_when_the_worker_restores(train_ds: Path) -> None:
+    loader = get_savable_loader(_train(train_ds, 2))
+    take(loader, 3)
+    state = copy.deepcopy(loader.save_state_rank())
+    reader_state = state["workers"][0]["source"]["source"]["source"]  # Batch<-Encode<-Shuffle<-Reader
+    assert reader_state["type"] == "Reader"
+    reader_state["open"] = [[999, 0]]
+    resumed = get_savable_loader(_train(train_ds, 2))
+    resumed.restore_state_rank(state)  # the shape is right: the values are checked by the worker
+    with pytest.raises(StateError, match="Reader: slice 999 outside this dataset's"):
+        take(resumed, 2)  # worker 1 is next; worker 0 (corrupted) comes second

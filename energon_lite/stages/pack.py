@@ -174,8 +174,8 @@ class Pack(Stage):
         self._source_done = False
         if state is None:
             self.source.restore_state(None)
-            self._buffer: list[Any] = []
-            self._pending: list[list[Any]] = []
+            self._buffer = []
+            self._pending = []
             return
         state = self._check_state(state, "buffer", "pending")
         held = len(state["buffer"]) + sum(len(group) for group in state["pending"])
