@@ -112,7 +112,8 @@ def test_reproducible_scaling_of_global_batches(train_ds: Path) -> None:
 
     one_by_four = global_batches(1, 4, 8)
     assert global_batches(2, 2, 4) == one_by_four
-    assert global_batches(4, 0, 2) == one_by_four[:2] or global_batches(4, 1, 2) == one_by_four[:2]
+    assert global_batches(4, 1, 2) == one_by_four[:2]
+    assert global_batches(4, 0, 2) == one_by_four[:2]  # in-process loading counts as one worker
 
 
 def test_val_is_ordered_with_limit(split_ds: Path) -> None:
