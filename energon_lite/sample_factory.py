@@ -52,7 +52,8 @@ def _load_function(spec: str, meta_dir: Path, where: str) -> Callable[..., Any]:
     if not path.is_file():
         raise DatasetFormatError(f"{where}: {spec!r}: file {path} not found")
     module_spec = importlib.util.spec_from_file_location(f"energon_lite_user_{path.stem}", path)
-    assert module_spec is not None and module_spec.loader is not None  # a .py file always has one
+    if module_spec is None or module_spec.loader is None:
+        raise DatasetFormatError(f"{where}: {path} cannot be loaded as a Python module")
     module = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(module)
     try:
