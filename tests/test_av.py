@@ -319,3 +319,59 @@ def test_docs_examples_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.chdir(tmp_path)
     for block in blocks:
         exec(compile(block, str(DOCS), "exec"), {"__name__": "__docs__"})
+
+
+def test_video_parts_of_webdataset_samples_arrive_as_decoders(tmp_path: Path) -> None:
+    """SampleDecoder(av_decode=...) on mp4 parts of real tar shards, through the loader."""
+    import io
+    import tarfile
+
+    from energon_lite import (
+        SampleDecoder,
+        TaskEncoder,
+        VidQASample,
+        WorkerConfig,
+        get_loader,
+        get_train_dataset,
+        prepare_dataset,
+    )
+    from energon_lite.av import AVDecoder
+    from energon_lite.av.synth import make_video, read_frame_index
+
+    (tmp_path / "parts").mkdir()
+    with tarfile.open(tmp_path / "parts/clips-0.tar", "w") as tar:
+        for i in range(4):
+            video = io.BytesIO()
+            make_video(video, "mp4", num_frames=20 + i, width=32, height=32, fps=10)
+            for name, data in (
+                (f"c{i}.mp4", video.getvalue()),
+                (f"c{i}.txt", f"clip {i}".encode()),
+            ):
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    prepare_dataset(tmp_path, split_ratio=[("train", 1)], sample_type="VidQASample",
+                    field_map={"video": "mp4", "context": "txt"}, progress=False)  # fmt: skip
+
+    class Clips(TaskEncoder):
+        decoder = SampleDecoder(av_decode="AVDecoder")
+
+        def encode_sample(self, sample: VidQASample) -> dict:
+            assert isinstance(sample.video, AVDecoder)
+            clip = sample.video.get_clips(
+                video_clip_ranges=[(2, 5)], video_unit="frames"
+            ).video_clips[0]
+            return {"__key__": sample.__key__, "frames": [read_frame_index(f) for f in clip],
+                    "length": sample.video.get_metadata().video_num_frames}  # fmt: skip
+
+        def batch(self, samples: list[dict]) -> list[dict]:
+            return samples
+
+    dataset = get_train_dataset(tmp_path, worker_config=WorkerConfig(0, 1, 0), batch_size=4,
+                                shuffle_buffer_size=None, max_samples_per_sequence=None,
+                                repeat=False, task_encoder=Clips())  # fmt: skip
+    (batch,) = list(get_loader(dataset))
+    by_key = {s["__key__"]: s for s in batch}
+    assert sorted(by_key) == ["c0", "c1", "c2", "c3"]
+    assert all(s["frames"] == [2, 3, 4, 5] for s in batch)
+    assert [by_key[f"c{i}"]["length"] for i in range(4)] == [20, 21, 22, 23]
