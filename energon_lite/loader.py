@@ -118,11 +118,15 @@ class SavableLoader:
         pin_memory: bool | None = None,
         prefetch_factor: int | None = 2,
         track_state: bool = True,
+        timeout_seconds: float | None = None,
     ) -> None:
         if not isinstance(dataset, SavableDataset):
             raise ConfigError(
                 f"expected a dataset from get_train_dataset/get_val_dataset, got {type(dataset).__name__}"
             )
+        if timeout_seconds is not None and timeout_seconds <= 0:
+            raise ConfigError(f"{timeout_seconds=} must be > 0 (or None: wait as long as it takes)")
+        self.timeout_seconds = timeout_seconds
         self.dataset = dataset
         self.worker_config = dataset.worker_config
         self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
@@ -146,6 +150,7 @@ class SavableLoader:
             pin_memory=self.pin_memory,
             prefetch_factor=self.prefetch_factor if wc.num_workers > 0 else None,
             persistent_workers=False,
+            timeout=self.timeout_seconds if wc.num_workers > 0 and self.timeout_seconds else 0,
         )
         n = wc.workers_per_rank
         for logical, batch, state in loader:
@@ -368,11 +373,49 @@ def get_val_dataset(
     return SavableDataset(DatasetPipeline(leaves, mode, te, options, worker_config), worker_config)
 
 
-def get_savable_loader(dataset: SavableDataset, **kwargs: Any) -> SavableLoader:
-    """A loader that can ``save_state_rank()`` / ``restore_state_rank()``."""
-    return SavableLoader(dataset, **kwargs)
+# Energon's loader knobs that energon_lite's design makes moot: the state is exact after
+# every batch (no periodic worker checkpoints to tune) and workers hold no garbage to collect.
+_MOOT_ENERGON_OPTIONS = frozenset(
+    {"checkpoint_every_sec", "checkpoint_every_min_n_samples", "n_checkpoints", "gc_collect_every_n_steps",
+     "gc_freeze_at_step", "watchdog_initial_timeout_seconds"}
+)  # fmt: skip
 
 
-def get_loader(dataset: SavableDataset, **kwargs: Any) -> SavableLoader:
+def _loader_options(dataset: SavableDataset, options: dict[str, Any]) -> dict[str, Any]:
+    """Energon's ``get_(savable_)loader`` arguments -> SavableLoader's, refusing what differs."""
+    worker_config = options.pop("worker_config", None)
+    if worker_config is not None and worker_config != dataset.worker_config:
+        raise ConfigError(
+            f"get_loader(worker_config={worker_config}) differs from the dataset's "
+            f"{dataset.worker_config}; pass the same one (or none)"
+        )
+    if options.pop("cache_pool", None) is not None:
+        raise ConfigError(
+            "cache_pool (Energon's remote-file cache) is not supported by energon_lite"
+        )
+    watchdog = options.pop("watchdog_timeout_seconds", None)
+    if options.pop("fail_on_timeout", False):  # Energon's watchdog that raises: a batch timeout
+        options.setdefault("timeout_seconds", watchdog)
+    for name in _MOOT_ENERGON_OPTIONS & set(options):
+        options.pop(name)
+    unknown = sorted(set(options) - {"pin_memory", "prefetch_factor", "timeout_seconds"})
+    if unknown:
+        raise ConfigError(f"unknown loader arguments {unknown}")
+    return options
+
+
+def get_savable_loader(dataset: SavableDataset, **options: Any) -> SavableLoader:
+    """A loader that can ``save_state_rank()`` / ``restore_state_rank()``.
+
+    Options: ``pin_memory`` (default: when CUDA is available), ``prefetch_factor`` (2),
+    ``timeout_seconds`` (raise when a worker takes longer for one batch; default: wait).
+    Energon's arguments are accepted too: ``fail_on_timeout=True`` with
+    ``watchdog_timeout_seconds`` becomes ``timeout_seconds``; its checkpoint and gc knobs
+    have nothing to tune here; ``cache_pool`` is refused.
+    """
+    return SavableLoader(dataset, **_loader_options(dataset, options))
+
+
+def get_loader(dataset: SavableDataset, **options: Any) -> SavableLoader:
     """The same batches as ``get_savable_loader``, without the per-batch state bookkeeping."""
-    return SavableLoader(dataset, track_state=False, **kwargs)
+    return SavableLoader(dataset, track_state=False, **_loader_options(dataset, options))

@@ -22,8 +22,15 @@ class WorkerConfig:
     num_workers: int
     data_parallel_group: Any = None
     seed_offset: int = 0
+    worker_debug_path: str | None = None  # Energon's; only the default is supported
+    worker_log_level: int = 0  # Energon's; only the default is supported
 
     def __post_init__(self) -> None:
+        if self.worker_debug_path is not None or self.worker_log_level != 0:
+            raise ConfigError(
+                "WorkerConfig: Energon's worker_debug_path/worker_log_level sample logs are not "
+                "supported; `energon-lite checkpoint info` shows where each worker is"
+            )
         if self.world_size < 1 or not 0 <= self.rank < self.world_size:
             raise ConfigError(
                 f"WorkerConfig: need 0 <= rank < world_size, got {self.rank=}, {self.world_size=}"

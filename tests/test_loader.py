@@ -243,10 +243,41 @@ def test_corrupt_values_are_refused_when_the_worker_restores(train_ds: Path) -> 
     loader = get_savable_loader(_train(train_ds, 2))
     take(loader, 3)
     state = copy.deepcopy(loader.save_state_rank())
-    reader_state = state["workers"][0]["source"]["source"]["source"]  # Batch<-Encode<-Shuffle<-Reader
+    reader_state = state["workers"][0]["source"]["source"][
+        "source"
+    ]  # Batch<-Encode<-Shuffle<-Reader
     assert reader_state["type"] == "Reader"
     reader_state["open"] = [[999, 0]]
     resumed = get_savable_loader(_train(train_ds, 2))
     resumed.restore_state_rank(state)  # the shape is right: the values are checked by the worker
     with pytest.raises(StateError, match="Reader: slice 999 outside this dataset's"):
         take(resumed, 2)  # worker 1 is next; worker 0 (corrupted) comes second
+
+
+def test_energon_loader_arguments(train_ds: Path) -> None:
+    dataset = _train(train_ds, 2)
+    loader = get_savable_loader(dataset, worker_config=dataset.worker_config, checkpoint_every_sec=60,
+                                n_checkpoints=2, gc_collect_every_n_steps=10, prefetch_factor=2)  # fmt: skip
+    assert len(take(loader, 2)) == 2
+    with pytest.raises(ConfigError, match="differs from the dataset's"):
+        get_loader(dataset, worker_config=WorkerConfig(rank=0, world_size=1, num_workers=1))
+    with pytest.raises(ConfigError, match="cache_pool"):
+        get_loader(dataset, cache_pool=object())
+    with pytest.raises(ConfigError, match=r"unknown loader arguments \['batch_size'\]"):
+        get_loader(dataset, batch_size=3)
+
+
+class Slow(TaskEncoder):
+    def encode_sample(self, sample: CaptioningSample) -> CaptioningSample:
+        import time
+
+        time.sleep(2)
+        return sample
+
+
+@pytest.mark.timeout(60)
+def test_fail_on_timeout_raises_instead_of_waiting(train_ds: Path) -> None:
+    dataset = _train(train_ds, 1, task_encoder=Slow(), batch_size=2)
+    loader = get_loader(dataset, fail_on_timeout=True, watchdog_timeout_seconds=0.5)
+    with pytest.raises(RuntimeError, match="timed out"):
+        take(loader, 1)
