@@ -12,6 +12,12 @@ import torch
 KEY_FIELDS = ("__key__", "__restore_key__", "__subflavors__")
 
 
+def _sources(column: Sequence[Any]) -> tuple[Any, ...] | None:
+    """A batch's ``__sources__``: every sample's entries, in order (None when there are none)."""
+    merged = tuple(info for entry in column for info in (entry or ()))
+    return merged or None
+
+
 def _batch_tensor(first: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
     """An uninitialised tensor for a batch; in a loader worker, in shared memory.
 
@@ -81,14 +87,21 @@ def default_collate(samples: Sequence[Any], result_type: type | None = None) -> 
     if dataclasses.is_dataclass(first):
         cls = result_type or type(first)
         names = [f.name for f in dataclasses.fields(cls)]
-        values = {}
+        values: dict[str, Any] = {}
         for name in names:
             column = [getattr(s, name, None) for s in samples]
-            values[name] = list(column) if name in KEY_FIELDS else collate_values(column)
+            if name == "__sources__":
+                values[name] = _sources(column)
+            else:
+                values[name] = list(column) if name in KEY_FIELDS else collate_values(column)
         return cls(**values)
     if isinstance(first, dict):
         batch = {
-            k: (list(v) if k in KEY_FIELDS else collate_values(v))
+            k: _sources(v)
+            if k == "__sources__"
+            else list(v)
+            if k in KEY_FIELDS
+            else collate_values(v)
             for k, v in ((k, [s[k] for s in samples]) for k in first)
         }
         return result_type(**batch) if result_type is not None else batch

@@ -149,29 +149,33 @@ class DatasetPipeline:
     def build(self, slot: WorkerSlot) -> Stage:
         """The chain of one worker, fresh (call ``restore_state`` on it to resume)."""
         opts, te = self.options, self.task_encoder
-        failures = FailureTracker(opts.failure_tolerance)
+
+        def failures() -> FailureTracker:
+            # one per stage: a success in one stage must not reset another's failure streak
+            return FailureTracker(opts.failure_tolerance)
+
         readers = self.readers(slot)
         single = len(readers) == 1 and self.blend_mode != "epochized"  # quotas need the Blend
         stage: Stage = readers[0] if single else self._blend(readers, slot)
         if opts.training and opts.shuffle_buffer_size:
             stage = ShuffleBuffer(stage, opts.shuffle_buffer_size, slot.seed, slot.global_worker_id)
         hook = "preencode_sample" if opts.packing_buffer_size else "encode_sample"
-        stage = Encode(stage, self.specs, te, slot.seed, failures, hook)
+        stage = Encode(stage, self.specs, te, slot.seed, failures(), hook)
         if opts.packing_buffer_size:
             from energon_lite.stages.pack import Pack
 
-            stage = Pack(stage, opts.packing_buffer_size, te, slot.seed, failures)
+            stage = Pack(stage, opts.packing_buffer_size, te, slot.seed, failures())
         if te.overrides("batch_group_criterion"):
             from energon_lite.stages.group_batch import BucketSync, GroupBatch
 
             sync = BucketSync.for_slot(opts.bucket_sync, slot)
             stage = GroupBatch(
-                stage, te.batch_group_criterion, te.batch, opts.batch_drop_last, failures, sync
+                stage, te.batch_group_criterion, te.batch, opts.batch_drop_last, failures(), sync
             )
         elif opts.batch_size is not None:
-            stage = Batch(stage, opts.batch_size, te.batch, opts.batch_drop_last, failures)
+            stage = Batch(stage, opts.batch_size, te.batch, opts.batch_drop_last, failures())
         if te.overrides("encode_batch"):
-            stage = Map(stage, te.encode_batch, "encode_batch", failures)
+            stage = Map(stage, te.encode_batch, "encode_batch", failures())
         if opts.limit is not None:  # per rank; the loader polls workers round robin
             stage = Limit(stage, -(-(opts.limit - slot.worker_id) // slot.num_workers))
         stage.restore_state(None)

@@ -18,7 +18,7 @@ from typing import Any
 
 from energon_lite.decode import SampleDecoder
 from energon_lite.errors import DatasetFormatError
-from energon_lite.samples import SAMPLE_TYPES
+from energon_lite.samples import SAMPLE_TYPES, SourceInfo
 
 _OUR_MODULES = ("megatron.energon", "energon_lite", "energon_lite.samples")
 _INDEX = re.compile(r"\[([^\]]*)\]")
@@ -78,6 +78,7 @@ class SampleFactory:
 
     def __init__(self, config: dict[str, Any], meta_dir: Path) -> None:
         where = str(meta_dir / "dataset.yaml")
+        self.root = str(meta_dir.parent)
         self.crude = config.get("__class__") in CRUDE_CLASSES
         self.sample_type: type | None = None
         self.fields: dict[str, tuple[str, list[str | int]]] = {}
@@ -107,10 +108,20 @@ class SampleFactory:
         if self.part_filter is not None:
             raw = {k: v for k, v in raw.items() if k.startswith("__") or self.part_filter(k)}
         decoded = decoder.decode(raw, self.parts) if decoder is not None else raw
+        restore_key = raw["__restore_key__"]
+        source = SourceInfo(
+            dataset_path=self.root,
+            index=restore_key[3] if len(restore_key) > 3 else raw["__key__"],
+            shard_name=raw.get("__shard__", ""),
+            file_names=tuple(
+                f"{raw['__key__']}.{part}" for part in raw if not part.startswith("__")
+            ),
+        )
         keys = {
             "__key__": raw["__key__"],
-            "__restore_key__": raw["__restore_key__"],
+            "__restore_key__": restore_key,
             "__subflavors__": subflavors,
+            "__sources__": (source,),
         }
         if self.crude:
             return {**decoded, **keys}

@@ -281,3 +281,19 @@ def test_fail_on_timeout_raises_instead_of_waiting(train_ds: Path) -> None:
     loader = get_loader(dataset, fail_on_timeout=True, watchdog_timeout_seconds=0.5)
     with pytest.raises(RuntimeError, match="timed out"):
         take(loader, 1)
+
+
+class BadBatches(TaskEncoder):
+    def batch(self, samples: list[CaptioningSample]) -> list[str]:
+        raise ValueError("cannot collate these")
+
+
+@pytest.mark.timeout(60)
+def test_failing_batches_stop_the_run_although_samples_encode(train_ds: Path) -> None:
+    """Each stage counts its own failure streak: good samples must not hide bad batches."""
+    loader = get_loader(_train(train_ds, 0, task_encoder=BadBatches(), failure_tolerance=3))
+    with pytest.raises(
+        TooManyFailuresError,
+        match=r"4 consecutive failures \(failure_tolerance=3\); last: batch failed",
+    ):
+        take(loader, 1)

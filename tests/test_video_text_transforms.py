@@ -22,7 +22,14 @@ def _sample(
     path: Path, num_frames: int, height: int, width: int, key: str = "t:0"
 ) -> VideoTextSample:
     return VideoTextSample(
-        key, ("Webdataset", 0, 0, 0, 0), None, str(path), "text", num_frames, height, width, 30.0
+        __key__=key,
+        __restore_key__=("Webdataset", 0, 0, 0, 0),
+        path=str(path),
+        text="text",
+        num_frames=num_frames,
+        height=height,
+        width=width,
+        fps=30.0,
     )
 
 

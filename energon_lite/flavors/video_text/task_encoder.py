@@ -122,9 +122,8 @@ class VideoTextTaskEncoder(TaskEncoder[VideoTextSample, dict, dict, dict]):
             "text": [s["text"] for s in samples],
             "fps": [s["fps"] for s in samples],
         }
-        skip = {"__key__", "__restore_key__", "__subflavors__", "text", "fps", "bucket"}
         for name in samples[0]:
-            if name in skip:
+            if name.startswith("__") or name in ("text", "fps", "bucket"):
                 continue
             values = [s[name] for s in samples]
             # one bucket -> one video shape; features may differ in length (padded)
