@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from energon_lite import CaptioningSample, SkipSample, TaskEncoder
-from energon_lite.errors import FailureTracker, TooManyFailuresError
+from energon_lite.errors import ConfigError, FailureTracker, TooManyFailuresError
 from energon_lite.index.dataset import PreparedDataset
 from energon_lite.index.meta import META_DIR
 from energon_lite.reader import Reader
@@ -74,3 +74,14 @@ def test_failure_tolerance_stops_the_run(train_ds: Path) -> None:
         match=r"4 consecutive failures \(failure_tolerance=3\); last: encode_sample failed at key='\d+', shard='parts/data-\d\.tar': KeyError",
     ):
         list(_encode(ds, AllBroken(), tolerance=3))
+
+
+def test_generator_hooks_are_refused_at_once(train_ds: Path) -> None:
+    class Yields(TaskEncoder):
+        def encode_sample(self, sample: CaptioningSample):
+            yield sample
+            yield sample
+
+    ds = PreparedDataset(train_ds, "train")
+    with pytest.raises(ConfigError, match=r"Yields\.encode_sample returned a generator"):
+        next(iter(_encode(ds, Yields())))

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from energon_lite import (
+    ConfigError,
     Cooker,
     DatasetFormatError,
     DefaultTaskEncoder,
     ImageSample,
     TextSample,
-    TooManyFailuresError,
     WorkerConfig,
     basic_sample_keys,
     get_savable_loader,
@@ -181,8 +181,10 @@ def test_blend_of_crude_datasets_is_cooked_by_subflavor(data):
     unmatched = _yaml(
         data, "unmatched.yaml", "splits:\n  train:\n    path: c\n    subflavors: {kind: audio}\n"
     )
-    with pytest.raises(TooManyFailuresError, match=re.escape("subflavors {'kind': 'audio'}")):
-        next(iter(_loader(unmatched, task_encoder=CookBoth(), failure_tolerance=0)))
+    with pytest.raises(
+        ConfigError, match=re.escape("subflavors {'kind': 'audio'}: no cooker matches")
+    ):
+        next(iter(_loader(unmatched, task_encoder=CookBoth())))  # at once, not after 100 skips
 
 
 def test_val_concatenates_in_order(data):

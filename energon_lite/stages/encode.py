@@ -12,11 +12,12 @@ State: none of its own (1:1 or filtering), only its source's.
 
 from __future__ import annotations
 
+import types
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from energon_lite.errors import FailureTracker, SkipSample
+from energon_lite.errors import ConfigError, FailureTracker, SkipSample
 from energon_lite.sample_factory import SampleFactory
 from energon_lite.stage import Stage
 from energon_lite.task_encoder import TaskEncoder
@@ -60,6 +61,12 @@ class Encode(Stage):
             sample = te.cook_crude_sample(sample)
         if self.hook is not None:
             sample = self.hook(sample)
+            if isinstance(sample, types.GeneratorType):
+                raise ConfigError(
+                    f"{type(te).__name__}.{self.hook.__name__} returned a generator: hooks that "
+                    "yield several samples per input are not supported; return one sample (or "
+                    "raise SkipSample)"
+                )
         return sample
 
     def next(self) -> Any:
@@ -69,6 +76,8 @@ class Encode(Stage):
                 sample = self.encode(raw)
             except SkipSample:
                 continue
+            except ConfigError:
+                raise  # a mistake in the setup, not in this sample: stop at once
             except Exception as exc:
                 where = {"key": raw.get("__key__"), "shard": raw.get("__shard__")}
                 self.failures.failed("encode_sample", where, exc)
