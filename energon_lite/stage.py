@@ -77,3 +77,13 @@ class Stage:
         if missing:
             raise StateError(f"{name}: state is missing {missing}; it is truncated or corrupt")
         return state
+
+
+def fill(source: Stage, buffer: list[Any], size: int) -> bool:
+    """Pull items from ``source`` until ``buffer`` holds ``size``; True if the source ran out."""
+    while len(buffer) < size:
+        try:
+            buffer.append(source.next())
+        except StopIteration:
+            return True
+    return False

@@ -27,7 +27,7 @@ from typing import Any
 
 from energon_lite.errors import ConfigError, FailureTracker, SkipSample, StateError, logger
 from energon_lite.samples import basic_sample_keys
-from energon_lite.stage import Stage
+from energon_lite.stage import Stage, fill
 from energon_lite.task_encoder import TaskEncoder
 
 PACK_KEY = "Pack"
@@ -79,11 +79,8 @@ class Pack(Stage):
     def _select(self) -> None:
         """Refill the buffer and queue the selected groups; StopIteration when all is done."""
         buffer = self._buffer
-        while len(buffer) < self.size and not self._source_done:
-            try:
-                buffer.append(self.source.next())
-            except StopIteration:
-                self._source_done = True
+        if not self._source_done:
+            self._source_done = fill(self.source, buffer, self.size)
         if not buffer:
             raise StopIteration
         try:

@@ -14,7 +14,7 @@ from typing import Any
 
 from energon_lite.errors import ConfigError, StateError
 from energon_lite.rng import CounterRng
-from energon_lite.stage import Stage
+from energon_lite.stage import Stage, fill
 
 
 class ShuffleBuffer(Stage):
@@ -36,11 +36,8 @@ class ShuffleBuffer(Stage):
 
     def next(self) -> Any:
         buffer = self._buffer
-        while len(buffer) < self.size and not self._source_done:
-            try:
-                buffer.append(self.source.next())
-            except StopIteration:
-                self._source_done = True
+        if not self._source_done:
+            self._source_done = fill(self.source, buffer, self.size)
         if not buffer:
             raise StopIteration
         slot = self._rng.integers(len(buffer))
