@@ -11,6 +11,8 @@ import itertools
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from energon_lite.index.dataset import PreparedDataset
+from energon_lite.reader import Reader
 from energon_lite.stage import Stage
 from energon_lite.state import decode_state, encode_state
 
@@ -99,3 +101,20 @@ def assert_loader_resumes(
                 f"loader resumed after batch {point} diverged: {rest[:2]!r} != {reference[point : point + 2]!r}"
             )
     return reference
+
+
+def make_reader(dataset: PreparedDataset, **options: Any) -> Reader:
+    """A Reader of ``dataset`` as the only worker, for stage tests; ``options`` override
+    the defaults (seed 0, shuffled slices of 10, two open slices, one epoch)."""
+    settings: dict[str, Any] = {
+        "leaf_id": 0,
+        "seed": 0,
+        "worker_index": 0,
+        "num_workers": 1,
+        "max_samples_per_sequence": 10,
+        "shuffle": True,
+        "repeat": False,
+        "open_slices": 2,
+    }
+    settings.update(options)
+    return Reader(dataset, **settings)

@@ -10,21 +10,11 @@ from energon_lite.errors import FailureTracker, SkipSample, TooManyFailuresError
 from energon_lite.index.dataset import PreparedDataset
 from energon_lite.reader import Reader
 from energon_lite.stages.batch import Batch
-from energon_lite.testing import assert_stage_resumes
+from energon_lite.testing import assert_stage_resumes, make_reader
 
 
 def _reader(ds: PreparedDataset) -> Reader:
-    return Reader(
-        ds,
-        leaf_id=0,
-        seed=3,
-        worker_index=0,
-        num_workers=1,
-        max_samples_per_sequence=6,
-        shuffle=True,
-        repeat=False,
-        open_slices=2,
-    )
+    return make_reader(ds, seed=3, max_samples_per_sequence=6)
 
 
 def _keys(samples: list[dict]) -> list[str]:

@@ -11,10 +11,9 @@ from energon_lite import CaptioningSample, SkipSample, TaskEncoder
 from energon_lite.errors import ConfigError, FailureTracker, TooManyFailuresError
 from energon_lite.index.dataset import PreparedDataset
 from energon_lite.index.meta import META_DIR
-from energon_lite.reader import Reader
 from energon_lite.sample_factory import SampleFactory
 from energon_lite.stages.encode import Encode, LeafSpec
-from energon_lite.testing import assert_stage_resumes, take
+from energon_lite.testing import assert_stage_resumes, make_reader, take
 
 
 class Noisy(TaskEncoder):
@@ -29,17 +28,7 @@ class Noisy(TaskEncoder):
 
 
 def _encode(ds: PreparedDataset, te: TaskEncoder, tolerance: int = 100) -> Encode:
-    reader = Reader(
-        ds,
-        leaf_id=0,
-        seed=5,
-        worker_index=0,
-        num_workers=1,
-        max_samples_per_sequence=10,
-        shuffle=True,
-        repeat=False,
-        open_slices=2,
-    )
+    reader = make_reader(ds, seed=5)
     spec = LeafSpec(SampleFactory(ds.config, ds.root / META_DIR), {"tag": "t"})
     return Encode(reader, [spec], te, seed=5, failures=FailureTracker(tolerance))
 

@@ -10,20 +10,11 @@ from energon_lite.errors import ConfigError
 from energon_lite.index.dataset import PreparedDataset
 from energon_lite.reader import Reader
 from energon_lite.stages.limit import Limit
-from energon_lite.testing import assert_stage_resumes, take
+from energon_lite.testing import assert_stage_resumes, make_reader, take
 
 
 def _reader(ds: PreparedDataset) -> Reader:
-    return Reader(
-        ds,
-        leaf_id=0,
-        seed=2,
-        worker_index=0,
-        num_workers=1,
-        max_samples_per_sequence=10,
-        shuffle=False,
-        repeat=True,
-    )
+    return make_reader(ds, seed=2, shuffle=False, repeat=True, open_slices=1)
 
 
 def test_stops_after_limit_and_resumes(train_ds: Path) -> None:

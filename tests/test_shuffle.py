@@ -8,22 +8,19 @@ import pytest
 
 from energon_lite.errors import ConfigError, StateError
 from energon_lite.index.dataset import PreparedDataset
-from energon_lite.reader import Reader
 from energon_lite.stages.shuffle import ShuffleBuffer
 from energon_lite.state import encode_state
-from energon_lite.testing import assert_stage_resumes, take
+from energon_lite.testing import assert_stage_resumes, make_reader, take
 
 
 def _chain(ds: PreparedDataset, size: int = 10, repeat: bool = False) -> ShuffleBuffer:
-    reader = Reader(
+    reader = make_reader(
         ds,
-        leaf_id=0,
         seed=1,
-        worker_index=0,
-        num_workers=1,
         max_samples_per_sequence=20,
         shuffle=False,
         repeat=repeat,
+        open_slices=1,
         shuffle_over_epochs_multiplier=None,
     )
     return ShuffleBuffer(reader, size, 1, 0)
