@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from energon_lite.av import AVDecoder, get_clips_uniform
-from energon_lite.av.synth import make_video
+from energon_lite.synth.av import make_video
 
 DATA = Path(__file__).resolve().parent / "data" / "av"
 VIDEOS = [  # (container, width, height, fps, gop)

@@ -35,8 +35,8 @@ from energon_lite.flavors.episodes import (
 )
 from energon_lite.flavors.episodes.index import load_episode_index
 from energon_lite.flavors.episodes.pool import choose_pool
-from energon_lite.flavors.episodes.synth import write_dataset
 from energon_lite.rng import rng_for
+from energon_lite.synth.episodes import write_dataset
 
 CAMS = ["cam_high", "cam_left_wrist", "cam_right_wrist"]
 

@@ -83,7 +83,7 @@ def build_dataset(num_samples: int) -> Path:
     if (root / ".nv-meta" / "split.yaml").exists():
         return root
     from energon_lite import prepare_dataset
-    from energon_lite.synth import write_captioning_shards
+    from energon_lite.synth.shards import write_captioning_shards
 
     tmp = root.with_name(root.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)

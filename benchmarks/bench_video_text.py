@@ -9,7 +9,7 @@
 Memory is the worker's RSS and USS (pages only it holds: its heap and the parent's pages it
 copied on write), and USS less the file pages it read (the index pages count as private
 while one process maps them, but live in the page cache and are shared by all workers). The 1M rows reference a handful of real videos made
-by ``energon_lite.flavors.video_text.synth``. Optionally (``--clips``) clips/s of 16-frame
+by ``energon_lite.synth.video_text``. Optionally (``--clips``) clips/s of 16-frame
 clips through the whole loader. Prints Markdown tables.
 
     PYTHONPATH=. python benchmarks/bench_video_text.py [--rows 1000000] [--clips 96]
@@ -32,7 +32,7 @@ import psutil
 from benchmarks.common import fmt_bytes, markdown_table
 from energon_lite import WorkerConfig, get_savable_loader, get_train_dataset
 from energon_lite.flavors.video_text import VideoTextTaskEncoder, prepare_video_text
-from energon_lite.flavors.video_text.synth import make_media, write_table
+from energon_lite.synth.video_text import make_media, write_table
 from energon_lite.testing import take
 
 DATA = Path(__file__).resolve().parent / "data" / "video_text"

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from energon_lite import prepare_dataset
-from energon_lite.synth import write_captioning_shards
+from energon_lite.synth.shards import write_captioning_shards
 
 
 def make_dataset(

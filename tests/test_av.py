@@ -1,4 +1,4 @@
-"""Tests of energon_lite.av on real files encoded with PyAV (energon_lite.av.synth)."""
+"""Tests of energon_lite.av on real files encoded with PyAV (energon_lite.synth.av)."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from energon_lite.av import (
     get_clips_uniform,
     get_single_frames_uniform,
 )
-from energon_lite.av.synth import AUDIO_PERIOD, audio_pattern, make_video, read_frame_index
 from energon_lite.errors import ConfigError, MediaDecodeError
+from energon_lite.synth.av import AUDIO_PERIOD, audio_pattern, make_video, read_frame_index
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "video_decoding.md"
 
@@ -336,7 +336,7 @@ def test_video_parts_of_webdataset_samples_arrive_as_decoders(tmp_path: Path) ->
         prepare_dataset,
     )
     from energon_lite.av import AVDecoder
-    from energon_lite.av.synth import make_video, read_frame_index
+    from energon_lite.synth.av import make_video, read_frame_index
 
     (tmp_path / "parts").mkdir()
     with tarfile.open(tmp_path / "parts/clips-0.tar", "w") as tar:

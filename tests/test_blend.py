@@ -11,7 +11,7 @@ from energon_lite import StateError, prepare_dataset
 from energon_lite.index.dataset import PreparedDataset
 from energon_lite.reader import Reader
 from energon_lite.stages.blend import Blend
-from energon_lite.synth import write_captioning_shards
+from energon_lite.synth.shards import write_captioning_shards
 from energon_lite.testing import assert_stage_resumes, take
 
 

@@ -8,20 +8,20 @@ from collections import Counter
 import msgpack
 import pytest
 
-from energon_lite.aspect_ratios import (
+from energon_lite.errors import ConfigError, SkipSample
+from energon_lite.flavors.video_text.aspect_ratios import (
     known_resolutions,
     nearest_ratio,
     px_aspect_ratios,
     resolution_table,
 )
-from energon_lite.buckets import (
+from energon_lite.flavors.video_text.buckets import (
     BucketAssigner,
     BucketConfig,
     BucketId,
-    choose_bucket,
     make_batch_group_criterion,
 )
-from energon_lite.errors import ConfigError, SkipSample
+from energon_lite.stages.bucket_sync import choose_bucket
 
 # The requirements doc's per-aspect-ratio example (first number: sampling weight).
 DOC_CONFIG = {
@@ -170,7 +170,7 @@ def test_assignment_is_deterministic_across_instances_and_processes() -> None:
     assert other_seed != here
     code = (
         "import json, sys\n"
-        "from energon_lite.buckets import BucketAssigner\n"
+        "from energon_lite.flavors.video_text.buckets import BucketAssigner\n"
         "config, keys = json.loads(sys.stdin.read())\n"
         "a = BucketAssigner(config, 7)\n"
         "print(json.dumps([a.assign(40, 720, 1280, k) for k in keys]))\n"

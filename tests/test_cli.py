@@ -78,7 +78,7 @@ def test_checkpoint_info(train_ds: Path, tmp_path: Path, capsys) -> None:
 
 
 def test_prepare_robot_episodes(tmp_path: Path) -> None:
-    from energon_lite.flavors.episodes.synth import write_dataset
+    from energon_lite.synth.episodes import write_dataset
 
     folder = write_dataset(tmp_path / "episodes", [5, 7], cameras=("top",))
     done = _run("prepare", str(folder))

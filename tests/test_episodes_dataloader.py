@@ -14,7 +14,7 @@ from energon_lite.flavors.episodes import (
     create_qc_dataloader_v3,
     scan_episodes,
 )
-from energon_lite.flavors.episodes.synth import write_dataset
+from energon_lite.synth.episodes import write_dataset
 from energon_lite.worker import WorkerConfig
 
 LENGTHS = [5, 3, 8, 2, 6, 4, 1, 7]

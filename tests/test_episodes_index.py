@@ -17,7 +17,7 @@ from energon_lite.flavors.episodes.index import (
     prepare_episodes,
     scan_episodes,
 )
-from energon_lite.flavors.episodes.synth import write_dataset, write_episode
+from energon_lite.synth.episodes import write_dataset, write_episode
 
 LENGTHS = [3, 1, 1, 5, 2, 1]
 

@@ -12,8 +12,8 @@ from energon_lite.flavors.episodes.index import scan_episodes
 from energon_lite.flavors.episodes.permutation import KeyedPermutation
 from energon_lite.flavors.episodes.pool import EpisodePool, choose_pool
 from energon_lite.flavors.episodes.sweep import EpisodeSweep
-from energon_lite.flavors.episodes.synth import write_dataset
 from energon_lite.flavors.episodes.transitions import TransitionBuilder
+from energon_lite.synth.episodes import write_dataset
 
 UNIT = {"qpos_mean": 0.0, "qpos_std": 1.0, "action_mean": 0.0, "action_std": 1.0}
 LENGTHS = [5, 1, 3, 7, 2, 1, 4, 6, 2, 3]  # 34 starts; even ids positive

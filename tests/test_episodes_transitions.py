@@ -12,8 +12,8 @@ import pytest
 from energon_lite.errors import ConfigError, FailureTracker, MediaDecodeError, TooManyFailuresError
 from energon_lite.flavors.episodes.index import scan_episodes
 from energon_lite.flavors.episodes.stats import compute_norm_stats
-from energon_lite.flavors.episodes.synth import pixel_value, write_dataset, write_episode
 from energon_lite.flavors.episodes.transitions import TransitionBuilder, chunk_fields
+from energon_lite.synth.episodes import pixel_value, write_dataset, write_episode
 
 CAMS = ["cam_high", "cam_left_wrist"]
 UNIT = {"qpos_mean": 0.0, "qpos_std": 1.0, "action_mean": 0.0, "action_std": 1.0}

@@ -21,8 +21,13 @@ from energon_lite import (
     get_savable_loader,
     get_train_dataset,
 )
-from energon_lite.buckets import BucketConfig, BucketId, choose_bucket, make_batch_group_criterion
+from energon_lite.flavors.video_text.buckets import (
+    BucketConfig,
+    BucketId,
+    make_batch_group_criterion,
+)
 from energon_lite.packing import best_fit
+from energon_lite.stages.bucket_sync import choose_bucket
 from energon_lite.testing import assert_loader_resumes, assert_stage_resumes
 
 NUM_SAMPLES = 200

@@ -24,7 +24,7 @@ from energon_lite import (
     prepare_dataset,
 )
 from energon_lite.metadataset import load_metadataset
-from energon_lite.synth import write_captioning_shards
+from energon_lite.synth.shards import write_captioning_shards
 from energon_lite.testing import assert_loader_resumes
 
 REPO = Path(__file__).resolve().parent.parent

@@ -15,7 +15,7 @@ import yaml
 
 from energon_lite import prepare_dataset
 from energon_lite.errors import ConfigError, DatasetFormatError
-from energon_lite.synth import write_captioning_shards
+from energon_lite.synth.shards import write_captioning_shards
 
 FIELD_MAP = {"image": "jpg", "caption": "txt"}
 

@@ -11,7 +11,7 @@ import torch
 
 from energon_lite import WorkerConfig, get_savable_loader, get_train_dataset, get_val_dataset
 from energon_lite.flavors.video_text import VideoTextTaskEncoder, prepare_video_text
-from energon_lite.flavors.video_text.synth import make_media, write_table
+from energon_lite.synth.video_text import make_media, write_table
 from energon_lite.testing import assert_loader_resumes, take
 
 # 48x64 and 64x48 videos and the 48x64 image; the 32x48 webm goes to 3:2
@@ -117,7 +117,7 @@ def test_val_reads_every_row_once_from_frame_zero(table: Path) -> None:
     batches = list(get_savable_loader(ds))
     keys = sorted(int(k.split(":")[1]) for b in batches for k in b["__key__"])
     assert keys == list(range(40))
-    from energon_lite.av.synth import read_frame_index
+    from energon_lite.synth.av import read_frame_index
 
     clip = next(b for b in batches if b["video"].shape[2] == 16)["video"][0]
     first = read_frame_index(((clip[:, 0] + 1) * 127.5).round())

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import torch
 
-from energon_lite.av.synth import frame_pattern, make_video, read_frame_index
 from energon_lite.errors import MediaDecodeError
 from energon_lite.flavors.video_text import (
     VideoTextSample,
@@ -16,6 +15,7 @@ from energon_lite.flavors.video_text import (
     resize_crop,
     sample_frame_indices,
 )
+from energon_lite.synth.av import frame_pattern, make_video, read_frame_index
 
 
 def _sample(

@@ -23,54 +23,14 @@ survive msgpack (a ``BucketId`` would come back as a list).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Hashable
 from typing import Any
 
-from energon_lite.buckets import choose_bucket
 from energon_lite.errors import ConfigError, FailureTracker, SkipSample, StateError
 from energon_lite.samples import basic_sample_keys
 from energon_lite.stage import Stage
 from energon_lite.stages.batch import SKIPPED, collate_or_skip
-from energon_lite.task_encoder import TaskEncoder
-from energon_lite.worker import WorkerSlot
-
-
-@dataclass(frozen=True)
-class BucketSync:
-    """Settings of the synchronised mode for one worker chain."""
-
-    weights: Mapping[Hashable, float]
-    seed: int
-    worker_id: int = 0
-    num_workers: int = 1
-    max_buffered: int = 10_000
-
-    @staticmethod
-    def check_option(option: Any, task_encoder: TaskEncoder) -> None:
-        """Validate ``get_train_dataset(bucket_sync=...)`` early, in the main process."""
-        if option is None:
-            return
-        if not task_encoder.overrides("batch_group_criterion"):
-            raise ConfigError(
-                "bucket_sync needs a TaskEncoder that overrides batch_group_criterion"
-            )
-        shape_ok = isinstance(option, Mapping) and isinstance(option.get("weights"), Mapping)
-        if not shape_ok or set(option) - {"weights", "max_buffered"}:
-            raise ConfigError(
-                f"bucket_sync={option!r} must be a dict with 'weights': {{bucket_key: weight}} "
-                "and optionally 'max_buffered': int"
-            )
-        choose_bucket(0, 0, option["weights"])  # raises ConfigError naming a bad weight
-
-    @staticmethod
-    def for_slot(option: Mapping[str, Any] | None, slot: WorkerSlot) -> BucketSync | None:
-        """The settings of one worker chain; every rank's worker w draws the same steps."""
-        if option is None:
-            return None
-        return BucketSync(
-            seed=slot.seed, worker_id=slot.worker_id, num_workers=slot.num_workers, **option
-        )
+from energon_lite.stages.bucket_sync import BucketSync, choose_bucket
 
 
 class GroupBatch(Stage):

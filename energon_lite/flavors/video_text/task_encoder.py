@@ -20,9 +20,9 @@ from typing import Any
 
 import torch
 
-from energon_lite.buckets import BucketAssigner, BucketConfig, BucketId
 from energon_lite.collate import batch_pad_stack
 from energon_lite.errors import ConfigError, SkipSample
+from energon_lite.flavors.video_text.buckets import BucketAssigner, BucketConfig, BucketId
 from energon_lite.flavors.video_text.sample import VideoTextSample
 from energon_lite.flavors.video_text.source import PATH_SUFFIX
 from energon_lite.flavors.video_text.transforms import resize_crop, sample_frame_indices

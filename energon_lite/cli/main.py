@@ -126,14 +126,14 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    from energon_lite.info import dataset_info
+    from energon_lite.cli.info import dataset_info
 
     print(dataset_info(args.path))
     return 0
 
 
 def cmd_preview(args: argparse.Namespace) -> int:
-    from energon_lite.info import preview
+    from energon_lite.cli.info import preview
 
     for line in preview(args.path, args.split_part, args.num):
         print(line)
@@ -141,7 +141,7 @@ def cmd_preview(args: argparse.Namespace) -> int:
 
 
 def cmd_lint(args: argparse.Namespace) -> int:
-    from energon_lite.info import lint
+    from energon_lite.cli.info import lint
 
     problems = lint(args.path, progress=not args.quiet)
     for problem in problems:
@@ -165,14 +165,14 @@ def _load_checkpoint(path: Path) -> Any:
 
 
 def cmd_checkpoint(args: argparse.Namespace) -> int:
-    from energon_lite.info import describe_state
+    from energon_lite.cli.info import describe_state
 
     print(describe_state(_load_checkpoint(Path(args.file))))
     return 0
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from energon_lite.demo import run_demo
+    from energon_lite.cli.demo import run_demo
 
     ok = run_demo(args.dir, num_samples=args.samples, steps=args.steps, num_workers=args.workers)
     return 0 if ok else 1
@@ -246,7 +246,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except EnergonLiteError as exc:
         print(f"energon-lite {args.command}: error: {exc}", file=sys.stderr)
         return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """Small real video-text tables for tests, docs and benchmarks.
 
-``make_media`` encodes a few test videos (``energon_lite.av.synth``: each frame shows its
+``make_media`` encodes a few test videos (``energon_lite.synth.av``: each frame shows its
 index) in several containers and sizes plus a JPEG; ``write_table`` writes an Open-Sora
 CSV that references them, repeating them as often as asked.
 """
@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from energon_lite.av.synth import frame_pattern, make_video
+from energon_lite.synth.av import frame_pattern, make_video
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ Two config forms are accepted (:class:`BucketConfig`):
     {"240p": {16: (1.0, 16), 32: (0.5, 8)}, "480p": {16: (0.3, 4)}, "1024": {1: (0.2, 8)}}
 
 ``{resolution: {num_frames: (keep_probability, batch_size)}}``; resolution names and their
-aspect-ratio tables are in :mod:`energon_lite.aspect_ratios`. A sample of ``T`` frames and
+aspect-ratio tables are in :mod:`energon_lite.flavors.video_text.aspect_ratios`. A sample of ``T`` frames and
 ``H x W`` pixels is assigned as Open-Sora's ``Bucket.get_bucket_id`` does:
 
 1. Resolutions are tried from most to fewest pixels (ties: config order).
@@ -46,7 +46,7 @@ first (``"16:9"`` is landscape). A resolution is ``"HxW"`` (exact target), an in
 Open-Sora 2.0 does) or a resolution name (its table's entry nearest the ratio). The sample
 takes the configured ratio nearest its H/W, then steps 1-3 and 6 above with the target's
 own ``H * W`` as the budget. There is no keep probability: the first number is a *sampling
-weight* for :func:`choose_bucket`; weight 0 acts like keep probability 0.
+weight* for :func:`energon_lite.stages.bucket_sync.choose_bucket`; weight 0 acts like keep probability 0.
 
 **Randomness.** Every keep / next-frames decision is a uniform number derived from
 ``(seed, rng_key, resolution, num_frames, kind)`` with :func:`energon_lite.rng.derive_seed`.
@@ -54,7 +54,7 @@ The loader passes the sample's ``__restore_key__`` (which includes the epoch) as
 ``rng_key``, so the bucket of a sample is the same on every rank, in every worker, and
 after a resume, and changes from epoch to epoch. Nothing is stored.
 
-**Synchronised buckets across ranks.** :func:`choose_bucket` picks the bucket of global step
+**Synchronised buckets across ranks.** :func:`energon_lite.stages.bucket_sync.choose_bucket` picks the bucket of global step
 ``step`` from weights, identically on all ranks (see its docstring for the weights).
 """
 
@@ -64,14 +64,12 @@ import bisect
 import math
 import re
 from collections import Counter
-from collections.abc import Callable, Hashable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-import msgpack
-
-from energon_lite.aspect_ratios import ratio_value, resolution_table
 from energon_lite.errors import ConfigError, SkipSample
+from energon_lite.flavors.video_text.aspect_ratios import ratio_value, resolution_table
 from energon_lite.rng import derive_seed
 
 # Open-Sora's tolerance: a resolution accepts samples with >= 80% of its pixel budget.
@@ -270,7 +268,7 @@ class BucketConfig:
                         yield bid, f.probability / len(res.ratios)
 
     def weights(self, counts: Mapping[BucketId, int] | None = None) -> dict[BucketId, float]:
-        """Weights for :func:`choose_bucket`.
+        """Weights for :func:`energon_lite.stages.bucket_sync.choose_bucket`.
 
         * ``counts`` given (samples seen per bucket, e.g. a criterion's ``counts``): each
           bucket's weight is ``count / batch_size``, its number of batches, which is how
@@ -401,31 +399,3 @@ def make_batch_group_criterion(
     The default ``shape_of`` reads ``num_frames``, ``height``, ``width`` (keys or attributes).
     """
     return BucketCriterion(BucketAssigner(config, seed), shape_of)
-
-
-def choose_bucket(seed: int, step: int, weights: Mapping[Hashable, float]) -> Hashable:
-    """The bucket for global step ``step``, drawn with probability ``weight / sum(weights)``.
-
-    A pure function of its arguments: every rank computing it for the same step gets the same
-    bucket, so all ranks' batches of a step share a shape (Open-Sora's synchronised sampler).
-    Keys must be msgpack-able; they are put in a canonical order (by their msgpack bytes)
-    first, so the dict's insertion order does not matter. Weights usually come from
-    :meth:`BucketConfig.weights`. Zero weights are never chosen.
-    """
-    canonical = []
-    for key, weight in weights.items():
-        if not (isinstance(weight, (int, float)) and math.isfinite(weight) and weight >= 0):
-            raise ConfigError(f"weights[{key!r}]={weight!r} must be a finite number >= 0")
-        if weight > 0:
-            canonical.append((msgpack.packb(key, use_bin_type=True), key, float(weight)))
-    if not canonical:
-        raise ConfigError(f"choose_bucket needs at least one weight > 0, got {dict(weights)!r}")
-    canonical.sort(key=lambda c: c[0])
-    total = math.fsum(c[2] for c in canonical)
-    u = (derive_seed(seed, "choose_bucket", int(step)) >> 11) * 2.0**-53 * total
-    acc = 0.0
-    for _, key, weight in canonical:
-        acc += weight
-        if u < acc:
-            return key
-    return canonical[-1][1]  # u rounded up to the float total
