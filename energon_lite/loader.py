@@ -210,8 +210,8 @@ class SavableLoader:
             raise StateError(f"loader state epoch={epoch!r} is not a pass number; it is corrupt")
         for worker, worker_state in enumerate(workers):
             if worker_state is not None:  # the shape now; the values when the worker restores
-                fresh = self.dataset.pipeline.build(self.worker_config.slot(worker, epoch))
-                check_state_shape(fresh.save_state(), worker_state)
+                slot = self.worker_config.slot(worker, epoch)
+                check_state_shape(self.dataset.pipeline.state_shape(slot), worker_state)
         self._states = list(workers)
         self._next_worker = next_worker
         self._epoch = epoch
