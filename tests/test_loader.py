@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -80,9 +81,14 @@ def test_one_epoch_without_repeat_covers_every_sample_once(
     train_ds: Path, num_workers: int
 ) -> None:
     loader = get_savable_loader(_train(train_ds, num_workers, repeat=False))
-    keys = [k for batch in loader for k in batch.__key__]
+    batches = list(loader)
+    keys = [k for batch in batches for k in batch.__key__]
     assert sorted(keys) == [f"{i:06d}" for i in range(120)]
-    assert len(loader) == 15 if num_workers == 0 else len(loader) >= 15
+    # 120 samples in batches of 8; with 2 workers each worker's last batch may be partial
+    assert len(loader) == len(batches) == (15 if num_workers == 0 else len(batches))
+    assert len(batches) == sum(
+        -(-n // 8) for n in loader.dataset.pipeline.samples_per_epoch(loader.worker_config)
+    )
     second_epoch = [k for batch in loader for k in batch.__key__]
     assert sorted(second_epoch) == sorted(keys) and second_epoch != keys
     assert_loader_resumes(
@@ -267,20 +273,31 @@ def test_energon_loader_arguments(train_ds: Path) -> None:
         get_loader(dataset, batch_size=3)
 
 
-class Slow(TaskEncoder):
-    def encode_sample(self, sample: CaptioningSample) -> CaptioningSample:
-        import time
+class Stalled(TaskEncoder):
+    """Blocks every sample until the test creates ``release`` (a condition, not a guessed
+    sleep), for at most 30 s."""
 
-        time.sleep(2)
+    def __init__(self, release: Path) -> None:
+        super().__init__()
+        self.release = release
+
+    def encode_sample(self, sample: CaptioningSample) -> CaptioningSample:
+        deadline = time.monotonic() + 30
+        while not self.release.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
         return sample
 
 
 @pytest.mark.timeout(60)
-def test_fail_on_timeout_raises_instead_of_waiting(train_ds: Path) -> None:
-    dataset = _train(train_ds, 1, task_encoder=Slow(), batch_size=2)
+def test_fail_on_timeout_raises_instead_of_waiting(train_ds: Path, tmp_path: Path) -> None:
+    encoder = Stalled(tmp_path / "release")
+    dataset = _train(train_ds, 1, task_encoder=encoder, batch_size=2)
     loader = get_loader(dataset, fail_on_timeout=True, watchdog_timeout_seconds=0.5)
-    with pytest.raises(RuntimeError, match="timed out"):
-        take(loader, 1)
+    try:
+        with pytest.raises(RuntimeError, match="timed out"):
+            take(loader, 1)
+    finally:
+        encoder.release.touch()  # let a still-running worker finish
 
 
 class BadBatches(TaskEncoder):
