@@ -1,6 +1,6 @@
 """Builds typed samples from decoded parts, as a dataset's ``dataset.yaml`` says.
 
-Three forms (FORMATS.md): ``sample_type`` + ``field_map`` (with ``json[a][0]`` access into
+Three forms (docs/formats.md, "dataset.yaml"): ``sample_type`` + ``field_map`` (with ``json[a][0]`` access into
 JSON parts), ``sample_type`` + ``sample_loader: file.py:function`` (+ ``part_filter``), or a
 crude dataset (``__class__: CrudeWebdataset``) whose samples stay dicts of decoded parts
 for the TaskEncoder's cookers. ``__module__: megatron.energon`` and ``energon_lite`` both
