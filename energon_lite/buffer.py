@@ -33,15 +33,23 @@ def keys_of(items: Iterable[Any], what: str) -> list[Any]:
     return [to_plain(restore_key_of(item, what)) for item in items]
 
 
-def check_held(what: str, groups: list[Any], capacity: int, knob: str) -> None:
-    """Refuse saved key lists that are not lists or hold more than ``capacity`` keys."""
+def check_held(what: str, groups: list[Any], capacity: int | None, knob: str = "") -> None:
+    """Refuse saved key lists that are not lists, hold a key twice (a sample would repeat)
+    or hold more than ``capacity`` keys."""
+    seen: set[str] = set()
     for group in groups:
         if not isinstance(group, list):
             raise StateError(f"{what}: saved keys must be a list, got {short_repr(group)}")
-    held = sum(len(group) for group in groups)
-    if held > capacity:
+        for key in group:
+            text = repr(key)
+            if text in seen:
+                raise StateError(
+                    f"{what}: the state holds restore key {short_repr(key)} twice; it is corrupt"
+                )
+            seen.add(text)
+    if capacity is not None and len(seen) > capacity:
         raise StateError(
-            f"{what}: state holds {held} keys but the buffer size is {capacity}; "
+            f"{what}: state holds {len(seen)} keys but the buffer size is {capacity}; "
             f"was it saved with another {knob}?"
         )
 

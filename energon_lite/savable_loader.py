@@ -17,9 +17,9 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from energon_lite.errors import ConfigError, StateError
+from energon_lite.errors import ConfigError, StateError, short_repr
 from energon_lite.savable_dataset import SavableDataset
-from energon_lite.state import STATE_VERSION, check_same_config, check_state_shape
+from energon_lite.state import STATE_VERSION, check_same_config, check_state_shape, state_digest
 
 
 class _StatefulView(IterableDataset):
@@ -108,7 +108,7 @@ class SavableLoader:
             raise StateError(
                 "this loader was made with get_loader(); use get_savable_loader() to save state"
             )
-        return {
+        state = {
             "type": "SavableLoader",
             "version": STATE_VERSION,
             "config": self.dataset.config(),
@@ -116,6 +116,8 @@ class SavableLoader:
             "next_worker": self._next_worker,
             "workers": list(self._states),
         }
+        state["digest"] = state_digest(state)
+        return state
 
     def restore_state_rank(self, state: dict[str, Any] | None) -> None:
         """Continue from ``state`` (from ``save_state_rank``) on the next iteration."""
@@ -124,12 +126,19 @@ class SavableLoader:
             self._states, self._next_worker, self._epoch = [None] * n, 0, 0
             return
         if not isinstance(state, dict) or state.get("type") != "SavableLoader":
-            raise StateError(f"not an energon_lite loader state: {str(state)[:200]!r}")
+            raise StateError(f"not an energon_lite loader state: {short_repr(state)}")
         if state.get("version") != STATE_VERSION:
             raise StateError(
-                f"loader state version {state.get('version')!r}, this energon_lite reads {STATE_VERSION}"
+                f"loader state version {short_repr(state.get('version'))}, this energon_lite "
+                f"reads {STATE_VERSION}; states of version 1 (energon_lite 0.1) cannot be "
+                "resumed by this version"
             )
         check_same_config(state.get("config"), self.dataset.config())
+        if state.get("digest") != state_digest(state):
+            raise StateError(
+                "loader state does not match its digest: it was edited or corrupted after "
+                "save_state_rank(); refusing it rather than changing the data stream"
+            )
         workers = state.get("workers")
         if not isinstance(workers, list) or len(workers) != n:
             raise StateError(

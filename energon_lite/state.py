@@ -8,6 +8,7 @@ checks one level of a state against that declaration (the stage does it on resto
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,7 +16,7 @@ import msgpack
 
 from energon_lite.errors import StateError, short_repr
 
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2: typed restore keys and a content digest
 
 
 def encode_state(state: Any) -> bytes:
@@ -28,6 +29,22 @@ def decode_state(data: bytes) -> Any:
         return msgpack.unpackb(data, raw=False, strict_map_key=False)
     except (msgpack.ExtraData, msgpack.FormatError, msgpack.StackError, ValueError) as exc:
         raise StateError(f"loader state bytes are corrupt or truncated: {exc}") from None
+
+
+def state_digest(state: dict[str, Any]) -> str:
+    """A digest of a loader state's content (everything but its ``digest`` field), stable
+    across msgpack, pickle, ``torch.save`` and JSON round trips (keys are sorted)."""
+    body = {key: value for key, value in state.items() if key != "digest"}
+    payload = msgpack.packb(_canonical(body), use_bin_type=True)
+    return hashlib.blake2b(payload, digest_size=16).hexdigest()
+
+
+def _canonical(value: Any) -> Any:
+    if isinstance(value, dict):
+        return [[str(key), _canonical(value[key])] for key in sorted(value, key=str)]
+    if isinstance(value, (list, tuple)):
+        return [_canonical(v) for v in value]
+    return value
 
 
 def check_same_config(saved: Any, current: dict[str, Any]) -> None:

@@ -22,6 +22,7 @@ from energon_lite import (
     get_val_dataset,
 )
 from energon_lite.errors import ConfigError
+from energon_lite.state import state_digest
 from energon_lite.testing import assert_loader_resumes, take
 
 
@@ -167,12 +168,19 @@ def test_foreign_and_corrupt_states_are_refused(train_ds: Path, split_ds: Path) 
     with pytest.raises(StateError, match="seed: state has 0, this loader has 9"):
         get_savable_loader(other_seed).restore_state_rank(state)
     fresh = get_savable_loader(_train(train_ds, 2))
-    with pytest.raises(StateError, match="worker states, expected 2"):
-        fresh.restore_state_rank({**state, "workers": state["workers"][:1]})
-    with pytest.raises(StateError, match="ShuffleBuffer: state is missing"):
-        broken = copy.deepcopy(state["workers"][0])  # Batch <- Encode <- ShuffleBuffer <- Reader
-        broken["source"]["source"] = {"type": "ShuffleBuffer", "rng": 1}
-        fresh.restore_state_rank({**state, "workers": [broken, state["workers"][1]]})
+    broken = copy.deepcopy(state["workers"][0])  # Batch <- Encode <- ShuffleBuffer <- Reader
+    broken["source"]["source"] = {"type": "ShuffleBuffer", "rng": 1}
+    edits = [
+        ({**state, "workers": state["workers"][:1]}, "worker states, expected 2"),
+        ({**state, "workers": [broken, state["workers"][1]]}, "ShuffleBuffer: state is missing"),
+    ]
+    for edited, message in edits:
+        # any edit is refused by the digest, before any worker starts ...
+        with pytest.raises(StateError, match="does not match its digest"):
+            fresh.restore_state_rank(edited)
+        # ... and a forged state (digest recomputed) by the shape check, naming the problem
+        with pytest.raises(StateError, match=message):
+            fresh.restore_state_rank({**edited, "digest": state_digest(edited)})
     with pytest.raises(StateError, match="not an energon_lite loader state"):
         fresh.restore_state_rank({"hello": 1})
     with pytest.raises(StateError, match="get_savable_loader"):
@@ -255,7 +263,10 @@ def test_corrupt_values_are_refused_when_the_worker_restores(train_ds: Path) -> 
     assert reader_state["type"] == "Reader"
     reader_state["open"] = [[999, 0]]
     resumed = get_savable_loader(_train(train_ds, 2))
-    resumed.restore_state_rank(state)  # the shape is right: the values are checked by the worker
+    with pytest.raises(StateError, match="does not match its digest"):
+        resumed.restore_state_rank(state)  # an edit: refused in the trainer
+    state["digest"] = state_digest(state)  # a forged state: the shape is right ...
+    resumed.restore_state_rank(state)  # ... so its values are checked by the worker
     with pytest.raises(StateError, match="Reader: slice 999 outside this dataset's"):
         take(resumed, 2)  # worker 1 is next; worker 0 (corrupted) comes second
 

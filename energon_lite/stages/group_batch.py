@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from typing import Any
 
-from energon_lite.buffer import fetch_keys, keys_of
+from energon_lite.buffer import check_held, fetch_keys, keys_of
 from energon_lite.errors import SKIPPED, ConfigError, FailureTracker, StateError, guarded
 from energon_lite.samples import basic_sample_keys
 from energon_lite.stage import Stage
@@ -155,6 +155,11 @@ class GroupBatch(Stage):
         buckets = [keys_of(items, "GroupBatch") for _, items in self._buckets.values()]
         return {"buckets": buckets, "emitted": self._emitted, "sync": self.sync is not None}
 
+    def _validate(self, state: dict[str, Any]) -> None:
+        if not isinstance(state["buckets"], list):
+            raise StateError("GroupBatch: saved buckets must be a list; the state is corrupt")
+        check_held("GroupBatch", state["buckets"], None)
+
     def _restore(self, state: dict[str, Any]) -> None:
         self._reset()
         if bool(state["sync"]) != (self.sync is not None):
@@ -163,8 +168,6 @@ class GroupBatch(Stage):
                 f"this loader has it {'on' if self.sync is not None else 'off'}"
             )
         self._emitted = state_count(state["emitted"], "GroupBatch emitted")
-        if not isinstance(state["buckets"], list):
-            raise StateError("GroupBatch: saved buckets must be a list; the state is corrupt")
         for saved in state["buckets"]:
             before = len(self._buckets)
             samples = fetch_keys(saved, self.source.fetch, "GroupBatch")
