@@ -49,9 +49,7 @@ def main(argv: list[str] | None = None) -> None:
         order = (0, 1) if round_ % 2 == 0 else (1, 0)
         for which in order:
             values[which].append(run_once(trees[which], command, args.metric))
-        print(
-            f"round {round_ + 1}: A {values[0][-1]:.1f}  B {values[1][-1]:.1f}", file=sys.stderr
-        )
+        print(f"round {round_ + 1}: A {values[0][-1]:.1f}  B {values[1][-1]:.1f}", file=sys.stderr)
     ratios = [b / a for a, b in zip(values[0], values[1])]
     print(
         json.dumps(

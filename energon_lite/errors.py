@@ -46,6 +46,10 @@ def short_repr(value: Any, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+class WorkerTimeoutError(EnergonLiteError, RuntimeError):
+    """A loader worker gave no batch within the timeout (``fail_on_timeout``)."""
+
+
 class SkipSample(Exception):
     """Raise from a TaskEncoder hook to drop the current sample (or batch) silently."""
 

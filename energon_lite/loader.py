@@ -177,7 +177,7 @@ def _dataset(
 # every batch (no periodic worker checkpoints to tune) and workers hold no garbage to collect.
 _MOOT_ENERGON_OPTIONS = frozenset(
     {"checkpoint_every_sec", "checkpoint_every_min_n_samples", "n_checkpoints", "gc_collect_every_n_steps",
-     "gc_freeze_at_step", "watchdog_initial_timeout_seconds"}
+     "gc_freeze_at_step"}
 )  # fmt: skip
 
 
@@ -193,12 +193,13 @@ def _loader_options(dataset: SavableDataset, options: dict[str, Any]) -> dict[st
         raise ConfigError(
             "cache_pool (Energon's remote-file cache) is not supported by energon_lite"
         )
-    watchdog = options.pop("watchdog_timeout_seconds", None)
-    if options.pop("fail_on_timeout", False):  # Energon's watchdog that raises: a batch timeout
-        options.setdefault("timeout_seconds", watchdog)
+    if options.pop("fail_on_timeout", False):  # the watchdog raises: a batch timeout
+        options.setdefault("timeout_seconds", options.get("watchdog_timeout_seconds", 60.0))
     for name in _MOOT_ENERGON_OPTIONS & set(options):
         options.pop(name)
-    unknown = sorted(set(options) - {"pin_memory", "prefetch_factor", "timeout_seconds"})
+    known = {"pin_memory", "prefetch_factor", "timeout_seconds", "watchdog_timeout_seconds",
+             "watchdog_initial_timeout_seconds"}  # fmt: skip
+    unknown = sorted(set(options) - known)
     if unknown:
         raise ConfigError(f"unknown loader arguments {unknown}")
     return options
@@ -208,10 +209,13 @@ def get_savable_loader(dataset: SavableDataset, **options: Any) -> SavableLoader
     """A loader that can ``save_state_rank()`` / ``restore_state_rank()``.
 
     Options: ``pin_memory`` (default: when CUDA is available), ``prefetch_factor`` (2),
-    ``timeout_seconds`` (raise when a worker takes longer for one batch; default: wait).
-    Energon's arguments are accepted too: ``fail_on_timeout=True`` with
-    ``watchdog_timeout_seconds`` becomes ``timeout_seconds``; its checkpoint and gc knobs
-    have nothing to tune here; ``cache_pool`` is refused.
+    ``timeout_seconds`` (raise when a worker takes longer for one batch; default: wait),
+    ``watchdog_timeout_seconds`` (60; a worker that makes no progress that long logs its
+    stage, sample key and stack; None turns the watchdog off) and
+    ``watchdog_initial_timeout_seconds`` (for the first batch; default twice the timeout).
+    Energon's ``fail_on_timeout=True`` makes the trainer raise after
+    ``watchdog_timeout_seconds``; its checkpoint and gc knobs have nothing to tune here;
+    ``cache_pool`` is refused.
     """
     return SavableLoader(dataset, **_loader_options(dataset, options))
 

@@ -17,26 +17,29 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from energon_lite.errors import ConfigError, StateError, short_repr
+from energon_lite.errors import ConfigError, StateError, WorkerTimeoutError, short_repr
 from energon_lite.savable_dataset import SavableDataset
 from energon_lite.state import STATE_VERSION, check_same_config, check_state_shape, state_digest
 
 
 class _StatefulView(IterableDataset):
     def __init__(
-        self, dataset: SavableDataset, states: list[Any], rotation: int, epoch: int, save: bool
+        self,
+        dataset: SavableDataset,
+        states: list[Any],
+        rotation: int,
+        epoch: int,
+        save: bool,
+        watchdog: tuple[float, float | None] | None,
     ) -> None:
         super().__init__()
-        self.dataset, self.states, self.rotation, self.epoch, self.save = (
-            dataset,
-            states,
-            rotation,
-            epoch,
-            save,
-        )
+        self.dataset, self.states, self.rotation = dataset, states, rotation
+        self.epoch, self.save, self.watchdog = epoch, save, watchdog
 
     def __iter__(self) -> Iterator[tuple[int, Any, Any]]:
-        return self.dataset.iter_with_state(self.states, self.rotation, self.epoch, self.save)
+        return self.dataset.iter_with_state(
+            self.states, self.rotation, self.epoch, self.save, self.watchdog
+        )
 
 
 def _identity(item: Any) -> Any:
@@ -54,6 +57,8 @@ class SavableLoader:
         prefetch_factor: int | None = 2,
         track_state: bool = True,
         timeout_seconds: float | None = None,
+        watchdog_timeout_seconds: float | None = 60.0,
+        watchdog_initial_timeout_seconds: float | None = None,
     ) -> None:
         if not isinstance(dataset, SavableDataset):
             raise ConfigError(
@@ -61,7 +66,18 @@ class SavableLoader:
             )
         if timeout_seconds is not None and timeout_seconds <= 0:
             raise ConfigError(f"{timeout_seconds=} must be > 0 (or None: wait as long as it takes)")
+        for name, value in (
+            ("watchdog_timeout_seconds", watchdog_timeout_seconds),
+            ("watchdog_initial_timeout_seconds", watchdog_initial_timeout_seconds),
+        ):
+            if value is not None and not value > 0:
+                raise ConfigError(f"{name}={value!r} must be > 0 (or None: no watchdog)")
         self.timeout_seconds = timeout_seconds
+        self.watchdog = (
+            None
+            if watchdog_timeout_seconds is None
+            else (float(watchdog_timeout_seconds), watchdog_initial_timeout_seconds)
+        )
         self.dataset = dataset
         self.worker_config = dataset.worker_config
         self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
@@ -75,7 +91,12 @@ class SavableLoader:
     def __iter__(self) -> Iterator[Any]:
         wc = self.worker_config
         view = _StatefulView(
-            self.dataset, list(self._states), self._next_worker, self._epoch, self.track_state
+            self.dataset,
+            list(self._states),
+            self._next_worker,
+            self._epoch,
+            self.track_state,
+            self.watchdog,
         )
         loader = DataLoader(
             view,
@@ -88,7 +109,20 @@ class SavableLoader:
             timeout=self.timeout_seconds if wc.num_workers > 0 and self.timeout_seconds else 0,
         )
         n = wc.workers_per_rank
-        for logical, batch, state in loader:
+        batches = iter(loader)
+        while True:
+            try:
+                logical, batch, state = next(batches)
+            except StopIteration:
+                break
+            except RuntimeError as exc:
+                if "timed out" not in str(exc):
+                    raise
+                raise WorkerTimeoutError(
+                    f"rank {wc.rank}: worker {self._next_worker} (logical id) gave no batch for "
+                    f"{self.timeout_seconds} s (fail_on_timeout); the worker's log shows its "
+                    "stage, sample key and stack"
+                ) from exc
             self._states[logical] = state
             self._next_worker = (logical + 1) % n
             yield batch

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import copy
+import logging
 import os
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -21,7 +24,7 @@ from energon_lite import (
     get_train_dataset,
     get_val_dataset,
 )
-from energon_lite.errors import ConfigError
+from energon_lite.errors import ConfigError, WorkerTimeoutError
 from energon_lite.state import state_digest
 from energon_lite.testing import assert_loader_resumes, take
 
@@ -247,10 +250,54 @@ def test_unpicklable_batches_raise_instead_of_hanging(train_ds: Path) -> None:
             return LocalBatch([s.__key__ for s in samples])
 
     with pytest.raises(
-        ConfigError, match=r"worker 0: a batch of type .*LocalBatch cannot be pickled"
+        ConfigError, match=r"worker 0: a batch of type .*LocalBatch.* cannot be pickled"
     ):
         list(take(get_loader(_train(train_ds, 2, task_encoder=LocalEncoder())), 2))
     assert len(list(take(get_loader(_train(train_ds, 0, task_encoder=LocalEncoder())), 2))) == 2
+
+
+class LateLock(TaskEncoder):
+    """Batches pickle until the fifth, which carries a lock (the queue cannot send it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def encode_batch(self, batch: Any) -> Any:
+        self.count += 1
+        return {"keys": batch.__key__, "lock": threading.Lock() if self.count == 5 else None}
+
+
+@pytest.mark.timeout(60)
+def test_an_unpicklable_batch_after_the_first_raises_naming_its_keys(train_ds: Path) -> None:
+    loader = get_loader(_train(train_ds, 1, task_encoder=LateLock()))
+    with pytest.raises(ConfigError, match=r"worker 0: a batch of type builtins.dict .*lock"):
+        take(loader, 10)
+
+
+@pytest.mark.timeout(60)
+def test_the_watchdog_logs_where_a_stalled_worker_is(train_ds: Path, tmp_path: Path) -> None:
+    # the worker process inherits this handler; its records land in the file
+    handler = logging.FileHandler(tmp_path / "worker.log")
+    logging.getLogger("energon_lite").addHandler(handler)
+    encoder = Stalled(tmp_path / "release")
+    loader = get_loader(
+        _train(train_ds, 1, task_encoder=encoder, batch_size=2),
+        watchdog_timeout_seconds=0.4,
+        watchdog_initial_timeout_seconds=0.4,
+        fail_on_timeout=True,
+        timeout_seconds=6,
+    )
+    try:
+        with pytest.raises(WorkerTimeoutError, match=r"rank 0: worker 0 .* gave no batch"):
+            take(loader, 1)
+    finally:
+        encoder.release.touch()
+        logging.getLogger("energon_lite").removeHandler(handler)
+    log = (tmp_path / "worker.log").read_text()
+    assert "worker 0 made no progress for" in log
+    assert "in stage Encode on sample '0" in log  # the stalled sample's key
+    assert "encode_sample" in log  # the stack
 
 
 def test_corrupt_values_are_refused_when_the_worker_restores(train_ds: Path) -> None:
