@@ -85,11 +85,7 @@ def get_train_dataset(
     weight}}`` makes every rank emit the same ``batch_group_criterion`` bucket at each step
     (``energon_lite.stages.group_batch``).
     """
-    if kwargs.pop("virtual_epoch_length", 0):
-        raise ConfigError(
-            "virtual_epoch_length is not supported; take a fixed number of batches per pass "
-            "with itertools.islice(loader, n) instead: the loader state stays exact"
-        )
+    virtual_epoch_length = kwargs.pop("virtual_epoch_length", None) or None  # Energon: 0 = off
     BucketSync.check_option(bucket_sync, task_encoder or DefaultTaskEncoder())
     return _dataset(
         path,
@@ -107,6 +103,7 @@ def get_train_dataset(
         packing_buffer_size=packing_buffer_size,
         failure_tolerance=failure_tolerance,
         bucket_sync=bucket_sync,
+        virtual_epoch_length=virtual_epoch_length,
     )
 
 
@@ -169,8 +166,9 @@ def _dataset(
     if not options["training"] and len(leaves) > 1:
         mode = "concat"  # val/test: every dataset once, in order
     te = task_encoder if task_encoder is not None else DefaultTaskEncoder()
+    virtual_epoch_length = options.pop("virtual_epoch_length", None)
     pipeline = DatasetPipeline(leaves, mode, te, PipelineOptions(**options), worker_config)
-    return SavableDataset(pipeline, worker_config)
+    return SavableDataset(pipeline, worker_config, virtual_epoch_length)
 
 
 # Energon's loader knobs that energon_lite's design makes moot: the state is exact after

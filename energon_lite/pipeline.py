@@ -173,7 +173,11 @@ class DatasetPipeline:
         if opts.training and opts.shuffle_buffer_size:
             size = opts.shuffle_buffer_size
             then(ShuffleBuffer, lambda s: ShuffleBuffer(s, size, slot.seed, slot.global_worker_id))
-        hook = "preencode_sample" if opts.packing_buffer_size else "encode_sample"
+        # with packing, the per-sample hook runs before the packer: preencode_sample, or an
+        # overridden encode_sample in its place (Energon's behaviour)
+        hook = "encode_sample"
+        if opts.packing_buffer_size and not te.overrides("encode_sample"):
+            hook = "preencode_sample"
         then(Encode, lambda s: Encode(s, self.specs, te, slot.seed, failures(), hook))
         if opts.packing_buffer_size:
             size = opts.packing_buffer_size

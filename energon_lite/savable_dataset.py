@@ -12,6 +12,7 @@ from typing import Any
 
 from torch.utils.data import IterableDataset, get_worker_info
 
+from energon_lite.errors import ConfigError
 from energon_lite.pipeline import Pipeline
 from energon_lite.transport import check_sendable
 from energon_lite.watchdog import Watchdog
@@ -21,10 +22,22 @@ from energon_lite.worker import WorkerConfig
 class SavableDataset(IterableDataset):
     """A pipeline plus the worker configuration; iterating it yields batches (no state)."""
 
-    def __init__(self, pipeline: Pipeline, worker_config: WorkerConfig) -> None:
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        worker_config: WorkerConfig,
+        virtual_epoch_length: int | None = None,
+    ) -> None:
         super().__init__()
+        if virtual_epoch_length is not None and (
+            isinstance(virtual_epoch_length, bool)
+            or not isinstance(virtual_epoch_length, int)
+            or virtual_epoch_length < 1
+        ):
+            raise ConfigError(f"{virtual_epoch_length=} must be an integer >= 1 (or None)")
         self.pipeline = pipeline
         self.worker_config = worker_config
+        self.virtual_epoch_length = virtual_epoch_length
 
     def __iter__(self) -> Iterator[Any]:
         for _, batch, _ in self.iter_with_state(None, 0, 0, save_states=False):
@@ -80,5 +93,6 @@ class SavableDataset(IterableDataset):
             "world_size": wc.world_size,
             "num_workers": wc.num_workers,
             "seed": wc.seed_offset,
+            "virtual_epoch_length": self.virtual_epoch_length,
             **self.pipeline.fingerprint(),
         }

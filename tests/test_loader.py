@@ -372,3 +372,52 @@ def test_failing_batches_stop_the_run_although_samples_encode(train_ds: Path) ->
         match=r"4 consecutive failures \(failure_tolerance=3\); last: batch failed",
     ):
         take(loader, 1)
+
+
+def test_get_loader_continues_the_stream_across_passes(train_ds: Path) -> None:
+    """Energon's loaders continue where the last pass stopped: islice twice = the first 2n."""
+    reference = [b.__key__ for b in take(get_loader(_train(train_ds, 2)), 6)]
+    loader = get_loader(_train(train_ds, 2))
+    first = [b.__key__ for b in take(loader, 3)]
+    second = [b.__key__ for b in take(loader, 3)]
+    assert first + second == reference
+    savable = get_savable_loader(_train(train_ds, 0))
+    take(savable, 2)
+    state = savable.save_state_rank()
+    after = [b.__key__ for b in take(savable, 2)]
+    resumed = get_savable_loader(_train(train_ds, 0))
+    resumed.restore_state_rank(state)
+    assert [b.__key__ for b in take(resumed, 2)] == after
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_virtual_epochs_yield_n_batches_per_pass_and_resume_inside_one(
+    train_ds: Path, num_workers: int
+) -> None:
+    def make() -> Any:
+        return get_savable_loader(_train(train_ds, num_workers, virtual_epoch_length=4))
+
+    reference = [b.__key__ for b in take(get_loader(_train(train_ds, num_workers)), 12)]
+    loader = make()
+    assert len(loader) == 4
+    passes = [[b.__key__ for b in loader] for _ in range(3)]
+    assert [len(p) for p in passes] == [4, 4, 4]
+    assert [k for p in passes for k in p] == reference  # each pass continues the stream
+    # save inside the second pass, after 2 of its 4 batches
+    loader = make()
+    list(loader)
+    iterator = iter(loader)
+    take(iterator, 2)
+    state = loader.save_state_rank()
+    resumed = make()
+    resumed.restore_state_rank(state)
+    assert [b.__key__ for b in resumed] == reference[6:8]  # the rest of that pass
+    assert [b.__key__ for b in resumed] == reference[8:12]
+
+
+def test_virtual_epoch_length_of_a_billion_costs_nothing(train_ds: Path) -> None:
+    loader = get_savable_loader(_train(train_ds, 0, virtual_epoch_length=10**9))
+    assert len(loader) == 10**9
+    assert len(take(loader, 3)) == 3
+    with pytest.raises(ConfigError, match="virtual_epoch_length=-1 must be an integer >= 1"):
+        _train(train_ds, 0, virtual_epoch_length=-1)
