@@ -18,6 +18,7 @@ sample re-encoded after a restore gets the same random numbers, and no global RN
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -161,7 +162,10 @@ class TaskEncoder(Generic[T_sample, T_encoded_sample, T_raw_batch, T_batch]):
 
 
 class DefaultTaskEncoder(TaskEncoder[T_sample, T_encoded_sample, T_raw_batch, T_batch]):
-    """Batches samples with the default collation, optionally into given dataclass types."""
+    """Batches samples with the default collation; converts samples to
+    ``encoded_sample_type``, batches to ``raw_batch_type`` and encoded batches to
+    ``batch_type`` when they are given (a dataclass, a NamedTuple or ``dict``; fields are
+    matched by name), as Energon's does."""
 
     def __init__(
         self,
@@ -170,9 +174,80 @@ class DefaultTaskEncoder(TaskEncoder[T_sample, T_encoded_sample, T_raw_batch, T_
         raw_batch_type: type | None = None,
         batch_type: type | None = None,
     ) -> None:
+        for name, target in (
+            ("encoded_sample_type", encoded_sample_type),
+            ("raw_batch_type", raw_batch_type),
+            ("batch_type", batch_type),
+        ):
+            if target is not None and not _is_target_type(target):
+                raise ConfigError(
+                    f"DefaultTaskEncoder({name}={target!r}): need a dataclass, a NamedTuple or dict"
+                )
         self.encoded_sample_type = encoded_sample_type
         self.raw_batch_type = raw_batch_type
         self.batch_type = batch_type
 
+    def overrides(self, hook: str) -> bool:
+        """The conversions run only when a target type is set (or a subclass overrides them)."""
+        own = getattr(type(self), hook, None)
+        if hook == "encode_sample" and own is DefaultTaskEncoder.encode_sample:
+            return getattr(self, "encoded_sample_type", None) is not None
+        if hook == "encode_batch" and own is DefaultTaskEncoder.encode_batch:
+            target = getattr(self, "batch_type", None)
+            return target is not None and target is not getattr(self, "raw_batch_type", None)
+        return super().overrides(hook)
+
+    def encode_sample(self, sample: T_sample) -> T_encoded_sample:
+        return convert_fields(sample, getattr(self, "encoded_sample_type", None))
+
+    def encode_batch(self, batch: T_raw_batch) -> T_batch:
+        return convert_fields(batch, getattr(self, "batch_type", None))
+
     def batch(self, samples: list[T_encoded_sample]) -> T_raw_batch:
         return default_collate(samples, self.raw_batch_type)
+
+
+def _is_target_type(target: Any) -> bool:
+    return isinstance(target, type) and (
+        issubclass(target, dict)
+        or dataclasses.is_dataclass(target)
+        or (issubclass(target, tuple) and hasattr(target, "_fields"))
+    )
+
+
+def convert_fields(value: Any, target: type | None) -> Any:
+    """``value`` (a dataclass, NamedTuple or dict) as ``target``, its fields matched by name;
+    unchanged when ``target`` is None or ``value`` already is one."""
+    if target is None or isinstance(value, target):
+        return value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    elif isinstance(value, tuple) and hasattr(value, "_fields"):
+        fields = dict(zip(value._fields, value))
+    elif isinstance(value, dict):
+        fields = dict(value)
+    else:
+        raise ConfigError(
+            f"cannot convert a {type(value).__name__} to {target.__name__}: only dataclasses, "
+            "NamedTuples and dicts have fields to match by name"
+        )
+    if issubclass(target, dict):
+        return fields
+    wanted = (
+        {f.name for f in dataclasses.fields(target)}
+        if dataclasses.is_dataclass(target)
+        else set(getattr(target, "_fields", ()))
+    )
+    extra = sorted(set(fields) - wanted)
+    if extra:  # Energon passes every field: an unknown one is an error, not dropped
+        raise ConfigError(
+            f"cannot convert a {type(value).__name__} to {target.__name__}: it has no fields "
+            f"{extra}; add them to {target.__name__} (fields are matched by name)"
+        )
+    try:
+        return target(**fields)
+    except TypeError as exc:
+        raise ConfigError(
+            f"cannot convert a {type(value).__name__} to {target.__name__} (fields matched by "
+            f"name; missing {sorted(wanted - set(fields))}): {exc}"
+        ) from None
