@@ -19,17 +19,19 @@ sample re-encoded after a restore gets the same random numbers, and no global RN
 from __future__ import annotations
 
 import dataclasses
-import warnings
+import functools
+import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import numpy as np
+import torch
 
 from energon_lite.collate import default_collate
 from energon_lite.decode import SampleDecoder
 from energon_lite.errors import ConfigError
-from energon_lite.rng import rng_for, torch_generator_for
+from energon_lite.rng import derive_seed, rng_for, torch_generator_for
 
 T_sample = TypeVar("T_sample")
 T_encoded_sample = TypeVar("T_encoded_sample")
@@ -62,23 +64,46 @@ _MISSING = object()
 
 
 def stateless(fn: Callable | None = None, *, restore_seeds: bool = False) -> Callable:
-    """Energon's marker for hooks without state. Accepted for drop-in compatibility.
+    """Energon's marker for hooks without state.
 
-    energon_lite never reseeds global RNGs (``restore_seeds=True`` is ignored with a
-    warning): take randomness from ``self.sample_rng``, which is restored exactly.
+    ``restore_seeds=True`` (Energon's option, for encoders that call ``random``,
+    ``numpy.random`` or ``torch``'s global generators): around each call, the three global
+    generators are seeded from (loader seed, the item's restore key) and put back afterwards,
+    so the hook gives the same result after a restore. Prefer ``self.sample_rng``: it needs
+    no global state at all.
     """
 
     def mark(f: Callable) -> Callable:
         if restore_seeds:
-            warnings.warn(
-                f"@stateless(restore_seeds=True) on {f.__qualname__}: energon_lite does not reseed "
-                "global RNGs; use self.sample_rng for randomness that survives a restore",
-                stacklevel=3,
-            )
+            f = _with_restored_seeds(f)
         f.__stateless__ = True  # type: ignore[attr-defined]
         return f
 
     return mark(fn) if fn is not None else mark
+
+
+def _with_restored_seeds(f: Callable) -> Callable:
+    @functools.wraps(f)
+    def seeded(self: TaskEncoder, *args: Any, **kwargs: Any) -> Any:
+        item = args[0] if args else None
+        key = getattr(item, "__restore_key__", None)
+        if key is None and isinstance(item, dict):
+            key = item.get("__restore_key__")
+        if key is None:
+            key = self._rng_key
+        seed = derive_seed(self._rng_seed, "restore_seeds", f.__qualname__, key)
+        saved = random.getstate(), np.random.get_state(), torch.random.get_rng_state()
+        random.seed(seed)
+        np.random.seed(seed & 0xFFFF_FFFF)
+        torch.manual_seed(seed & 0x7FFF_FFFF_FFFF_FFFF)
+        try:
+            return f(self, *args, **kwargs)
+        finally:
+            random.setstate(saved[0])
+            np.random.set_state(saved[1])
+            torch.random.set_rng_state(saved[2])
+
+    return seeded
 
 
 class TaskEncoder(Generic[T_sample, T_encoded_sample, T_raw_batch, T_batch]):

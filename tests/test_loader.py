@@ -23,6 +23,7 @@ from energon_lite import (
     get_savable_loader,
     get_train_dataset,
     get_val_dataset,
+    stateless,
 )
 from energon_lite.errors import ConfigError, WorkerTimeoutError
 from energon_lite.state import state_digest
@@ -421,3 +422,35 @@ def test_virtual_epoch_length_of_a_billion_costs_nothing(train_ds: Path) -> None
     assert len(take(loader, 3)) == 3
     with pytest.raises(ConfigError, match="virtual_epoch_length=-1 must be an integer >= 1"):
         _train(train_ds, 0, virtual_epoch_length=-1)
+
+
+class GlobalRandomEncoder(TaskEncoder):
+    """Augments with the global generators, as many Energon encoders do."""
+
+    @stateless(restore_seeds=True)
+    def encode_sample(self, sample: CaptioningSample) -> CaptioningSample:
+        import random
+
+        import numpy as np
+
+        noise = float(np.random.rand()) + random.random() + float(torch.rand(()))
+        return CaptioningSample.derive_from(
+            sample, image=sample.image + noise, caption=sample.caption
+        )
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_restore_seeds_makes_global_randomness_resume_exactly(
+    train_ds: Path, num_workers: int
+) -> None:
+    import numpy as np
+
+    before = np.random.get_state()[1][:4].tolist()
+    assert_loader_resumes(
+        lambda: get_savable_loader(
+            _train(train_ds, num_workers, task_encoder=GlobalRandomEncoder())
+        ),
+        8,
+        [0, 3, 5],
+    )
+    assert np.random.get_state()[1][:4].tolist() == before  # the global state was put back
