@@ -8,9 +8,11 @@ loader that keeps exact state is :class:`~energon_lite.savable_loader.SavableLoa
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
+from energon_lite.decode import SampleDecoder
 from energon_lite.errors import ConfigError
 from energon_lite.kinds import resolve_path
 from energon_lite.leaf import Leaf
@@ -161,14 +163,52 @@ def _dataset(
             raise ConfigError(f"{name}={value!r} must be an integer >= {minimum} (or None)")
     if not isinstance(options["failure_tolerance"], int) or options["failure_tolerance"] < 0:
         raise ConfigError(f"failure_tolerance={options['failure_tolerance']!r} must be >= 0")
+    te = task_encoder if task_encoder is not None else DefaultTaskEncoder()
+    _map_deprecated_decoder_kwargs(kwargs, te)
     leaves, mode = _leaves_for(path, split_part, kwargs)
     _check_kwargs(kwargs)
     if not options["training"] and len(leaves) > 1:
         mode = "concat"  # val/test: every dataset once, in order
-    te = task_encoder if task_encoder is not None else DefaultTaskEncoder()
     virtual_epoch_length = options.pop("virtual_epoch_length", None)
     pipeline = DatasetPipeline(leaves, mode, te, PipelineOptions(**options), worker_config)
     return SavableDataset(pipeline, worker_config, virtual_epoch_length)
+
+
+_DECODER_KWARGS = ("image_decode", "av_decode", "video_decode_audio")
+
+
+def _map_deprecated_decoder_kwargs(kwargs: dict[str, Any], task_encoder: TaskEncoder) -> None:
+    """Energon's older ``get_train_dataset`` arguments: warn, and map them as Energon does."""
+    given = {name: kwargs.pop(name) for name in _DECODER_KWARGS if name in kwargs}
+    auto_decode = kwargs.pop("auto_decode", True)
+    for name in ("handler", "ignore_decoder_errors"):
+        if name in kwargs:
+            kwargs.pop(name)
+            warnings.warn(
+                f"get_train_dataset({name}=...) is Energon's deprecated argument and is ignored: "
+                "bad samples are skipped and logged up to failure_tolerance",
+                FutureWarning,
+                stacklevel=4,
+            )
+    if not auto_decode:
+        task_encoder.decoder = None
+        return
+    if given:
+        warnings.warn(
+            f"get_train_dataset({', '.join(given)}) is Energon's deprecated form; set "
+            f"`decoder = SampleDecoder({', '.join(f'{k}={v!r}' for k, v in given.items())})` "
+            "on your TaskEncoder instead",
+            FutureWarning,
+            stacklevel=4,
+        )
+        decoder = SampleDecoder(**given)
+        current = task_encoder.decoder
+        if current is not None and current != TaskEncoder.decoder and current != decoder:
+            raise ConfigError(
+                f"{type(task_encoder).__name__} already has decoder {current}; the "
+                f"arguments {given} ask for another one"
+            )
+        task_encoder.decoder = decoder
 
 
 # Energon's loader knobs that energon_lite's design makes moot: the state is exact after

@@ -454,3 +454,18 @@ def test_restore_seeds_makes_global_randomness_resume_exactly(
         [0, 3, 5],
     )
     assert np.random.get_state()[1][:4].tolist() == before  # the global state was put back
+
+
+def test_energons_older_decoder_arguments_warn_and_map(train_ds: Path) -> None:
+    from PIL import Image
+
+    with pytest.warns(FutureWarning, match=r"SampleDecoder\(image_decode='pil'\)"):
+        dataset = _train(train_ds, 0, task_encoder=TaskEncoder(), image_decode="pil")
+    batch = next(iter(dataset))
+    assert all(isinstance(image, Image.Image) for image in batch.image)
+    with pytest.warns(FutureWarning, match="handler=...\\) is Energon's deprecated argument"):
+        _train(train_ds, 0, handler=print)
+    raw = TaskEncoder()
+    with pytest.warns(FutureWarning):
+        _train(train_ds, 0, task_encoder=raw, auto_decode=False, handler=print)
+    assert raw.decoder is None
