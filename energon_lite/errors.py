@@ -35,14 +35,24 @@ class TooManyFailuresError(EnergonLiteError, RuntimeError):
 
 
 _SHORT = reprlib.Repr()
-_SHORT.maxstring = _SHORT.maxother = 200
-_SHORT.maxlist = _SHORT.maxtuple = _SHORT.maxdict = _SHORT.maxset = 8
-_SHORT.maxlevel = 3
+_SHORT.maxlevel, _SHORT.maxdict, _SHORT.maxlist, _SHORT.maxtuple = 3, 4, 4, 4
+_SHORT.maxset, _SHORT.maxfrozenset, _SHORT.maxdeque, _SHORT.maxarray = 4, 4, 4, 4
+_SHORT.maxstring, _SHORT.maxlong, _SHORT.maxother = 60, 40, 60
 
 
-def short_repr(value: Any, limit: int = 200) -> str:
-    """``repr(value)`` cut to ``limit`` characters, for error messages about untrusted values."""
-    text = _SHORT.repr(value)
+def short_repr(value: Any, limit: int = 120) -> str:
+    """``repr(value)`` for an error message about an untrusted value, bounded in time and length.
+
+    Values from YAML files, tar headers or arguments can be attacker-sized (a billion-laughs
+    alias chain, a 10⁵-digit number): only the first few items of each container, three
+    levels deep, and at most ``limit`` characters are printed; never the whole value.
+    """
+    if isinstance(value, int) and value.bit_length() > 128:
+        return f"<int of {value.bit_length()} bits>"
+    try:
+        text = _SHORT.repr(value)
+    except Exception:  # a repr that raises (e.g. ints past sys.get_int_max_str_digits)
+        text = f"<{type(value).__name__}>"
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

@@ -99,3 +99,20 @@ def test_opening_ten_million_samples_allocates_little(tmp_path: Path) -> None:
     assert len(ds) == 10_000_000
     assert peak < 2_000_000, f"opening allocated {peak} bytes"
     assert ds.locate(9_999_999) == (999, 9_999)
+
+
+def test_corrupt_tar_index_offsets_are_format_errors(tmp_path: Path, dataset_factory) -> None:
+    import numpy as np
+
+    root = dataset_factory(tmp_path / "ds", 40, 20)
+    idx = root / "parts/data-0.tar.idx"
+    offsets = np.fromfile(idx, dtype="<u8")
+    for corrupt in (
+        [offsets[1], *offsets[1:3], offsets[0], *offsets[4:]],  # going backwards
+        [*offsets[:-1], 2**40],  # past the end of the shard (the old reader allocated 1 TB)
+    ):
+        np.asarray(corrupt, dtype="<u8").tofile(idx)
+        dataset = PreparedDataset(root, "train")
+        with pytest.raises(DatasetFormatError, match=r"data-0.tar.idx: offsets of samples"):
+            dataset.read_range(0, 0, 20)
+        dataset.close()

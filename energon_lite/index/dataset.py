@@ -44,6 +44,7 @@ class PreparedDataset:
         self._pid = os.getpid()
         self._files: OrderedDict[int, int] = OrderedDict()
         self._indexes: dict[int, np.ndarray] = {}
+        self._sizes: dict[int, int] = {}  # file size by open descriptor
         info = load_info(self.root)
         split = load_split(self.root, split_config)
         self.config: dict[str, Any] = load_dataset_config(self.root, dataset_config)
@@ -149,6 +150,7 @@ class PreparedDataset:
                 os.close(self._files.popitem(last=False)[1])
             fd = os.open(self.root / self.shard_names[shard_id], os.O_RDONLY)
             self._files[shard_id] = fd
+            self._sizes[fd] = os.fstat(fd).st_size
         else:
             self._files.move_to_end(shard_id)
         return fd
@@ -178,8 +180,14 @@ class PreparedDataset:
             )
         bounds = offsets[start : end + 1].astype(np.int64).tolist()
         base = bounds[0]
-        buf = os.pread(self._fd(shard_id), bounds[-1] - base, base)
+        fd = self._fd(shard_id)
         where = str(self.root / self.shard_names[shard_id])
+        if any(b <= a for a, b in itertools.pairwise(bounds)) or bounds[-1] > self._sizes[fd]:
+            raise DatasetFormatError(
+                f"{where}.idx: offsets of samples [{start}, {end}) are not increasing inside "
+                f"the shard's {self._sizes[fd]} bytes: the index is corrupt; re-run prepare"
+            )
+        buf = os.pread(fd, bounds[-1] - base, base)
         if len(buf) != bounds[-1] - base:
             raise DatasetFormatError(f"{where}: file is shorter than its .tar.idx says")
         view = memoryview(buf)
