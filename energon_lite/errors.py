@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import difflib
 import logging
 import reprlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 logger = logging.getLogger("energon_lite")
@@ -54,6 +55,27 @@ def short_repr(value: Any, limit: int = 120) -> str:
     except Exception:  # a repr that raises (e.g. ints past sys.get_int_max_str_digits)
         text = f"<{type(value).__name__}>"
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def unknown_keys(keys: Iterable[Any], allowed: Sequence[str]) -> str | None:
+    """A message naming every key not in ``allowed`` with the closest allowed one, or None.
+
+    ``unknown key 'wieght' (did you mean 'weight'?); allowed: path, weight``. Checked before
+    required keys, so a typo is named even when it also leaves a required key missing.
+    """
+    problems = []
+    for key in keys:
+        if key in allowed:
+            continue
+        close = difflib.get_close_matches(str(key), allowed, n=1) if isinstance(key, str) else []
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        problems.append(f"{short_repr(key, 60)}{hint}")
+        if len(problems) == 5:
+            break
+    if not problems:
+        return None
+    plural = "s" if len(problems) > 1 else ""
+    return f"unknown key{plural} {', '.join(problems)}; allowed: {', '.join(allowed)}"
 
 
 class SkipSample(Exception):
