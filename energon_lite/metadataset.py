@@ -165,9 +165,10 @@ def _node(
         number = _number(entry, number_key, at)
         leaves, mode = _reference(entry, base, split_part, inherited, stack, at, allowed)
         if mode not in ("single", _MODE[kind]):
+            inner = "an epochized" if mode == "epochized" else "a weighted"
             raise (at / "path").error(
-                f"{entry['path']} is a {mode} blend inside a {kind}: a tree mixes either weights "
-                "(blend) or repetitions (blend_epochized), never both"
+                f"{short_repr(entry['path'])} is {inner} blend inside a {kind}: a tree mixes "
+                "either weights (blend) or repetitions (blend_epochized), never both"
             )
         numbers.append(number)
         results.append(leaves)
@@ -230,7 +231,7 @@ def _reference(
 ) -> tuple[list[Leaf], str]:
     _check_keys(ref, allowed, where)
     raw = ref["path"]
-    if not isinstance(raw, str) or not raw:
+    if not isinstance(raw, str) or not raw or "\0" in raw:
         raise (where / "path").error(f"{short_repr(raw)}; must be a path relative to {base}")
     target = (base / raw).resolve()
     split_part = _string(ref, "split_part", where) or split_part

@@ -108,3 +108,115 @@ def test_tar_header_mutations_raise_only_our_errors(fmt: int, tmp_path: Path) ->
         with open(shard, "rb") as file, contextlib.suppress(DatasetFormatError):
             first_member_name(file.fileno(), 0, "fuzz.tar")  # the header-only walk
     assert outcomes["parsed"] > 10 and outcomes["refused"] > 100, outcomes
+
+
+_VALID = {
+    "blend.yaml": (
+        "splits:\n  train:\n    blend:\n"
+        "      - {weight: 3, path: a, subflavors: &s {src: a}}\n"
+        "      - {weight: 1, path: b, subset: {range: [0%, 50%]}, subflavors: *s}\n"
+        "      - {weight: 1, path: inner.yaml, shuffle_over_epochs_multiplier: 2}\n"
+        "  val:\n    path: a\n"
+    ),
+    "inner.yaml": "splits:\n  train:\n    blend:\n      - {weight: 1, path: a}\n      - {weight: 2, path: b}\n",
+    "epochized.yaml": (
+        "splits:\n  train:\n    blend_epochized:\n"
+        "      - {repetitions: 2, path: a, split_part: train}\n"
+        "      - {repetitions: 0.5, path: b, subset: {range: [0, 10]}}\n"
+    ),
+}
+_HOSTILE = [
+    -1, 0, 0.0, 1e9, 1e-9, float("inf"), float("nan"), 10**400, True, None, "", "x" * 5000,
+    [], {}, [[[[1]]]], {"range": ["0%", "150%"]}, "a\0b", "../../etc", "end", "50%", 2**63,
+]  # fmt: skip
+_KEYS = ["path", "weight", "repetitions", "subset", "split_part", "subflavors", "blend",
+         "blend_epochized", "splits", "__class__", "shuffle_over_epochs_multiplier"]  # fmt: skip
+
+
+def _nodes(tree, trail=()):
+    """Every (container, key) in a parsed document."""
+    items = tree.items() if isinstance(tree, dict) else enumerate(tree)
+    for key, value in list(items):
+        yield tree, key
+        if isinstance(value, (dict, list)):
+            yield from _nodes(value, (*trail, key))
+
+
+def _mutate_yaml(rng: random.Random, text: str) -> str:
+    import yaml
+
+    if rng.random() < 0.4:  # text-level: YAML syntax characters and digits in random places
+        chars = list(text)
+        for _ in range(rng.randint(1, 4)):
+            at = rng.randrange(len(chars))
+            op = rng.randrange(3)
+            piece = rng.choice(
+                [":", "{", "}", "[", "]", ",", "&x", "*x", "-", "\n", " ", "!", "9", "'", "e"]
+            )
+            if op == 0:
+                chars.insert(at, piece)
+            elif op == 1:
+                del chars[at]
+            else:
+                chars[at] = piece
+        return "".join(chars)
+    tree = yaml.safe_load(text)
+    container, key = rng.choice(list(_nodes(tree)))
+    op = rng.randrange(4)
+    if op == 0:
+        container[key] = rng.choice(_HOSTILE)
+    elif op == 1 and isinstance(container, dict):  # a typo, or a key from elsewhere
+        value = container.pop(key)
+        new = (
+            rng.choice([key[:-1], key + "s", key[::-1], rng.choice(_KEYS)])
+            if isinstance(key, str)
+            else key
+        )
+        container[new] = value
+    elif op == 2:
+        del container[key]
+    else:
+        container[key] = rng.choice(_HOSTILE) if rng.random() < 0.5 else [container[key]] * 3
+    return yaml.safe_dump(tree)
+
+
+@pytest.fixture(scope="module")
+def two_datasets(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from conftest import make_dataset
+
+    root = tmp_path_factory.mktemp("fuzz_mds")
+    make_dataset(root / "a", 60, 20, [("train", 2), ("val", 1)])
+    make_dataset(root / "b", 40, 20)
+    return root
+
+
+@pytest.mark.timeout(180)
+def test_metadataset_mutations_raise_only_our_errors(two_datasets: Path) -> None:
+    import math
+
+    from energon_lite.errors import EnergonLiteError
+    from energon_lite.metadataset import MAX_REPETITIONS, load_metadataset
+
+    head = "__module__: megatron.energon\n__class__: MetadatasetV2\n"
+    for name, body in _VALID.items():
+        (two_datasets / name).write_text(head + body)
+    outcomes = {"loaded": 0, "refused": 0}
+    target = two_datasets / "fuzzed.yaml"
+    for seed in range(300):
+        rng = random.Random(seed)
+        name = rng.choice(sorted(_VALID))
+        target.write_text(head + _mutate_yaml(rng, _VALID[name]).replace(head, ""))
+        try:
+            leaves, mode = load_metadataset(target, "train")
+        except EnergonLiteError as exc:
+            assert len(str(exc)) < 1500, (seed, str(exc)[:300])
+            outcomes["refused"] += 1
+        except Exception as exc:  # pragma: no cover - what this test exists to catch
+            raise AssertionError(f"seed {seed}: raw {type(exc).__name__}: {exc}") from exc
+        else:  # what loads is sane: finite weights summing to 1, bounded repetitions
+            outcomes["loaded"] += 1
+            if mode == "weights":
+                assert math.isclose(sum(leaf.weight for leaf in leaves), 1.0), seed
+            for leaf in leaves:
+                assert leaf.repetitions is None or 0 < leaf.repetitions <= MAX_REPETITIONS
+    assert outcomes["loaded"] > 20 and outcomes["refused"] > 150, outcomes
