@@ -33,6 +33,10 @@ _CHAR_RANGE = re.compile(r"^([A-Za-z])\.\.([A-Za-z])(?:\.\.-?(\d{1,18}))?$")
 _ALPHABET = string.ascii_uppercase + string.ascii_lowercase
 
 
+class YAMLBoundError(yaml.MarkedYAMLError):
+    """A well-formed YAML document past one of the bounds above."""
+
+
 class _BoundedLoader(yaml.SafeLoader):
     """PyYAML's safe loader with a nesting limit while composing and an alias budget."""
 
@@ -42,7 +46,7 @@ class _BoundedLoader(yaml.SafeLoader):
         self._depth += 1
         try:
             if self._depth > MAX_DEPTH:
-                raise yaml.MarkedYAMLError(
+                raise YAMLBoundError(
                     problem=f"nested deeper than {MAX_DEPTH} levels",
                     problem_mark=self.peek_event().start_mark,
                 )
@@ -79,7 +83,7 @@ def _check_expansion(root: yaml.Node) -> None:
             height[key] = 1 + max((height[id(k)] for k in kids), default=0)
             on_path.discard(key)
             if height[key] > MAX_DEPTH:
-                raise yaml.MarkedYAMLError(
+                raise YAMLBoundError(
                     problem=f"nested deeper than {MAX_DEPTH} levels once aliases are expanded",
                     problem_mark=node.start_mark,
                 )
@@ -87,7 +91,7 @@ def _check_expansion(root: yaml.Node) -> None:
         if key in size:
             continue
         if key in on_path:
-            raise yaml.MarkedYAMLError(
+            raise YAMLBoundError(
                 problem="an alias inside its own anchor (a recursive document)",
                 problem_mark=node.start_mark,
             )
@@ -96,7 +100,7 @@ def _check_expansion(root: yaml.Node) -> None:
         stack.extend((k, False) for k in _children(node) if id(k) not in size)
     added = size[id(root)] - len(size)
     if added > MAX_ALIAS_NODES:
-        raise yaml.MarkedYAMLError(
+        raise YAMLBoundError(
             problem=f"aliases expand the document by {added} values, more than "
             f"{MAX_ALIAS_NODES} (a YAML bomb?); write the values out or use fewer aliases",
             problem_mark=root.start_mark,

@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from energon_lite.errors import DatasetFormatError, short_repr, unknown_keys
-from energon_lite.index.bounded import expand_bounded, load_bounded_yaml
+from energon_lite.index.bounded import YAMLBoundError, expand_bounded, load_bounded_yaml
 
 META_DIR = ".nv-meta"
 INFO_JSON = ".info.json"
@@ -38,7 +38,8 @@ def load_yaml(path: str | os.PathLike[str]) -> Any:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
         problem = getattr(exc, "problem", None) or str(exc)
-        raise DatasetFormatError(f"{where}: YAML syntax error: {problem}") from None
+        label = "YAML refused" if isinstance(exc, YAMLBoundError) else "YAML syntax error"
+        raise DatasetFormatError(f"{where}: {label}: {problem}") from None
     except (ValueError, OverflowError, RecursionError) as exc:  # e.g. a 5000-digit integer
         message = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
         raise DatasetFormatError(f"{path}: YAML value not accepted: {message}") from None
