@@ -29,6 +29,7 @@ _SPLIT_NAME = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
 _SKIP_META = re.compile(r"__[^/]*__($|/)")
 _REGULAR = (b"0", b"\0", b"7")
 _NUMERIC_FIELDS = (("mode", 100, 108), ("uid", 108, 116), ("gid", 116, 124), ("mtime", 136, 148))
+_PLAIN_NUMBERS = re.compile(rb"[0-7 \0]{48}")  # mode, uid, gid, size, mtime (bytes 100-148)
 _OCTAL = re.compile(rb"[0-7]*")
 _DECIMAL = re.compile(rb"[0-9]+")
 
@@ -115,11 +116,17 @@ def _walk(
             raise DatasetFormatError(f"{where}: truncated tar header at byte {pos}")
         if header.count(0) == BLOCK:
             return
-        _check_header(header, pos, where)
+        _check_checksum(header, pos, where)
+        if _PLAIN_NUMBERS.fullmatch(header, 100, 148):  # the common case: octal digits only
+            text = header[124:136].replace(b"\0", b" ").strip()
+            size = int(text, 8) if _OCTAL.fullmatch(text) else _number(text, "size", pos, where)
+        else:  # base-256 numbers, or garbage: field by field
+            for field, begin, end in _NUMERIC_FIELDS:
+                _number(header[begin:end], field, pos, where)
+            size = _number(header[124:136], "size", pos, where)
         if first_header is None:
             first_header = pos
         typeflag = header[156:157]
-        size = _number(header[124:136], "size", pos, where)
         data_start = pos + BLOCK
         if typeflag in (b"L", b"x", b"g"):
             if size > MAX_EXTENDED_HEADER:
@@ -174,19 +181,17 @@ def _check_fits(data_start: int, size: int, stop: int, pos: int, where: str) -> 
         )
 
 
-def _check_header(header: bytes, pos: int, where: str) -> None:
-    """The checksum and the numeric fields the walker does not use (as tarfile checks them)."""
+def _check_checksum(header: bytes, pos: int, where: str) -> None:
     stored = header[148:156].replace(b"\0", b" ").strip()
-    ok = bool(stored) and _OCTAL.fullmatch(stored) is not None
-    if ok and int(stored, 8) != sum(header[:148]) + 8 * 32 + sum(header[156:]):
-        ok = False
-    if not ok:
+    if (
+        not stored
+        or not _OCTAL.fullmatch(stored)
+        or int(stored, 8) != sum(header[:148]) + 8 * 32 + sum(header[156:])
+    ):
         raise DatasetFormatError(
             f"{where}: invalid tar header at byte {pos} (bad checksum): "
             "the file is not a tar archive or is corrupt"
         )
-    for field, begin, end in _NUMERIC_FIELDS:
-        _number(header[begin:end], field, pos, where)
 
 
 def _number(field: bytes, what: str, pos: int, where: str) -> int:
