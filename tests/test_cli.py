@@ -118,3 +118,24 @@ def test_checkpoint_info_never_unpickles(tmp_path: Path, capsys) -> None:
     assert main(["checkpoint", "info", str(tmp_path / "state.json")]) == 0
     assert "energon_lite loader state v1" in capsys.readouterr().out
     assert not marker.exists()
+
+
+def test_checkpoint_info_of_odd_plain_data(tmp_path: Path, capsys) -> None:
+    """Crafted but plain-data files: a summary or our error, never a traceback."""
+    import json
+
+    cases = {
+        "deep.json": "[" * 5000 + "]" * 5000,
+        "workers.json": json.dumps({"type": "SavableLoader", "config": {}, "workers": 7}),
+        "nodes.json": json.dumps(
+            {"type": "SavableLoader", "config": {}, "workers": [{"sources": [1, {}]}, [[[]]]]}
+        ),
+        "ranks.json": json.dumps([[[[{"type": "SavableLoader"}]]]]),
+        "garbage.bin": "\x00\x01not a state",
+    }
+    for name, text in cases.items():
+        (tmp_path / name).write_text(text)
+        code = main(["checkpoint", "info", str(tmp_path / name)])
+        captured = capsys.readouterr()
+        assert "Traceback" not in captured.err, name
+        assert (code == 0 and captured.out) or str(tmp_path / name) in captured.err, name
