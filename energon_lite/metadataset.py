@@ -29,7 +29,6 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, replace
-from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +36,7 @@ from energon_lite.errors import DatasetFormatError, short_repr, unknown_keys
 from energon_lite.index.meta import META_DIR, load_yaml
 from energon_lite.kinds import open_source, resolve_path
 from energon_lite.leaf import Leaf
+from energon_lite.quotas import exact_repetitions
 
 _MODULES = ("megatron.energon", "energon_lite")
 _TOP_KEYS = ("__module__", "__class__", "splits")
@@ -211,7 +211,7 @@ def _check_quotas(path: Path, leaves: list[Leaf]) -> None:
     """Every leaf of a blend_epochized contributes samples to an epoch (see Blend.epochized)."""
     for leaf in leaves:
         count = len(open_source(leaf))
-        reps = Fraction(leaf.repetitions or 1).limit_denominator(10**6)
+        reps = exact_repetitions(leaf.repetitions or 1)  # as the Blend plans it
         if math.floor(reps * count) == 0:
             raise DatasetFormatError(
                 f"{path}: blend_epochized: {leaf.path} (split {short_repr(leaf.split_part)}) has "
