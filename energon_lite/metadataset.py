@@ -180,6 +180,11 @@ def _node(
         for leaf in leaves:
             if kind == "blend":
                 leaf.weight = (leaf.weight or 1.0) * number / total
+                if not leaf.weight > 0:  # underflow: the leaf would silently never be drawn
+                    raise (where / kind / index / number_key).error(
+                        f"{short_repr(number)} of a total {total:g} gives {leaf.path} a share "
+                        "of 0; use weights of similar magnitude"
+                    )
             else:
                 leaf.repetitions = (leaf.repetitions or 1) * number
                 if leaf.repetitions > MAX_REPETITIONS:
@@ -319,8 +324,10 @@ def _parse_subset(ref: dict[str, Any], where: _Where) -> tuple[tuple[float, floa
     """``(relative range, absolute range)`` of a ``subset:``; exactly one is set."""
     at = where / "subset"
     value = ref["subset"]
-    if isinstance(value, dict) and set(value) == {"range"}:
-        value, at = value["range"], at / "range"
+    if isinstance(value, dict):
+        _check_keys(value, ("range",), at)
+        if "range" in value:
+            value, at = value["range"], at / "range"
     if not isinstance(value, list) or len(value) != 2:
         raise at.error(
             f"{short_repr(value)}; allowed: {{range: [0%, 50%]}} or {{range: [100, end]}}"

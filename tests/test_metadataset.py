@@ -303,6 +303,10 @@ BAD = {
         _entry("{weight: 1.0e+308, path: b}").replace("weight: 1,", "weight: 1.0e+308,"),
         ["splits.train.blend", "sum to inf"],
     ),
+    "weight share underflows": (
+        _entry("{weight: 1.0e-320, path: b}").replace("weight: 1,", "weight: 1.0e+300,"),
+        ["splits.train.blend[1].weight", "a share of 0"],
+    ),
     "repetitions 1e9": (
         "splits:\n  train:\n    blend_epochized:\n      - {repetitions: 1.0e+9, path: a}\n",
         ["blend_epochized[0].repetitions", "1e+09 repetitions per epoch", "more than 1000"],
@@ -315,6 +319,10 @@ BAD = {
         "splits:\n  train:\n    blend_epochized:\n      - {repetitions: 1, path: a}\n"
         "      - {repetitions: 0.001, path: b}\n",
         ["blend_epochized", "/b (split 'train') has repetitions 0.001", "no sample per epoch"],
+    ),
+    "subset typo": (
+        _entry("{weight: 1, path: b, subset: {rnage: [0%, 50%]}}"),
+        ["blend[1].subset.rnage", "(did you mean 'range'?)"],
     ),
     "absolute on yaml": (
         _entry("{weight: 1, path: blend31.yaml, subset: {range: [0, 5]}}"),
