@@ -21,7 +21,10 @@ Walking down carries what outer levels impose, combined the way Energon combines
 Every leaf's split is opened once to check that it exists and is not empty (cheap: the
 ``.nv-meta`` files, no tar index). A cycle of nested files is found from the stack of open
 files. Every error names the file, the key path (``splits.train.blend[2].weight``) and what
-is allowed. ``load_metadataset`` returns plain data and holds no state.
+is allowed (an unknown key with the closest known one). Bounds (docs/safety.md): weights and
+repetitions finite, a leaf's repetitions at most ``MAX_REPETITIONS`` and at least one sample
+per epoch, nested files at most ``MAX_NESTING`` deep. ``load_metadataset`` returns plain
+data and holds no state.
 """
 
 from __future__ import annotations
