@@ -209,7 +209,7 @@ def prepare_dataset(
         report = PrepareReport(root, shards, [scan.count for scan in scans], parts)
         for scan in scans:
             scan.key_hashes = scan.key_hashes[:0]  # free them before the metadata
-        record = make_record(root, report.shard_names, report.shard_counts)
+        record = make_record(root, report.shard_names, scans)
         if tar_index_only:
             if is_prepared(root):
                 write_record(meta, record)

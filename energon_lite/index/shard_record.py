@@ -1,12 +1,14 @@
 """``.nv-meta/energon_lite.json``: what each shard was when prepare indexed it.
 
-Prepare records every shard's byte size and modification time and a digest of all
-``.tar.idx`` files. Opening a split compares the split's shards with the record (one
-``stat`` per shard, no shard data read) and refuses a replaced or edited shard by name; the
-digest gives the dataset an identity that follows its content, not its folder name. Energon
-reads ``.info.json`` strictly (unknown keys fail) but ignores other files in ``.nv-meta``,
-so the record lives in a file of its own. Datasets prepared without it (by Energon) skip
-the check and get a content identity from shard sizes and their indexes' edges instead.
+Prepare records every shard's byte size and modification time and one digest over all
+sample offsets (the ``.tar.idx`` content) and the first and last 64 KiB of every shard (read
+during the header scan anyway). Opening a split compares the split's shards with the record
+(one ``stat`` per shard, no shard data read) and refuses a replaced or edited shard by name;
+the digest gives the dataset an identity that follows its content, not its folder name.
+Energon reads ``.info.json`` strictly (unknown keys fail) but ignores other files in
+``.nv-meta``, so the record lives in a file of its own. Datasets prepared without it (by
+Energon) skip the check; their identity reads the sizes and both 4 KiB ends of each shard
+and index once, when a loader first asks for it.
 """
 
 from __future__ import annotations
@@ -19,23 +21,24 @@ from typing import Any
 
 from energon_lite.errors import DatasetFormatError
 from energon_lite.index.meta import META_DIR
-from energon_lite.index.tar_index import IDX_SUFFIX
+from energon_lite.index.tar_index import IDX_SUFFIX, ShardScan
 
 RECORD = "energon_lite.json"
 RECORD_VERSION = 1
-_EDGE = 4096  # bytes of each .tar.idx end hashed for datasets without a record
+_EDGE = 4096  # bytes at each end of a shard and its index hashed without a record
 
 
-def make_record(root: Path, shard_names: list[str], shard_counts: list[int]) -> dict[str, Any]:
-    """Sizes, mtimes and the digest of the ``.tar.idx`` files of shards already indexed."""
+def make_record(root: Path, shard_names: list[str], scans: list[ShardScan]) -> dict[str, Any]:
+    """Sizes, mtimes and one digest over the ``.tar.idx`` files and the shards' edges."""
     digest = hashlib.blake2b(digest_size=16)
     shards: dict[str, list[int]] = {}
-    for name, count in zip(shard_names, shard_counts):
+    for name, scan in zip(shard_names, scans):
         path = root / name
         st = path.stat()
         shards[name] = [st.st_size, st.st_mtime_ns]
-        digest.update(f"{name}\0{count}\0{st.st_size}\0".encode("utf-8", "surrogateescape"))
-        digest.update(Path(str(path) + IDX_SUFFIX).read_bytes())
+        digest.update(f"{name}\0{scan.count}\0{st.st_size}\0".encode("utf-8", "surrogateescape"))
+        digest.update(scan.offsets.tobytes())
+        digest.update(scan.edge_digest.encode())
     return {"version": RECORD_VERSION, "shards": shards, "content_digest": digest.hexdigest()}
 
 
@@ -110,19 +113,18 @@ def check_shards(
 
 
 def content_identity(root: Path, names: list[str]) -> str:
-    """For datasets without a record: shard sizes and both ends of each ``.tar.idx``."""
+    """For datasets without a record: sizes and both ends (4 KiB) of each shard and index."""
     digest = hashlib.blake2b(digest_size=16)
     for name in names:
-        path = root / name
-        idx = str(path) + IDX_SUFFIX
-        try:
-            digest.update(str(path.stat().st_size).encode())
-            with open(idx, "rb") as file:
-                digest.update(file.read(_EDGE))
-                size = os.fstat(file.fileno()).st_size
-                if size > _EDGE:
-                    file.seek(max(_EDGE, size - _EDGE))
+        for path in (root / name, Path(str(root / name) + IDX_SUFFIX)):
+            try:
+                with open(path, "rb") as file:
+                    size = os.fstat(file.fileno()).st_size
+                    digest.update(f"{size}:".encode())
                     digest.update(file.read(_EDGE))
-        except FileNotFoundError:
-            digest.update(b"missing")
+                    if size > _EDGE:
+                        file.seek(max(_EDGE, size - _EDGE))
+                        digest.update(file.read(_EDGE))
+            except FileNotFoundError:
+                digest.update(b"missing")
     return digest.hexdigest()

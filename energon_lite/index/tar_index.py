@@ -20,6 +20,7 @@ from energon_lite.errors import DatasetFormatError
 from energon_lite.index.tar import iter_members, split_name
 
 IDX_SUFFIX = ".idx"
+EDGE = 1 << 16  # bytes at each end of a shard hashed into its content digest
 
 
 @dataclass
@@ -29,6 +30,7 @@ class ShardScan:
     offsets: np.ndarray  # uint64, count + 1 entries
     parts: set[str] = field(default_factory=set)
     key_hashes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))  # per sample
+    edge_digest: str = ""  # of the shard's first and last EDGE bytes: content, cheaply
 
     @property
     def count(self) -> int:
@@ -83,6 +85,8 @@ def scan_shard(path: str | os.PathLike[str], display_name: str | None = None) ->
                 current_parts.add(part)
                 parts.add(part)
                 end = member.end
+            edges = hashlib.blake2b(view[:EDGE], digest_size=16)
+            edges.update(view[max(EDGE, size - EDGE) :])
         except UnicodeDecodeError as exc:  # a long (GNU/pax) name that is not UTF-8
             raise DatasetFormatError(
                 f"{where}: a member name is not UTF-8 ({exc.object[:80]!r}); rename it when "
@@ -91,7 +95,12 @@ def scan_shard(path: str | os.PathLike[str], display_name: str | None = None) ->
         finally:
             view.release()
     offsets.append(end)
-    return ShardScan(np.asarray(offsets, dtype="<u8"), parts, np.frombuffer(hashes, np.uint64))
+    return ShardScan(
+        np.asarray(offsets, dtype="<u8"),
+        parts,
+        np.frombuffer(hashes, np.uint64),
+        edges.hexdigest(),
+    )
 
 
 def key_hash(key: str) -> int:
