@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -88,3 +89,45 @@ def test_prepare_robot_episodes(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "Indexed robot episodes" in done.stdout and "scanning episodes" in done.stderr
     assert (folder / ".nv-meta/episodes.npz").is_file()
+
+
+def test_every_error_is_one_line_with_exit_status_1(train_ds: Path, tmp_path: Path) -> None:
+    missing = _run("info", str(tmp_path / "missing"))
+    assert missing.returncode == 1
+    assert (
+        missing.stderr.startswith("energon-lite info: error: ")
+        and "does not exist" in missing.stderr
+    )
+    nope = _run("checkpoint", "info", str(tmp_path / "nope.pt"))
+    assert nope.returncode == 1 and "Traceback" not in nope.stderr
+    assert nope.stderr.startswith("energon-lite checkpoint: error: ") and "nope.pt" in nope.stderr
+    (tmp_path / "garbage.bin").write_bytes(b"\x93garbage")
+    garbage = _run("checkpoint", "info", str(tmp_path / "garbage.bin"))
+    assert garbage.returncode == 1 and "Traceback" not in garbage.stderr
+    assert garbage.stderr.startswith("energon-lite checkpoint: error: ")
+    usage = _run("preview", str(train_ds), "-n", "many")
+    assert (
+        usage.returncode == 1 and "energon-lite preview: error: argument -n/--num" in usage.stderr
+    )
+    ratio = _run("prepare", str(tmp_path), "--split-ratio", "a,b", "--non-interactive")
+    assert ratio.returncode == 1 and ratio.stderr.startswith("energon-lite prepare: error: ")
+    not_prepared = _run("lint", str(tmp_path))
+    assert not_prepared.returncode == 1 and "Traceback" not in not_prepared.stderr
+    version = _run("--version")
+    assert version.returncode == 0 and version.stdout.startswith("energon-lite 0.")
+
+
+def test_every_argument_has_help() -> None:
+    from energon_lite.cli.main import build_parser
+
+    def walk(parser: argparse.ArgumentParser, where: str) -> list[str]:
+        missing = []
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, child in action.choices.items():
+                    missing += walk(child, f"{where} {name}")
+            elif not action.help:
+                missing.append(f"{where} {action.dest}")
+        return missing
+
+    assert walk(build_parser(), "energon-lite") == []

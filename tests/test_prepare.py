@@ -225,7 +225,7 @@ def test_cli_prepare_and_info(tmp_path: Path) -> None:
         '{"text": "txt"}',
         str(tmp_path),
     )
-    assert again.returncode == 2 and "pass --force-overwrite" in again.stderr
+    assert again.returncode == 1 and "pass --force-overwrite" in again.stderr
 
 
 def test_cli_interactive_on_a_terminal(tmp_path: Path) -> None:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import pickle
 import sys
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from energon_lite.errors import EnergonLiteError
 
@@ -116,6 +118,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
         shuffle_tars=args.shuffle_tars,
         tar_index_only=args.tar_index_only,
         force_overwrite=args.force_overwrite,
+        allow_duplicate_keys=args.allow_duplicate_keys,
     )
     print(
         f"Prepared {report.num_samples} samples in {len(report.shard_names)} shards; parts: {', '.join(sorted(report.parts))}"
@@ -179,12 +182,19 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="energon-lite", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    from energon_lite import __version__
+
+    parser = _Parser(prog="energon-lite", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"energon-lite {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("prepare", help="index a WebDataset folder and write .nv-meta")
-    p.add_argument("path")
-    p.add_argument("--non-interactive", action="store_true")
+    p.add_argument(
+        "path", help="a folder of .tar shards, a folder of HDF5 episodes, or a videos.csv table"
+    )
+    p.add_argument(
+        "--non-interactive", action="store_true", help="never ask; fail on a missing option"
+    )
     p.add_argument("--split-ratio", help="e.g. 8,1,1 (train,val,test), by whole shards")
     p.add_argument("--split-parts", action="append", help="'split:regex' (repeatable)")
     p.add_argument("--sample-type", help="e.g. CaptioningSample, or CrudeWebdataset")
@@ -199,7 +209,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--tar-index-only", action="store_true", help="only (re)write the .tar.idx files"
     )
-    p.add_argument("--force-overwrite", action="store_true")
+    p.add_argument(
+        "--force-overwrite", action="store_true", help="prepare again over an existing .nv-meta"
+    )
+    p.add_argument(
+        "--allow-duplicate-keys",
+        action="store_true",
+        help="accept a sample key in more than one shard (those samples are all delivered)",
+    )
     p.add_argument("--output", help="videos.csv: the index folder (default <stem>.energon)")
     p.add_argument(
         "--missing-media",
@@ -210,39 +227,77 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_prepare)
 
     p = sub.add_parser("info", help="sample and shard counts per split, sample type, parts")
-    p.add_argument("path")
+    p.add_argument("path", help="a prepared dataset folder (any kind prepare makes)")
     p.set_defaults(fn=cmd_info)
 
     p = sub.add_parser("preview", help="print the first samples of a split")
-    p.add_argument("path")
-    p.add_argument("--split-part", default="train")
-    p.add_argument("-n", "--num", type=int, default=5)
+    p.add_argument("path", help="a prepared dataset folder (any kind prepare makes)")
+    p.add_argument("--split-part", default="train", help="the split to show (default: train)")
+    p.add_argument("-n", "--num", type=int, default=5, help="how many samples (default: 5)")
     p.set_defaults(fn=cmd_preview)
 
     p = sub.add_parser("lint", help="decode every sample and report the ones that fail")
-    p.add_argument("path")
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("path", help="a prepared dataset folder (any kind prepare makes)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(fn=cmd_lint)
 
     p = sub.add_parser("checkpoint", help="inspect a saved loader state")
-    csub = p.add_subparsers(dest="action", required=True)
+    csub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     c = csub.add_parser("info", help="summarise a state file (msgpack, torch.save or pickle)")
-    c.add_argument("file")
+    c.add_argument("file", help="a file written from save_state_rank()/save_state_global()")
     c.set_defaults(fn=cmd_checkpoint)
 
     p = sub.add_parser("demo", help="prepare a small dataset, train, checkpoint and resume")
     p.add_argument("--dir", help="where to write the dataset (default: a temporary folder)")
-    p.add_argument("--samples", type=int, default=2000)
-    p.add_argument("--steps", type=int, default=80)
-    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--samples", type=int, default=2000, help="samples to write (default: 2000)")
+    p.add_argument("--steps", type=int, default=80, help="training steps (default: 80)")
+    p.add_argument("--workers", type=int, default=2, help="loader worker processes (default: 2)")
     p.set_defaults(fn=cmd_demo)
     return parser
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage mistakes exit with status 1, like every other error of the command."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(1, f"{self.prog}: error: {message}\n")
+
+
+_PATH_COMMANDS = ("info", "preview", "lint")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; every error is one line ``energon-lite CMD: error: ...`` and exit 1.
+
+    ``ENERGON_LITE_TRACEBACK=1`` shows the traceback of an unexpected error as well.
+    """
     args = build_parser().parse_args(argv)
+    prefix = f"energon-lite {args.command}: error:"
     try:
+        if args.command in _PATH_COMMANDS and not Path(args.path).exists():
+            raise FileNotFoundError(
+                2, "no such file or directory (the path does not exist)", args.path
+            )
         return args.fn(args)
+    except SystemExit as exc:  # our argument checks exit with a message
+        if exc.code is None or isinstance(exc.code, int):
+            raise
+        print(f"{prefix} {exc.code}", file=sys.stderr)
     except EnergonLiteError as exc:
-        print(f"energon-lite {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        print(f"{prefix} {exc}", file=sys.stderr)
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"{prefix} {where}{exc.strerror or exc}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print(f"{prefix} interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if os.environ.get("ENERGON_LITE_TRACEBACK") == "1":
+            traceback.print_exc()
+        print(
+            f"{prefix} unexpected {type(exc).__name__}: {exc} (set ENERGON_LITE_TRACEBACK=1 "
+            "to see where; please report it)",
+            file=sys.stderr,
+        )
+    return 1
