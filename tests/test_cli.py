@@ -9,6 +9,7 @@ import sys
 import tarfile
 from pathlib import Path
 
+import pytest
 import torch
 
 from energon_lite import WorkerConfig, get_savable_loader, get_train_dataset
@@ -91,30 +92,30 @@ def test_prepare_robot_episodes(tmp_path: Path) -> None:
     assert (folder / ".nv-meta/episodes.npz").is_file()
 
 
-def test_every_error_is_one_line_with_exit_status_1(train_ds: Path, tmp_path: Path) -> None:
-    missing = _run("info", str(tmp_path / "missing"))
-    assert missing.returncode == 1
-    assert (
-        missing.stderr.startswith("energon-lite info: error: ")
-        and "does not exist" in missing.stderr
+def test_every_error_is_one_line_with_exit_status_1(train_ds: Path, tmp_path: Path, capsys) -> None:
+    def err_of(*args: str) -> str:
+        assert main(list(args)) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"energon-lite {args[0]}: error: ") and "Traceback" not in err
+        assert err.count("\n") == 1, err  # one line
+        return err
+
+    assert "does not exist" in err_of("info", str(tmp_path / "missing"))
+    assert "nope.pt: No such file or directory" in err_of(
+        "checkpoint", "info", str(tmp_path / "nope.pt")
     )
-    nope = _run("checkpoint", "info", str(tmp_path / "nope.pt"))
-    assert nope.returncode == 1 and "Traceback" not in nope.stderr
-    assert nope.stderr.startswith("energon-lite checkpoint: error: ") and "nope.pt" in nope.stderr
     (tmp_path / "garbage.bin").write_bytes(b"\x93garbage")
-    garbage = _run("checkpoint", "info", str(tmp_path / "garbage.bin"))
-    assert garbage.returncode == 1 and "Traceback" not in garbage.stderr
-    assert garbage.stderr.startswith("energon-lite checkpoint: error: ")
-    usage = _run("preview", str(train_ds), "-n", "many")
-    assert (
-        usage.returncode == 1 and "energon-lite preview: error: argument -n/--num" in usage.stderr
-    )
-    ratio = _run("prepare", str(tmp_path), "--split-ratio", "a,b", "--non-interactive")
-    assert ratio.returncode == 1 and ratio.stderr.startswith("energon-lite prepare: error: ")
-    not_prepared = _run("lint", str(tmp_path))
-    assert not_prepared.returncode == 1 and "Traceback" not in not_prepared.stderr
-    version = _run("--version")
+    assert "corrupt" in err_of("checkpoint", "info", str(tmp_path / "garbage.bin"))
+    assert "--split-ratio 'a,b'" in err_of("prepare", str(tmp_path), "--split-ratio", "a,b")
+    assert "a prepared dataset? Run `energon-lite prepare`" in err_of("preview", str(tmp_path))
+    with pytest.raises(SystemExit) as exit_info:  # a usage mistake: argparse's message, status 1
+        main(["preview", str(train_ds), "-n", "many"])
+    assert exit_info.value.code == 1
+    assert "energon-lite preview: error: argument -n/--num" in capsys.readouterr().err
+    version = _run("--version")  # a real process: the exit status the shell sees
     assert version.returncode == 0 and version.stdout.startswith("energon-lite 0.")
+    lint = _run("lint", str(tmp_path))
+    assert lint.returncode == 1 and lint.stderr.startswith("energon-lite lint: error: ")
 
 
 def test_every_argument_has_help() -> None:

@@ -15,18 +15,54 @@ from energon_lite.index.meta import META_DIR, load_dataset_config, load_info, lo
 from energon_lite.sample_factory import SampleFactory
 
 
+def _kind(root: Path) -> str:
+    """``episodes``, ``video_text`` (a prepared CSV or its folder) or ``webdataset``."""
+    from energon_lite.cli.episodes import is_episode_dataset
+    from energon_lite.flavors.video_text.layout import is_video_text
+
+    if is_episode_dataset(root):
+        return "episodes"
+    return "video_text" if is_video_text(root) else "webdataset"
+
+
+def _open(root: Path, split_part: str) -> PreparedDataset:
+    if _kind(root) == "video_text":
+        from energon_lite.flavors.video_text.source import VideoTextSource
+
+        return VideoTextSource(root, split_part)
+    return PreparedDataset(root, split_part)
+
+
+def _folder(root: Path) -> Path:
+    """Where ``.nv-meta`` is: a prepared CSV's index folder, or ``root`` itself."""
+    if _kind(root) == "video_text":
+        from energon_lite.flavors.video_text.layout import resolve_prepared
+
+        return resolve_prepared(root)
+    return root
+
+
 def dataset_info(root: str | os.PathLike[str]) -> str:
     """Counts per split, bytes, sample type, field map and the parts of the first samples."""
     root = Path(root)
+    if _kind(root) == "episodes":
+        from energon_lite.cli.episodes import episodes_info
+
+        return episodes_info(root)
+    given, root = root, _folder(root)
     info = load_info(root)
     split = load_split(root)
     config = load_dataset_config(root)
     counts = dict(zip(info.shard_names, info.shard_counts))
     size = sum((root / name).stat().st_size for name in info.shard_names if (root / name).exists())
     lines = [
-        f"dataset {root}",
+        f"dataset {given}",
         f"  total: {sum(info.shard_counts)} samples, {len(info.shard_names)} shards, {size / 1e6:.1f} MB",
     ]
+    if _kind(root) == "video_text":
+        from energon_lite.cli.video_text import video_text_info
+
+        lines.extend(video_text_info(root))
     for name, shards in split.split_parts.items():
         samples = sum(counts.get(s, 0) for s in shards if s not in split.exclude)
         lines.append(f"  split {name}: {samples} samples in {len(shards)} shards")
@@ -42,7 +78,7 @@ def dataset_info(root: str | os.PathLike[str]) -> str:
         lines.append(f"  sample loader: {config['sample_loader']}")
     first_split = next((s for s, shards in split.split_parts.items() if shards), None)
     if first_split is not None:
-        dataset = PreparedDataset(root, first_split)
+        dataset = _open(root, first_split)
         parts: set[str] = set()
         for run in range(min(dataset.num_runs, 100)):
             _, sample = dataset.read(int(dataset.run_shard[run]), int(dataset.run_start[run]))
@@ -61,8 +97,12 @@ def _summary(value: Any) -> str:
 
 def preview(root: str | os.PathLike[str], split_part: str = "train", num: int = 5) -> list[str]:
     """One line per field of the first ``num`` samples of a split."""
-    dataset = PreparedDataset(root, split_part)
-    factory = SampleFactory(dataset.config, Path(root) / META_DIR)
+    if _kind(Path(root)) == "episodes":
+        from energon_lite.cli.episodes import episodes_preview
+
+        return episodes_preview(root, num)
+    dataset = _open(Path(root), split_part)
+    factory = SampleFactory(dataset.config, dataset.root / META_DIR)
     decoder = SampleDecoder()
     lines = []
     for position in range(min(num, len(dataset))):
@@ -77,11 +117,42 @@ def preview(root: str | os.PathLike[str], split_part: str = "train", num: int = 
 
 
 def lint(root: str | os.PathLike[str], progress: bool = True) -> list[str]:
-    """Decode every sample of every split; return one line per sample that fails."""
+    """Decode every sample of every split; return one line per sample that fails.
+
+    A split that cannot be opened (a changed shard, a shard listed twice) is one problem; a
+    shard in two splits is one too. Video-text tables also get their media checked, robot
+    episodes every frame decoded.
+    """
     root = Path(root)
+    kind = _kind(root)
+    if kind == "episodes":
+        from energon_lite.cli.episodes import episodes_lint
+
+        return episodes_lint(root, progress)
+    root = _folder(root)
     problems = []
-    for split_part in load_split(root).split_parts:
-        dataset = PreparedDataset(root, split_part)
+    split = load_split(root)
+    owner: dict[str, str] = {}
+    for split_part, shards in split.split_parts.items():
+        for shard in dict.fromkeys(shards):
+            if shard in owner:
+                problems.append(
+                    f"{split.source}: shard {shard} is in split {owner[shard]!r} and in "
+                    f"split {split_part!r}"
+                )
+            owner.setdefault(shard, split_part)
+    for split_part in split.split_parts:
+        try:
+            dataset = _open(root, split_part)
+        except EnergonLiteError as exc:
+            problems.append(f"{split_part}: {exc}")
+            continue
+        if kind == "video_text":
+            from energon_lite.cli.video_text import lint_media
+            from energon_lite.flavors.video_text.source import VideoTextSource
+
+            assert isinstance(dataset, VideoTextSource)
+            problems.extend(lint_media(dataset, split_part, progress))
         factory = SampleFactory(dataset.config, root / META_DIR)
         decoder = SampleDecoder()
         bar = tqdm(

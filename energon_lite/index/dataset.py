@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import os
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +67,14 @@ class PreparedDataset:
                     )
                 excluded_samples.setdefault(shard + ".tar", set()).add(key)
 
-        self._check_shards(info, split.split_parts[split_part])
+        listed = split.split_parts[split_part]
+        if len(set(listed)) != len(listed):
+            twice = sorted(name for name, n in Counter(listed).items() if n > 1)[:20]
+            raise DatasetFormatError(
+                f"{split.source}: split {split_part!r} lists {twice} more than once; their "
+                "samples would be delivered twice: list each shard once"
+            )
+        self._check_shards(info, listed)
         shards, starts, ends = [], [], []
         for name in split.split_parts[split_part]:
             if name not in shard_id:

@@ -44,7 +44,14 @@ def scan_shard(path: str | os.PathLike[str], display_name: str | None = None) ->
     a truncated tar, or a sample key that appears twice.
     """
     where = display_name or str(path)
-    size = os.path.getsize(path)
+    try:
+        size = os.path.getsize(path)
+    except FileNotFoundError:
+        raise DatasetFormatError(
+            f"{where}: shard is missing (deleted while preparing, or a dangling link)"
+        ) from None
+    except OSError as exc:
+        raise DatasetFormatError(f"{where}: cannot read shard: {exc.strerror}") from None
     if size == 0:
         raise DatasetFormatError(f"{where}: empty file, not a tar archive")
     offsets: list[int] = []
