@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+import energon_lite
 from energon_lite import prepare_dataset
 from energon_lite.errors import DatasetFormatError
 from energon_lite.index.dataset import PreparedDataset
@@ -29,7 +30,7 @@ PREPARE = [
 
 
 def _env() -> dict[str, str]:
-    root = str(Path(__file__).resolve().parents[1])
+    root = str(Path(energon_lite.__file__).resolve().parents[1])  # the code under test
     return {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
 
@@ -71,19 +72,44 @@ def test_killed_prepare_leaves_no_metadata_and_a_rerun_succeeds(tmp_path: Path) 
     assert leftovers == [] and not (root / ".nv-meta.lock").exists()
 
 
+_AT_THE_SIGNAL = """
+import sys, time, pathlib
+from energon_lite.cli import main
+ready, go = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+ready.touch()
+while not go.exists():
+    time.sleep(0.002)
+sys.exit(main(sys.argv[3:]))
+"""
+
+
 def test_concurrent_prepares_succeed_or_say_locked(tmp_path: Path) -> None:
     root = tmp_path / "ds"
-    write_captioning_shards(root, 200, 4, image_size=(8, 8))  # 50 shards
+    write_captioning_shards(root, 240, 2, image_size=(8, 8))  # 120 shards
+    go = tmp_path / "go"
     procs = [
         subprocess.Popen(
-            [*PREPARE, "--force-overwrite", str(root)],
+            [
+                sys.executable,
+                "-c",
+                _AT_THE_SIGNAL,
+                str(tmp_path / f"ready-{i}"),
+                str(go),
+                *PREPARE[3:],
+                "--force-overwrite",
+                str(root),
+            ],
             env=_env(),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
-        for _ in range(8)
+        for i in range(4)
     ]
+    deadline = time.monotonic() + 240
+    while len(list(tmp_path.glob("ready-*"))) < len(procs) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    go.touch()  # all start preparing at once
     results = [(*p.communicate(timeout=300), p.returncode) for p in procs]
     outcomes = []
     for _, err, rc in results:
@@ -94,7 +120,7 @@ def test_concurrent_prepares_succeed_or_say_locked(tmp_path: Path) -> None:
             assert rc == 1 and "is locked by another prepare" in err, (rc, err)
             outcomes.append("locked")
     assert "ok" in outcomes
-    _check_valid(root, 200)
+    _check_valid(root, 240)
     assert not list(root.rglob("*.tmp*")) and not (root / ".nv-meta.lock").exists()
 
 
