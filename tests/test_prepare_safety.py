@@ -169,3 +169,12 @@ def test_non_utf8_long_name_is_a_format_error(tmp_path: Path) -> None:
     with pytest.raises(DatasetFormatError, match=r"a\.tar: member name .* is not UTF-8"):
         prepare_dataset(tmp_path, split_ratio=[("train", 1)], sample_type="TextSample",
                         field_map={"text": "txt"}, progress=False)  # fmt: skip
+
+
+def test_dangling_symlink_shard_is_named_at_prepare(tmp_path: Path) -> None:
+    write_captioning_shards(tmp_path, 20, 10, image_size=(8, 8))
+    (tmp_path / "parts/link.tar").symlink_to(tmp_path / "parts/gone.tar")
+    with pytest.raises(DatasetFormatError, match=r"parts/link\.tar: shard is missing"):
+        prepare_dataset(tmp_path, split_ratio=[("train", 1)], sample_type="CaptioningSample",
+                        field_map=FIELD_MAP, progress=False)  # fmt: skip
+    assert not (tmp_path / ".nv-meta").exists() and not list(tmp_path.rglob("*.idx"))

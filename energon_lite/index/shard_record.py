@@ -78,8 +78,9 @@ def check_shards(
     """Refuse a shard (or its ``.tar.idx``) that is missing or changed since prepare."""
     where = root / META_DIR / RECORD
     recorded = record["shards"]
+    base = str(root)
     for name in names:
-        path = root / name
+        path = os.path.join(base, name)  # str paths: one stat each, nothing parsed
         entry = recorded.get(name)
         if not (isinstance(entry, list) and len(entry) == 2):
             raise DatasetFormatError(
@@ -87,7 +88,7 @@ def check_shards(
                 "prepare: re-run prepare"
             )
         try:
-            st = path.stat()
+            st = os.stat(path)
         except FileNotFoundError:
             raise DatasetFormatError(
                 f"{path}: shard is missing (deleted or a dangling link); restore it or "
@@ -100,9 +101,9 @@ def check_shards(
                 f"modified {mtime_ns / 1e9:.3f} -> {st.st_mtime_ns / 1e9:.3f}); its index "
                 "no longer matches it: re-run prepare"
             )
-        idx = Path(str(path) + IDX_SUFFIX)
+        idx = path + IDX_SUFFIX
         try:
-            idx_size = idx.stat().st_size
+            idx_size = os.stat(idx).st_size
         except FileNotFoundError:
             raise DatasetFormatError(f"{idx}: missing tar index; re-run prepare") from None
         if idx_size != (counts[name] + 1) * 8:
