@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import pickle
 import sys
-import traceback
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
-from energon_lite.errors import EnergonLiteError
+from energon_lite.cli.errors import Parser, run_reporting_errors
 
 
 def _parse_ratio(text: str) -> list[tuple[str, float]]:
@@ -184,7 +182,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from energon_lite import __version__
 
-    parser = _Parser(prog="energon-lite", description=__doc__)
+    parser = Parser(prog="energon-lite", description=__doc__)
     parser.add_argument("--version", action="version", version=f"energon-lite {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -256,48 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-class _Parser(argparse.ArgumentParser):
-    """Usage mistakes exit with status 1, like every other error of the command."""
-
-    def error(self, message: str) -> NoReturn:
-        self.print_usage(sys.stderr)
-        self.exit(1, f"{self.prog}: error: {message}\n")
-
-
-_PATH_COMMANDS = ("info", "preview", "lint")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one command; every error is one line ``energon-lite CMD: error: ...`` and exit 1.
-
-    ``ENERGON_LITE_TRACEBACK=1`` shows the traceback of an unexpected error as well.
-    """
+    """Run one command; every error is one line ``energon-lite CMD: error: ...`` and exit 1."""
     args = build_parser().parse_args(argv)
-    prefix = f"energon-lite {args.command}: error:"
-    try:
-        if args.command in _PATH_COMMANDS and not Path(args.path).exists():
-            raise FileNotFoundError(
-                2, "no such file or directory (the path does not exist)", args.path
-            )
-        return args.fn(args)
-    except SystemExit as exc:  # our argument checks exit with a message
-        if exc.code is None or isinstance(exc.code, int):
-            raise
-        print(f"{prefix} {exc.code}", file=sys.stderr)
-    except EnergonLiteError as exc:
-        print(f"{prefix} {exc}", file=sys.stderr)
-    except OSError as exc:
-        where = f"{exc.filename}: " if exc.filename else ""
-        print(f"{prefix} {where}{exc.strerror or exc}", file=sys.stderr)
-    except KeyboardInterrupt:
-        print(f"{prefix} interrupted", file=sys.stderr)
-        return 130
-    except Exception as exc:
-        if os.environ.get("ENERGON_LITE_TRACEBACK") == "1":
-            traceback.print_exc()
-        print(
-            f"{prefix} unexpected {type(exc).__name__}: {exc} (set ENERGON_LITE_TRACEBACK=1 "
-            "to see where; please report it)",
-            file=sys.stderr,
-        )
-    return 1
+    return run_reporting_errors(args)
