@@ -92,6 +92,11 @@ def test_changed_shard_is_refused_at_open(tmp_path: Path) -> None:
     assert shard.stat().st_size == size
     with pytest.raises(DatasetFormatError, match=r"data-1\.tar: shard changed.*re-run prepare"):
         PreparedDataset(root, "train")
+    prepare_dataset(root, tar_index_only=True, progress=False)  # re-index, keep the splits
+    ds = PreparedDataset(root, "train")
+    assert ds.read(*ds.locate(25))[1]["txt"] == b"X" * len(ds.read(*ds.locate(25))[1]["txt"])
+    _replace_caption(shard, "000026")
+    os.utime(shard, ns=(0, shard.stat().st_mtime_ns + 2 * 10**9))
     (root / ".nv-meta/energon_lite.json").unlink()  # Energon-prepared: no record, no check
     assert len(PreparedDataset(root, "train")) == 60
 

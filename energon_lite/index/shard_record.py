@@ -99,7 +99,9 @@ def check_shards(
             raise DatasetFormatError(
                 f"{path}: shard changed since prepare (size {size} -> {st.st_size} bytes, "
                 f"modified {mtime_ns / 1e9:.3f} -> {st.st_mtime_ns / 1e9:.3f}); its index "
-                "no longer matches it: re-run prepare"
+                "may no longer match it: re-run prepare (`--tar-index-only` keeps the splits). "
+                "A copy that did not keep modification times looks changed too: copy with "
+                "`cp -p` or `rsync -a`"
             )
         idx = path + IDX_SUFFIX
         try:
