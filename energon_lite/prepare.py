@@ -163,7 +163,7 @@ def prepare_dataset(
     allow_duplicate_keys: bool = False,
     progress: bool = True,
 ) -> PrepareReport:
-    """Index every shard under ``root`` and write ``.nv-meta`` (see FORMATS.md).
+    """Index every shard under ``root`` and write ``.nv-meta`` (see docs/formats.md).
 
     Every ``.tar.idx`` is written before ``.nv-meta``, which is committed last with one
     rename, so a prepare killed at any point leaves a folder that does not look prepared

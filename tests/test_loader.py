@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from energon_lite import (
     get_val_dataset,
 )
 from energon_lite.errors import ConfigError
+from energon_lite.state import state_digest
 from energon_lite.testing import assert_loader_resumes, take
 
 
@@ -80,9 +82,14 @@ def test_one_epoch_without_repeat_covers_every_sample_once(
     train_ds: Path, num_workers: int
 ) -> None:
     loader = get_savable_loader(_train(train_ds, num_workers, repeat=False))
-    keys = [k for batch in loader for k in batch.__key__]
+    batches = list(loader)
+    keys = [k for batch in batches for k in batch.__key__]
     assert sorted(keys) == [f"{i:06d}" for i in range(120)]
-    assert len(loader) == 15 if num_workers == 0 else len(loader) >= 15
+    # 120 samples in batches of 8; with 2 workers each worker's last batch may be partial
+    assert len(loader) == len(batches) == (15 if num_workers == 0 else len(batches))
+    assert len(batches) == sum(
+        -(-n // 8) for n in loader.dataset.pipeline.samples_per_epoch(loader.worker_config)
+    )
     second_epoch = [k for batch in loader for k in batch.__key__]
     assert sorted(second_epoch) == sorted(keys) and second_epoch != keys
     assert_loader_resumes(
@@ -161,12 +168,19 @@ def test_foreign_and_corrupt_states_are_refused(train_ds: Path, split_ds: Path) 
     with pytest.raises(StateError, match="seed: state has 0, this loader has 9"):
         get_savable_loader(other_seed).restore_state_rank(state)
     fresh = get_savable_loader(_train(train_ds, 2))
-    with pytest.raises(StateError, match="worker states, expected 2"):
-        fresh.restore_state_rank({**state, "workers": state["workers"][:1]})
-    with pytest.raises(StateError, match="ShuffleBuffer: state is missing"):
-        broken = copy.deepcopy(state["workers"][0])  # Batch <- Encode <- ShuffleBuffer <- Reader
-        broken["source"]["source"] = {"type": "ShuffleBuffer", "rng": 1}
-        fresh.restore_state_rank({**state, "workers": [broken, state["workers"][1]]})
+    broken = copy.deepcopy(state["workers"][0])  # Batch <- Encode <- ShuffleBuffer <- Reader
+    broken["source"]["source"] = {"type": "ShuffleBuffer", "rng": 1}
+    edits = [
+        ({**state, "workers": state["workers"][:1]}, "worker states, expected 2"),
+        ({**state, "workers": [broken, state["workers"][1]]}, "ShuffleBuffer: state is missing"),
+    ]
+    for edited, message in edits:
+        # any edit is refused by the digest, before any worker starts ...
+        with pytest.raises(StateError, match="does not match its digest"):
+            fresh.restore_state_rank(edited)
+        # ... and a forged state (digest recomputed) by the shape check, naming the problem
+        with pytest.raises(StateError, match=message):
+            fresh.restore_state_rank({**edited, "digest": state_digest(edited)})
     with pytest.raises(StateError, match="not an energon_lite loader state"):
         fresh.restore_state_rank({"hello": 1})
     with pytest.raises(StateError, match="get_savable_loader"):
@@ -249,7 +263,10 @@ def test_corrupt_values_are_refused_when_the_worker_restores(train_ds: Path) -> 
     assert reader_state["type"] == "Reader"
     reader_state["open"] = [[999, 0]]
     resumed = get_savable_loader(_train(train_ds, 2))
-    resumed.restore_state_rank(state)  # the shape is right: the values are checked by the worker
+    with pytest.raises(StateError, match="does not match its digest"):
+        resumed.restore_state_rank(state)  # an edit: refused in the trainer
+    state["digest"] = state_digest(state)  # a forged state: the shape is right ...
+    resumed.restore_state_rank(state)  # ... so its values are checked by the worker
     with pytest.raises(StateError, match="Reader: slice 999 outside this dataset's"):
         take(resumed, 2)  # worker 1 is next; worker 0 (corrupted) comes second
 
@@ -267,20 +284,31 @@ def test_energon_loader_arguments(train_ds: Path) -> None:
         get_loader(dataset, batch_size=3)
 
 
-class Slow(TaskEncoder):
-    def encode_sample(self, sample: CaptioningSample) -> CaptioningSample:
-        import time
+class Stalled(TaskEncoder):
+    """Blocks every sample until the test creates ``release`` (a condition, not a guessed
+    sleep), for at most 30 s."""
 
-        time.sleep(2)
+    def __init__(self, release: Path) -> None:
+        super().__init__()
+        self.release = release
+
+    def encode_sample(self, sample: CaptioningSample) -> CaptioningSample:
+        deadline = time.monotonic() + 30
+        while not self.release.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
         return sample
 
 
 @pytest.mark.timeout(60)
-def test_fail_on_timeout_raises_instead_of_waiting(train_ds: Path) -> None:
-    dataset = _train(train_ds, 1, task_encoder=Slow(), batch_size=2)
+def test_fail_on_timeout_raises_instead_of_waiting(train_ds: Path, tmp_path: Path) -> None:
+    encoder = Stalled(tmp_path / "release")
+    dataset = _train(train_ds, 1, task_encoder=encoder, batch_size=2)
     loader = get_loader(dataset, fail_on_timeout=True, watchdog_timeout_seconds=0.5)
-    with pytest.raises(RuntimeError, match="timed out"):
-        take(loader, 1)
+    try:
+        with pytest.raises(RuntimeError, match="timed out"):
+            take(loader, 1)
+    finally:
+        encoder.release.touch()  # let a still-running worker finish
 
 
 class BadBatches(TaskEncoder):

@@ -2,54 +2,52 @@
 
 from __future__ import annotations
 
+import itertools
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
 
 from energon_lite.decode import SampleDecoder
-from energon_lite.errors import EnergonLiteError
-from energon_lite.index.dataset import PreparedDataset
+from energon_lite.errors import ConfigError, EnergonLiteError
 from energon_lite.index.meta import META_DIR, load_dataset_config, load_info, load_split
+from energon_lite.kinds import DatasetKind, kind_of, resolve_path
+from energon_lite.restore_key import SampleKey
 from energon_lite.sample_factory import SampleFactory
+from energon_lite.source import Source
 
 
-def _kind(root: Path) -> str:
-    """``episodes``, ``video_text`` (a prepared CSV or its folder) or ``webdataset``."""
-    from energon_lite.cli.episodes import is_episode_dataset
-    from energon_lite.flavors.video_text.layout import is_video_text
-
-    if is_episode_dataset(root):
-        return "episodes"
-    return "video_text" if is_video_text(root) else "webdataset"
-
-
-def _open(root: Path, split_part: str) -> PreparedDataset:
-    if _kind(root) == "video_text":
-        from energon_lite.flavors.video_text.source import VideoTextSource
-
-        return VideoTextSource(root, split_part)
-    return PreparedDataset(root, split_part)
+def _open(root: Path, split_part: str) -> Source:
+    """One split of a prepared dataset of any kind that opens as a source."""
+    kind = kind_of(root)
+    assert kind.open is not None  # callers handle kinds without a source first
+    return kind.open(
+        root, split_part, split_config="split.yaml", dataset_config="dataset.yaml", subset=None
+    )
 
 
-def _folder(root: Path) -> Path:
-    """Where ``.nv-meta`` is: a prepared CSV's index folder, or ``root`` itself."""
-    if _kind(root) == "video_text":
-        from energon_lite.flavors.video_text.layout import resolve_prepared
+def _positions(source: Source) -> Iterator[tuple[int, int]]:
+    """``(shard_id, index)`` of the split's samples, in order."""
+    for run in range(len(source.run_shard)):
+        shard_id = int(source.run_shard[run])
+        for index in range(int(source.run_start[run]), int(source.run_end[run])):
+            yield shard_id, index
 
-        return resolve_prepared(root)
-    return root
+
+def _not_openable(kind: DatasetKind, command: str) -> EnergonLiteError:
+    return ConfigError(f"`energon-lite {command}` does not know {kind.name} datasets yet")
 
 
 def dataset_info(root: str | os.PathLike[str]) -> str:
     """Counts per split, bytes, sample type, field map and the parts of the first samples."""
-    root = Path(root)
-    if _kind(root) == "episodes":
-        from energon_lite.cli.episodes import episodes_info
-
-        return episodes_info(root)
-    given, root = root, _folder(root)
+    given, kind = Path(root), kind_of(root)
+    if kind.open is None:
+        if kind.describe is None:
+            raise _not_openable(kind, "info")
+        return "\n".join(kind.describe(given))
+    root = resolve_path(given)
     info = load_info(root)
     split = load_split(root)
     config = load_dataset_config(root)
@@ -59,10 +57,8 @@ def dataset_info(root: str | os.PathLike[str]) -> str:
         f"dataset {given}",
         f"  total: {sum(info.shard_counts)} samples, {len(info.shard_names)} shards, {size / 1e6:.1f} MB",
     ]
-    if _kind(root) == "video_text":
-        from energon_lite.cli.video_text import video_text_info
-
-        lines.extend(video_text_info(root))
+    if kind.describe is not None:
+        lines.extend(kind.describe(given))
     for name, shards in split.split_parts.items():
         samples = sum(counts.get(s, 0) for s in shards if s not in split.exclude)
         lines.append(f"  split {name}: {samples} samples in {len(shards)} shards")
@@ -80,7 +76,7 @@ def dataset_info(root: str | os.PathLike[str]) -> str:
     if first_split is not None:
         dataset = _open(root, first_split)
         parts: set[str] = set()
-        for run in range(min(dataset.num_runs, 100)):
+        for run in range(min(len(dataset.run_shard), 100)):
             _, sample = dataset.read(int(dataset.run_shard[run]), int(dataset.run_start[run]))
             parts.update(sample)
         lines.append(f"  parts (first sample of up to 100 shards): {', '.join(sorted(parts))}")
@@ -97,18 +93,18 @@ def _summary(value: Any) -> str:
 
 def preview(root: str | os.PathLike[str], split_part: str = "train", num: int = 5) -> list[str]:
     """One line per field of the first ``num`` samples of a split."""
-    if _kind(Path(root)) == "episodes":
-        from energon_lite.cli.episodes import episodes_preview
-
-        return episodes_preview(root, num)
-    dataset = _open(Path(root), split_part)
+    kind = kind_of(root)
+    if kind.open is None:
+        if kind.preview is None:
+            raise _not_openable(kind, "preview")
+        return kind.preview(Path(root), split_part, num)
+    dataset = _open(resolve_path(root), split_part)
     factory = SampleFactory(dataset.config, dataset.root / META_DIR)
     decoder = SampleDecoder()
     lines = []
-    for position in range(min(num, len(dataset))):
-        shard_id, index = dataset.locate(position)
+    for shard_id, index in itertools.islice(_positions(dataset), num):
         key, parts = dataset.read(shard_id, index)
-        raw = {"__key__": key, "__restore_key__": ("Webdataset", 0, shard_id, index, 0), **parts}
+        raw = {"__key__": key, "__restore_key__": SampleKey(0, shard_id, index, 0), **parts}
         sample = factory.build(raw, decoder, None)
         fields = sample.items() if isinstance(sample, dict) else vars(sample).items()
         lines.append(f"{dataset.shard_names[shard_id]} #{index} {key}")
@@ -123,14 +119,13 @@ def lint(root: str | os.PathLike[str], progress: bool = True) -> list[str]:
     shard in two splits is one too. Video-text tables also get their media checked, robot
     episodes every frame decoded.
     """
-    root = Path(root)
-    kind = _kind(root)
-    if kind == "episodes":
-        from energon_lite.cli.episodes import episodes_lint
-
-        return episodes_lint(root, progress)
-    root = _folder(root)
-    problems = []
+    given, kind = Path(root), kind_of(root)
+    if kind.open is None:
+        if kind.lint is None:
+            raise _not_openable(kind, "lint")
+        return kind.lint(given, progress)
+    root = resolve_path(given)
+    problems = kind.lint(given, progress) if kind.lint is not None else []
     split = load_split(root)
     owner: dict[str, str] = {}
     for split_part, shards in split.split_parts.items():
@@ -147,18 +142,12 @@ def lint(root: str | os.PathLike[str], progress: bool = True) -> list[str]:
         except EnergonLiteError as exc:
             problems.append(f"{split_part}: {exc}")
             continue
-        if kind == "video_text":
-            from energon_lite.cli.video_text import lint_media
-            from energon_lite.flavors.video_text.source import VideoTextSource
-
-            assert isinstance(dataset, VideoTextSource)
-            problems.extend(lint_media(dataset, split_part, progress))
         factory = SampleFactory(dataset.config, root / META_DIR)
         decoder = SampleDecoder()
         bar = tqdm(
             total=len(dataset), desc=f"lint {split_part}", unit="sample", disable=not progress
         )
-        for run in range(dataset.num_runs):
+        for run in range(len(dataset.run_shard)):
             shard_id = int(dataset.run_shard[run])
             for index in range(int(dataset.run_start[run]), int(dataset.run_end[run])):
                 where = f"{dataset.shard_names[shard_id]} #{index}"
@@ -167,7 +156,7 @@ def lint(root: str | os.PathLike[str], progress: bool = True) -> list[str]:
                     where += f" {key}"
                     raw = {
                         "__key__": key,
-                        "__restore_key__": ("Webdataset", 0, shard_id, index, 0),
+                        "__restore_key__": SampleKey(0, shard_id, index, 0),
                         **parts,
                     }
                     factory.build(raw, decoder, None)

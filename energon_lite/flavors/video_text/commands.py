@@ -1,4 +1,4 @@
-"""What ``info`` and ``lint`` add for a prepared video-text table (a CSV of clips).
+"""What ``energon-lite info`` and ``lint`` add for a prepared video-text table (see ``kind``).
 
 ``info`` names the table, its columns and where media paths point. ``lint`` checks every row's
 media file once per distinct file: it exists, opens (PyAV for videos, Pillow for images) and
@@ -41,6 +41,15 @@ def _media_size(path: str) -> tuple[int | None, int | None]:
         if not decoder.has_video_stream():
             raise ValueError("no video stream")
         return meta.video_width, meta.video_height
+
+
+def lint_table(root: str | os.PathLike[str], progress: bool) -> list[str]:
+    """The media problems of every split of the table."""
+    folder = resolve_prepared(root)
+    problems = []
+    for split_part in load_marker(folder)["splits"]:
+        problems.extend(lint_media(VideoTextSource(folder, split_part), split_part, progress))
+    return problems
 
 
 def lint_media(source: VideoTextSource, split_part: str, progress: bool) -> list[str]:

@@ -1,4 +1,4 @@
-"""``info``, ``preview`` and ``lint`` of a folder of robot episodes prepared by ``prepare``."""
+"""``energon-lite info``, ``preview`` and ``lint`` of a folder of robot episodes (see ``kind``)."""
 
 from __future__ import annotations
 
@@ -7,15 +7,11 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from energon_lite.flavors.episodes.index import INDEX_PATH, load_episode_index
+from energon_lite.flavors.episodes.index import load_episode_index
 from energon_lite.flavors.episodes.reader import EpisodeReader
 
 
-def is_episode_dataset(root: Path) -> bool:
-    return (root / INDEX_PATH).is_file()
-
-
-def episodes_info(root: str | os.PathLike[str]) -> str:
+def episodes_info(root: str | os.PathLike[str]) -> list[str]:
     index = load_episode_index(Path(root))
     cameras = sorted({c for e in range(len(index)) for c in index.cameras_of(e)})
     lines = [
@@ -29,11 +25,12 @@ def episodes_info(root: str | os.PathLike[str]) -> str:
     if index.skipped:
         lines.append(f"  skipped at prepare: {len(index.skipped)} file(s), e.g.")
         lines.extend(f"    {path}: {why}" for path, why in index.skipped[:5])
-    return "\n".join(lines)
+    return lines
 
 
-def episodes_preview(root: str | os.PathLike[str], num: int = 5) -> list[str]:
-    """One line per episode, then its arrays and the first frame of each camera."""
+def episodes_preview(root: str | os.PathLike[str], split_part: str = "", num: int = 5) -> list[str]:
+    """One line per episode, then its arrays and the first frame of each camera (episodes
+    have no splits: ``split_part`` is ignored)."""
     index = load_episode_index(Path(root))
     reader = EpisodeReader(index)
     lines = []
