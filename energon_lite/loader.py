@@ -8,9 +8,11 @@ loader that keeps exact state is :class:`~energon_lite.savable_loader.SavableLoa
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
+from energon_lite.decode import SampleDecoder
 from energon_lite.errors import ConfigError
 from energon_lite.kinds import resolve_path
 from energon_lite.leaf import Leaf
@@ -85,11 +87,7 @@ def get_train_dataset(
     weight}}`` makes every rank emit the same ``batch_group_criterion`` bucket at each step
     (``energon_lite.stages.group_batch``).
     """
-    if kwargs.pop("virtual_epoch_length", 0):
-        raise ConfigError(
-            "virtual_epoch_length is not supported; take a fixed number of batches per pass "
-            "with itertools.islice(loader, n) instead: the loader state stays exact"
-        )
+    virtual_epoch_length = kwargs.pop("virtual_epoch_length", None) or None  # Energon: 0 = off
     BucketSync.check_option(bucket_sync, task_encoder or DefaultTaskEncoder())
     return _dataset(
         path,
@@ -107,6 +105,7 @@ def get_train_dataset(
         packing_buffer_size=packing_buffer_size,
         failure_tolerance=failure_tolerance,
         bucket_sync=bucket_sync,
+        virtual_epoch_length=virtual_epoch_length,
     )
 
 
@@ -164,20 +163,59 @@ def _dataset(
             raise ConfigError(f"{name}={value!r} must be an integer >= {minimum} (or None)")
     if not isinstance(options["failure_tolerance"], int) or options["failure_tolerance"] < 0:
         raise ConfigError(f"failure_tolerance={options['failure_tolerance']!r} must be >= 0")
+    te = task_encoder if task_encoder is not None else DefaultTaskEncoder()
+    _map_deprecated_decoder_kwargs(kwargs, te)
     leaves, mode = _leaves_for(path, split_part, kwargs)
     _check_kwargs(kwargs)
     if not options["training"] and len(leaves) > 1:
         mode = "concat"  # val/test: every dataset once, in order
-    te = task_encoder if task_encoder is not None else DefaultTaskEncoder()
+    virtual_epoch_length = options.pop("virtual_epoch_length", None)
     pipeline = DatasetPipeline(leaves, mode, te, PipelineOptions(**options), worker_config)
-    return SavableDataset(pipeline, worker_config)
+    return SavableDataset(pipeline, worker_config, virtual_epoch_length)
+
+
+_DECODER_KWARGS = ("image_decode", "av_decode", "video_decode_audio")
+
+
+def _map_deprecated_decoder_kwargs(kwargs: dict[str, Any], task_encoder: TaskEncoder) -> None:
+    """Energon's older ``get_train_dataset`` arguments: warn, and map them as Energon does."""
+    given = {name: kwargs.pop(name) for name in _DECODER_KWARGS if name in kwargs}
+    auto_decode = kwargs.pop("auto_decode", True)
+    for name in ("handler", "ignore_decoder_errors"):
+        if name in kwargs:
+            kwargs.pop(name)
+            warnings.warn(
+                f"get_train_dataset({name}=...) is Energon's deprecated argument and is ignored: "
+                "bad samples are skipped and logged up to failure_tolerance",
+                FutureWarning,
+                stacklevel=4,
+            )
+    if not auto_decode:
+        task_encoder.decoder = None
+        return
+    if given:
+        warnings.warn(
+            f"get_train_dataset({', '.join(given)}) is Energon's deprecated form; set "
+            f"`decoder = SampleDecoder({', '.join(f'{k}={v!r}' for k, v in given.items())})` "
+            "on your TaskEncoder instead",
+            FutureWarning,
+            stacklevel=4,
+        )
+        decoder = SampleDecoder(**given)
+        current = task_encoder.decoder
+        if current is not None and current != TaskEncoder.decoder and current != decoder:
+            raise ConfigError(
+                f"{type(task_encoder).__name__} already has decoder {current}; the "
+                f"arguments {given} ask for another one"
+            )
+        task_encoder.decoder = decoder
 
 
 # Energon's loader knobs that energon_lite's design makes moot: the state is exact after
 # every batch (no periodic worker checkpoints to tune) and workers hold no garbage to collect.
 _MOOT_ENERGON_OPTIONS = frozenset(
     {"checkpoint_every_sec", "checkpoint_every_min_n_samples", "n_checkpoints", "gc_collect_every_n_steps",
-     "gc_freeze_at_step", "watchdog_initial_timeout_seconds"}
+     "gc_freeze_at_step"}
 )  # fmt: skip
 
 
@@ -193,12 +231,13 @@ def _loader_options(dataset: SavableDataset, options: dict[str, Any]) -> dict[st
         raise ConfigError(
             "cache_pool (Energon's remote-file cache) is not supported by energon_lite"
         )
-    watchdog = options.pop("watchdog_timeout_seconds", None)
-    if options.pop("fail_on_timeout", False):  # Energon's watchdog that raises: a batch timeout
-        options.setdefault("timeout_seconds", watchdog)
+    if options.pop("fail_on_timeout", False):  # the watchdog raises: a batch timeout
+        options.setdefault("timeout_seconds", options.get("watchdog_timeout_seconds", 60.0))
     for name in _MOOT_ENERGON_OPTIONS & set(options):
         options.pop(name)
-    unknown = sorted(set(options) - {"pin_memory", "prefetch_factor", "timeout_seconds"})
+    known = {"pin_memory", "prefetch_factor", "timeout_seconds", "watchdog_timeout_seconds",
+             "watchdog_initial_timeout_seconds"}  # fmt: skip
+    unknown = sorted(set(options) - known)
     if unknown:
         raise ConfigError(f"unknown loader arguments {unknown}")
     return options
@@ -208,10 +247,13 @@ def get_savable_loader(dataset: SavableDataset, **options: Any) -> SavableLoader
     """A loader that can ``save_state_rank()`` / ``restore_state_rank()``.
 
     Options: ``pin_memory`` (default: when CUDA is available), ``prefetch_factor`` (2),
-    ``timeout_seconds`` (raise when a worker takes longer for one batch; default: wait).
-    Energon's arguments are accepted too: ``fail_on_timeout=True`` with
-    ``watchdog_timeout_seconds`` becomes ``timeout_seconds``; its checkpoint and gc knobs
-    have nothing to tune here; ``cache_pool`` is refused.
+    ``timeout_seconds`` (raise when a worker takes longer for one batch; default: wait),
+    ``watchdog_timeout_seconds`` (60; a worker that makes no progress that long logs its
+    stage, sample key and stack; None turns the watchdog off) and
+    ``watchdog_initial_timeout_seconds`` (for the first batch; default twice the timeout).
+    Energon's ``fail_on_timeout=True`` makes the trainer raise after
+    ``watchdog_timeout_seconds``; its checkpoint and gc knobs have nothing to tune here;
+    ``cache_pool`` is refused.
     """
     return SavableLoader(dataset, **_loader_options(dataset, options))
 

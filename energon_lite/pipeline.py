@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Protocol
 
+from energon_lite.decode.decoder import require_av
 from energon_lite.errors import ConfigError, FailureTracker
 from energon_lite.index.meta import META_DIR
 from energon_lite.kinds import open_source
@@ -117,6 +118,8 @@ class DatasetPipeline:
             )
             for ds, leaf in zip(self.datasets, leaves)
         ]
+        for ds, spec in zip(self.datasets, self.specs):
+            require_av(str(ds.root), spec.factory.parts)
         if task_encoder.overrides("encode_sample") and task_encoder.overrides("preencode_sample"):
             raise ConfigError(
                 f"{type(task_encoder).__name__} overrides both encode_sample and preencode_sample; "
@@ -173,7 +176,11 @@ class DatasetPipeline:
         if opts.training and opts.shuffle_buffer_size:
             size = opts.shuffle_buffer_size
             then(ShuffleBuffer, lambda s: ShuffleBuffer(s, size, slot.seed, slot.global_worker_id))
-        hook = "preencode_sample" if opts.packing_buffer_size else "encode_sample"
+        # with packing, the per-sample hook runs before the packer: preencode_sample, or an
+        # overridden encode_sample in its place (Energon's behaviour)
+        hook = "encode_sample"
+        if opts.packing_buffer_size and not te.overrides("encode_sample"):
+            hook = "preencode_sample"
         then(Encode, lambda s: Encode(s, self.specs, te, slot.seed, failures(), hook))
         if opts.packing_buffer_size:
             size = opts.packing_buffer_size

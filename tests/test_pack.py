@@ -183,3 +183,24 @@ def test_loader_resumes_exactly(text_ds: Path, num_workers: int) -> None:
         make, 24, [0, 1, 7, 16], key=lambda batch: (batch.members, batch.tokens.tolist())
     )
     assert len(keys) == 24
+
+
+class EncodeSampleEncoder(PackingEncoder):
+    """Overrides encode_sample instead of preencode_sample: Energon runs it before packing."""
+
+    def preencode_sample(self, sample: Any) -> Any:
+        return TaskEncoder.preencode_sample(self, sample)
+
+    def encode_sample(self, sample: Any) -> Tokens:
+        return PackingEncoder.preencode_sample(self, sample)
+
+
+def test_an_overridden_encode_sample_is_the_pre_pack_step(text_ds: Path) -> None:
+    class Only(EncodeSampleEncoder):
+        preencode_sample = TaskEncoder.preencode_sample  # not overridden: encode_sample runs
+
+    reference = [pack_key(p) for p in itertools.islice(dataset(text_ds, PackingEncoder()), 10)]
+    packs = [pack_key(p) for p in itertools.islice(dataset(text_ds, Only()), 10)]
+    assert packs == reference  # the user's per-sample work reached the packer
+    with pytest.raises(ConfigError, match="overrides both encode_sample and preencode_sample"):
+        dataset(text_ds, EncodeSampleEncoder())
