@@ -238,6 +238,13 @@ class DatasetPipeline:
                 total_slices += reader.worker_slice_count()
         if total_slices == 0:
             sizes = [len(ds) for ds in self.datasets]
+            if sum(sizes) == 0:
+                raise ConfigError(
+                    "the split is empty (0 samples): "
+                    + ", ".join(f"split {d.split_part!r} of {d.root}" for d in self.datasets)
+                    + "; prepare gave it no shard (see its warning): prepare again with "
+                    "--split-parts or with more shards"
+                )
             raise ConfigError(
                 f"rank {wc.rank} has no data: the split has {sum(sizes)} samples in "
                 f"{sum(r.num_slices for r in self.readers(wc.slot(0)))} slices of at most "

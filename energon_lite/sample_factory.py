@@ -139,7 +139,14 @@ class SampleFactory:
                     f"the sample has {sorted(k for k in decoded if not k.startswith('__'))}"
                 )
             value = decoded[part]
-            for step in path:
-                value = value[step]
+            try:
+                for step in path:
+                    value = value[step]
+            except (KeyError, IndexError, TypeError) as exc:
+                raise DatasetFormatError(
+                    f"sample {raw['__key__']!r}: field {name!r}: {part}"
+                    + "".join(f"[{s}]" for s in path)
+                    + f" does not resolve ({type(exc).__name__}: {exc})"
+                ) from None
             values[name] = value
         return self.sample_type(**keys, **values)
