@@ -91,6 +91,18 @@ def cmd_prepare(args: argparse.Namespace) -> int:
             print(f"  {vt.num_missing_media} row(s) name a missing media file (skipped at load)")
         return 0
 
+    if Path(args.path).is_file() or args.media_root or args.format:  # JSONL or a meta list
+        from energon_lite.flavors.jsonl import prepare_lines
+
+        info = prepare_lines(
+            args.path, fmt=args.format, media_root=args.media_root, progress=sys.stderr.isatty()
+        )
+        print(f"Found {info.count} samples in {info.path} ({info.format}); wrote {info.path}.idx")
+        if info.media_root is not None:
+            print(f"  media root: {info.media_root} (read by cookers as aux 'media')")
+        print("Done")
+        return 0
+
     if _is_episode_folder(Path(args.path)):
         from energon_lite.flavors.episodes import prepare_episodes
 
@@ -182,7 +194,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="energon-lite", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("prepare", help="index a WebDataset folder and write .nv-meta")
+    p = sub.add_parser(
+        "prepare", help="index a WebDataset folder (.nv-meta), a .jsonl or a meta list"
+    )
     p.add_argument("path")
     p.add_argument("--non-interactive", action="store_true")
     p.add_argument("--split-ratio", help="e.g. 8,1,1 (train,val,test), by whole shards")
@@ -200,6 +214,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--tar-index-only", action="store_true", help="only (re)write the .tar.idx files"
     )
     p.add_argument("--force-overwrite", action="store_true")
+    p.add_argument(
+        "--format",
+        choices=["jsonl", "text"],
+        help="a line file: JSON objects (default for .jsonl) or 'path label' lines",
+    )
+    p.add_argument("--media-root", help="a meta list: the folder its paths are relative to")
     p.add_argument("--output", help="videos.csv: the index folder (default <stem>.energon)")
     p.add_argument(
         "--missing-media",
