@@ -33,7 +33,8 @@ IDX_SUFFIX = ".idx"
 INFO_SUFFIX = ".idx.json"
 FORMATS = ("jsonl", "text")
 _BLOCK = 8 << 20
-_WHITESPACE = np.array([9, 10, 13, 32], dtype=np.uint8)
+_SOLID = np.ones(256, dtype=bool)  # byte -> not JSON whitespace
+_SOLID[[9, 10, 13, 32]] = False
 
 
 def index_path(path: str | os.PathLike[str]) -> Path:
@@ -166,12 +167,15 @@ class _Scanner:
         buf = np.frombuffer(data, dtype=np.uint8)
         ends = np.flatnonzero(buf == 10)  # each line's newline; data ends with one
         starts = np.concatenate([[0], ends[:-1] + 1])
-        solid = np.flatnonzero(~np.isin(buf, _WHITESPACE))
-        first_at = np.searchsorted(solid, starts)
-        nonblank = first_at < np.searchsorted(solid, ends)
+        solid = _SOLID[buf]
+        before = np.concatenate([[0], np.cumsum(solid, dtype=np.int64)])  # solid bytes < i
+        nonblank = before[ends] > before[starts]
         if self.fmt == "jsonl" and nonblank.any():
-            first = buf[solid[first_at[nonblank]]]
-            last = buf[solid[np.searchsorted(solid, ends[nonblank]) - 1]]
+            positions = np.arange(len(buf), dtype=np.int64)
+            last_solid = np.maximum.accumulate(np.where(solid, positions, -1))
+            first_solid = np.minimum.accumulate(np.where(solid, positions, len(buf))[::-1])[::-1]
+            first = buf[first_solid[starts[nonblank]]]
+            last = buf[last_solid[ends[nonblank]]]
             bad = np.flatnonzero((first != ord("{")) | (last != ord("}")))
             lines = np.flatnonzero(nonblank)
             if len(bad):
@@ -186,12 +190,11 @@ class _Scanner:
         self, data: bytes, starts: np.ndarray, ends: np.ndarray, lines: np.ndarray
     ) -> None:
         # one json.loads per block: lines joined into an array (newlines become commas)
-        joined = bytearray(data)
-        for end in ends[:-1].tolist():
-            joined[end] = 44  # ","
-        joined[int(ends[-1])] = 32
+        joined = np.frombuffer(data, dtype=np.uint8).copy()
+        joined[ends[:-1]] = 44  # ","
+        joined[ends[-1]] = 32
         try:
-            parsed = json.loads(b"[" + bytes(joined[int(starts[0]) :]) + b"]")
+            parsed = json.loads(b"[" + joined[int(starts[0]) :].tobytes() + b"]")
             if len(parsed) == len(lines):
                 return
         except (json.JSONDecodeError, UnicodeDecodeError):
