@@ -389,10 +389,9 @@ def _loader_options(dataset: SavableDataset, options: dict[str, Any]) -> dict[st
             f"get_loader(worker_config={worker_config}) differs from the dataset's "
             f"{dataset.worker_config}; pass the same one (or none)"
         )
-    if options.pop("cache_pool", None) is not None:
-        raise ConfigError(
-            "cache_pool (Energon's remote-file cache) is not supported by energon_lite"
-        )
+    cache_pool = options.pop("cache_pool", None)
+    if cache_pool is not None:  # cookers reach it as TaskEncoder.cache, in every worker
+        dataset.pipeline.task_encoder._cache_pool = cache_pool  # type: ignore[attr-defined]
     watchdog = options.pop("watchdog_timeout_seconds", None)
     if options.pop("fail_on_timeout", False):  # Energon's watchdog that raises: a batch timeout
         options.setdefault("timeout_seconds", watchdog)
@@ -411,7 +410,8 @@ def get_savable_loader(dataset: SavableDataset, **options: Any) -> SavableLoader
     ``timeout_seconds`` (raise when a worker takes longer for one batch; default: wait).
     Energon's arguments are accepted too: ``fail_on_timeout=True`` with
     ``watchdog_timeout_seconds`` becomes ``timeout_seconds``; its checkpoint and gc knobs
-    have nothing to tune here; ``cache_pool`` is refused.
+    have nothing to tune here; ``cache_pool`` (a ``FileStoreCachePool``) is what cookers get as
+    ``cache`` (``TaskEncoder.cache``).
     """
     return SavableLoader(dataset, **_loader_options(dataset, options))
 

@@ -43,6 +43,7 @@ _REF_KEYS = (
     "shuffle_over_epochs_multiplier",
     "dataset_config",
     "split_config",
+    "aux",
 )
 _KIND = {"blend": "weight", "blend_epochized": "repetitions"}  # list key -> entry's number key
 _MODE = {"blend": "weights", "blend_epochized": "epochized"}
@@ -193,8 +194,6 @@ def _reference(
     nested = target.suffix in (".yaml", ".yml") and target.is_file()
     relative = _merge_subset(ref, inherited, where, folder=not nested)
     inner = _Inherited(subflavors or None, relative, multiplier)
-    if target.suffix == ".jsonl":
-        raise (where / "path").error(f"{target}: .jsonl datasets are not supported by energon_lite")
     if nested:
         for key in ("dataset_config", "split_config"):
             if key in ref:
@@ -207,7 +206,8 @@ def _reference(
         raise (where / "path").error(
             f"{target} does not exist; a prepared dataset folder or a .yaml"
         )
-    if not (target / META_DIR).is_dir():
+    line_file = target.is_file() and not nested
+    if not line_file and not (target / META_DIR).is_dir():
         raise (where / "path").error(
             f"{target} has no {META_DIR}; run `energon-lite prepare` on it"
         )
@@ -218,6 +218,7 @@ def _reference(
         shuffle_over_epochs_multiplier=multiplier,
         split_config=_string(ref, "split_config", where) or "split.yaml",
         dataset_config=_string(ref, "dataset_config", where) or "dataset.yaml",
+        aux=_aux(ref, base, where),
     )
     leaf.subset = _resolve_subset(leaf, ref, inner.relative, where)
     return [leaf], "single"
@@ -228,12 +229,17 @@ def _resolve_subset(
 ) -> tuple[int, int] | None:
     """Open the leaf's split (checks it) and turn absolute-then-relative ranges into indices."""
     try:
-        dataset = PreparedDataset(
-            leaf.path,
-            leaf.split_part,
-            split_config=leaf.split_config,
-            dataset_config=leaf.dataset_config,
-        )
+        if leaf.path.is_file():  # a JSONL file or a prepared meta list
+            from energon_lite.flavors.jsonl import JsonlSource
+
+            dataset: Any = JsonlSource(leaf.path)
+        else:
+            dataset = PreparedDataset(
+                leaf.path,
+                leaf.split_part,
+                split_config=leaf.split_config,
+                dataset_config=leaf.dataset_config,
+            )
     except DatasetFormatError as exc:
         raise (where / "split_part").error(f"split {leaf.split_part!r}: {exc}") from None
     total = len(dataset)
@@ -321,6 +327,30 @@ def _multiplier(ref: dict[str, Any], outer: int | None, where: _Where) -> int | 
     if value == -1 or outer == -1:
         return -1
     return value * outer
+
+
+def _aux(ref: dict[str, Any], base: Path, where: _Where) -> dict[str, str] | None:
+    """``aux: {name: source}``: sources a crude leaf's cookers read by file name, made
+    absolute (relative to the file they are written in)."""
+    value = ref.get("aux")
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) and v for k, v in value.items()
+    ):
+        raise (where / "aux").error(
+            f"{value!r}; must map names to a dataset folder, a .jsonl or filesystem://DIR"
+        )
+    out = {}
+    for name, spec in value.items():
+        scheme = "filesystem://" if spec.startswith("filesystem://") else ""
+        rest = spec.removeprefix(scheme)
+        if "://" in rest:
+            raise (where / "aux" / name).error(
+                f"{spec!r}: remote sources are not supported; a local path or filesystem://DIR"
+            )
+        out[name] = scheme + str((base / rest).resolve())
+    return out
 
 
 def _string(ref: dict[str, Any], key: str, where: _Where) -> str | None:

@@ -43,6 +43,7 @@ class Leaf:
     shuffle_over_epochs_multiplier: int | None = 1
     split_config: str = "split.yaml"
     dataset_config: str = "dataset.yaml"
+    aux: dict[str, str] | None = None  # name -> aux source spec (crude leaves; cookers read it)
 
 
 @dataclass
@@ -96,6 +97,13 @@ class DatasetPipeline:
             )
             for ds, leaf in zip(self.datasets, leaves)
         ]
+        for spec, leaf in zip(self.specs, leaves):
+            if leaf.aux:
+                from energon_lite.cache.file_store import open_file_store
+
+                spec.factory.aux.update(
+                    {name: open_file_store(src, leaf.path.parent) for name, src in leaf.aux.items()}
+                )
         if task_encoder.overrides("encode_sample") and task_encoder.overrides("preencode_sample"):
             raise ConfigError(
                 f"{type(task_encoder).__name__} overrides both encode_sample and preencode_sample; "
@@ -105,8 +113,11 @@ class DatasetPipeline:
 
     @staticmethod
     def _open(leaf: Leaf) -> PreparedDataset:
+        from energon_lite.flavors.jsonl import JsonlSource, is_line_file
         from energon_lite.flavors.video_text.layout import is_video_text
 
+        if is_line_file(leaf.path):  # a .jsonl or a prepared meta list
+            return JsonlSource(leaf.path, leaf.split_part, subset=leaf.subset)  # type: ignore[return-value]
         if is_video_text(leaf.path):  # a CSV of clips or its prepared folder
             from energon_lite.flavors.video_text.source import VideoTextSource
 
