@@ -86,9 +86,8 @@ class SampleFactory:
         self.part_filter: Callable[[str], bool] | None = None
         self.parts: frozenset[str] | None = None  # None: decode every part
         self.aux: dict[str, Any] = {}  # name -> FileStore, for cookers (a leaf's aux:)
-        self._primary: Any = None
+        self.primary: Any = None  # the leaf's own dataset as a FileStore (set by the pipeline)
         if self.crude:
-            self.aux.update(_default_aux(Path(self.root)))
             return
         if "sample_type" not in config:
             raise DatasetFormatError(
@@ -104,16 +103,6 @@ class SampleFactory:
                 self.part_filter = _load_function(config["part_filter"], meta_dir, where)
         else:
             raise DatasetFormatError(f"{where}: needs 'field_map' or 'sample_loader'")
-
-    @property
-    def primary(self) -> Any:
-        """The leaf's own dataset as a FileStore (read by ``"<key>.<part>"``), opened lazily."""
-        if self._primary is None:
-            from energon_lite.cache.file_store import JsonlFileStore, WebdatasetFileStore
-
-            root = Path(self.root)
-            self._primary = JsonlFileStore(root) if root.is_file() else WebdatasetFileStore(root)
-        return self._primary
 
     def build(
         self, raw: dict[str, Any], decoder: SampleDecoder | None, subflavors: dict | None
@@ -160,16 +149,3 @@ class SampleFactory:
                 value = value[step]
             values[name] = value
         return self.sample_type(**keys, **values)
-
-
-def _default_aux(root: Path) -> dict[str, Any]:
-    """A meta list prepared with ``--media-root DIR`` reads its media as aux ``media``."""
-    if not root.is_file():
-        return {}
-    from energon_lite.cache.file_store import SystemFileStore
-    from energon_lite.flavors.jsonl.index import info_path, read_info
-
-    if not info_path(root).is_file():
-        return {}
-    media = read_info(root).get("media_root")
-    return {} if media is None else {"media": SystemFileStore(root.parent / media)}

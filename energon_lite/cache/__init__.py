@@ -5,12 +5,12 @@ from __future__ import annotations
 from energon_lite.cache.file_store import (
     DecodeFileStore,
     FileStore,
-    JsonlFileStore,
     PrimaryFileStore,
     SystemFileStore,
     WebdatasetFileStore,
     add_source_info,
     open_file_store,
+    primary_file_store,
 )
 from energon_lite.cache.lazy import CacheFileLazy, DirectLazy, FileCacheLazy, Lazy, MockLazy
 from energon_lite.cache.pool import CachePool, FileStoreCachePool, NoCachePool
@@ -23,7 +23,6 @@ __all__ = [
     "FileCacheLazy",
     "FileStore",
     "FileStoreCachePool",
-    "JsonlFileStore",
     "Lazy",
     "MockLazy",
     "NoCachePool",
@@ -32,4 +31,5 @@ __all__ = [
     "WebdatasetFileStore",
     "add_source_info",
     "open_file_store",
+    "primary_file_store",
 ]

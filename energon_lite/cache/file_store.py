@@ -6,7 +6,7 @@ source to ``sample["__sources__"]``). Kinds:
 * ``SystemFileStore(base_dir)``: files of a plain folder (``aux: {media: filesystem://imgs}``);
 * ``WebdatasetFileStore(root)``: members of a prepared tar dataset, ``"<key>.<part>"``, by
   random access (the key index, then one ``pread`` of the sample);
-* ``JsonlFileStore(path)``: lines of a prepared JSONL file, ``"<line>.json"``;
+* any dataset kind whose Source has ``as_file_store()`` (a JSONL file: ``"<line>.json"``);
 * ``DecodeFileStore(inner, decoder=...)`` decodes by extension; ``PrimaryFileStore`` lets
   a cooker name a part of its own sample as ``".jpg"``.
 
@@ -123,32 +123,6 @@ class WebdatasetFileStore(FileStore):
         return {**self.__dict__, "_table": None, "_dataset": None}
 
 
-class JsonlFileStore(FileStore):
-    """Lines of a prepared JSONL file: ``"<line>.json"`` (or the bare line number)."""
-
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path).resolve()
-        self._source: Any = None
-
-    def __getitem__(self, name: str) -> tuple[bytes, SourceInfo]:
-        from energon_lite.flavors.jsonl.source import JsonlSource
-
-        if self._source is None:
-            self._source = JsonlSource(self.path)
-        try:
-            line = int(name.removesuffix(".json"))
-        except ValueError:
-            raise DatasetFormatError(f"{self.path}: {name!r} is no '<line>.json' name") from None
-        _, parts = self._source.read(0, line)
-        return parts["json"], SourceInfo(str(self.path), line, self.path.name, (f"{line}.json",))
-
-    def get_path(self) -> str:
-        return str(self.path)
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_source": None}
-
-
 class DecodeFileStore(FileStore):
     """Decodes what ``inner`` reads with a ``SampleDecoder`` (by the name's extension)."""
 
@@ -193,7 +167,8 @@ class PrimaryFileStore(FileStore):
 
 def open_file_store(spec: str, base: Path) -> FileStore:
     """An ``aux:`` value: ``filesystem://DIR`` (a plain folder), a prepared tar dataset
-    folder or a prepared ``.jsonl``; relative paths are relative to ``base``."""
+    folder, or a dataset of another kind whose Source has ``as_file_store()`` (a prepared
+    ``.jsonl``); relative paths are relative to ``base``."""
     if spec.startswith("filesystem://"):
         folder = (base / spec.removeprefix("filesystem://")).resolve()
         if not folder.is_dir():
@@ -204,11 +179,21 @@ def open_file_store(spec: str, base: Path) -> FileStore:
             f"aux {spec!r}: only local paths and filesystem:// are supported (no remote schemes)"
         )
     target = (base / spec).resolve()
-    if target.is_file():
-        return JsonlFileStore(target)
-    if (target / ".nv-meta").is_dir():
-        return WebdatasetFileStore(target)
-    raise DatasetFormatError(
-        f"aux {spec!r}: {target} is neither a prepared dataset folder nor a prepared .jsonl; "
-        "use filesystem://DIR for a plain folder"
-    )
+    return primary_file_store(target)
+
+
+def primary_file_store(path: Path, source: Any = None) -> FileStore:
+    """A dataset read by file name: its Source's ``as_file_store()``, or a tar folder's."""
+    if source is None and not (path / ".nv-meta").is_dir():
+        from energon_lite.kinds import kind_of
+
+        kind = kind_of(path)
+        if kind.open is None or not path.exists():
+            raise DatasetFormatError(
+                f"{path}: not a dataset that can be read by file name; use a prepared dataset "
+                "folder, a prepared .jsonl, or filesystem://DIR for a plain folder"
+            )
+        source = kind.open(path, "train")
+    if source is not None and hasattr(source, "as_file_store"):
+        return source.as_file_store()
+    return WebdatasetFileStore(path)

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import os
 
+from energon_lite.flavors.jsonl.file_store import JsonlFileStore
 from energon_lite.flavors.jsonl.index import LineIndexInfo, prepare_lines
-from energon_lite.flavors.jsonl.source import JsonlSource, parse_text_line
+from energon_lite.flavors.jsonl.source import JsonlSource, is_line_file, parse_text_line
 
 
 class CrudeJsonlDatasetFactory(JsonlSource):
@@ -26,19 +27,10 @@ class DefaultCrudeJsonlDatasetFactory(CrudeJsonlDatasetFactory):
     """Energon's default JSONL factory: samples carry ``json`` (a dict) and the subflavors."""
 
 
-def is_line_file(path: str | os.PathLike[str]) -> bool:
-    """A ``.jsonl`` file, or any file prepared as a line index (``<file>.idx`` beside it)."""
-    from pathlib import Path
-
-    from energon_lite.flavors.jsonl.index import index_path
-
-    path = Path(path)
-    return path.is_file() and (path.suffix == ".jsonl" or index_path(path).is_file())
-
-
 __all__ = [
     "CrudeJsonlDatasetFactory",
     "DefaultCrudeJsonlDatasetFactory",
+    "JsonlFileStore",
     "JsonlSource",
     "LineIndexInfo",
     "is_line_file",

@@ -152,6 +152,21 @@ class JsonlSource:
             return {"json": line}
         return parse_text_line(line)
 
+    def as_file_store(self) -> Any:
+        """This file read by name, ``"<line>.json"`` (Energon's ``as_file_store``)."""
+        from energon_lite.flavors.jsonl.file_store import JsonlFileStore
+
+        return JsonlFileStore(self.root)
+
+    @property
+    def aux_stores(self) -> dict[str, Any]:
+        """A meta list prepared with ``--media-root DIR`` gives its cookers aux ``media``."""
+        if self.media_root is None:
+            return {}
+        from energon_lite.cache.file_store import SystemFileStore
+
+        return {"media": SystemFileStore(self.media_root)}
+
     def close(self) -> None:
         if self._fds is not None and os.getpid() == self._pid:
             for fd in self._fds:
@@ -162,6 +177,17 @@ class JsonlSource:
         state = self.__dict__.copy()
         state["_fds"] = None
         return state
+
+
+LINE_SUFFIXES = (".jsonl", ".ndjson", ".txt", ".lst", ".list", ".meta")
+
+
+def is_line_file(path: Path) -> bool:
+    """A file named like a JSONL or meta list, or any file prepared as a line index."""
+    path = Path(path)
+    if not path.is_file() or path.suffix in (".yaml", ".yml", ".csv", ".tar"):
+        return False
+    return path.suffix in LINE_SUFFIXES or index_path(path).is_file()
 
 
 def parse_text_line(line: bytes) -> dict[str, Any]:
