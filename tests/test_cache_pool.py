@@ -73,7 +73,7 @@ def test_never_exceeds_its_limit_and_evicts_least_recently_used(
     pool = FileStoreCachePool(
         parent_cache_dir=tmp_path / "cache", max_cache_size_gbytes=limit / 1024**3
     )
-    for round_ in range(2):
+    for _ in range(2):
         for i in range(12):
             assert pool.get(store, f"f{i}.bin") == bytes([i]) * 30_000
             assert _cached_bytes(pool) <= limit
