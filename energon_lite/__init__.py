@@ -43,10 +43,12 @@ from energon_lite.samples import (
     ImageSample,
     InterleavedSample,
     Sample,
+    SourceInfo,
     TextSample,
     VidQASample,
     VQASample,
     basic_sample_keys,
+    edataclass,
 )
 from energon_lite.task_encoder import Cooker, DefaultTaskEncoder, TaskEncoder, stateless
 from energon_lite.worker import WorkerConfig
@@ -70,7 +72,9 @@ __all__ = [
     "NoCachePool",
     "PrimaryFileStore",
     "SystemFileStore",
+    "SourceInfo",
     "cooker",
+    "edataclass",
     "CaptioningSample",
     "ConfigError",
     "Cooker",

@@ -105,7 +105,7 @@ def test_pinned_entries_are_not_evicted(files: Path, tmp_path: Path) -> None:
     )
     held = pool.get_lazy(store, "f0.bin")
     assert isinstance(held, FileCacheLazy)
-    held.entry.future.result()  # prefetched into the cache, and pinned
+    held.entry.send_to_cache_future.result()  # prefetched into the cache, and pinned
     for i in range(1, 6):
         assert pool.get(store, f"f{i}.bin") == bytes([i]) * 30_000
         assert _cached_bytes(pool) <= 70_000

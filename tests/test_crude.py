@@ -176,7 +176,7 @@ def test_primary_aux_and_cache_pool_resume_exactly(
     for text in (t for b in batches for t in b.text):
         first, second = map(int, text.split("|"))
         assert second == (first + 1) % 55
-    assert list((tmp_path / "cache/energon_lite_cache").glob("*.bin"))  # went through the pool
+    assert list((tmp_path / "cache/energon_lite_cache/data").glob("*.bin"))  # went through the pool
     assert_loader_resumes(make, total=16, save_points=[0, 5, 11])
 
 

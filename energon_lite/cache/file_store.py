@@ -129,15 +129,25 @@ class DecodeFileStore(FileStore):
     def __init__(self, inner: FileStore, *, decoder: Any) -> None:
         self._inner, self.decoder = inner, decoder
 
+    def _decode(self, name: str, data: Any) -> Any:
+        from energon_lite.decode import SampleDecoder
+
+        if (
+            isinstance(self.decoder, SampleDecoder)
+            and type(self.decoder).decode is SampleDecoder.decode
+        ):
+            return self.decoder.decode_part(name, data)
+        return self.decoder.decode(name, data)  # Energon's FileStoreDecoder.decode(fname, raw)
+
     def __getitem__(self, name: str) -> tuple[Any, SourceInfo]:
         data, source = self._inner[name]
-        return self.decoder.decode_part(name, data), source
+        return self._decode(name, data), source
 
     def _get_raw(self, name: str) -> tuple[bytes, SourceInfo]:
         return self._inner._get_raw(name)
 
     def _decode_raw(self, data: Any, **kwargs: Any) -> Any:
-        return self.decoder.decode_part(kwargs["fname"], self._inner._decode_raw(data, **kwargs))
+        return self._decode(kwargs["fname"], self._inner._decode_raw(data, **kwargs))
 
     def get_path(self) -> str:
         return self._inner.get_path()

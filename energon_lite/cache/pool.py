@@ -4,10 +4,11 @@
 process and rank of a machine that names the same ``parent_cache_dir``; a file any of them
 fetched is read from there by all (fetched once), within a byte and a file-count limit.
 
-Layout of ``<parent>/energon_lite_cache/``: ``<h>.bin`` (pickled ``(source_info, data)``,
-``h`` a hash of the store path, file name and method), ``<h>.lock`` (an empty file whose
-byte 0 is the fetch lock and byte 1 the pin lock, POSIX record locks), ``.usage`` (bytes
-and files cached) and ``.pool.lock`` (guards ``.usage`` and eviction).
+Layout of ``<parent>/energon_lite_cache/``: ``data/<h>.bin`` (pickled ``(data, source_info)``,
+``h`` a hash of the store type and path, the file name and the method; ``data/`` is
+``cache_dir``), ``locks/<h>.lock`` (an empty file whose byte 0 is the fetch lock and byte 1
+the pin lock, POSIX record locks), ``locks/usage`` (bytes and files cached, guarded by a
+``flock`` on it, as is eviction) and ``tmp/`` (files being written, and ``to_cache`` data).
 
 Algorithm. ``get_lazy`` pins the entry (shared lock on byte 1, held until the Lazy is read
 or dropped: an entry some process will read is never evicted) and prefetches it on a
@@ -82,7 +83,7 @@ class _Pending:
 
     def __init__(self, name: str, lock_fd: int) -> None:
         self.name, self.lock_fd, self.refcount = name, lock_fd, 1
-        self.future: Future[Any] | None = None
+        self.send_to_cache_future: Future[Any] | None = None
 
 
 class FileStoreCachePool(CachePool):
@@ -107,8 +108,10 @@ class FileStoreCachePool(CachePool):
         parent = (
             Path(parent_cache_dir) if parent_cache_dir is not None else Path(tempfile.gettempdir())
         )
-        self.cache_dir = (parent / "energon_lite_cache").resolve()
-        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        root = (parent / "energon_lite_cache").resolve()
+        self.cache_dir, self._locks, self._tmp = root / "data", root / "locks", root / "tmp"
+        for folder in (self.cache_dir, self._locks, self._tmp):
+            folder.mkdir(parents=True, exist_ok=True)
         self.num_workers = num_workers
         self.max_cache_size = int(max_cache_size_gbytes * 1024**3)
         self.max_cache_count = max_cache_count
@@ -153,13 +156,13 @@ class FileStoreCachePool(CachePool):
                 self._pending[name] = entry
                 if self._executor is None:
                     self._executor = ThreadPoolExecutor(self.num_workers, "energon-lite-cache")
-                entry.future = self._executor.submit(self._fetch, ds, fname, entry)
+                entry.send_to_cache_future = self._executor.submit(self._fetch, ds, fname, entry)
         return FileCacheLazy(ds=ds, fname=fname, pool=self, entry=entry)
 
     def to_cache(self, data: Any, name: str) -> CacheFileLazy:
         """Pickle ``data`` into the cache folder; the Lazy reads (and removes) it later."""
-        path = self.cache_dir / f"tmp-{uuid.uuid4().hex}.pkl"
-        _write_atomic(path, pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL))
+        path = self.cache_dir / f"{uuid.uuid4().hex}.pkl"
+        _write_atomic(path, pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL), self._tmp)
         return CacheFileLazy(fname=name, pool=self, cache_path=path)
 
     def close(self) -> None:
@@ -181,7 +184,7 @@ class FileStoreCachePool(CachePool):
 
     def _open_pinned(self, name: str) -> int:
         """Open ``<name>.lock`` and hold a shared lock on its pin byte."""
-        path = self.cache_dir / f"{name}.lock"
+        path = self._locks / f"{name}.lock"
         while True:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
             fcntl.lockf(fd, fcntl.LOCK_SH, 1, _PIN)
@@ -210,7 +213,7 @@ class FileStoreCachePool(CachePool):
             if not self._reserve(len(blob), name):
                 return payload  # too large for the cache: hand it over in memory
             try:
-                _write_atomic(data_path, blob)
+                _write_atomic(data_path, blob, self._tmp)
             except BaseException:
                 self._unreserve(len(blob))
                 raise
@@ -220,8 +223,8 @@ class FileStoreCachePool(CachePool):
 
     def _get_data(self, ds: FileStore, fname: str, entry: _Pending) -> tuple[Any, Any]:
         try:
-            assert entry.future is not None
-            payload = entry.future.result()
+            assert entry.send_to_cache_future is not None
+            payload = entry.send_to_cache_future.result()
             if payload is None:
                 with open(self.cache_dir / f"{entry.name}.bin", "rb") as file:
                     payload = pickle.load(file)
@@ -239,15 +242,15 @@ class FileStoreCachePool(CachePool):
             entry.refcount -= 1
             if entry.refcount <= 0 and self._pending.get(entry.name) is entry:
                 del self._pending[entry.name]
-                if entry.future is not None and not entry.future.done():
-                    entry.future.add_done_callback(lambda _: os.close(entry.lock_fd))
+                if entry.send_to_cache_future is not None and not entry.send_to_cache_future.done():
+                    entry.send_to_cache_future.add_done_callback(lambda _: os.close(entry.lock_fd))
                 else:
                     os.close(entry.lock_fd)  # drops this process's pin
 
     # space accounting -------------------------------------------------------------------
 
     def _pool_locked(self) -> _PoolLock:
-        return _PoolLock(self.cache_dir / ".pool.lock")
+        return _PoolLock(self._locks / "usage")
 
     def _reserve(self, size: int, name: str) -> bool:
         if size > self.max_cache_size:
@@ -279,7 +282,7 @@ class FileStoreCachePool(CachePool):
                 break
             if name == keep or name in self._pending:
                 continue
-            lock_path = self.cache_dir / f"{name}.lock"
+            lock_path = self._locks / f"{name}.lock"
             try:
                 lock_fd = os.open(lock_path, os.O_RDWR)
             except FileNotFoundError:
@@ -322,8 +325,8 @@ def _write_usage(fd: int, used: int, count: int) -> None:
     os.pwrite(fd, struct.pack("<QQ", used, count), 0)
 
 
-def _write_atomic(path: Path, blob: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+def _write_atomic(path: Path, blob: bytes, tmp_dir: Path) -> None:
+    tmp = tmp_dir / f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp"
     with open(tmp, "wb") as file:
         file.write(blob)
     os.replace(tmp, path)
