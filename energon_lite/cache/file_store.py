@@ -54,6 +54,10 @@ class FileStore:
     def get_path(self) -> str:
         raise NotImplementedError
 
+    def get_media_metadata(self, name: str) -> Any:
+        """The metadata ``energon-lite prepare-media`` recorded for ``name``."""
+        raise NotImplementedError(f"{type(self).__name__} records no media metadata")
+
     def __str__(self) -> str:
         return f"{type(self).__name__}({self.get_path()})"
 
@@ -79,6 +83,13 @@ class SystemFileStore(FileStore):
 
     def get_path(self) -> str:
         return str(self.base_dir)
+
+    def get_media_metadata(self, name: str) -> Any:
+        from energon_lite.cache.media_metadata import lookup
+
+        if self.base_dir is None:
+            raise DatasetFormatError("media metadata needs a SystemFileStore with a base_dir")
+        return lookup(self.base_dir, name)
 
 
 class WebdatasetFileStore(FileStore):
@@ -119,6 +130,11 @@ class WebdatasetFileStore(FileStore):
     def get_path(self) -> str:
         return str(self.root)
 
+    def get_media_metadata(self, name: str) -> Any:
+        from energon_lite.cache.media_metadata import lookup
+
+        return lookup(self.root, name)
+
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_table": None, "_dataset": None}
 
@@ -152,6 +168,9 @@ class DecodeFileStore(FileStore):
     def get_path(self) -> str:
         return self._inner.get_path()
 
+    def get_media_metadata(self, name: str) -> Any:
+        return self._inner.get_media_metadata(name)
+
 
 class PrimaryFileStore(FileStore):
     """``inner`` where a name starting with ``.`` means a part of the current sample."""
@@ -173,6 +192,9 @@ class PrimaryFileStore(FileStore):
 
     def get_path(self) -> str:
         return self._inner.get_path()
+
+    def get_media_metadata(self, name: str) -> Any:
+        return self._inner.get_media_metadata(self._name(name))
 
 
 def open_file_store(spec: str, base: Path) -> FileStore:

@@ -108,6 +108,15 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_prepare_media(args: argparse.Namespace) -> int:
+    from energon_lite.cache.media_metadata import prepare_media
+
+    count = prepare_media(args.path, progress=sys.stderr.isatty())
+    print(f"Recorded media metadata of {count} files in {Path(args.path) / '.nv-meta'}")
+    print("Done")
+    return 0
+
+
 def cmd_info(args: argparse.Namespace) -> int:
     from energon_lite.cli.info import dataset_info
 
@@ -199,6 +208,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="videos.csv: what a media file that does not exist does",
     )
     p.set_defaults(fn=cmd_prepare)
+
+    p = sub.add_parser(
+        "prepare-media", help="record image/audio/video metadata of a folder or tar dataset"
+    )
+    p.add_argument("path")
+    p.add_argument(
+        "--media-metadata-by-extension",
+        action="store_true",
+        help="recognise media by file extension (the only strategy; the default)",
+    )
+    p.add_argument("--num-workers", type=int, default=1, help="accepted for Energon parity")
+    p.set_defaults(fn=cmd_prepare_media)
 
     p = sub.add_parser("info", help="sample and shard counts per split, sample type, parts")
     p.add_argument("path")
