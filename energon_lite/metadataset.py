@@ -120,9 +120,9 @@ def _node(
         raise where.error("must be a mapping with one of path, blend, blend_epochized")
     kinds = [k for k in ("path", "blend", "blend_epochized", "join") if k in node]
     if len(kinds) != 1:
-        raise where.error(f"needs exactly one of path, blend, blend_epochized; found {kinds}")
+        raise where.error(f"needs exactly one of path, blend, blend_epochized, join; found {kinds}")
     if kinds == ["join"]:
-        raise (where / "join").error("join is not supported by energon_lite; use blend")
+        return _join(node, base, split_part, inherited, where, ("join", "joiner", "subset"))
     if kinds == ["path"]:
         return _reference(node, base, split_part, inherited, stack, where, _REF_KEYS)
     kind = kinds[0]
@@ -144,13 +144,17 @@ def _node(
                 f"(blend_epochized), never both; use {number_key}"
             )
         allowed = (*_REF_KEYS, number_key)
-        if not isinstance(entry, dict) or "path" not in entry:
+        if not isinstance(entry, dict) or ("path" not in entry and "join" not in entry):
             raise at.error(f"needs path: and {number_key}:; allowed keys: {list(allowed)}")
         number = entry.get(number_key)
         if isinstance(number, bool) or not isinstance(number, (int, float)) or not number > 0:
             got = "missing" if number_key not in entry else f"{number!r}"
             raise (at / number_key).error(f"{got}; must be a number > 0 (e.g. 1, 2.5 or 0.5)")
-        leaves, mode = _reference(entry, base, split_part, inherited, stack, at, allowed)
+        if "join" in entry:
+            joined = ("join", "joiner", "subset", "subflavors", number_key)
+            leaves, mode = _join(entry, base, split_part, inherited, at, joined)
+        else:
+            leaves, mode = _reference(entry, base, split_part, inherited, stack, at, allowed)
         if mode not in ("single", _MODE[kind]):
             raise (at / "path").error(
                 f"{entry['path']} is a {mode} blend inside a {kind}: a tree mixes either weights "
@@ -224,6 +228,26 @@ def _reference(
         aux=_aux(ref, base, where),
     )
     leaf.subset = _resolve_subset(leaf, ref, inner.relative, where)
+    return [leaf], "single"
+
+
+def _join(
+    node: dict[str, Any],
+    base: Path,
+    split_part: str,
+    inherited: _Inherited,
+    where: _Where,
+    allowed: tuple[str, ...],
+) -> tuple[list[Leaf], str]:
+    """A ``join:`` of datasets (energon_lite.join_spec) as one leaf."""
+    from energon_lite.join_spec import join_leaf
+
+    _check_keys(node, allowed, where)
+    subflavors = {**(node.get("subflavors") or {}), **(inherited.subflavors or {})}
+    leaf = join_leaf(node, base, split_part, where.file, subflavors or None, where)
+    leaf.shuffle_over_epochs_multiplier = inherited.multiplier
+    relative = _merge_subset(node, inherited, where, folder=True)
+    leaf.subset = _resolve_subset(leaf, node, relative, where)
     return [leaf], "single"
 
 
