@@ -177,7 +177,10 @@ def main() -> None:
             runs[library].append(run_child(library, "jsonl", jsonl, args.batches))
         if joined is not None:
             runs["join"].append(run_child("energon_lite", "join", joined, args.batches))
-        print(f"round {round_index}: {json.dumps({k: v[-1] for k, v in runs.items() if v})}", flush=True)
+        print(
+            f"round {round_index}: {json.dumps({k: v[-1] for k, v in runs.items() if v})}",
+            flush=True,
+        )
     print(f"\nJSONL of {args.lines:,} lines + aux image folder (batch {BATCH}, 0 workers)\n")
     print("| loader | open + first batch | samples/s (spread) | USS at end |")
     print("| --- | --- | --- | --- |")

@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from energon_lite.aux_sources import parse_aux
 from energon_lite.errors import DatasetFormatError
 from energon_lite.index.meta import META_DIR, load_yaml
 from energon_lite.kinds import open_source, resolve_path
@@ -225,7 +226,7 @@ def _reference(
         shuffle_over_epochs_multiplier=multiplier,
         split_config=_string(ref, "split_config", where) or "split.yaml",
         dataset_config=_string(ref, "dataset_config", where) or "dataset.yaml",
-        aux=_aux(ref, base, where),
+        aux=parse_aux(ref.get("aux"), base, where / "aux"),
     )
     leaf.subset = _resolve_subset(leaf, ref, inner.relative, where)
     return [leaf], "single"
@@ -344,30 +345,6 @@ def _multiplier(ref: dict[str, Any], outer: int | None, where: _Where) -> int | 
     if value == -1 or outer == -1:
         return -1
     return value * outer
-
-
-def _aux(ref: dict[str, Any], base: Path, where: _Where) -> dict[str, str] | None:
-    """``aux: {name: source}``: sources a crude leaf's cookers read by file name, made
-    absolute (relative to the file they are written in)."""
-    value = ref.get("aux")
-    if value is None:
-        return None
-    if not isinstance(value, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) and v for k, v in value.items()
-    ):
-        raise (where / "aux").error(
-            f"{value!r}; must map names to a dataset folder, a .jsonl or filesystem://DIR"
-        )
-    out = {}
-    for name, spec in value.items():
-        scheme = "filesystem://" if spec.startswith("filesystem://") else ""
-        rest = spec.removeprefix(scheme)
-        if "://" in rest:
-            raise (where / "aux" / name).error(
-                f"{spec!r}: remote sources are not supported; a local path or filesystem://DIR"
-            )
-        out[name] = scheme + str((base / rest).resolve())
-    return out
 
 
 def _string(ref: dict[str, Any], key: str, where: _Where) -> str | None:

@@ -137,7 +137,7 @@ class TaskEncoder(Generic[T_sample, T_encoded_sample, T_raw_batch, T_batch]):
         """The loader's cache pool (``get_loader(..., cache_pool=...)``); else a NoCachePool."""
         pool = getattr(self, "_cache_pool", None)
         if pool is None:
-            from energon_lite.cache.pool import NoCachePool
+            from energon_lite.cache.no_cache import NoCachePool
 
             pool = self._cache_pool = NoCachePool()
         return pool

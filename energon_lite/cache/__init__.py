@@ -13,7 +13,8 @@ from energon_lite.cache.file_store import (
     primary_file_store,
 )
 from energon_lite.cache.lazy import CacheFileLazy, DirectLazy, FileCacheLazy, Lazy, MockLazy
-from energon_lite.cache.pool import CachePool, FileStoreCachePool, NoCachePool
+from energon_lite.cache.no_cache import CachePool, NoCachePool
+from energon_lite.cache.pool import FileStoreCachePool
 
 __all__ = [
     "CacheFileLazy",

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from energon_lite.cache.file_store import FileStore, add_source_info
 
 if TYPE_CHECKING:
-    from energon_lite.cache.pool import CachePool, FileStoreCachePool, _Pending
+    from energon_lite.cache.no_cache import CachePool
+    from energon_lite.cache.pool import FileStoreCachePool, _Pending
 
 T = TypeVar("T")
 

@@ -1,4 +1,4 @@
-"""Cache pools (Energon's names and constructor): ``NoCachePool`` and ``FileStoreCachePool``.
+"""``FileStoreCachePool`` (Energon's name and constructor): a local file cache for cookers.
 
 ``FileStoreCachePool`` keeps fetched files in one local folder shared by every worker
 process and rank of a machine that names the same ``parent_cache_dir``; a file any of them
@@ -35,47 +35,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from energon_lite.cache.file_store import FileStore
-from energon_lite.cache.lazy import CacheFileLazy, DirectLazy, FileCacheLazy, Lazy, MockLazy
+from energon_lite.cache.lazy import CacheFileLazy, FileCacheLazy
+from energon_lite.cache.no_cache import CachePool
 from energon_lite.errors import ConfigError
 
 _FETCH, _PIN = 0, 1  # byte ranges of an entry's lock file
-
-
-class CachePool:
-    """Fetches files of FileStores for cookers, now (``get``) or later (``get_lazy``)."""
-
-    def get(self, ds: FileStore, fname: str, sample: Any = None) -> Any:
-        raise NotImplementedError
-
-    def get_lazy(self, ds: FileStore, fname: str) -> Lazy:
-        raise NotImplementedError
-
-    def to_cache(self, data: Any, name: str) -> Lazy:
-        raise NotImplementedError
-
-    def close(self) -> None:
-        pass
-
-
-class NoCachePool(CachePool):
-    """Reads straight from the store; ``get_lazy`` defers the read to ``get``."""
-
-    def get(self, ds: FileStore, fname: str, sample: Any = None) -> Any:
-        return ds.get(fname, sample)
-
-    def get_lazy(self, ds: FileStore, fname: str) -> DirectLazy:
-        return DirectLazy(ds=ds, fname=fname, pool=self)
-
-    def to_cache(self, data: Any, name: str) -> Lazy:
-        return MockLazy(name, _Constant(data))
-
-
-class _Constant:
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-    def __call__(self, _: str) -> Any:
-        return self.value
 
 
 class _Pending:
