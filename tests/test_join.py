@@ -106,6 +106,15 @@ def test_inner_join_every_sample_has_its_partner(data: Path) -> None:
     sources = batches[0].__sources__
     assert {Path(s.dataset_path).name for s in sources} == {"ds1", "ds1b"}
     assert (data / "inner.yaml.cache").is_dir()  # the join index, written beside the file
+    from energon_lite.flavors.join import JoinedSource
+    from energon_lite.source import Source
+
+    (spec,) = (data / "inner.yaml.cache").glob("*.join.json")
+    source = JoinedSource(spec)
+    assert isinstance(source, Source) and len(source) == 55
+    key, parts = source.read(0, 3)
+    (first, second) = parts["__join__"]
+    assert first[0] == second[0] == key == "000003" and second[1]["txt"] == b"B3"
 
 
 def test_nonmatch_skip_none_and_error(data: Path) -> None:

@@ -138,3 +138,18 @@ def test_open_checks_the_index_and_cuts_runs(tmp_path: Path) -> None:
         file.write('{"idx": 1000}\n')
     with pytest.raises(DatasetFormatError, match="the file changed"):
         JsonlSource(path)
+
+
+def test_text_list_round_trips_every_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from energon_lite.flavors.jsonl import parse_text_line
+    from energon_lite.source import Source
+
+    monkeypatch.setattr(index, "_BLOCK", 64)
+    lines = [f"dir {i % 3}/img_{i:05d}.jpg {i % 7}" for i in range(300)]
+    path = _lines(tmp_path, "\n".join(lines) + "\n", "meta.lst")
+    assert prepare_lines(path, progress=False).count == 300
+    source = JsonlSource(path)
+    assert isinstance(source, Source)
+    got = [parts for _, parts in source.read_range(0, 0, 300)]
+    assert got == [parse_text_line(line.encode()) for line in lines]
+    assert got[5] == {"path": "dir 2/img_00005.jpg", "label": 5}
