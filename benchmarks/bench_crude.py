@@ -186,9 +186,13 @@ def main() -> None:
     print("| --- | --- | --- | --- |")
     print(_row("energon_lite", runs["energon_lite"]))
     print(_row("energon", runs["energon"]))
-    lite = statistics.median(r["rate"] for r in runs["energon_lite"])
-    theirs = statistics.median(r["rate"] for r in runs["energon"])
-    print(f"\nsamples/s energon_lite / Energon: {lite / theirs:.2f}x")
+    ratios = [a["rate"] / b["rate"] for a, b in zip(runs["energon_lite"], runs["energon"])]
+    print(
+        f"\nsamples/s energon_lite / Energon, same round: median {statistics.median(ratios):.2f}x "
+        f"({min(ratios):.2f}-{max(ratios):.2f}x over {len(ratios)} rounds)"
+    )
+    opens = [a["open"] / b["open"] for a, b in zip(runs["energon_lite"], runs["energon"])]
+    print(f"open + first batch energon_lite / Energon: median {statistics.median(opens):.2f}x")
     if runs["join"]:
         print(f"\n2-way join of {args.join:,} samples (energon_lite)\n")
         print("| loader | open + first batch | samples/s (spread) | USS at end |")
