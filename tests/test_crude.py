@@ -205,3 +205,28 @@ def test_crude_samples_are_crude_sample_dicts(crude: Path) -> None:
     assert isinstance(seen[0], CrudeSample) and seen[0]["__subflavors__"] == {"number": 42}
     assert seen[0]["txt"] == str(int(seen[0]["__key__"]))  # .txt decoded by extension
     assert pickle.loads(seen[0]["pkl"]) == {"idx": int(seen[0]["txt"])}
+
+
+def test_energon_prepared_crude_datasets_cook_the_same(crude: Path, tmp_path: Path) -> None:
+    flavors = pytest.importorskip("megatron.energon.flavors")
+    import shutil
+
+    for name in ("ds1", "ds2"):
+        shutil.copytree(crude / name / "parts", tmp_path / name / "parts")
+        flavors.BaseWebdatasetFactory.prepare_dataset(
+            tmp_path / name, ["parts/data-{0..5}.tar"], split_parts_ratio=[("train", 1.0)],
+            shuffle_seed=None, workers=1,
+        )  # fmt: skip
+        assert (tmp_path / name / ".nv-meta/index.sqlite").is_file()  # really Energon's
+        (tmp_path / name / ".nv-meta/dataset.yaml").write_text(
+            "__module__: megatron.energon\n__class__: CrudeWebdataset\n"
+        )
+    shutil.copytree(crude / "notes", tmp_path / "notes")
+    shutil.copy(crude / "aux.yaml", tmp_path / "aux.yaml")
+
+    def texts(root: Path) -> list[str]:
+        dataset = _train(root / "aux.yaml", CookingEncoder(), repeat=False)
+        return sorted(t for batch in get_loader(dataset) for t in batch.text)
+
+    assert texts(tmp_path) == texts(crude)
+    assert len(texts(tmp_path)) == 55
