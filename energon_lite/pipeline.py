@@ -94,6 +94,14 @@ class DatasetPipeline:
         ]
         for ds, spec in zip(self.datasets, self.specs):
             require_av(str(ds.root), spec.factory.parts)
+        for spec, leaf, ds in zip(self.specs, leaves, self.datasets):
+            if spec.factory.crude:  # what cookers read by file name (all opened lazily)
+                from energon_lite.cache.file_store import open_file_store, primary_file_store
+
+                spec.factory.primary = primary_file_store(leaf.path, ds)
+                spec.factory.aux.update(getattr(ds, "aux_stores", None) or {})
+                for name, src in (leaf.aux or {}).items():
+                    spec.factory.aux[name] = open_file_store(src, leaf.path.parent)
         if task_encoder.overrides("encode_sample") and task_encoder.overrides("preencode_sample"):
             raise ConfigError(
                 f"{type(task_encoder).__name__} overrides both encode_sample and preencode_sample; "

@@ -108,6 +108,15 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_prepare_media(args: argparse.Namespace) -> int:
+    from energon_lite.cache.media_metadata import prepare_media
+
+    count = prepare_media(args.path, progress=sys.stderr.isatty())
+    print(f"Recorded media metadata of {count} files in {Path(args.path) / '.nv-meta'}")
+    print("Done")
+    return 0
+
+
 def cmd_info(args: argparse.Namespace) -> int:
     from energon_lite.cli.info import dataset_info
 
@@ -161,9 +170,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"energon-lite {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("prepare", help="index a WebDataset folder and write .nv-meta")
+    p = sub.add_parser(
+        "prepare", help="index a WebDataset folder (.nv-meta), a .jsonl or a meta list"
+    )
     p.add_argument(
-        "path", help="a folder of .tar shards, a folder of HDF5 episodes, or a videos.csv table"
+        "path",
+        help="a folder of .tar shards, a .jsonl, a meta list (.txt), a folder of HDF5 episodes, "
+        "or a videos.csv table",
     )
     p.add_argument(
         "--non-interactive", action="store_true", help="never ask; fail on a missing option"
@@ -190,6 +203,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="accept a sample key in more than one shard (those samples are all delivered)",
     )
+    p.add_argument(
+        "--format",
+        choices=["jsonl", "text"],
+        help="a line file: JSON objects (default for .jsonl) or 'path label' lines",
+    )
+    p.add_argument("--media-root", help="a meta list: the folder its paths are relative to")
     p.add_argument("--output", help="videos.csv: the index folder (default <stem>.energon)")
     p.add_argument(
         "--missing-media",
@@ -198,6 +217,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="videos.csv: what a media file that does not exist does",
     )
     p.set_defaults(fn=cmd_prepare)
+
+    p = sub.add_parser(
+        "prepare-media", help="record image/audio/video metadata of a folder or tar dataset"
+    )
+    p.add_argument("path")
+    p.add_argument(
+        "--media-metadata-by-extension",
+        action="store_true",
+        help="recognise media by file extension (the only strategy; the default)",
+    )
+    p.add_argument("--num-workers", type=int, default=1, help="accepted for Energon parity")
+    p.set_defaults(fn=cmd_prepare_media)
 
     p = sub.add_parser("info", help="sample and shard counts per split, sample type, parts")
     p.add_argument("path", help="a prepared dataset folder (any kind prepare makes)")
