@@ -221,7 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "prepare-media", help="record image/audio/video metadata of a folder or tar dataset"
     )
-    p.add_argument("path")
+    p.add_argument("path", help="a plain folder of media files, or a prepared tar dataset")
     p.add_argument(
         "--media-metadata-by-extension",
         action="store_true",
