@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from energon_lite.errors import ConfigError, DatasetFormatError, FailureTracker, MediaDecodeError
+from energon_lite.flavors.episodes.frame_cache import FrameCache
 from energon_lite.flavors.episodes.index import EpisodeIndex
 from energon_lite.flavors.episodes.reader import EpisodeReader
 
@@ -66,6 +67,7 @@ class TransitionBuilder:
         normalize_actions: bool = True,
         normalize_images: bool = False,
         failure_tolerance: int = 10,
+        frame_cache_bytes: int = 0,
     ) -> None:
         if chunk_size < 1:
             raise ConfigError(f"{chunk_size=} must be >= 1")
@@ -93,7 +95,9 @@ class TransitionBuilder:
                         f"norm_stats[{name!r}] has shape {self.norm[name].shape}, but the "
                         f"episodes' {key} has {dim} dims"
                     )
-        self.reader = EpisodeReader(self.index)
+        # decoded frames kept per process up to this many bytes (0: decode every draw)
+        cache = FrameCache(frame_cache_bytes) if frame_cache_bytes else None
+        self.reader = EpisodeReader(self.index, frame_cache=cache)
 
     def frame_rewards(self, episode: int) -> np.ndarray:
         low = self.reader.low_dim(episode)
