@@ -110,7 +110,7 @@ def test_frame_cache_stays_within_budget_and_returns_identical_frames(tmp_path):
     index = open_episode_index(folder)
     norm = compute_norm_stats(folder)
     frame_bytes = 16 * 16 * 3
-    budget = 7 * frame_bytes  # 3.5 transitions of 2 cameras
+    budget = 7 * frame_bytes  # 3.5 transitions of 2 cameras (one entry: both cameras)
     plain = TransitionBuilder(index, CAMS, norm, 3)
     cached = TransitionBuilder(index, CAMS, norm, 3, frame_cache_bytes=budget)
     cache = cached.reader.frame_cache
@@ -121,7 +121,7 @@ def test_frame_cache_stays_within_budget_and_returns_identical_frames(tmp_path):
         a = plain.build(episode, start)["observations"]["images"]
         b = cached.build(episode, start)["observations"]["images"]
         assert a.dtype == b.dtype and np.array_equal(a, b)
-        assert cache.held_bytes <= budget and len(cache) <= 7
+        assert cache.held_bytes <= budget and len(cache) <= 3
     assert cache.hits > 0 and cache.evictions > 0
     assert cache.held_bytes == sum(f.nbytes for f in cache._frames.values())
     # a cached frame cannot be changed by a caller

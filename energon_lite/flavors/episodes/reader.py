@@ -127,16 +127,19 @@ class EpisodeReader:
     def frame(
         self, episode: int, frame: int, cameras: list[str], group: str = "images"
     ) -> np.ndarray:
-        """Frame ``frame`` of each camera, stacked: (n_cam, H, W, 3) images or (n_cam, H, W) depth."""
-        keys = [f"observations/{group}/{cam}" for cam in cameras]
+        """Frame ``frame`` of each camera, stacked: (n_cam, H, W, 3) images or (n_cam, H, W) depth.
+
+        With a frame cache the stacked array is cached (one entry per frame and camera
+        list) and a copy is returned: one memory copy per draw, like slicing a decoded pool.
+        """
         cache = self.frame_cache
         if cache is None:
-            out = [self._decode(episode, frame, key) for key in keys]
-        else:
-            out = [
-                cache.get((episode, frame, key), partial(self._decode, episode, frame, key))
-                for key in keys
-            ]
+            return self._stack(episode, frame, cameras, group)
+        key = (episode, frame, f"{group}:{','.join(cameras)}")
+        return cache.get(key, partial(self._stack, episode, frame, cameras, group)).copy()
+
+    def _stack(self, episode: int, frame: int, cameras: list[str], group: str) -> np.ndarray:
+        out = [self._decode(episode, frame, f"observations/{group}/{cam}") for cam in cameras]
         shapes = {a.shape for a in out}
         if len(shapes) > 1:
             raise DatasetFormatError(
