@@ -316,7 +316,8 @@ def get_train_dataset(
     batch-encoded. ``repeat=False`` ends after one epoch. ``failure_tolerance`` bounds the
     consecutive bad samples skipped before the run stops. ``bucket_sync={"weights": {bucket:
     weight}}`` makes every rank emit the same ``batch_group_criterion`` bucket at each step
-    (``energon_lite.stages.group_batch``).
+    (``energon_lite.stages.group_batch``); without it, a task encoder's
+    ``default_bucket_sync(path, split_part)`` (if it has one) supplies the setting.
     """
     if kwargs.pop("virtual_epoch_length", 0):
         raise ConfigError(
@@ -325,6 +326,10 @@ def get_train_dataset(
         )
     leaves, mode = _leaves_for(path, split_part, kwargs)
     _check_kwargs(kwargs)
+    te = task_encoder if task_encoder is not None else DefaultTaskEncoder()
+    default_sync = getattr(te, "default_bucket_sync", None)  # e.g. VideoTextTaskEncoder
+    if bucket_sync is None and default_sync is not None:
+        bucket_sync = default_sync(path, split_part)
     options = PipelineOptions(
         training=True,
         batch_size=batch_size,
@@ -337,7 +342,6 @@ def get_train_dataset(
         failure_tolerance=failure_tolerance,
         bucket_sync=bucket_sync,
     )
-    te = task_encoder if task_encoder is not None else DefaultTaskEncoder()
     BucketSync.check_option(bucket_sync, te)
     return SavableDataset(DatasetPipeline(leaves, mode, te, options, worker_config), worker_config)
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import io
 import os
-from functools import partial
 from collections import OrderedDict
+from functools import partial
 from typing import Any, NamedTuple
 
 import numpy as np

@@ -300,6 +300,10 @@ class BucketAssigner:
         # p == 1 needs no draw (as in Open-Sora); u < p makes p == 0 never pass.
         return p >= 1.0 or self._uniform(rng_key, res, nf, kind) < p
 
+    def thinned(self, bucket: BucketId, keep: float, rng_key: Any) -> bool:
+        """True when a sample of ``bucket`` is dropped by thinning with keep probability ``keep``."""
+        return not self._passes(keep, rng_key, bucket.resolution, bucket.num_frames, "thin")
+
     def assign(self, num_frames: int, height: int, width: int, rng_key: Any) -> BucketId | None:
         """The bucket of a sample with ``num_frames`` frames of ``height x width``, or None."""
         if num_frames < 1 or height < 1 or width < 1:
