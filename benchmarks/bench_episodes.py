@@ -169,7 +169,7 @@ def main() -> None:
     base_rate = statistics.median(row[1] for row in base)
     base_epoch = statistics.median(args.draws / row[2] for row in base)
     for name, rows in results.items():
-        load, rate, total, held, _, warm = (statistics.median(col) for col in zip(*rows))
+        load, rate, _, held, _, warm = (statistics.median(col) for col in zip(*rows))
         rates = [row[1] for row in rows]
         epochs = [args.draws / row[2] for row in rows]
         epoch = statistics.median(epochs)
