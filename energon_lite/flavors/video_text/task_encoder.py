@@ -97,6 +97,29 @@ class VideoTextTaskEncoder(TaskEncoder[VideoTextSample, dict, dict, dict]):
         self, path: str | os.PathLike[str], split_part: str
     ) -> dict[str, Any] | None:
         """``get_train_dataset``'s ``bucket_sync`` when none is given (module docstring)."""
+        if not self.sync_buckets:
+            return None
+        if not is_video_text(path):
+            logger.warning(
+                "%s: synchronised buckets need the bucket counts of video-text tables; "
+                "this loader uses the per-rank mode. Pass get_train_dataset(bucket_sync="
+                "task_encoder.bucket_sync_for([(table, split), ...])) for a metadataset of "
+                "tables read once per epoch each, or sync_buckets=False to silence this",
+                path,
+            )
+            return None
+        return self.bucket_sync_for([(path, split_part)])
+
+    def bucket_sync_for(
+        self, tables: Sequence[tuple[str | os.PathLike[str], str]]
+    ) -> dict[str, Any]:
+        """The synchronised-mode option for ``(table, split)`` pairs read once per pass each.
+
+        Sets ``self.keep`` (the thinning of the aspect-ratio form); call it before the task
+        encoder is handed to ``get_train_dataset``.
+        """
+        from collections import Counter
+
         from energon_lite.flavors.video_text.bucket_weights import (
             bucket_counts,
             describe,
@@ -104,25 +127,19 @@ class VideoTextTaskEncoder(TaskEncoder[VideoTextSample, dict, dict, dict]):
             sync_weights,
         )
 
-        if not self.sync_buckets:
-            return None
-        if not is_video_text(path):
-            logger.warning(
-                "%s: synchronised buckets need the bucket counts of one video-text table; "
-                "this loader uses the per-rank mode. Pass get_train_dataset(bucket_sync="
-                "{'weights': ...}) for a metadataset, or sync_buckets=False to silence this",
-                path,
-            )
-            return None
-        shapes, counts = split_shapes(path, split_part)
-        found = bucket_counts(self.assigner, shapes, counts, self.frames_available)
+        found: Counter[BucketId] = Counter()
+        rows = 0
+        for path, split_part in tables:
+            shapes, counts = split_shapes(path, split_part)
+            found.update(bucket_counts(self.assigner, shapes, counts, self.frames_available))
+            rows += int(counts.sum())
         weights, self.keep = sync_weights(self.assigner, found)
         if not weights:
             raise ConfigError(
-                f"{path} split {split_part!r}: no sample falls into a bucket with weight > 0 "
-                f"({int(counts.sum())} rows); the bucket config does not fit this table"
+                f"{[str(p) for p, _ in tables]}: no sample of the {rows} rows falls into a bucket "
+                "with weight > 0; the bucket config does not fit these tables"
             )
-        logger.info("%s: synchronised buckets, P(bucket) = %s", path, describe(weights))
+        logger.info("synchronised buckets, P(bucket) = %s", describe(weights))
         return {"weights": weights}
 
     def frames_available(self, num_frames: int) -> int:
