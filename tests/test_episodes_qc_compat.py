@@ -64,8 +64,9 @@ def test_refresh_epoch_loads_another_pool(folder):
     assert len(pools) > 1
 
 
+@pytest.mark.filterwarnings("error::UserWarning")  # e.g. torch on a read-only cached frame
 def test_plain_dataloader_with_shuffle_and_two_workers(folder):
-    ds = make(folder, epoch_seed=1)
+    ds = make(folder, epoch_seed=1, frame_cache_bytes=1 << 20)
     loader = DataLoader(ds, batch_size=3, shuffle=True, num_workers=2, drop_last=True)
     batches = list(loader)
     assert len(batches) == len(ds) // 3

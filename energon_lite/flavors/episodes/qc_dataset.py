@@ -143,8 +143,12 @@ class QCSimpleDatasetV3(Dataset):
                     f"transition {idx} (episode {episode}, frame {start}) is unreadable"
                 )
         del item["__restore_key__"]
-        if item["observations"]["depth_images"] is None:
-            del item["observations"]["depth_images"]
+        obs = item["observations"]
+        if obs["depth_images"] is None:
+            del obs["depth_images"]
+        for name, value in obs.items():  # frames from the cache are read-only
+            if isinstance(value, np.ndarray) and not value.flags.writeable:
+                obs[name] = value.copy()
         return item
 
     def get_stats(self) -> dict[str, Any]:

@@ -130,13 +130,13 @@ class EpisodeReader:
         """Frame ``frame`` of each camera, stacked: (n_cam, H, W, 3) images or (n_cam, H, W) depth.
 
         With a frame cache the stacked array is cached (one entry per frame and camera
-        list) and a copy is returned: one memory copy per draw, like slicing a decoded pool.
+        list) and returned as it is, read-only: batching copies it into the batch anyway.
         """
         cache = self.frame_cache
         if cache is None:
             return self._stack(episode, frame, cameras, group)
         key = (episode, frame, f"{group}:{','.join(cameras)}")
-        return cache.get(key, partial(self._stack, episode, frame, cameras, group)).copy()
+        return cache.get(key, partial(self._stack, episode, frame, cameras, group))
 
     def _stack(self, episode: int, frame: int, cameras: list[str], group: str) -> np.ndarray:
         out = [self._decode(episode, frame, f"observations/{group}/{cam}") for cam in cameras]
