@@ -110,9 +110,19 @@ class _EpochSampler:
         return None
 
     def make_loader(
-        self, num_workers: int, pin_memory: bool, prefetch_factor: int | None, **options: Any
+        self,
+        num_workers: int = 0,
+        pin_memory: bool = False,
+        prefetch_factor: int | None = None,
+        *,
+        shuffle_buffer_size: int | None = 100,
+        max_samples_per_sequence: int | None = 100,
+        **options: Any,
     ) -> OpenSoraLoader:
+        """Build the loader this sampler describes (``prepare_dataloader`` calls it)."""
         te = self.task_encoder()
+        options["shuffle_buffer_size"] = shuffle_buffer_size if self.shuffle else None
+        options["max_samples_per_sequence"] = max_samples_per_sequence
         config = WorkerConfig(self.rank, self.num_replicas, num_workers, seed_offset=self.seed)
         dataset = get_train_dataset(
             self.dataset.loader_path(),
@@ -181,11 +191,9 @@ class VariableBatchSampler(_EpochSampler):
         per_pass = sum(keep.get(b, 1.0) * c / b.batch_size for b, c in self.counts.items())
         return max(1, int(per_pass // self.num_replicas))
 
-    def make_loader(
-        self, num_workers: int, pin_memory: bool, prefetch_factor: int | None, **options: Any
-    ) -> OpenSoraLoader:
+    def make_loader(self, *args: Any, **options: Any) -> OpenSoraLoader:
         options.setdefault("bucket_sync", self.bucket_sync)
-        return super().make_loader(num_workers, pin_memory, prefetch_factor, **options)
+        return super().make_loader(*args, **options)
 
 
 class StatefulDistributedSampler(_EpochSampler):
@@ -264,7 +272,7 @@ def prepare_dataloader(
         num_workers,
         pin_memory,
         prefetch_factor,
-        shuffle_buffer_size=shuffle_buffer_size if shuffle else None,
+        shuffle_buffer_size=shuffle_buffer_size,
         max_samples_per_sequence=max_samples_per_sequence,
     )
     return loader, sampler
