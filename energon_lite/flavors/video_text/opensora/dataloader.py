@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from energon_lite.errors import ConfigError, StateError
+from energon_lite.errors import ConfigError, StateError, logger
 from energon_lite.flavors.video_text.bucket_weights import bucket_counts, split_shapes
 from energon_lite.flavors.video_text.buckets import BucketId
 from energon_lite.flavors.video_text.opensora.dataset import VariableVideoTextDataset
@@ -176,12 +176,10 @@ class VariableBatchSampler(_EpochSampler):
                 bucket_counts(self._te.assigner, shapes, counts, self._te.frames_available)
             )
         if verbose:
-            print(
-                {
-                    f"{b.num_frames}x{b.height}x{b.width}": round(c, 1)
-                    for b, c in self.counts.items()
-                }
-            )
+            sizes = {
+                f"{b.num_frames}x{b.height}x{b.width}": round(c, 1) for b, c in self.counts.items()
+            }
+            logger.info("samples per bucket: %s", sizes)
 
     def task_encoder(self) -> VideoTextTaskEncoder:
         return self._te
