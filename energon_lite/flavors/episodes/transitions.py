@@ -147,6 +147,22 @@ class TransitionBuilder:
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_normalised": OrderedDict()}  # recomputed where used
 
+    def prefill(self, episodes: list[int]) -> int:
+        """Decode every frame of ``episodes`` into the frame cache now; returns frames decoded.
+
+        What the decode-everything loader does at pool load, within the cache's budget
+        (frames past it evict earlier ones). Without a frame cache this does nothing.
+        """
+        if self.reader.frame_cache is None:
+            return 0
+        done = 0
+        for episode in episodes:
+            self._episode(episode)
+            for frame in range(int(self.index.lengths[episode])):
+                self.reader.frame(episode, frame, self.camera_names)
+                done += 1
+        return done
+
     def build(self, episode: int, start: int) -> dict[str, Any]:
         """The transition for ``start`` frame of ``episode`` (see the module docstring)."""
         length = int(self.index.lengths[episode])
