@@ -131,6 +131,9 @@ def test_frame_cache_stays_within_budget_and_returns_identical_frames(tmp_path):
         first[0, 0, 0] = 1
     cache.retain([0])
     assert {k[0] for k in cache._frames} <= {0}
+    # prefill decodes every frame of the episodes, still within the budget
+    assert cached.prefill([0, 1, 2]) == 6 + 5 + 7
+    assert cache.held_bytes <= budget and len(cache) == 3
 
 
 def test_frame_cache_refuses_a_bad_budget_and_skips_oversized_frames():
