@@ -124,3 +124,20 @@ def test_two_gloo_ranks_emit_the_same_bucket_at_every_step(table: Path, tmp_path
     assert r0["again"] == r0["rest"] and r1["again"] == r1["rest"]  # exact resume per rank
     # the per-rank mode has no such guarantee: the ranks' shapes part at some step
     assert r0["per_rank"] != r1["per_rank"]
+
+
+def test_resolution_form_distribution_is_exact_and_matches_assign() -> None:
+    from energon_lite.flavors.video_text.buckets import BucketAssigner
+
+    # A 240x426 clip of 20 frames: at 240p, frames 16 move on with 0.3 (to 8) and are kept
+    # with 0.5; frames 8 kept with 0.7; what is not kept falls to 144p, which keeps all.
+    config = {"240p": {16: ((0.5, 0.3), 4), 8: (0.7, 8)}, "144p": {8: (1.0, 8)}}
+    assigner = BucketAssigner(config, seed=1)
+    by_frames = {
+        (b.resolution, b.num_frames): p for b, p in assigner.distribution(20, 240, 426).items()
+    }
+    expected = {("240p", 16): 0.7 * 0.5, ("240p", 8): 0.3 * 0.7, ("144p", 8): 1 - 0.35 - 0.21}
+    assert by_frames == pytest.approx(expected)
+    drawn = [assigner.assign(20, 240, 426, ("probe", i)) for i in range(4000)]
+    freq = {k: sum((b.resolution, b.num_frames) == k for b in drawn) / 4000 for k in expected}
+    assert freq == pytest.approx(expected, abs=0.03)

@@ -22,7 +22,8 @@ the weights are derived from how many samples of the split fall into each bucket
 Counting reads the memory-mapped ``num_frames``/``height``/``width`` columns and assigns each
 distinct shape once (a row with ``num_frames == 1`` counts as an image); for the
 resolution form, whose assignment is random per sample, a shape's count is spread over its
-buckets by assigning 64 probe keys. Cost: one ``np.unique`` over the split.
+buckets by their exact probabilities (``BucketAssigner.distribution``), so every bucket a
+sample can reach has a weight. Cost: one ``np.unique`` over the split.
 """
 
 from __future__ import annotations
@@ -37,8 +38,6 @@ import numpy as np
 from energon_lite.flavors.video_text.buckets import BucketAssigner, BucketId
 from energon_lite.flavors.video_text.layout import load_marker, resolve_prepared
 from energon_lite.index.meta import META_DIR
-
-_PROBES = 64
 
 
 def split_shapes(path: str | os.PathLike[str], split_part: str) -> tuple[np.ndarray, np.ndarray]:
@@ -67,12 +66,8 @@ def bucket_counts(
     """Expected samples per bucket; ``num_frames_of(T)`` is the ``T`` a row can supply."""
     out: Counter[BucketId] = Counter()
     for (t, h, w), n in zip(shapes.tolist(), counts.tolist()):
-        shape = (num_frames_of(t), h, w)
-        probes = 1 if assigner.config.weighted else min(n, _PROBES)
-        got = Counter(assigner.assign(*shape, ("bucket-count", i)) for i in range(probes))
-        for bucket, k in got.items():
-            if bucket is not None:
-                out[bucket] += n * k / probes
+        for bucket, p in assigner.distribution(num_frames_of(t), h, w).items():
+            out[bucket] += n * p
     return out
 
 
