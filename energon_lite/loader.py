@@ -83,9 +83,13 @@ def get_train_dataset(
     batch-encoded. ``repeat=False`` ends after one epoch. ``failure_tolerance`` bounds the
     consecutive bad samples skipped before the run stops. ``bucket_sync={"weights": {bucket:
     weight}}`` makes every rank emit the same ``batch_group_criterion`` bucket at each step
-    (``energon_lite.stages.group_batch``).
+    (``energon_lite.stages.group_batch``); without it, a task encoder's
+    ``default_bucket_sync(path, split_part)`` (if it has one) supplies the setting.
     """
     virtual_epoch_length = kwargs.pop("virtual_epoch_length", None) or None  # Energon: 0 = off
+    default_sync = getattr(task_encoder, "default_bucket_sync", None)  # VideoTextTaskEncoder
+    if bucket_sync is None and default_sync is not None and Path(path).exists():
+        bucket_sync = default_sync(path, split_part)
     BucketSync.check_option(bucket_sync, task_encoder or DefaultTaskEncoder())
     return _dataset(
         path,
