@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import Any
@@ -70,7 +71,11 @@ def preview(root: str | os.PathLike[str], split_part: str = "train", num: int = 
         key, parts = dataset.read(shard_id, index)
         raw = {"__key__": key, "__restore_key__": ("Webdataset", 0, shard_id, index, 0), **parts}
         sample = factory.build(raw, decoder, None)
-        fields = sample.items() if isinstance(sample, dict) else vars(sample).items()
+        fields = (
+            sample.items()
+            if isinstance(sample, dict)
+            else ((f.name, getattr(sample, f.name)) for f in dataclasses.fields(sample))
+        )
         lines.append(f"{dataset.shard_names[shard_id]} #{index} {key}")
         lines.extend(f"    {k}: {_summary(v)}" for k, v in fields if not k.startswith("__"))
     return lines
