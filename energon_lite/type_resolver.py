@@ -87,7 +87,9 @@ def resolve_class(
     if not isinstance(spec, dict) or "__class__" not in spec:
         raise DatasetFormatError(f"{where}: sample_type needs '__module__' and '__class__'")
     module, name = str(spec.get("__module__", "energon_lite")), str(spec["__class__"])
-    if _ours(module):
+    if module.startswith("energon_lite.") and module != "energon_lite.samples":
+        allowed_modules = (*allowed_modules, module)  # our own code (e.g. a flavor's type)
+    elif _ours(module):
         if name not in SAMPLE_TYPES:
             raise DatasetFormatError(
                 f"{where}: sample_type {module}.{name} is not a built-in type; "
