@@ -32,6 +32,7 @@ from energon_lite.errors import DatasetFormatError
 from energon_lite.index.meta import META_DIR, load_yaml
 from energon_lite.kinds import open_source, resolve_path
 from energon_lite.leaf import Leaf
+from energon_lite.metadataset_v1 import is_v1, v1_as_v2
 
 _MODULES = ("megatron.energon", "energon_lite")
 _TOP_KEYS = ("__module__", "__class__", "splits")
@@ -87,6 +88,8 @@ def _load_file(
     path: Path, split_part: str, inherited: _Inherited, stack: tuple[Path, ...]
 ) -> tuple[list[Leaf], str]:
     data = load_yaml(path)
+    if is_v1(data):  # Energon's v1 ``datasets:`` lists: read as the v2 blend they mean
+        data = v1_as_v2(data, path)
     top = _Where(path, "")
     if not isinstance(data, dict):
         raise top.error("a metadataset must be a mapping with __module__, __class__ and splits")
@@ -145,7 +148,7 @@ def _node(
         allowed = (*_REF_KEYS, number_key)
         if not isinstance(entry, dict) or "path" not in entry:
             raise at.error(f"needs path: and {number_key}:; allowed keys: {list(allowed)}")
-        number = entry.get(number_key)
+        number = entry.get(number_key, 1)  # Energon's defaults: weight 1, repetitions 1
         if isinstance(number, bool) or not isinstance(number, (int, float)) or not number > 0:
             got = "missing" if number_key not in entry else f"{number!r}"
             raise (at / number_key).error(f"{got}; must be a number > 0 (e.g. 1, 2.5 or 0.5)")
