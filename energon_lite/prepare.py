@@ -174,8 +174,16 @@ def prepare_dataset(
     tar_index_only: bool = False,
     force_overwrite: bool = False,
     progress: bool = True,
+    dataset_yaml_name: str = "dataset.yaml",
 ) -> PrepareReport:
-    """Index every shard under ``root`` and write ``.nv-meta`` (see FORMATS.md)."""
+    """Index every shard under ``root`` and write ``.nv-meta`` (see FORMATS.md).
+
+    ``dataset_yaml_name``: the file the sample type and field map go to (Energon's
+    ``--dataset-yaml-name``; load it with ``dataset_config=``); other files in ``.nv-meta``
+    are kept.
+    """
+    if "/" in dataset_yaml_name or not dataset_yaml_name.endswith((".yaml", ".yml")):
+        raise ConfigError(f"{dataset_yaml_name=} must be a .yaml file name inside .nv-meta")
     root = Path(root)
     if not root.is_dir():
         raise DatasetFormatError(f"{root}: not a directory")
@@ -207,14 +215,18 @@ def prepare_dataset(
             )
         else:
             report.split_parts = split_by_patterns(shards, split_parts or ())
-        _write_meta(root, report, config or {}, list(exclude))
+        _write_meta(root, report, config or {}, list(exclude), dataset_yaml_name)
     for name, scan in zip(shards, scans):
         write_index(root / name, scan.offsets)
     return report
 
 
 def _write_meta(
-    root: Path, report: PrepareReport, config: dict[str, Any], exclude: list[str]
+    root: Path,
+    report: PrepareReport,
+    config: dict[str, Any],
+    exclude: list[str],
+    dataset_yaml_name: str = "dataset.yaml",
 ) -> None:
     meta = root / META_DIR
     tmp = root / f"{META_DIR}.tmp-{os.getpid()}"
@@ -227,12 +239,12 @@ def _write_meta(
                     ".info.json",
                     ".info.yaml",
                     "split.yaml",
-                    "dataset.yaml",
+                    dataset_yaml_name,
                 ):
                     shutil.copy2(item, tmp / item.name)
         write_info(tmp, DatasetInfo(report.shard_names, report.shard_counts, VERSION_TAG))
         write_split(tmp, report.split_parts, exclude)
-        with open(tmp / "dataset.yaml", "w", encoding="utf-8") as file:
+        with open(tmp / dataset_yaml_name, "w", encoding="utf-8") as file:
             yaml.safe_dump(config, file, sort_keys=False)
         old = root / f"{META_DIR}.old-{os.getpid()}"
         if meta.exists():

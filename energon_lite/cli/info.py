@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -81,11 +82,17 @@ def preview(root: str | os.PathLike[str], split_part: str = "train", num: int = 
     return lines
 
 
-def lint(root: str | os.PathLike[str], progress: bool = True) -> list[str]:
-    """Decode every sample of every split; return one line per sample that fails."""
+def lint(
+    root: str | os.PathLike[str], progress: bool = True, split_parts: Sequence[str] | None = None
+) -> list[str]:
+    """Decode every sample of every split (or of ``split_parts``); one line per failure."""
     root = Path(root)
     problems = []
-    for split_part in load_split(root).split_parts:
+    known = load_split(root).split_parts
+    for split_part in split_parts or known:
+        if split_part not in known:
+            problems.append(f"{split_part}: no such split; the dataset has {sorted(known)}")
+            continue
         dataset = PreparedDataset(root, split_part)
         factory = SampleFactory(dataset.config, root / META_DIR)
         decoder = SampleDecoder()
