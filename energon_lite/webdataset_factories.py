@@ -138,12 +138,20 @@ class BaseWebdatasetFactory(BaseCoreDatasetFactory):
         tar_index_only: bool = False,
         progress_fn: Any = None,
         media_filter: Any = None,
-        **_energon: Any,
+        fix_duplicates: bool = False,
+        index_sqlite_tmp_path: Any = None,
     ) -> tuple[set[str], list[tuple[str, int]]]:
         """Index the shards ``paths`` (brace patterns, relative to ``parent_path``) and write
-        ``.nv-meta``; returns (the part extensions seen, [(shard, sample count)])."""
-        if media_filter is not None:
-            raise ConfigError("media_filter (Energon's media metadata index) is not supported")
+        ``.nv-meta``; returns (the part extensions seen, [(shard, sample count)]).
+
+        ``progress_fn`` and ``index_sqlite_tmp_path`` have nothing to do here (no sqlite
+        index is built); ``media_filter`` and ``fix_duplicates`` are refused.
+        """
+        if media_filter is not None or fix_duplicates:
+            raise ConfigError(
+                "prepare_dataset: media_filter (Energon's media metadata index) and "
+                "fix_duplicates (tar rewriting) are not supported by energon_lite"
+            )
         root = Path(parent_path)
         shards = expand(list(paths))
         missing = [name for name in shards if not (root / name).is_file()]
