@@ -49,7 +49,8 @@ def test_prepare_asks_before_overwriting_on_a_terminal(tmp_path: Path) -> None:
     assert info.stat().st_mtime_ns == stamp
     code, out = _on_terminal(_prepare_args(tmp_path), b"y\n" + b"\n" * 10)
     assert code == 0, out
-    assert "Prepared 40 samples" in out and info.stat().st_mtime_ns != stamp
+    assert "Prepared 40 samples" in out and out.rstrip().endswith("Done")
+    assert info.stat().st_mtime_ns != stamp
     # scripts: no terminal, no question; the flag is still required
     done = subprocess.run(
         [sys.executable, "-m", "energon_lite.cli", *_prepare_args(tmp_path)],

@@ -115,6 +115,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     )
     for split, shards in report.split_parts.items():
         print(f"  {split}: {len(shards)} shards")
+    print("Done")  # Energon's last line, which scripts look for
     return 0
 
 
