@@ -17,7 +17,7 @@ from types import ModuleType
 from typing import Any
 
 from energon_lite.errors import DatasetFormatError
-from energon_lite.samples import SAMPLE_TYPES
+from energon_lite.samples import SAMPLE_TYPES, Sample
 
 OUR_MODULES = ("megatron.energon", "energon_lite")
 _allowed: set[str] = set()
@@ -118,6 +118,8 @@ def resolve_class(
         ) from None
     if not isinstance(cls, type):
         raise DatasetFormatError(f"{where}: {module}.{name} is not a class")
+    if module.startswith("energon_lite.") and not issubclass(cls, Sample):
+        raise DatasetFormatError(f"{where}: {module}.{name} is not a sample type")
     return cls
 
 

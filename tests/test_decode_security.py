@@ -193,6 +193,13 @@ def test_dataset_yaml_cannot_name_arbitrary_modules(
         f"open({str(target)!r}, 'w').close()\nclass Evil:\n    pass\n"
     )
     monkeypatch.syspath_prepend(str(mod_dir))
+    root = _text_dataset(
+        tmp_path / "ds_ours",
+        {"sample_type": {"__module__": "energon_lite.loader", "__class__": "SavableLoader"},
+         "field_map": {"text": "txt"}},
+    )  # fmt: skip
+    with pytest.raises(el.DatasetFormatError, match="not a sample type"):
+        _open(root)
     for module, cls in (("os", "system"), ("evil_mod_xyz", "Evil"), ("subprocess", "Popen")):
         root = _text_dataset(
             tmp_path / f"ds_{module}",
