@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import reprlib
+from collections.abc import Callable
 from typing import Any
 
 logger = logging.getLogger("energon_lite")
@@ -30,6 +32,22 @@ class MediaDecodeError(EnergonLiteError, ValueError):
 
 class TooManyFailuresError(EnergonLiteError, RuntimeError):
     """More consecutive samples failed than the failure tolerance allows."""
+
+
+_SHORT = reprlib.Repr()
+_SHORT.maxstring = _SHORT.maxother = 200
+_SHORT.maxlist = _SHORT.maxtuple = _SHORT.maxdict = _SHORT.maxset = 8
+_SHORT.maxlevel = 3
+
+
+def short_repr(value: Any, limit: int = 200) -> str:
+    """``repr(value)`` cut to ``limit`` characters, for error messages about untrusted values."""
+    text = _SHORT.repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class WorkerTimeoutError(EnergonLiteError, RuntimeError):
+    """A loader worker gave no batch within the timeout (``fail_on_timeout``)."""
 
 
 class SkipSample(Exception):
@@ -65,3 +83,33 @@ class FailureTracker:
                 f"last: {what} failed at {place}: {type(exc).__name__}: {exc}"
             ) from exc
         logger.warning("skipping: %s failed at %s: %s: %s", what, place, type(exc).__name__, exc)
+
+
+SKIPPED = object()  # what guarded() returns when the call was skipped
+
+
+def guarded(
+    failures: FailureTracker,
+    what: str,
+    where: Callable[..., dict[str, Any]],
+    fn: Callable[..., Any],
+    *args: Any,
+) -> Any:
+    """``fn(*args)`` under the bad-sample policy: the result, or ``SKIPPED``.
+
+    ``SkipSample`` skips silently; a ``ConfigError`` (a mistake in the setup, not in this
+    sample) propagates at once; any other exception is logged with ``where(*args)`` (keys, shard)
+    and counted, and raises ``TooManyFailuresError`` past the tolerance. A success resets
+    the stage's failure streak.
+    """
+    try:
+        result = fn(*args)
+    except SkipSample:
+        return SKIPPED
+    except ConfigError:
+        raise
+    except Exception as exc:
+        failures.failed(what, where(*args), exc)
+        return SKIPPED
+    failures.ok()
+    return result

@@ -1,4 +1,7 @@
-"""MetadatasetV2 YAML -> a flat list of ``Leaf``s and a blend mode (FORMATS.md, "Metadataset").
+"""MetadatasetV2 YAML -> a flat list of ``Leaf``s and a blend mode (docs/metadataset.md, docs/formats.md).
+
+Over 300 lines on purpose: one YAML schema with its key-path errors and the subset
+arithmetic that composes outer and inner ranges; splitting them would scatter one format.
 
 Algorithm: a depth-first walk of the requested split. A split (or a blend entry) is a
 *reference* (``path:`` a prepared dataset folder or a nested metadataset ``.yaml``, relative

@@ -176,7 +176,7 @@ def prepare_dataset(
     progress: bool = True,
     dataset_yaml_name: str = "dataset.yaml",
 ) -> PrepareReport:
-    """Index every shard under ``root`` and write ``.nv-meta`` (see FORMATS.md).
+    """Index every shard under ``root`` and write ``.nv-meta`` (see docs/formats.md).
 
     ``dataset_yaml_name``: the file the sample type and field map go to (Energon's
     ``--dataset-yaml-name``; load it with ``dataset_config=``); other files in ``.nv-meta``

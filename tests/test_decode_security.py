@@ -20,7 +20,7 @@ import yaml
 
 import energon_lite as el
 from energon_lite.cli.info import lint, preview
-from energon_lite.decode import ALLOW_PICKLE_ENV, apply_decoder_kwargs, guess_extension
+from energon_lite.decode import ALLOW_PICKLE_ENV, guess_extension
 from energon_lite.synth.shards import make_image, write_captioning_shards
 
 
@@ -138,25 +138,6 @@ def test_custom_decoders_and_content_guessing() -> None:
         "image_decode": "torchrgb", "av_decode": "AVDecoder",
         "video_decode_audio": False, "guess_content": False,
     }  # fmt: skip
-
-
-def test_energons_decoder_arguments() -> None:
-    te = el.DefaultTaskEncoder()
-    kwargs: dict[str, Any] = {"auto_decode": False, "other": 1}
-    raw_te = apply_decoder_kwargs(kwargs, te)
-    assert raw_te.decoder is None and te.decoder is not None and kwargs == {"other": 1}
-    kwargs = {"image_decode": "pil", "handler": print}
-    with pytest.warns(DeprecationWarning) as record:
-        pil_te = apply_decoder_kwargs(kwargs, te)
-    assert pil_te.decoder == el.SampleDecoder(image_decode="pil") and kwargs == {}
-    assert any("global_error_handler" in str(w.message) for w in record)
-    assert apply_decoder_kwargs({}, te) is te
-
-    class Own(el.DefaultTaskEncoder):
-        decoder = el.SampleDecoder(image_decode="torchuint8")
-
-    with pytest.warns(DeprecationWarning), pytest.raises(el.ConfigError, match="already"):
-        apply_decoder_kwargs({"image_decode": "pil"}, Own())
 
 
 def _text_dataset(root: Path, config: dict[str, Any], files: dict[str, str] | None = None) -> Path:

@@ -74,3 +74,48 @@ def test_generator_hooks_are_refused_at_once(train_ds: Path) -> None:
     ds = PreparedDataset(train_ds, "train")
     with pytest.raises(ConfigError, match=r"Yields\.encode_sample returned a generator"):
         next(iter(_encode(ds, Yields())))
+
+
+def test_default_task_encoder_converts_to_the_given_types(train_ds) -> None:
+    """Energon's DefaultTaskEncoder maps fields by name into the target types."""
+    import dataclasses
+    from typing import NamedTuple
+
+    from energon_lite import (
+        DefaultTaskEncoder,
+        WorkerConfig,
+        get_train_dataset,
+    )
+    from energon_lite.errors import ConfigError
+
+    class Pair(NamedTuple):
+        keys: list
+        images: torch.Tensor
+
+    def first(encoder: DefaultTaskEncoder) -> object:
+        dataset = get_train_dataset(
+            train_ds,
+            worker_config=WorkerConfig(rank=0, world_size=1, num_workers=0),
+            batch_size=4,
+            shuffle_buffer_size=None,
+            max_samples_per_sequence=None,
+            task_encoder=encoder,
+        )
+        return next(iter(dataset))
+
+    as_dicts = first(DefaultTaskEncoder(encoded_sample_type=dict))
+    assert isinstance(as_dicts, dict) and as_dicts["image"].shape[0] == 4
+    assert len(as_dicts["__key__"]) == 4
+
+    class ToPair(DefaultTaskEncoder):
+        def encode_batch(self, batch: CaptioningSample) -> dict:
+            return {"keys": batch.__key__, "images": batch.image}
+
+    assert isinstance(first(ToPair()), dict)
+    converted = first(DefaultTaskEncoder(batch_type=dict))
+    assert isinstance(converted, dict) and set(converted) >= {"__key__", "image", "caption"}
+    assert dataclasses.is_dataclass(first(DefaultTaskEncoder()))
+    with pytest.raises(ConfigError, match=r"Pair: it has no fields \['__key__'"):
+        first(DefaultTaskEncoder(batch_type=Pair))
+    with pytest.raises(ConfigError, match="need a dataclass, a NamedTuple or dict"):
+        DefaultTaskEncoder(batch_type=list)

@@ -83,3 +83,35 @@ def test_a_kind_without_an_opener_names_where_to_load_it(tmp_path: Path) -> None
             shuffle_buffer_size=None,
             max_samples_per_sequence=None,
         )
+
+
+def test_video_parts_without_pyav_are_refused_at_open(
+    train_ds: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib.util
+    import shutil
+
+    import yaml
+
+    from energon_lite.decode.decoder import require_av
+
+    folder = tmp_path / "videos"
+    shutil.copytree(train_ds, folder)
+    config = folder / ".nv-meta" / "dataset.yaml"
+    content = yaml.safe_load(config.read_text())
+    content["sample_type"]["__class__"] = "VidQASample"
+    content["field_map"] = {"video": "mp4", "context": "txt"}
+    config.write_text(yaml.safe_dump(content))
+    real = importlib.util.find_spec
+    monkeypatch.setattr(  # this process has PyAV; pretend it does not
+        importlib.util, "find_spec", lambda name, *a: None if name == "av" else real(name, *a)
+    )
+    with pytest.raises(ConfigError, match=r"videos has video/audio parts.*energon-lite\[av\]"):
+        get_train_dataset(
+            folder,
+            worker_config=WorkerConfig(rank=0, world_size=1, num_workers=0),
+            batch_size=2,
+            shuffle_buffer_size=None,
+            max_samples_per_sequence=None,
+        )
+    require_av("images", frozenset({"jpg", "txt"}))  # no video part: nothing needed

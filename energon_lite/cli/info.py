@@ -14,6 +14,7 @@ from energon_lite.decode import SampleDecoder
 from energon_lite.errors import EnergonLiteError
 from energon_lite.index.dataset import PreparedDataset
 from energon_lite.index.meta import META_DIR, load_dataset_config, load_info, load_split
+from energon_lite.restore_key import SampleKey
 from energon_lite.sample_factory import SampleFactory
 
 
@@ -70,7 +71,7 @@ def preview(root: str | os.PathLike[str], split_part: str = "train", num: int = 
     for position in range(min(num, len(dataset))):
         shard_id, index = dataset.locate(position)
         key, parts = dataset.read(shard_id, index)
-        raw = {"__key__": key, "__restore_key__": ("Webdataset", 0, shard_id, index, 0), **parts}
+        raw = {"__key__": key, "__restore_key__": SampleKey(0, shard_id, index, 0), **parts}
         sample = factory.build(raw, decoder, None)
         fields = (
             sample.items()
@@ -108,7 +109,7 @@ def lint(
                     where += f" {key}"
                     raw = {
                         "__key__": key,
-                        "__restore_key__": ("Webdataset", 0, shard_id, index, 0),
+                        "__restore_key__": SampleKey(0, shard_id, index, 0),
                         **parts,
                     }
                     factory.build(raw, decoder, None)

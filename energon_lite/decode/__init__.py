@@ -1,7 +1,6 @@
 """Decoding of sample parts (images, text, json, npy, video/audio ...) by extension."""
 
 from energon_lite.decode.decoder import ALLOW_PICKLE_ENV, SampleDecoder
-from energon_lite.decode.legacy_kwargs import apply_decoder_kwargs
 from energon_lite.decode.sniff import guess_extension
 
-__all__ = ["ALLOW_PICKLE_ENV", "SampleDecoder", "apply_decoder_kwargs", "guess_extension"]
+__all__ = ["ALLOW_PICKLE_ENV", "SampleDecoder", "guess_extension"]

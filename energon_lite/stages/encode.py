@@ -1,11 +1,11 @@
 """``Encode``: raw sample -> decoded, typed sample -> ``TaskEncoder.encode_sample``.
 
-Per raw sample: pick the leaf dataset's factory (the leaf id is in the restore key), decode
-the parts the factory needs, build the typed sample (or the crude dict, then cook it),
-attach the leaf's subflavors, and call ``encode_sample`` (or ``preencode_sample`` when
-packing) with the sample's derived generator in place. A sample that fails anywhere is
-logged with its key and shard and skipped; ``SkipSample`` skips silently. Deterministic
-for a given restore key, so ``fetch`` re-encodes a buffered sample identically.
+Per raw sample: pick the leaf dataset's factory (by the restore key's leaf), decode the
+parts the factory needs, build the typed sample (or the crude dict, then cook it), attach
+the leaf's subflavors, and call ``encode_sample`` (or ``preencode_sample`` when packing)
+with the sample's derived generator in place. A sample that fails anywhere is logged with
+its key and shard and skipped; ``SkipSample`` skips silently. Deterministic for a given
+restore key, so ``fetch`` re-encodes a buffered sample identically.
 
 State: none of its own (1:1 or filtering), only its source's.
 """
@@ -17,7 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from energon_lite.errors import ConfigError, FailureTracker, SkipSample
+from energon_lite.errors import SKIPPED, ConfigError, FailureTracker, guarded
+from energon_lite.restore_key import SampleKey
 from energon_lite.sample_factory import SampleFactory
 from energon_lite.stage import Stage
 from energon_lite.task_encoder import TaskEncoder
@@ -52,8 +53,8 @@ class Encode(Stage):
         self.cook = task_encoder.overrides("cook_crude_sample") or bool(task_encoder.cookers)
 
     def encode(self, raw: dict[str, Any]) -> Any:
-        restore_key = raw["__restore_key__"]
-        leaf = self.leaves[restore_key[1]]
+        restore_key: SampleKey = raw["__restore_key__"]
+        leaf = self.leaves[restore_key.leaf]
         te = self.task_encoder
         te._set_sample_context(self.seed, restore_key)
         sample = leaf.factory.build(raw, te.decoder, leaf.subflavors)
@@ -72,18 +73,13 @@ class Encode(Stage):
     def next(self) -> Any:
         while True:
             raw = self.source.next()
-            try:
-                sample = self.encode(raw)
-            except SkipSample:
-                continue
-            except ConfigError:
-                raise  # a mistake in the setup, not in this sample: stop at once
-            except Exception as exc:
-                where = {"key": raw.get("__key__"), "shard": raw.get("__shard__")}
-                self.failures.failed("encode_sample", where, exc)
-                continue
-            self.failures.ok()
-            return sample
+            sample = guarded(self.failures, "encode_sample", _where, self.encode, raw)
+            if sample is not SKIPPED:
+                return sample
 
     def fetch(self, restore_key: Any) -> Any:
         return self.encode(self.source.fetch(restore_key))
+
+
+def _where(raw: dict[str, Any]) -> dict[str, Any]:
+    return {"key": raw.get("__key__"), "shard": raw.get("__shard__")}
