@@ -26,7 +26,7 @@ class LinesSource:
             "sample_type": {"__module__": "energon_lite", "__class__": "TextSample"},
             "field_map": {"text": "txt"},
         }
-        self.lines = (path / "lines.txt").read_text(encoding="utf-8").splitlines()
+        self.lines = (path / "test-lines.txt").read_text(encoding="utf-8").splitlines()
         self.shard_names = ["lines.txt"]
         self.run_shard = np.zeros(1, dtype=np.int64)
         self.run_start = np.zeros(1, dtype=np.int64)
@@ -54,9 +54,11 @@ def test_shipped_flavors_are_registered_before_the_tar_fallback() -> None:
 def test_a_new_kind_plugs_in_with_one_registration(tmp_path: Path) -> None:
     folder = tmp_path / "lines"
     (folder / ".nv-meta").mkdir(parents=True)
-    (folder / "lines.txt").write_text("\n".join(f"text {i}" for i in range(12)) + "\n")
+    (folder / "test-lines.txt").write_text("\n".join(f"text {i}" for i in range(12)) + "\n")
     register_kind(
-        DatasetKind("test-lines", detect=lambda p: (p / "lines.txt").is_file(), open=LinesSource)
+        DatasetKind(
+            "test-lines", detect=lambda p: (p / "test-lines.txt").is_file(), open=LinesSource
+        )
     )
     assert kind_of(folder).name == "test-lines"
     assert isinstance(open_source(Leaf(folder, "train")), Source)

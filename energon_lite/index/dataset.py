@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from energon_lite.errors import DatasetFormatError
+from energon_lite.errors import DatasetFormatError, short_repr
 from energon_lite.index.meta import load_dataset_config, load_info, load_split
 from energon_lite.index.tar import first_member_name, parse_sample, split_name
 from energon_lite.index.tar_index import open_index
@@ -44,12 +44,14 @@ class PreparedDataset:
         self._pid = os.getpid()
         self._files: OrderedDict[int, int] = OrderedDict()
         self._indexes: dict[int, np.ndarray] = {}
+        self._sizes: dict[int, int] = {}  # file size by open descriptor
         info = load_info(self.root)
         split = load_split(self.root, split_config)
         self.config: dict[str, Any] = load_dataset_config(self.root, dataset_config)
         if split_part not in split.split_parts:
             raise DatasetFormatError(
-                f"{split.source}: no split {split_part!r}; it has {sorted(split.split_parts)}"
+                f"{split.source}: no split {short_repr(split_part)}; it has "
+                f"{short_repr(sorted(split.split_parts))}"
             )
         self.shard_names = info.shard_names
         self._counts = np.asarray(info.shard_counts, dtype=np.int64)
@@ -61,7 +63,7 @@ class PreparedDataset:
                 shard, _, key = entry.partition(".tar/")
                 if not key or shard + ".tar" not in shard_id:
                     raise DatasetFormatError(
-                        f"{split.source}: exclude entry {entry!r} names no shard of .info.json"
+                        f"{split.source}: exclude entry {short_repr(entry)} names no shard of .info.json"
                     )
                 excluded_samples.setdefault(shard + ".tar", set()).add(key)
 
@@ -69,7 +71,7 @@ class PreparedDataset:
         for name in split.split_parts[split_part]:
             if name not in shard_id:
                 raise DatasetFormatError(
-                    f"{split.source}: split {split_part!r} lists shard {name!r}, "
+                    f"{split.source}: split {short_repr(split_part)} lists shard {short_repr(name)}, "
                     "which .nv-meta/.info.json does not know; re-run prepare"
                 )
             if name in excluded_shards:
@@ -149,6 +151,7 @@ class PreparedDataset:
                 os.close(self._files.popitem(last=False)[1])
             fd = os.open(self.root / self.shard_names[shard_id], os.O_RDONLY)
             self._files[shard_id] = fd
+            self._sizes[fd] = os.fstat(fd).st_size
         else:
             self._files.move_to_end(shard_id)
         return fd
@@ -178,8 +181,14 @@ class PreparedDataset:
             )
         bounds = offsets[start : end + 1].astype(np.int64).tolist()
         base = bounds[0]
-        buf = os.pread(self._fd(shard_id), bounds[-1] - base, base)
+        fd = self._fd(shard_id)
         where = str(self.root / self.shard_names[shard_id])
+        if any(b <= a for a, b in itertools.pairwise(bounds)) or bounds[-1] > self._sizes[fd]:
+            raise DatasetFormatError(
+                f"{where}.idx: offsets of samples [{start}, {end}) are not increasing inside "
+                f"the shard's {self._sizes[fd]} bytes: the index is corrupt; re-run prepare"
+            )
+        buf = os.pread(fd, bounds[-1] - base, base)
         if len(buf) != bounds[-1] - base:
             raise DatasetFormatError(f"{where}: file is shorter than its .tar.idx says")
         view = memoryview(buf)
@@ -227,4 +236,6 @@ def _resolve_bound(bound: int | str, total: int, root: Path) -> int:
             return round(float(text[:-1]) * total / 100)
         except ValueError:
             pass
-    raise DatasetFormatError(f"{root}: subset bound {bound!r}: use an integer, 'N%' or 'end'")
+    raise DatasetFormatError(
+        f"{root}: subset bound {short_repr(bound)}: use an integer, 'N%' or 'end'"
+    )

@@ -6,10 +6,11 @@ keys and counted by the failure tracker. Stateless beyond its source.
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable
 from typing import Any
 
-from energon_lite.errors import SKIPPED, FailureTracker, guarded
+from energon_lite.errors import SKIPPED, ConfigError, FailureTracker, guarded
 from energon_lite.samples import basic_sample_keys
 from energon_lite.stage import Stage
 
@@ -33,6 +34,11 @@ class Map(Stage):
         while True:
             item = self.source.next()
             out = guarded(self.failures, self.name, _where, self.fn, item)
+            if isinstance(out, types.GeneratorType):
+                raise ConfigError(
+                    f"{self.name} returned a generator: yielding several items per batch is not "
+                    "supported (encode_sample may yield); return one item"
+                )
             if out is not SKIPPED:
                 return out
 

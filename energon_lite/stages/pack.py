@@ -23,6 +23,7 @@ most), nothing else. Restore fetches them again through the source.
 
 from __future__ import annotations
 
+import types
 from typing import Any
 
 from energon_lite.buffer import KeyedBuffer, check_held, fetch_keys, keys_of, restore_key_of
@@ -132,6 +133,11 @@ class Pack(Stage):
         packed = self._call(
             "pack_selected_samples", {"keys": keys}, te.pack_selected_samples, members, strict
         )
+        if isinstance(packed, types.GeneratorType):
+            raise ConfigError(
+                "pack_selected_samples returned a generator: yielding several packs per group is "
+                "not supported; return one packed sample"
+            )
         if isinstance(packed, dict):
             packed["__restore_key__"] = pack_key
         elif packed is not SKIPPED and hasattr(packed, "__restore_key__"):
