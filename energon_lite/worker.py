@@ -60,6 +60,16 @@ class WorkerConfig:
             rank, world_size = 0, 1
         return WorkerConfig(rank, world_size, num_workers, data_parallel_group)
 
+    def config(self) -> dict[str, Any]:
+        """Energon's summary of the configuration (rank, world size, workers, group size)."""
+        group = self.data_parallel_group
+        return {
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "num_workers": self.num_workers,
+            "data_parallel_group": group.size() if group is not None else None,
+        }
+
     @property
     def workers_per_rank(self) -> int:
         """Worker pipelines per rank: ``num_workers``, or 1 for in-process loading."""

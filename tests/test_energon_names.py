@@ -185,6 +185,11 @@ def test_worker_config_stores_the_error_handlers() -> None:
     assert wc.global_error_handler is handler
     assert wc.restore_error_handler is el.reraise_exception
     assert el.WorkerConfig(0, 1, 0).global_error_handler is el.log_exception
+    ours, theirs = (
+        el.WorkerConfig(1, 4, 3),
+        energon.WorkerConfig(rank=1, world_size=4, num_workers=3),
+    )
+    assert ours.config() == theirs.config()
 
 
 class _Upper(el.DefaultTaskEncoder):
