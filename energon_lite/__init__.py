@@ -2,6 +2,7 @@
 
 from typing import Any
 
+from energon_lite.augment import AugmentTaskEncoder
 from energon_lite.cache import (
     CachePool,
     DecodeFileStore,
@@ -18,6 +19,8 @@ from energon_lite.cache import (
 from energon_lite.collate import batch_list, batch_pad_stack, batch_stack
 from energon_lite.crude import CrudeSample, CrudeWebdataset, cooker
 from energon_lite.decode import SampleDecoder
+from energon_lite.edataclass import edataclass
+from energon_lite.error_handlers import log_exception, reraise_exception
 from energon_lite.errors import (
     ConfigError,
     DatasetFormatError,
@@ -27,6 +30,12 @@ from energon_lite.errors import (
     StateError,
     TooManyFailuresError,
 )
+from energon_lite.generic_collate import (
+    concat_pad,
+    generic_batch,
+    generic_concat,
+    homogeneous_concat_mix,
+)
 from energon_lite.loader import (
     SavableDataset,
     SavableLoader,
@@ -35,6 +44,16 @@ from energon_lite.loader import (
     get_train_dataset,
     get_val_dataset,
 )
+from energon_lite.metadataset_api import (
+    DatasetLoader,
+    DatasetLoaderInterface,
+    Metadataset,
+    MetadatasetV2,
+    get_val_datasets,
+    load_dataset,
+    prepare_metadataset,
+    traverse_metadataset,
+)
 from energon_lite.prepare import prepare_dataset
 from energon_lite.samples import (
     Batch,
@@ -42,20 +61,46 @@ from energon_lite.samples import (
     ImageClassificationSample,
     ImageSample,
     InterleavedSample,
+    MultiChoiceVQASample,
+    OCRSample,
     Sample,
+    SimilarityInterleavedSample,
     SourceInfo,
     TextSample,
     VidQASample,
+    VQAOCRSample,
     VQASample,
     basic_sample_keys,
-    edataclass,
 )
+from energon_lite.savable_dataloader import SavableDataLoader
 from energon_lite.task_encoder import Cooker, DefaultTaskEncoder, TaskEncoder, stateless
+from energon_lite.type_resolver import allow_sample_type_modules
+from energon_lite.webdataset_factories import (
+    BaseCoreDatasetFactory,
+    BaseWebdatasetFactory,
+    CaptioningWebdataset,
+    DefaultDecoderWebdatasetFactory,
+    DefaultGenericWebdatasetFactory,
+    ImageClassificationWebdataset,
+    ImageWebdataset,
+    InterleavedWebdataset,
+    MultiChoiceVQAWebdataset,
+    OCRWebdataset,
+    SimilarityInterleavedWebdataset,
+    StandardWebdatasetFactory,
+    TextWebdataset,
+    VidQAWebdataset,
+    VQAOCRWebdataset,
+    VQAWebdataset,
+)
 from energon_lite.worker import WorkerConfig
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AugmentTaskEncoder",
+    "BaseCoreDatasetFactory",
+    "BaseWebdatasetFactory",
     "Batch",
     "CachePool",
     "CrudeJsonlDatasetFactory",
@@ -76,37 +121,71 @@ __all__ = [
     "cooker",
     "edataclass",
     "CaptioningSample",
+    "CaptioningWebdataset",
     "ConfigError",
     "Cooker",
     "DatasetFormatError",
+    "DatasetLoader",
+    "DatasetLoaderInterface",
+    "DefaultDecoderWebdatasetFactory",
+    "DefaultGenericWebdatasetFactory",
     "DefaultTaskEncoder",
     "EnergonLiteError",
     "ImageClassificationSample",
+    "ImageClassificationWebdataset",
     "ImageSample",
+    "ImageWebdataset",
     "InterleavedSample",
+    "InterleavedWebdataset",
     "MediaDecodeError",
+    "Metadataset",
+    "MetadatasetV2",
+    "MultiChoiceVQASample",
+    "MultiChoiceVQAWebdataset",
+    "OCRSample",
+    "OCRWebdataset",
     "Sample",
     "SampleDecoder",
+    "SavableDataLoader",
     "SavableDataset",
     "SavableLoader",
+    "SimilarityInterleavedSample",
+    "SimilarityInterleavedWebdataset",
     "SkipSample",
+    "StandardWebdatasetFactory",
     "StateError",
     "TaskEncoder",
     "TextSample",
+    "TextWebdataset",
     "TooManyFailuresError",
+    "VQAOCRSample",
+    "VQAOCRWebdataset",
     "VQASample",
+    "VQAWebdataset",
     "VidQASample",
+    "VidQAWebdataset",
     "WorkerConfig",
+    "allow_sample_type_modules",
     "basic_sample_keys",
     "batch_list",
     "batch_pad_stack",
     "batch_stack",
+    "concat_pad",
+    "generic_batch",
+    "generic_concat",
     "get_loader",
     "get_savable_loader",
     "get_train_dataset",
     "get_val_dataset",
+    "get_val_datasets",
+    "homogeneous_concat_mix",
+    "load_dataset",
+    "log_exception",
     "prepare_dataset",
+    "prepare_metadataset",
+    "reraise_exception",
     "stateless",
+    "traverse_metadataset",
 ]
 
 

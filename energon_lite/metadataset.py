@@ -40,6 +40,7 @@ from energon_lite.errors import DatasetFormatError, short_repr, unknown_keys
 from energon_lite.index.meta import META_DIR, load_yaml
 from energon_lite.kinds import open_source, resolve_path
 from energon_lite.leaf import Leaf
+from energon_lite.metadataset_v1 import is_v1, v1_as_v2
 from energon_lite.quotas import exact_repetitions
 
 _MODULES = ("megatron.energon", "energon_lite")
@@ -112,6 +113,8 @@ def _load_file(
     path: Path, split_part: str, inherited: _Inherited, stack: tuple[Path, ...]
 ) -> tuple[list[Leaf], str]:
     data = load_yaml(path)
+    if is_v1(data):  # Energon's v1 ``datasets:`` lists: read as the v2 blend they mean
+        data = v1_as_v2(data, path)
     top = _Where(path, "")
     if not isinstance(data, dict):
         raise top.error("a metadataset must be a mapping with __module__, __class__ and splits")
@@ -217,7 +220,7 @@ def _node(
 
 def _number(entry: dict[str, Any], key: str, where: _Where) -> float:
     """A blend entry's weight or repetitions: a finite number > 0."""
-    number = entry.get(key)
+    number = entry.get(key, 1)  # Energon's defaults: weight 1, repetitions 1
     finite = False
     if not isinstance(number, bool) and isinstance(number, (int, float)):
         try:
@@ -227,7 +230,7 @@ def _number(entry: dict[str, Any], key: str, where: _Where) -> float:
     if not finite:
         got = "missing" if key not in entry else short_repr(number)
         raise (where / key).error(f"{got}; must be a finite number > 0 (e.g. 1, 2.5 or 0.5)")
-    return number  # type: ignore[return-value]  # checked above
+    return number  # checked above
 
 
 def _check_quotas(path: Path, leaves: list[Leaf]) -> None:

@@ -162,6 +162,7 @@ def prepare_dataset(
     force_overwrite: bool = False,
     allow_duplicate_keys: bool = False,
     progress: bool = True,
+    dataset_yaml_name: str = "dataset.yaml",
 ) -> PrepareReport:
     """Index every shard under ``root`` and write ``.nv-meta`` (see docs/formats.md).
 
@@ -169,7 +170,13 @@ def prepare_dataset(
     rename, so a prepare killed at any point leaves a folder that does not look prepared
     (or the previous, still consistent ``.nv-meta``). One prepare runs per folder at a time:
     a second one fails with :class:`~energon_lite.index.folder_lock.FolderLockedError`.
+
+    ``dataset_yaml_name``: the file the sample type and field map go to (Energon's
+    ``--dataset-yaml-name``; load it with ``dataset_config=``); other files in ``.nv-meta``
+    are kept.
     """
+    if "/" in dataset_yaml_name or not dataset_yaml_name.endswith((".yaml", ".yml")):
+        raise ConfigError(f"{dataset_yaml_name=} must be a .yaml file name inside .nv-meta")
     root = Path(root)
     if not root.is_dir():
         raise DatasetFormatError(f"{root}: not a directory")
@@ -225,7 +232,7 @@ def prepare_dataset(
         report.warnings = warn_empty_splits(
             {k: v for k, v in report.split_parts.items() if k in wanted}, len(shards)
         )
-        _write_meta(root, report, config or {}, list(exclude), record)
+        _write_meta(root, report, config or {}, list(exclude), record, dataset_yaml_name)
     return report
 
 
@@ -252,6 +259,7 @@ def _write_meta(
     config: dict[str, Any],
     exclude: list[str],
     record: dict[str, Any],
+    dataset_yaml_name: str = "dataset.yaml",
 ) -> None:
     meta = root / META_DIR
     tmp = root / f"{META_DIR}.tmp-{os.getpid()}"
@@ -264,13 +272,13 @@ def _write_meta(
                     INFO_JSON,
                     INFO_YAML,
                     "split.yaml",
-                    "dataset.yaml",
+                    dataset_yaml_name,
                     RECORD,
                 ):
                     shutil.copy2(item, tmp / item.name)
         write_info(tmp, DatasetInfo(report.shard_names, report.shard_counts, VERSION_TAG))
         write_split(tmp, report.split_parts, exclude)
-        with open(tmp / "dataset.yaml", "w", encoding="utf-8") as file:
+        with open(tmp / dataset_yaml_name, "w", encoding="utf-8") as file:
             yaml.safe_dump(config, file, sort_keys=False)
         write_record(tmp, record)
         old = root / f"{META_DIR}.old-{os.getpid()}"

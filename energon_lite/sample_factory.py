@@ -10,55 +10,39 @@ resolve to energon_lite's classes, so Energon datasets load unchanged.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from energon_lite.decode import SampleDecoder
 from energon_lite.errors import DatasetFormatError
 from energon_lite.restore_key import SampleKey
-from energon_lite.samples import SAMPLE_TYPES, SourceInfo
+from energon_lite.samples import SourceInfo
+from energon_lite.type_resolver import (
+    check_trusted_module,
+    inside_dataset,
+    load_module_file,
+    resolve_class,
+    upgrade_legacy_config,
+)
 
-_OUR_MODULES = ("megatron.energon", "energon_lite", "energon_lite.samples")
 _INDEX = re.compile(r"\[([^\]]*)\]")
 CRUDE_CLASSES = ("CrudeWebdataset", "DefaultCrudeWebdataset")
 
 
-def resolve_class(spec: Any, where: str) -> type:
-    if not isinstance(spec, dict) or "__class__" not in spec:
-        raise DatasetFormatError(f"{where}: sample_type needs '__module__' and '__class__'")
-    module, name = spec.get("__module__", "energon_lite"), spec["__class__"]
-    if module in _OUR_MODULES or module.startswith("megatron.energon."):
-        if name not in SAMPLE_TYPES:
-            raise DatasetFormatError(
-                f"{where}: sample_type {module}.{name} is not a built-in type; "
-                f"known: {sorted(SAMPLE_TYPES)}"
-            )
-        return SAMPLE_TYPES[name]
-    try:
-        return getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError) as exc:
-        raise DatasetFormatError(
-            f"{where}: cannot import sample_type {module}.{name}: {exc}"
-        ) from None
-
-
-def _load_function(spec: str, meta_dir: Path, where: str) -> Callable[..., Any]:
+def _load_function(
+    spec: str, meta_dir: Path, where: str, modules: dict[str, ModuleType]
+) -> Callable[..., Any]:
     file, sep, name = spec.partition(":")
     if not sep:
         raise DatasetFormatError(f"{where}: {spec!r} must look like 'file.py:function'")
-    path = meta_dir / file
-    if not path.is_file():
-        raise DatasetFormatError(f"{where}: {spec!r}: file {path} not found")
-    module_spec = importlib.util.spec_from_file_location(f"energon_lite_user_{path.stem}", path)
-    if module_spec is None or module_spec.loader is None:
-        raise DatasetFormatError(f"{where}: {path} cannot be loaded as a Python module")
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
+    path = inside_dataset(file, meta_dir, where)
+    if path.stem not in modules:
+        modules[path.stem] = load_module_file(path, where)
     try:
-        return getattr(module, name)
+        return getattr(modules[path.stem], name)
     except AttributeError:
         raise DatasetFormatError(f"{where}: {path} defines no function {name!r}") from None
 
@@ -77,8 +61,13 @@ def _parse_field(spec: str, where: str) -> tuple[str, list[str | int]]:
 class SampleFactory:
     """``build(raw, decoder, subflavors)``: a raw sample of one dataset -> typed sample or crude dict."""
 
-    def __init__(self, config: dict[str, Any], meta_dir: Path) -> None:
+    def __init__(
+        self, config: dict[str, Any], meta_dir: Path, allowed_modules: Sequence[str] = ()
+    ) -> None:
+        """``allowed_modules``: modules (trusted code) whose classes ``sample_type`` may name,
+        besides energon_lite's types and classes of the dataset's own sample_loader file."""
         where = str(meta_dir / "dataset.yaml")
+        config = upgrade_legacy_config(config, where)
         self.root = str(meta_dir.parent)
         self.crude = config.get("__class__") in CRUDE_CLASSES
         self.sample_type: type | None = None
@@ -104,16 +93,20 @@ class SampleFactory:
             raise DatasetFormatError(
                 f"{where}: needs 'sample_type' (or __class__: CrudeWebdataset)"
             )
-        self.sample_type = resolve_class(config["sample_type"], where)
+        modules: dict[str, ModuleType] = {}  # the dataset's own files, by stem
         if "field_map" in config:
             self.fields = {k: _parse_field(str(v), where) for k, v in config["field_map"].items()}
             self.parts = frozenset(part for part, _ in self.fields.values())
         elif "sample_loader" in config:
-            self.loader = _load_function(config["sample_loader"], meta_dir, where)
+            self.loader = _load_function(config["sample_loader"], meta_dir, where, modules)
             if "part_filter" in config:
-                self.part_filter = _load_function(config["part_filter"], meta_dir, where)
+                self.part_filter = _load_function(config["part_filter"], meta_dir, where, modules)
         else:
             raise DatasetFormatError(f"{where}: needs 'field_map' or 'sample_loader'")
+        own = next(iter(modules.items()), None)
+        self.sample_type = resolve_class(
+            config["sample_type"], where, own_module=own, allowed_modules=tuple(allowed_modules)
+        )
 
     def build(
         self, raw: dict[str, Any], decoder: SampleDecoder | None, subflavors: dict | None
@@ -203,6 +196,7 @@ class SampleFactory:
 
 def _resolve_joiner(spec: dict[str, Any], where: str) -> Callable[..., Any]:
     """``{__module__, __function__}`` or a Sample ``{__module__, __class__}`` (its ``from_joined``)."""
+    check_trusted_module(str(spec.get("__module__")), where, "the joiner")
     try:
         module = importlib.import_module(spec["__module__"])
         if "__function__" in spec:

@@ -8,17 +8,19 @@ Every sample carries ``__key__`` (the bare sample key inside its shard), ``__res
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
+import typing
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypeVar
 
 import torch
 
 from energon_lite.collate import collate_values
+from energon_lite.edataclass import edataclass
 
 T = TypeVar("T", bound="Sample")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SourceInfo:
     """Where a sample was read from (Energon's ``__sources__`` entries)."""
 
@@ -28,9 +30,10 @@ class SourceInfo:
     file_names: tuple[str, ...]
 
 
-# The key fields are keyword-only (as in Energon), so subclasses may add fields without
-# defaults and build samples by keyword.
-@dataclass(kw_only=True)
+# Energon's layout: the key fields are keyword-only and live in slots, so a subclass may add
+# fields without defaults, build samples by keyword, and re-declare a key field without a
+# default (a slot leaves no class attribute behind for the re-declared field to inherit).
+@edataclass
 class Sample:
     """Base of all samples. Subclass it with ``@dataclass`` and add fields."""
 
@@ -43,6 +46,17 @@ class Sample:
     def derive_from(cls: type[T], base: Any, **fields: Any) -> T:
         """A new ``cls`` that keeps ``base``'s key fields (sample or crude dict) plus ``fields``."""
         return cls(**basic_sample_keys(base), **fields)
+
+    @classmethod
+    def extend(cls: type[T], src: Any, **fields: Any) -> T:
+        """A ``cls`` holding every init field of ``src`` plus ``fields`` (Energon's ``extend``);
+        ``cls`` must be ``type(src)`` or a subclass of it."""
+        if not issubclass(cls, type(src)):
+            raise TypeError(f"{cls.__name__}.extend: {type(src).__name__} is not a base of it")
+        for f in dataclasses.fields(src):
+            if f.init and typing.get_origin(f.type) is not ClassVar and f.type is not ClassVar:
+                fields.setdefault(f.name, getattr(src, f.name))
+        return cls(**fields)
 
     def pin_memory(self: T) -> T:
         """A copy whose tensors are in pinned memory (the loader calls it when pinning)."""
@@ -118,48 +132,99 @@ def _pinned(value: Any) -> Any:
     return value
 
 
-@dataclass
+# The built-in types, with Energon's fields: required fields have no default.
+
+
+@edataclass
 class TextSample(Sample):
-    text: str = ""
+    text: str
 
 
-@dataclass
+@edataclass
 class ImageSample(Sample):
-    image: torch.Tensor | Any = None
+    image: torch.Tensor | Any
 
 
-@dataclass
+@edataclass
 class CaptioningSample(Sample):
-    image: torch.Tensor | Any = None
-    caption: str = ""
+    image: torch.Tensor | Any
+    caption: str
 
 
-@dataclass
+@edataclass
 class ImageClassificationSample(Sample):
-    image: torch.Tensor | Any = None
+    image: torch.Tensor | Any
     label: int | None = None
     label_name: str | None = None
 
 
-@dataclass
+@edataclass
 class VQASample(Sample):
-    image: torch.Tensor | Any = None
-    context: str = ""
+    image: torch.Tensor | Any
+    context: str
     answers: list[str] | None = None
     answer_weights: torch.Tensor | None = None
 
 
-@dataclass
+@edataclass
+class VQAOCRSample(Sample):
+    image: torch.Tensor | Any
+    context: str
+    text: str
+    answers: list[str] | None = None
+    answer_weights: torch.Tensor | None = None
+    words_boxes: torch.Tensor | None = None
+    words_text: list[str] | None = None
+
+
+@edataclass
+class MultiChoiceVQASample(Sample):
+    image: torch.Tensor | Any
+    context: str
+    choices: list[str] | None = None
+    correct_choice_idx: int = 0
+
+
+@edataclass
 class VidQASample(Sample):
-    video: Any = None
-    context: str = ""
+    video: Any
+    context: str
     answers: list[str] | None = None
     answer_weights: torch.Tensor | None = None
 
 
-@dataclass
+@edataclass
+class OCRSample(Sample):
+    """Optical character recognition: boxes are float (N, 4|5) ``x, y, w, h[, confidence]``."""
+
+    image: torch.Tensor | Any
+    text: str
+    block_boxes: torch.Tensor | None = None
+    block_classes: torch.Tensor | list[str] | None = None
+    block_text: list[str] | None = None
+    lines_boxes: torch.Tensor | None = None
+    lines_text: list[str] | None = None
+    words_boxes: torch.Tensor | None = None
+    words_text: list[str] | None = None
+    chars_boxes: torch.Tensor | None = None
+    chars_text: list[str] | None = None
+
+
+@edataclass
 class InterleavedSample(Sample):
-    sequence: list[Any] = field(default_factory=list)
+    sequence: list[Any]
+
+
+@edataclass
+class SimilarityInterleavedSample(Sample):
+    """Images and texts without alignment; ``similarity_matrix`` relates them."""
+
+    images: list[Any]
+    texts: list[str]
+    audio: list[Any] | None = None
+    video: list[Any] | None = None
+    similarity_matrix: torch.Tensor | None = None
+    matched_text_indices: list[int] | None = None
 
 
 SAMPLE_TYPES: dict[str, type[Sample]] = {
@@ -171,19 +236,14 @@ SAMPLE_TYPES: dict[str, type[Sample]] = {
         CaptioningSample,
         ImageClassificationSample,
         VQASample,
+        VQAOCRSample,
+        MultiChoiceVQASample,
         VidQASample,
+        OCRSample,
         InterleavedSample,
+        SimilarityInterleavedSample,
     )
 }
-
-
-def edataclass(cls: type[T] | None = None, /, **options: Any) -> Any:
-    """Energon's dataclass decorator: ``@dataclass`` with keyword-only fields, so a subclass
-    may add fields without defaults after the key fields."""
-    options.setdefault("kw_only", True)
-    if cls is None:
-        return lambda inner: dataclass(inner, **options)
-    return dataclass(cls, **options)
 
 
 def sample_field_names(cls: type) -> list[str]:

@@ -6,10 +6,14 @@ gets a ``WorkerSlot`` of plain integers instead.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from energon_lite.error_handlers import log_exception, reraise_exception
 from energon_lite.errors import ConfigError
+
+ErrorHandler = Callable[[Exception, Any, Any], None]
 
 
 @dataclass
@@ -24,6 +28,10 @@ class WorkerConfig:
     seed_offset: int = 0
     worker_debug_path: str | None = None  # Energon's; only the default is supported
     worker_log_level: int = 0  # Energon's; only the default is supported
+    # Energon's error handlers: called as handler(exception, sample, sources) for a sample
+    # that fails while iterating / while being fetched again on restore.
+    global_error_handler: ErrorHandler = log_exception
+    restore_error_handler: ErrorHandler = reraise_exception
 
     def __post_init__(self) -> None:
         if self.worker_debug_path is not None or self.worker_log_level != 0:
@@ -51,6 +59,16 @@ class WorkerConfig:
         else:
             rank, world_size = 0, 1
         return WorkerConfig(rank, world_size, num_workers, data_parallel_group)
+
+    def config(self) -> dict[str, Any]:
+        """Energon's summary of the configuration (rank, world size, workers, group size)."""
+        group = self.data_parallel_group
+        return {
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "num_workers": self.num_workers,
+            "data_parallel_group": group.size() if group is not None else None,
+        }
 
     @property
     def workers_per_rank(self) -> int:

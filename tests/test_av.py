@@ -199,9 +199,9 @@ def test_audio_clips_exact_to_the_sample(av_mkv: bytes) -> None:
     data = decoder.get_clips(audio_clip_ranges=[(0.25, 0.5), (1.0001, 1.7), (2.9, 9)])
     assert [c.shape for c in data.audio_clips] == [(2, 4000), (2, 11198), (2, 1600)]
     for clip, first in zip(data.audio_clips, (4000, 16002, 46400)):
-        assert clip.dtype == torch.float32
+        assert clip.dtype == torch.int16  # 16-bit PCM keeps its type, as in Energon
         expected = audio_pattern(first, clip.shape[1], 2)
-        np.testing.assert_allclose(clip.numpy(), expected, atol=1 / 32768)
+        np.testing.assert_allclose(clip.numpy() / 32768, expected, atol=1 / 32768)
     assert flat(data.audio_timestamps) == pytest.approx(
         flat([(0.25, 0.5), (1.000125, 1.7), (2.9, 3.0)])
     )
@@ -209,7 +209,7 @@ def test_audio_clips_exact_to_the_sample(av_mkv: bytes) -> None:
         audio_clip_ranges=[(1023, 1023 + AUDIO_PERIOD)], audio_unit="samples"
     )
     np.testing.assert_allclose(
-        samples.audio_clips[0].numpy(), audio_pattern(1023, AUDIO_PERIOD, 2), atol=1 / 32768
+        samples.audio_clips[0].numpy() / 32768, audio_pattern(1023, AUDIO_PERIOD, 2), atol=1 / 32768
     )
 
 
@@ -217,7 +217,7 @@ def test_video_with_audio_and_uniform_audio(av_mkv: bytes) -> None:
     decoder = AVDecoder(av_mkv)
     both = decoder.get_video_with_audio()
     assert both.video_clips[0].shape[0] == 75 and both.audio_clips[0].shape == (2, 48000)
-    data = get_clips_uniform(decoder, 0.5, 3, request_audio=True)
+    data = get_clips_uniform(decoder, 0.5, 3, request_video=True, request_audio=True)
     assert [c.shape for c in data.audio_clips] == [(2, 8000)] * 3
     assert [a for a, _ in data.audio_timestamps] == pytest.approx([0, 1.25, 2.5])
     assert [indices(c)[0] for c in data.video_clips] == [0, 31, 62]
@@ -259,10 +259,9 @@ def test_decode_av_part_modes(av_mkv: bytes) -> None:
 def test_errors_name_the_range_and_the_length(tmp_path: Path) -> None:
     data = video_bytes("mp4", num_frames=30, fps=10)
     decoder = AVDecoder(data)
-    with pytest.raises(MediaDecodeError, match=r"range \(5, 6\) seconds .* 30 frames, 3.0 seconds"):
-        decoder.get_clips([(5, 6)])
-    with pytest.raises(MediaDecodeError, match=r"range \(30, 31\) frames"):
-        decoder.get_clips([(30, 31)], video_unit="frames")
+    past = decoder.get_clips([(1, 2), (5, 6), (2.5, 2.9)])  # past the end: left out (Energon)
+    assert len(past.video_clips) == len(past.video_timestamps) == 2
+    assert decoder.get_clips([(30, 31)], video_unit="frames").video_clips == []
     with pytest.raises(MediaDecodeError, match="0 <= start <= end"):
         decoder.get_clips([(2, 1)])
     with pytest.raises(MediaDecodeError, match="video_unit='minutes'"):
@@ -271,11 +270,8 @@ def test_errors_name_the_range_and_the_length(tmp_path: Path) -> None:
         decoder.get_clips(audio_clip_ranges=[(0, 1)], audio_unit="frames")
     with pytest.raises(MediaDecodeError, match="no audio stream"):
         decoder.get_audio()
-    with pytest.raises(
-        MediaDecodeError,
-        match=r"range \(5, 6\) seconds selects no sample; the audio has 1.0 seconds",
-    ):
-        AVDecoder(video_bytes("mkv", with_audio=True)).get_clips(audio_clip_ranges=[(5, 6)])
+    with_audio = AVDecoder(video_bytes("mkv", with_audio=True))
+    assert with_audio.get_clips(audio_clip_ranges=[(5, 6)]).audio_clips == []
     audio_only = video_bytes("mkv", with_audio=True, with_video=False)
     with pytest.raises(MediaDecodeError, match="no video stream"):
         AVDecoder(audio_only).get_video()
@@ -292,8 +288,7 @@ def test_truncated_mkv_decodes_what_is_there_then_fails() -> None:
     decoder = AVDecoder(data[: len(data) // 2])
     clip = decoder.get_clips([(0, 0.5)]).video_clips[0]
     assert indices(clip) == list(range(6))
-    with pytest.raises(MediaDecodeError, match=r"range \(5.5, 6\) seconds selects no frame"):
-        decoder.get_clips([(5.5, 6)])
+    assert decoder.get_clips([(5.5, 6)]).video_clips == []  # past what is there
 
 
 def test_same_frames_as_energon(long_mp4: Path) -> None:

@@ -248,7 +248,6 @@ BAD = {
         _entry("{weight: 1, path: b, wieght: 2}"),
         ["splits.train.blend[1].wieght", "unknown key", "allowed"],
     ),
-    "missing weight": (_entry("{path: b}"), ["splits.train.blend[1].weight", "missing", "> 0"]),
     "negative weight": (
         _entry("{weight: -1, path: b}"),
         ["splits.train.blend[1].weight", "-1", "> 0"],
@@ -288,7 +287,7 @@ BAD = {
         _entry("{weight: 1, path: b, aux: {m: 'http://x/y'}}"),
         ["blend[1].aux.m", "remote sources are not supported"],
     ),
-    "class": ("splits:\n  train:\n    path: a\n", ["__class__: 'Metadataset'", "MetadatasetV2"]),
+    "class": ("splits:\n  train:\n    path: a\n", ["Metadataset", "datasets", "MetadatasetV2"]),
     "subset": (
         _entry("{weight: 1, path: b, subset: {range: [0%, 150%]}}"),
         ["blend[1].subset.range", "0 <= N <= 100"],

@@ -46,22 +46,30 @@ def get_clips_uniform(
     av_decoder: AVDecoder,
     clip_duration_seconds: float,
     num_clips: int,
-    request_video: bool = True,
+    request_video: bool | None = None,
     request_audio: bool = False,
     video_out_frame_size: tuple[int, int] | None = None,
 ) -> AVData:
     """``num_clips`` equally long, equally spaced clips of the video and/or the audio.
 
-    Unlike Energon, ``request_video`` defaults to True: a call without any stream requested
-    is always an error.
+    ``request_video`` left unset means: the video, unless only audio is requested (so
+    ``request_audio=True`` alone works on audio-only files, as in Energon).
     """
+    if request_video is None:
+        request_video = not request_audio
     if not request_video and not request_audio:
         raise ConfigError("get_clips_uniform: set request_video and/or request_audio")
     durations = []
     if request_video:
-        durations.append(av_decoder.get_video_duration())
+        video_duration, _ = av_decoder.get_video_duration()
+        if video_duration is None:
+            raise MediaDecodeError(f"no video stream or duration in {av_decoder._describe()}")
+        durations.append(video_duration)
     if request_audio:
-        durations.append(av_decoder.get_audio_duration())
+        audio_duration = av_decoder.get_audio_duration()
+        if audio_duration is None:
+            raise MediaDecodeError(f"no audio stream or duration in {av_decoder._describe()}")
+        durations.append(audio_duration)
     fps = av_decoder.get_video_fps() if clip_duration_seconds == 0 else None
     ranges = uniform_ranges(min(durations), num_clips, clip_duration_seconds, fps)
     return av_decoder.get_clips(
@@ -86,8 +94,11 @@ def get_single_frames_uniform(
         av_decoder,
         clip_duration_seconds=0,
         num_clips=num_frames,
+        request_video=True,
         video_out_frame_size=video_out_frame_size,
     )
+    if not data.video_clips:
+        raise MediaDecodeError(f"no video frames in {av_decoder._describe()}")
     frames = torch.cat(data.video_clips, dim=0)
     if return_timestamps:
         return frames, [start for start, _ in data.video_timestamps]

@@ -2,6 +2,7 @@
 
 Over 300 lines on purpose: one class with Energon's ``AVDecoder`` surface (metadata, clips,
 frames, audio) over one shared seek-and-decode cursor; the pieces share its state.
+Energon's extra method names live in ``energon_lite.av.energon_api``.
 
 An ``AVDecoder`` wraps the encoded bytes (or a path or binary file) and opens the container
 only when first asked for something; the container then stays open, so the metadata read and
@@ -24,8 +25,11 @@ the one frame shown at ``t``. Seconds count from the container's start time, so 
 the beginning of the media even where the first pts is not 0; frame numbers count from the
 first video frame assuming a constant frame rate. An audio range is half-open in samples:
 ``(start, end)`` seconds gives ``round((end - start) * rate)`` samples from sample
-``round(start * rate)``. Ranges running past the end are clipped; a range that selects
-nothing raises ``MediaDecodeError``.
+``round(start * rate)``. Audio keeps the decoder's sample type, as Energon's does (16-bit
+PCM stays int16, most compressed codecs give float32). Ranges running past the end are
+clipped; a range starting past the end of the stream gives no clip (it is left out of the
+returned lists, as in Energon); a range inside the media that selects no frame raises
+``MediaDecodeError``.
 """
 
 from __future__ import annotations
@@ -41,7 +45,9 @@ import av
 import numpy as np
 import torch
 
+from energon_lite.av.energon_api import EnergonAVMethods
 from energon_lite.errors import ConfigError, MediaDecodeError
+from energon_lite.media import AVMetadata
 
 AV_DECODE_MODES = ("AVDecoder", "pyav", "torch")
 INF = float("inf")
@@ -49,26 +55,13 @@ INF = float("inf")
 
 @dataclass
 class AVData:
-    """Decoded clips: video (T, C, H, W) uint8, audio (channels, samples) float32 in [-1, 1]."""
+    """Decoded clips: video (T, C, H, W) uint8, audio (channels, samples) in the decoder's
+    sample type (int16 for 16-bit PCM, float32 in [-1, 1] for most compressed audio)."""
 
     video_clips: list[torch.Tensor] = field(default_factory=list)
     video_timestamps: list[tuple[float, float]] = field(default_factory=list)
     audio_clips: list[torch.Tensor] = field(default_factory=list)
     audio_timestamps: list[tuple[float, float]] = field(default_factory=list)
-
-
-@dataclass
-class AVMetadata:
-    """What the container says about its first video and audio stream; None where absent."""
-
-    video_duration: float | None = None
-    video_num_frames: int | None = None
-    video_fps: float | None = None
-    video_width: int | None = None
-    video_height: int | None = None
-    audio_duration: float | None = None
-    audio_channels: int | None = None
-    audio_sample_rate: int | None = None
 
 
 @dataclass
@@ -81,10 +74,16 @@ class DecodeStats:
     opens: int = 0
 
 
-class AVDecoder:
-    """Decodes clips of one encoded video/audio file on demand (see the module docstring)."""
+class AVDecoder(EnergonAVMethods):
+    """Decodes clips of one encoded video/audio file on demand (see the module docstring).
 
-    def __init__(self, source: bytes | str | os.PathLike | BinaryIO) -> None:
+    ``suppress_warnings`` is Energon's argument; this decoder issues no seek warnings.
+    """
+
+    def __init__(
+        self, source: bytes | str | os.PathLike | BinaryIO, suppress_warnings: bool = False
+    ) -> None:
+        self.suppress_warnings = suppress_warnings
         if isinstance(source, (bytes, bytearray, memoryview)):
             self._source: Any = bytes(source)
         elif isinstance(source, (str, os.PathLike)):
@@ -131,9 +130,15 @@ class AVDecoder:
         self.close()
 
     def __getstate__(self) -> dict[str, Any]:
-        if not isinstance(self._source, (bytes, str)):
-            raise TypeError("an AVDecoder over an open file object cannot be pickled")
-        return {"source": self._source}
+        source = self._source
+        if isinstance(source, io.BytesIO):
+            source = source.getvalue()  # in-memory bytes travel; the open container does not
+        if not isinstance(source, (bytes, str)):
+            raise TypeError(
+                "an AVDecoder over an open file object cannot be pickled; "
+                "give it the bytes, a BytesIO or the path"
+            )
+        return {"source": source}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         AVDecoder.__init__(self, state["source"])
@@ -143,8 +148,21 @@ class AVDecoder:
         return repr(src) if isinstance(src, str) else f"{type(src).__name__} source"
 
     # -- metadata --
-    def get_metadata(self) -> AVMetadata:
-        """Durations, fps, frame count, size, audio rate and channels (cached)."""
+    def get_metadata(self, get_audio_num_samples: bool = False, **_energon: bool) -> AVMetadata:
+        """Durations, fps, frame count, size, audio rate and channels (cached).
+
+        ``get_audio_num_samples`` also counts the audio samples (decodes the audio stream).
+        Energon's other ``get_*`` flags are accepted; everything is always filled in.
+        """
+        meta = self._read_metadata()
+        if get_audio_num_samples and meta.audio_num_samples is None and meta.audio_sample_rate:
+            stream = self._stream("audio")
+            self._cursor = None
+            self._open().seek(_start_pts(stream), stream=stream, backward=True)
+            meta.audio_num_samples = sum(f.samples for f in self._open().decode(stream))
+        return meta
+
+    def _read_metadata(self) -> AVMetadata:
         if self._metadata is None:
             container = self._open()
             meta = AVMetadata()
@@ -154,6 +172,8 @@ class AVDecoder:
                 meta.video_width = vs.codec_context.width or None
                 meta.video_height = vs.codec_context.height or None
                 meta.video_num_frames = vs.frames or None
+                if container.format.name == "avi":
+                    meta.video_num_frames = None  # AVI headers may count an empty frame
                 if vs.duration is not None:
                     meta.video_duration = float(vs.duration * _time_base(vs))
                 if meta.video_duration is None or meta.video_num_frames is None:
@@ -193,17 +213,15 @@ class AVDecoder:
             raise MediaDecodeError(f"no video frame rate in {self._describe()}")
         return fps
 
-    def get_video_duration(self) -> float:
-        duration = self.get_metadata().video_duration
-        if duration is None:
-            raise MediaDecodeError(f"no video stream or duration in {self._describe()}")
-        return duration
+    def get_video_duration(self, get_frame_count: bool = False) -> tuple[float | None, int | None]:
+        """``(seconds, number of frames)`` of the video stream (Energon's pair); None where
+        there is no video stream."""
+        meta = self.get_metadata()
+        return meta.video_duration, meta.video_num_frames
 
-    def get_audio_duration(self) -> float:
-        duration = self.get_metadata().audio_duration
-        if duration is None:
-            raise MediaDecodeError(f"no audio stream or duration in {self._describe()}")
-        return duration
+    def get_audio_duration(self) -> float | None:
+        """Seconds of the audio stream, or None where there is none (as Energon)."""
+        return self.get_metadata().audio_duration
 
     def has_video_stream(self) -> bool:
         return bool(self._open().streams.video)
@@ -231,13 +249,15 @@ class AVDecoder:
             raise MediaDecodeError(f"{audio_unit=} is not 'seconds' or 'samples'")
         data = AVData()
         for start, end in video_clip_ranges or ():
-            clip, stamps = self._video_clip(start, end, video_unit, video_out_frame_size)
-            data.video_clips.append(clip)
-            data.video_timestamps.append(stamps)
+            found = self._video_clip(start, end, video_unit, video_out_frame_size)
+            if found is not None:  # None: the range starts past the end
+                data.video_clips.append(found[0])
+                data.video_timestamps.append(found[1])
         for start, end in audio_clip_ranges or ():
-            clip, stamps = self._audio_clip(start, end, audio_unit)
-            data.audio_clips.append(clip)
-            data.audio_timestamps.append(stamps)
+            found = self._audio_clip(start, end, audio_unit)
+            if found is not None:
+                data.audio_clips.append(found[0])
+                data.audio_timestamps.append(found[1])
         return data
 
     def get_video(self) -> AVData:
@@ -266,7 +286,7 @@ class AVDecoder:
 
     def _video_clip(
         self, start: float, end: float, unit: str, size: tuple[int, int] | None
-    ) -> tuple[torch.Tensor, tuple[float, float]]:
+    ) -> tuple[torch.Tensor, tuple[float, float]] | None:
         _check_range(start, end, unit)
         stream = self._stream("video")
         tb = float(_time_base(stream))
@@ -277,10 +297,11 @@ class AVDecoder:
             hi = _start_pts(stream) + (end + 0.5) * step
         else:
             lo, hi = self._origin(stream) + start / tb, self._origin(stream) + end / tb
-        arrays, first, last = [], None, None
+        arrays, first, last, beyond = [], None, None, False
         for frame in self._frames(stream, lo, step):
             if frame.pts > hi:
                 self._pend(frame)
+                beyond = True
                 break
             arrays.append(_rgb(frame, size))
             first = frame if first is None else first
@@ -291,6 +312,8 @@ class AVDecoder:
                 self._pend(frame)
                 break
         if first is None or last is None:
+            if not beyond:
+                return None  # no frame at or after the range start: past the end
             meta = self.get_metadata()
             raise MediaDecodeError(
                 f"video range ({start}, {end}) {unit} selects no frame; the video has "
@@ -306,7 +329,7 @@ class AVDecoder:
 
     def _audio_clip(
         self, start: float, end: float, unit: str
-    ) -> tuple[torch.Tensor, tuple[float, float]]:
+    ) -> tuple[torch.Tensor, tuple[float, float]] | None:
         _check_range(start, end, unit)
         stream = self._stream("audio")
         rate = stream.codec_context.sample_rate or stream.sample_rate
@@ -335,11 +358,9 @@ class AVDecoder:
                 break
         self._cursor = None  # audio frames are cut mid-frame: the next range seeks afresh
         if have == 0:
-            duration = self.get_metadata().audio_duration
-            raise MediaDecodeError(
-                f"audio range ({start}, {end}) {unit} selects no sample; the audio has "
-                f"{duration} seconds at {rate} Hz"
-            )
+            if wanted == 0:
+                raise MediaDecodeError(f"audio range ({start}, {end}) {unit} is empty")
+            return None  # the stream ended before the range: past the end
         clip = torch.from_numpy(np.concatenate(chunks, axis=1))
         return clip, (first / rate, (first + have) / rate)
 
@@ -442,15 +463,11 @@ def _rgb(frame: av.VideoFrame, size: tuple[int, int] | None) -> np.ndarray:
 
 
 def _samples(frame: av.AudioFrame) -> np.ndarray:
-    """(channels, samples) float32 in [-1, 1], whatever the decoder's sample format."""
+    """(channels, samples) in the decoder's sample type (Energon's convention)."""
     arr = frame.to_ndarray()
     if not frame.format.is_planar:
         arr = arr.reshape(-1, len(frame.layout.channels)).T
-    if arr.dtype.kind == "f":
-        return arr.astype(np.float32, copy=False)
-    if arr.dtype == np.uint8:
-        return (arr.astype(np.float32) - 128) / 128
-    return arr.astype(np.float32) / 2.0 ** (8 * arr.dtype.itemsize - 1)  # signed PCM full scale
+    return arr
 
 
 def decode_av_part(data: bytes, mode: str, decode_audio: bool = False) -> Any:

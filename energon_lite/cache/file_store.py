@@ -79,7 +79,12 @@ class SystemFileStore(FileStore):
             data = path.read_bytes()
         except FileNotFoundError:
             raise DatasetFormatError(f"{path}: file not found (asked for {name!r})") from None
-        return data, SourceInfo(str(self.base_dir or ""), name, str(self.base_dir or ""), (name,))
+        return data, SourceInfo(
+            dataset_path=str(self.base_dir or ""),
+            index=name,
+            shard_name=str(self.base_dir or ""),
+            file_names=(name,),
+        )
 
     def get_path(self) -> str:
         return str(self.base_dir)
@@ -125,7 +130,9 @@ class WebdatasetFileStore(FileStore):
                 f"{self.root}: sample {key!r} has no part {part!r}; it has {sorted(parts)}"
             )
         shard = self._dataset.shard_names[shard_id]
-        return parts[part], SourceInfo(str(self.root), name, shard, (name,))
+        return parts[part], SourceInfo(
+            dataset_path=str(self.root), index=name, shard_name=shard, file_names=(name,)
+        )
 
     def get_path(self) -> str:
         return str(self.root)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -106,14 +107,20 @@ def preview(root: str | os.PathLike[str], split_part: str = "train", num: int = 
         key, parts = dataset.read(shard_id, index)
         raw = {"__key__": key, "__restore_key__": SampleKey(0, shard_id, index, 0), **parts}
         sample = factory.build(raw, decoder, None)
-        fields = sample.items() if isinstance(sample, dict) else vars(sample).items()
+        fields = (
+            sample.items()
+            if isinstance(sample, dict)
+            else ((f.name, getattr(sample, f.name)) for f in dataclasses.fields(sample))
+        )
         lines.append(f"{dataset.shard_names[shard_id]} #{index} {key}")
         lines.extend(f"    {k}: {_summary(v)}" for k, v in fields if not k.startswith("__"))
     return lines
 
 
-def lint(root: str | os.PathLike[str], progress: bool = True) -> list[str]:
-    """Decode every sample of every split; return one line per sample that fails.
+def lint(
+    root: str | os.PathLike[str], progress: bool = True, split_parts: Sequence[str] | None = None
+) -> list[str]:
+    """Decode every sample of every split (or of ``split_parts``); one line per failure.
 
     A split that cannot be opened (a changed shard, a shard listed twice) is one problem; a
     shard in two splits is one too. Video-text tables also get their media checked, robot
@@ -127,8 +134,9 @@ def lint(root: str | os.PathLike[str], progress: bool = True) -> list[str]:
     root = resolve_path(given)
     problems = kind.lint(given, progress) if kind.lint is not None else []
     split = load_split(root)
+    known = split.split_parts
     owner: dict[str, str] = {}
-    for split_part, shards in split.split_parts.items():
+    for split_part, shards in known.items():
         for shard in dict.fromkeys(shards):
             if shard in owner:
                 problems.append(
@@ -136,7 +144,10 @@ def lint(root: str | os.PathLike[str], progress: bool = True) -> list[str]:
                     f"split {split_part!r}"
                 )
             owner.setdefault(shard, split_part)
-    for split_part in split.split_parts:
+    for split_part in split_parts or known:
+        if split_part not in known:
+            problems.append(f"{split_part}: no such split; the dataset has {sorted(known)}")
+            continue
         try:
             dataset = _open(root, split_part)
         except EnergonLiteError as exc:

@@ -79,7 +79,16 @@ def cmd_prepare(args: argparse.Namespace) -> int:
         print(kind.prepare(Path(args.path), options))
         return 0
 
-    if not args.non_interactive and not args.tar_index_only and sys.stdin.isatty():
+    interactive = not args.non_interactive and not args.tar_index_only and sys.stdin.isatty()
+    meta = Path(args.path) / ".nv-meta"
+    if meta.is_dir() and not args.force_overwrite and not args.tar_index_only and interactive:
+        # Energon asks on a terminal; scripts keep passing --force-overwrite
+        answer = _ask(f"{meta} exists: the dataset was prepared before. Overwrite it? (y/N)", "n")
+        if answer.lower() not in ("y", "yes"):
+            print("Nothing written.")
+            return 0
+        args.force_overwrite = True
+    if interactive:
         _interactive(args)
     field_map = None
     if args.field_map:
@@ -99,12 +108,14 @@ def cmd_prepare(args: argparse.Namespace) -> int:
         tar_index_only=args.tar_index_only,
         force_overwrite=args.force_overwrite,
         allow_duplicate_keys=args.allow_duplicate_keys,
+        dataset_yaml_name=args.dataset_yaml_name,
     )
     print(
         f"Prepared {report.num_samples} samples in {len(report.shard_names)} shards; parts: {', '.join(sorted(report.parts))}"
     )
     for split, shards in report.split_parts.items():
         print(f"  {split}: {len(shards)} shards")
+    print("Done")  # Energon's last line, which scripts look for
     return 0
 
 
@@ -127,15 +138,23 @@ def cmd_info(args: argparse.Namespace) -> int:
 def cmd_preview(args: argparse.Namespace) -> int:
     from energon_lite.cli.info import preview
 
-    for line in preview(args.path, args.split_part, args.num):
-        print(line)
+    for split_part in _split_list(args.split_parts) or [args.split_part]:
+        if args.split_parts:
+            print(f"== {split_part}")
+        for line in preview(args.path, split_part, args.num):
+            print(line)
     return 0
+
+
+def _split_list(text: str | None) -> list[str]:
+    """``--split-parts train,val`` (Energon's form) as a list."""
+    return [part.strip() for part in (text or "").split(",") if part.strip()]
 
 
 def cmd_lint(args: argparse.Namespace) -> int:
     from energon_lite.cli.info import lint
 
-    problems = lint(args.path, progress=not args.quiet)
+    problems = lint(args.path, progress=not args.quiet, split_parts=_split_list(args.split_parts))
     for problem in problems:
         print(problem)
     print(f"{len(problems)} problem(s)")
@@ -196,7 +215,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--tar-index-only", action="store_true", help="only (re)write the .tar.idx files"
     )
     p.add_argument(
-        "--force-overwrite", action="store_true", help="prepare again over an existing .nv-meta"
+        "--force-overwrite",
+        action="store_true",
+        help="overwrite an existing .nv-meta without asking (a terminal asks otherwise)",
     )
     p.add_argument(
         "--allow-duplicate-keys",
@@ -209,6 +230,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="a line file: JSON objects (default for .jsonl) or 'path label' lines",
     )
     p.add_argument("--media-root", help="a meta list: the folder its paths are relative to")
+    p.add_argument(
+        "--dataset-yaml-name",
+        default="dataset.yaml",
+        help="write the sample type and field map to this file in .nv-meta",
+    )
     p.add_argument("--output", help="videos.csv: the index folder (default <stem>.energon)")
     p.add_argument(
         "--missing-media",
@@ -237,12 +263,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("preview", help="print the first samples of a split")
     p.add_argument("path", help="a prepared dataset folder (any kind prepare makes)")
     p.add_argument("--split-part", default="train", help="the split to show (default: train)")
+    p.add_argument("--split-parts", help="comma-separated splits, e.g. train,val (Energon's)")
     p.add_argument("-n", "--num", type=int, default=5, help="how many samples (default: 5)")
     p.set_defaults(fn=cmd_preview)
 
     p = sub.add_parser("lint", help="decode every sample and report the ones that fail")
     p.add_argument("path", help="a prepared dataset folder (any kind prepare makes)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--split-parts", help="comma-separated splits to check (default: all)")
     p.set_defaults(fn=cmd_lint)
 
     p = sub.add_parser("checkpoint", help="inspect a saved loader state")

@@ -1,5 +1,6 @@
 """Decoding of sample parts (images, text, json, npy, video/audio ...) by extension."""
 
-from energon_lite.decode.decoder import SampleDecoder
+from energon_lite.decode.decoder import ALLOW_PICKLE_ENV, SampleDecoder
+from energon_lite.decode.sniff import guess_extension
 
-__all__ = ["SampleDecoder"]
+__all__ = ["ALLOW_PICKLE_ENV", "SampleDecoder", "guess_extension"]

@@ -1,7 +1,8 @@
 """``SampleDecoder``: turns the raw bytes of a sample's parts into Python values by extension.
 
 The extension is the part name's last suffix (``seg.jpg`` -> ``jpg``). Unknown extensions
-stay bytes. ``TaskEncoder.decoder = None`` keeps every part raw.
+stay bytes. ``TaskEncoder.decoder = None`` keeps every part raw. Pickled parts (``.pyd``,
+``.pickle``) run code when unpickled, so they are refused unless the user allows it.
 """
 
 from __future__ import annotations
@@ -9,14 +10,17 @@ from __future__ import annotations
 import importlib.util
 import io
 import json
+import os
 import pickle
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgpack
 import numpy as np
 
 from energon_lite.decode.image import check_image_mode, decode_image
+from energon_lite.decode.sniff import guess_extension
 from energon_lite.errors import ConfigError
 
 IMAGE_EXTS = frozenset(
@@ -28,34 +32,68 @@ AV_EXTS = frozenset(
 )  # fmt: skip
 TEXT_EXTS = frozenset({"txt", "text", "transcript"})
 INT_EXTS = frozenset({"cls", "cls2", "index", "inx", "id"})
+PICKLE_EXTS = frozenset({"pyd", "pickle"})
 AV_MODES = ("AVDecoder", "pyav", "torch")
+ALLOW_PICKLE_ENV = "ENERGON_LITE_ALLOW_PICKLE"
+
+
+def pickle_allowed_by_env() -> bool:
+    """Whether the process allows unpickling sample parts (``ENERGON_LITE_ALLOW_PICKLE=1``)."""
+    return os.environ.get(ALLOW_PICKLE_ENV, "").strip().lower() in ("1", "true", "yes")
 
 
 @dataclass(frozen=True)
 class SampleDecoder:
-    """How parts are decoded (Energon's ``SampleDecoder`` arguments).
+    """How parts are decoded (Energon's ``SampleDecoder`` arguments, plus two of ours).
 
     ``image_decode``: one of ``energon_lite.decode.image.IMAGE_MODES`` ("torchrgb": float
     CHW in [0, 1]; "pil"; "torchuint8"; "rgb8" ...). ``av_decode``: "AVDecoder" (lazy
     decoder object), "pyav" (open container) or "torch" (decoded tensors).
+    ``guess_content``: pick the decoder from the part's first bytes (images, audio, video)
+    instead of its extension when they tell. ``decoders``: ``{extension: fn(bytes)}`` that
+    replace the built-in decoding of those extensions. ``allow_pickle``: unpickle ``.pyd`` /
+    ``.pickle`` parts (refused by default: unpickling runs code stored in the dataset; the
+    environment variable ``ENERGON_LITE_ALLOW_PICKLE=1`` allows it for the whole process).
     """
 
     image_decode: str = "torchrgb"
     av_decode: str = "AVDecoder"
     video_decode_audio: bool = False
+    guess_content: bool = False
+    allow_pickle: bool = False
+    decoders: Mapping[str, Callable[[bytes], Any]] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         check_image_mode(self.image_decode)
         if self.av_decode not in AV_MODES:
             raise ConfigError(f"unknown av_decode={self.av_decode!r}; allowed: {list(AV_MODES)}")
+        for ext, fn in self.decoders.items():
+            if not callable(fn):
+                raise ConfigError(f"SampleDecoder(decoders={{{ext!r}: ...}}) is not callable")
+        object.__setattr__(
+            self, "decoders", {ext.lower().lstrip("."): fn for ext, fn in self.decoders.items()}
+        )
+
+    def config(self) -> dict[str, Any]:
+        """The arguments, as Energon's ``SampleDecoder.config()`` (to compare two decoders)."""
+        return {
+            "image_decode": self.image_decode,
+            "av_decode": self.av_decode,
+            "video_decode_audio": self.video_decode_audio,
+            "guess_content": self.guess_content,
+        }
 
     def decode_part(self, part: str, data: bytes) -> Any:
-        """Decode one part's bytes according to its extension."""
+        """Decode one part's bytes according to its extension (or content, if guessing)."""
         ext = part.rsplit(".", 1)[-1].lower()
+        if ext in self.decoders:
+            return self.decoders[ext](data)
+        if self.guess_content and isinstance(data, (bytes, bytearray, memoryview)):
+            ext = guess_extension(data) or ext
         if ext in IMAGE_EXTS:
             return decode_image(data, self.image_decode)
         if ext in TEXT_EXTS:
-            return data.decode("utf-8")
+            return bytes(data).decode("utf-8")
         if ext == "json":
             return json.loads(data)
         if ext in INT_EXTS:
@@ -70,7 +108,13 @@ class SampleDecoder:
             import torch
 
             return torch.load(io.BytesIO(data), weights_only=True)
-        if ext in ("pyd", "pickle"):
+        if ext in PICKLE_EXTS:
+            if not (self.allow_pickle or pickle_allowed_by_env()):
+                raise ConfigError(
+                    f"part {part!r} is a pickle; unpickling runs code stored in the dataset, so "
+                    "it is refused by default. If you trust this dataset, allow it in code with "
+                    f"SampleDecoder(allow_pickle=True) or for the process with {ALLOW_PICKLE_ENV}=1"
+                )
             return pickle.loads(data)
         if ext in AV_EXTS:
             from energon_lite.av import decode_av_part
@@ -78,15 +122,30 @@ class SampleDecoder:
             return decode_av_part(data, self.av_decode, self.video_decode_audio)
         return data
 
-    def decode(self, raw: dict[str, Any], parts: frozenset[str] | None = None) -> dict[str, Any]:
-        """Decode the parts of a raw sample (only ``parts`` if given); keys stay as they are."""
+    def decode(self, raw: dict[str, Any] | str, parts: frozenset[str] | bytes | None = None) -> Any:
+        """Decode the parts of a raw sample (only ``parts`` if given); keys stay as they are.
+
+        Energon's form ``decode(file_name, data)`` decodes one file's bytes.
+        """
+        if isinstance(raw, str):
+            if not isinstance(parts, (bytes, bytearray, memoryview)):
+                raise ConfigError(f"SampleDecoder.decode({raw!r}, data): data must be bytes")
+            return self.decode_part(raw, bytes(parts))
+        wanted = parts if isinstance(parts, frozenset) else None
         out: dict[str, Any] = {}
         for name, value in raw.items():
-            if name.startswith("__") or (parts is not None and name not in parts):
+            if name.startswith("__") or (wanted is not None and name not in wanted):
                 out[name] = value
             else:
-                out[name] = self.decode_part(name, value)
+                try:
+                    out[name] = self.decode_part(name, value)
+                except ConfigError as exc:
+                    raise ConfigError(f"sample {raw.get('__key__')!r}: {exc}") from None
         return out
+
+    def __call__(self, sample: dict[str, Any]) -> dict[str, Any]:
+        """Decode every part of a raw sample dict (Energon's ``decoder(sample)``)."""
+        return self.decode(sample)
 
 
 def require_av(where: str, parts: frozenset[str] | None = None) -> None:

@@ -28,7 +28,12 @@ class JsonlFileStore(FileStore):
         except ValueError:
             raise DatasetFormatError(f"{self.path}: {name!r} is no '<line>.json' name") from None
         _, parts = self._source.read(0, line)
-        return parts["json"], SourceInfo(str(self.path), line, self.path.name, (f"{line}.json",))
+        return parts["json"], SourceInfo(
+            dataset_path=str(self.path),
+            index=line,
+            shard_name=self.path.name,
+            file_names=(f"{line}.json",),
+        )
 
     def get_path(self) -> str:
         return str(self.path)

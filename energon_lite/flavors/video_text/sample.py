@@ -62,6 +62,11 @@ class VideoTextSample(Sample):
             raise MediaDecodeError(
                 f"sample {self.__key__!r}: cannot decode {self.path}: {exc}"
             ) from exc
+        if len(data.video_clips) != len(ranges):  # ranges past the end give no clip
+            raise MediaDecodeError(
+                f"sample {self.__key__!r} ({self.path}): frames up to {ranges[-1][1]} asked, "
+                f"the video ends before; the CSV says num_frames={self.num_frames}"
+            )
         for (start, end), clip in zip(ranges, data.video_clips):
             if len(clip) != end - start + 1:
                 raise MediaDecodeError(

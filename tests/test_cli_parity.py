@@ -1,0 +1,94 @@
+"""Energon's prepare/preview/lint options: the overwrite question on a terminal,
+--dataset-yaml-name, --split-parts for preview and lint."""
+
+from __future__ import annotations
+
+import os
+import pty
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from energon_lite import WorkerConfig, get_loader, get_val_dataset
+from energon_lite.cli import main
+from energon_lite.synth.shards import write_captioning_shards
+
+
+def _prepare_args(path: Path, *extra: str) -> list[str]:
+    return [
+        "prepare", str(path), "--split-ratio", "1,1", "--sample-type", "TextSample",
+        "--field-map", '{"text": "txt"}', *extra,
+    ]  # fmt: skip
+
+
+def _on_terminal(args: list[str], answer: bytes) -> tuple[int, str]:
+    """Run the CLI with a pseudo-terminal as stdin, typing ``answer``."""
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "energon_lite.cli", *args],
+            stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        os.write(master, answer)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        os.close(master)
+        os.close(slave)
+    return proc.returncode, out.decode()
+
+
+def test_prepare_asks_before_overwriting_on_a_terminal(tmp_path: Path) -> None:
+    write_captioning_shards(tmp_path, 40, 10, image_size=(8, 8))
+    assert main([*_prepare_args(tmp_path), "--non-interactive"]) == 0
+    info = tmp_path / ".nv-meta/.info.json"
+    stamp = info.stat().st_mtime_ns
+    code, out = _on_terminal(_prepare_args(tmp_path), b"n\n")
+    assert code == 0 and "Overwrite it?" in out and "Nothing written" in out
+    assert info.stat().st_mtime_ns == stamp
+    code, out = _on_terminal(_prepare_args(tmp_path), b"y\n" + b"\n" * 10)
+    assert code == 0, out
+    assert "Prepared 40 samples" in out and out.rstrip().endswith("Done")
+    assert info.stat().st_mtime_ns != stamp
+    # scripts: no terminal, no question; the flag is still required
+    done = subprocess.run(
+        [sys.executable, "-m", "energon_lite.cli", *_prepare_args(tmp_path)],
+        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode != 0 and "--force-overwrite" in done.stderr
+    assert main([*_prepare_args(tmp_path), "--force-overwrite"]) == 0
+
+
+def test_dataset_yaml_name(tmp_path: Path) -> None:
+    write_captioning_shards(tmp_path, 20, 10, image_size=(8, 8))
+    assert main([*_prepare_args(tmp_path), "--non-interactive"]) == 0
+    assert main([
+        *_prepare_args(tmp_path, "--force-overwrite", "--dataset-yaml-name", "captions.yaml"),
+        "--sample-type", "CaptioningSample", "--field-map", '{"image": "jpg", "caption": "txt"}',
+    ]) == 0  # fmt: skip
+    meta = tmp_path / ".nv-meta"
+    assert "TextSample" in (meta / "dataset.yaml").read_text()  # kept
+    assert "CaptioningSample" in (meta / "captions.yaml").read_text()
+    ds = get_val_dataset(
+        tmp_path, worker_config=WorkerConfig(0, 1, 0), batch_size=None,
+        split_part="train", dataset_config="captions.yaml",
+    )  # fmt: skip
+    assert {type(s).__name__ for s in get_loader(ds)} == {"CaptioningSample"}
+    bad = _prepare_args(tmp_path, "--force-overwrite", "--dataset-yaml-name", "../x.yaml")
+    assert main(bad) != 0 and not (tmp_path / "x.yaml").exists()
+
+
+def test_preview_and_lint_take_split_parts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_captioning_shards(tmp_path, 40, 10, image_size=(8, 8), key_format="k{:03d}")
+    assert main([*_prepare_args(tmp_path), "--non-interactive"]) == 0
+    capsys.readouterr()
+    assert main(["preview", str(tmp_path), "--split-parts", "train,val", "-n", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "== train" in out and "== val" in out and out.count("    text: ") == 2
+    assert main(["lint", str(tmp_path), "--quiet", "--split-parts", "val"]) == 0
+    assert "0 problem(s)" in capsys.readouterr().out
+    assert main(["lint", str(tmp_path), "--quiet", "--split-parts", "val,test"]) == 1
+    assert "test: no such split" in capsys.readouterr().out
