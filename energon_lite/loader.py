@@ -12,6 +12,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from energon_lite.cache.no_cache import CachePool
 from energon_lite.decode import SampleDecoder
 from energon_lite.errors import ConfigError
 from energon_lite.kinds import resolve_path
@@ -230,6 +231,11 @@ def _loader_options(dataset: SavableDataset, options: dict[str, Any]) -> dict[st
             f"{dataset.worker_config}; pass the same one (or none)"
         )
     cache_pool = options.pop("cache_pool", None)
+    if cache_pool is not None and not isinstance(cache_pool, CachePool):
+        raise ConfigError(
+            f"cache_pool={type(cache_pool).__name__} object: need a CachePool "
+            "(FileStoreCachePool or NoCachePool)"
+        )
     if cache_pool is not None:  # cookers reach it as TaskEncoder.cache, in every worker
         dataset.pipeline.task_encoder._cache_pool = cache_pool  # type: ignore[attr-defined]
     if options.pop("fail_on_timeout", False):  # the watchdog raises: a batch timeout

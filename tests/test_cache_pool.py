@@ -60,7 +60,11 @@ def test_get_reads_through_and_records_the_source(files: Path, tmp_path: Path) -
     assert pool.get(store, "f3.bin", sample) == bytes([3]) * 30_000
     assert pool.get(store, "f3.bin") == bytes([3]) * 30_000  # second time from the cache
     assert len(_fetches(log)) == 1
-    assert sample["__sources__"] == (SourceInfo(str(files), "f3.bin", str(files), ("f3.bin",)),)
+    assert sample["__sources__"] == (
+        SourceInfo(
+            dataset_path=str(files), index="f3.bin", shard_name=str(files), file_names=("f3.bin",)
+        ),
+    )
     pool.close()
 
 

@@ -16,12 +16,16 @@ from energon_lite import (
     Sample,
     TextSample,
     WorkerConfig,
+    allow_sample_type_modules,
     get_loader,
     get_savable_loader,
     get_train_dataset,
     prepare_dataset,
 )
 from energon_lite.testing import assert_loader_resumes
+
+# the join specs below name joiners of this test module: trusted like a user's own code
+allow_sample_type_modules(__name__)
 
 HEAD = "__module__: megatron.energon\n__class__: MetadatasetV2\nsplits:\n  train:\n"
 
