@@ -26,6 +26,8 @@ from energon_lite.errors import ConfigError, DatasetFormatError
 from energon_lite.index.meta import META_DIR, DatasetInfo, expand, write_info, write_split
 from energon_lite.index.tar_index import ShardScan, scan_shard, write_index
 from energon_lite.samples import SAMPLE_TYPES, sample_field_names
+from energon_lite.storage import RemotePath, StoragePath, as_path
+from energon_lite.storage.ops import downloaded, list_files, write_atomic
 
 VERSION_TAG = "energon_lite 0.1.0"
 
@@ -34,7 +36,7 @@ VERSION_TAG = "energon_lite 0.1.0"
 class PrepareReport:
     """What prepare wrote: shards in id order, their counts, parts seen and the splits."""
 
-    root: Path
+    root: StoragePath
     shard_names: list[str]
     shard_counts: list[int]
     parts: set[str]
@@ -45,8 +47,10 @@ class PrepareReport:
         return sum(self.shard_counts)
 
 
-def find_shards(root: Path) -> list[str]:
+def find_shards(root: StoragePath) -> list[str]:
     """Relative paths of the ``.tar`` files under ``root`` (``.nv-meta`` excluded), sorted."""
+    if isinstance(root, RemotePath):  # one listing of the prefix
+        return [n for n in list_files(root, ".tar") if not n.startswith(META_DIR)]
     found = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(META_DIR))
@@ -56,15 +60,16 @@ def find_shards(root: Path) -> list[str]:
     return sorted(found)
 
 
-def _scan(args: tuple[str, str]) -> ShardScan:
+def _scan(args: tuple[StoragePath, str]) -> ShardScan:
     path, name = args
-    return scan_shard(path, display_name=name)
+    with downloaded(path) as local:  # a remote shard: one sequential GET into a temp file
+        return scan_shard(local, display_name=name)
 
 
 def scan_shards(
-    root: Path, shards: Sequence[str], num_workers: int, progress: bool
+    root: StoragePath, shards: Sequence[str], num_workers: int, progress: bool
 ) -> list[ShardScan]:
-    jobs = [(str(root / name), str(root / name)) for name in shards]
+    jobs = [(root / name, str(root / name)) for name in shards]
     bar = tqdm(total=len(jobs), desc="indexing shards", unit="shard", disable=not progress)
     try:
         if num_workers <= 1:
@@ -147,7 +152,7 @@ def dataset_yaml(
     return config
 
 
-def check_field_map(field_map: dict[str, str], parts: set[str], root: Path) -> None:
+def check_field_map(field_map: dict[str, str], parts: set[str], root: StoragePath) -> None:
     """Every field must name a part that at least one sample has."""
     for field_name, spec in field_map.items():
         part = spec.split("[", 1)[0]
@@ -159,7 +164,7 @@ def check_field_map(field_map: dict[str, str], parts: set[str], root: Path) -> N
 
 
 def prepare_dataset(
-    root: str | os.PathLike[str],
+    root: str | os.PathLike[str] | RemotePath,
     *,
     split_ratio: Sequence[tuple[str, float]] | None = None,
     split_parts: Sequence[tuple[str, str]] | None = None,
@@ -176,7 +181,7 @@ def prepare_dataset(
     progress: bool = True,
 ) -> PrepareReport:
     """Index every shard under ``root`` and write ``.nv-meta`` (see FORMATS.md)."""
-    root = Path(root)
+    root = as_path(root)
     if not root.is_dir():
         raise DatasetFormatError(f"{root}: not a directory")
     meta = root / META_DIR
@@ -199,7 +204,8 @@ def prepare_dataset(
     if field_map is not None:
         check_field_map(field_map, parts, root)
     report = PrepareReport(root, shards, [scan.count for scan in scans], parts)
-
+    for name, scan in zip(shards, scans):  # indexes first: the metadata names them last
+        write_index(root / name, scan.offsets)
     if not tar_index_only:
         if split_ratio is not None:
             report.split_parts = split_by_ratio(
@@ -208,14 +214,17 @@ def prepare_dataset(
         else:
             report.split_parts = split_by_patterns(shards, split_parts or ())
         _write_meta(root, report, config or {}, list(exclude))
-    for name, scan in zip(shards, scans):
-        write_index(root / name, scan.offsets)
     return report
 
 
 def _write_meta(
-    root: Path, report: PrepareReport, config: dict[str, Any], exclude: list[str]
+    root: StoragePath, report: PrepareReport, config: dict[str, Any], exclude: list[str]
 ) -> None:
+    if isinstance(root, RemotePath):  # each object is one PUT; .info.json, read first, last
+        write_split(root / META_DIR, report.split_parts, exclude)
+        write_atomic(root / META_DIR / "dataset.yaml", yaml.safe_dump(config, sort_keys=False).encode())  # fmt: skip
+        write_info(root / META_DIR, DatasetInfo(report.shard_names, report.shard_counts, VERSION_TAG))  # fmt: skip
+        return
     meta = root / META_DIR
     tmp = root / f"{META_DIR}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)

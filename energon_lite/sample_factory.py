@@ -13,12 +13,13 @@ import importlib
 import importlib.util
 import re
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from energon_lite.decode import SampleDecoder
 from energon_lite.errors import DatasetFormatError
 from energon_lite.samples import SAMPLE_TYPES, SourceInfo
+from energon_lite.storage import StoragePath
+from energon_lite.storage.ops import local_copy
 
 _OUR_MODULES = ("megatron.energon", "energon_lite", "energon_lite.samples")
 _INDEX = re.compile(r"\[([^\]]*)\]")
@@ -44,14 +45,16 @@ def resolve_class(spec: Any, where: str) -> type:
         ) from None
 
 
-def _load_function(spec: str, meta_dir: Path, where: str) -> Callable[..., Any]:
+def _load_function(spec: str, meta_dir: StoragePath, where: str) -> Callable[..., Any]:
     file, sep, name = spec.partition(":")
     if not sep:
         raise DatasetFormatError(f"{where}: {spec!r} must look like 'file.py:function'")
     path = meta_dir / file
     if not path.is_file():
         raise DatasetFormatError(f"{where}: {spec!r}: file {path} not found")
-    module_spec = importlib.util.spec_from_file_location(f"energon_lite_user_{path.stem}", path)
+    module_spec = importlib.util.spec_from_file_location(
+        f"energon_lite_user_{path.stem}", local_copy(path)
+    )
     if module_spec is None or module_spec.loader is None:
         raise DatasetFormatError(f"{where}: {path} cannot be loaded as a Python module")
     module = importlib.util.module_from_spec(module_spec)
@@ -76,7 +79,7 @@ def _parse_field(spec: str, where: str) -> tuple[str, list[str | int]]:
 class SampleFactory:
     """``build(raw, decoder, subflavors)``: a raw sample of one dataset -> typed sample or crude dict."""
 
-    def __init__(self, config: dict[str, Any], meta_dir: Path) -> None:
+    def __init__(self, config: dict[str, Any], meta_dir: StoragePath) -> None:
         where = str(meta_dir / "dataset.yaml")
         self.root = str(meta_dir.parent)
         self.crude = config.get("__class__") in CRUDE_CLASSES

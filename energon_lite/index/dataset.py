@@ -13,7 +13,6 @@ import hashlib
 import itertools
 import os
 from collections import OrderedDict
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,6 +21,7 @@ from energon_lite.errors import DatasetFormatError
 from energon_lite.index.meta import load_dataset_config, load_info, load_split
 from energon_lite.index.tar import first_member_name, parse_sample, split_name
 from energon_lite.index.tar_index import open_index
+from energon_lite.storage import RemotePath, ShardFile, StoragePath, as_path
 
 _MAX_OPEN_FILES = 32
 _MAX_OPEN_INDEXES = 256
@@ -32,17 +32,17 @@ class PreparedDataset:
 
     def __init__(
         self,
-        root: str | os.PathLike[str],
+        root: str | os.PathLike[str] | RemotePath,
         split_part: str,
         *,
         split_config: str = "split.yaml",
         dataset_config: str = "dataset.yaml",
         subset: tuple[int | str, int | str] | None = None,
     ) -> None:
-        self.root = Path(root)
+        self.root = as_path(root)
         self.split_part = split_part
         self._pid = os.getpid()
-        self._files: OrderedDict[int, int] = OrderedDict()
+        self._files: OrderedDict[int, ShardFile] = OrderedDict()
         self._indexes: dict[int, np.ndarray] = {}
         info = load_info(self.root)
         split = load_split(self.root, split_config)
@@ -138,7 +138,7 @@ class PreparedDataset:
 
     # I/O ------------------------------------------------------------------------------
 
-    def _fd(self, shard_id: int) -> int:
+    def _fd(self, shard_id: int) -> ShardFile:
         if os.getpid() != self._pid:  # forked: never share file offsets or maps with the parent
             self._files.clear()
             self._indexes.clear()
@@ -146,8 +146,8 @@ class PreparedDataset:
         fd = self._files.get(shard_id)
         if fd is None:
             if len(self._files) >= _MAX_OPEN_FILES:
-                os.close(self._files.popitem(last=False)[1])
-            fd = os.open(self.root / self.shard_names[shard_id], os.O_RDONLY)
+                self._files.popitem(last=False)[1].close()
+            fd = ShardFile(self.root / self.shard_names[shard_id])
             self._files[shard_id] = fd
         else:
             self._files.move_to_end(shard_id)
@@ -178,7 +178,7 @@ class PreparedDataset:
             )
         bounds = offsets[start : end + 1].astype(np.int64).tolist()
         base = bounds[0]
-        buf = os.pread(self._fd(shard_id), bounds[-1] - base, base)
+        buf = self._fd(shard_id).pread(bounds[-1] - base, base)
         where = str(self.root / self.shard_names[shard_id])
         if len(buf) != bounds[-1] - base:
             raise DatasetFormatError(f"{where}: file is shorter than its .tar.idx says")
@@ -205,8 +205,8 @@ class PreparedDataset:
         return set(found.values())
 
     def close(self) -> None:
-        for fd in self._files.values():
-            os.close(fd)
+        for shard in self._files.values():
+            shard.close()
         self._files.clear()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -216,7 +216,7 @@ class PreparedDataset:
         return state
 
 
-def _resolve_bound(bound: int | str, total: int, root: Path) -> int:
+def _resolve_bound(bound: int | str, total: int, root: StoragePath) -> int:
     if isinstance(bound, int) and not isinstance(bound, bool):
         return bound
     text = str(bound).strip()

@@ -7,31 +7,36 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import braceexpand
 import yaml
 
 from energon_lite.errors import DatasetFormatError
+from energon_lite.storage import RemotePath, StoragePath, as_path
+from energon_lite.storage.ops import write_atomic
 
 META_DIR = ".nv-meta"
 INFO_JSON = ".info.json"
 INFO_YAML = ".info.yaml"
 
 
-def load_yaml(path: str | os.PathLike[str]) -> Any:
+def load_yaml(path: str | os.PathLike[str] | RemotePath) -> Any:
     """Parse a YAML (or JSON) file; a syntax error names the file and line."""
-    path = Path(path)
+    where_file = as_path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = where_file.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise DatasetFormatError(f"{path}: file not found") from None
+        raise DatasetFormatError(f"{where_file}: file not found") from None
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+        where = (
+            f"{where_file}:{mark.line + 1}:{mark.column + 1}"
+            if mark is not None
+            else str(where_file)
+        )
         problem = getattr(exc, "problem", None) or str(exc)
         raise DatasetFormatError(f"{where}: YAML syntax error: {problem}") from None
 
@@ -55,8 +60,8 @@ class DatasetInfo:
     energon_version: str | None = None
 
 
-def load_info(root: str | os.PathLike[str]) -> DatasetInfo:
-    meta = Path(root) / META_DIR
+def load_info(root: str | os.PathLike[str] | RemotePath) -> DatasetInfo:
+    meta = as_path(root) / META_DIR
     json_path, yaml_path = meta / INFO_JSON, meta / INFO_YAML
     if json_path.is_file():
         try:
@@ -80,23 +85,23 @@ def load_info(root: str | os.PathLike[str]) -> DatasetInfo:
     return DatasetInfo(list(counts), list(counts.values()), data.get("energon_version"))
 
 
-def write_info(meta_dir: Path, info: DatasetInfo) -> None:
+def write_info(meta_dir: StoragePath, info: DatasetInfo) -> None:
     payload = {
         "energon_version": info.energon_version,
         "shard_counts": dict(zip(info.shard_names, info.shard_counts)),
     }
-    (meta_dir / INFO_JSON).write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    write_atomic(meta_dir / INFO_JSON, (json.dumps(payload, indent=2) + "\n").encode())
 
 
 @dataclass
 class SplitConfig:
     split_parts: dict[str, list[str]]  # brace-expanded shard names per split
     exclude: list[str]  # brace-expanded: shard names or "<shard>/<sample key>"
-    source: Path
+    source: StoragePath
 
 
-def load_split(root: str | os.PathLike[str], name: str = "split.yaml") -> SplitConfig:
-    meta = Path(root) / META_DIR
+def load_split(root: str | os.PathLike[str] | RemotePath, name: str = "split.yaml") -> SplitConfig:
+    meta = as_path(root) / META_DIR
     path = meta / name
     if not path.is_file() and name == "split.yaml" and (meta / "split.json").is_file():
         path = meta / "split.json"
@@ -112,14 +117,17 @@ def load_split(root: str | os.PathLike[str], name: str = "split.yaml") -> SplitC
     return SplitConfig(parts, expand(data.get("exclude") or []), path)
 
 
-def write_split(meta_dir: Path, split_parts: dict[str, list[str]], exclude: list[str]) -> None:
+def write_split(
+    meta_dir: StoragePath, split_parts: dict[str, list[str]], exclude: list[str]
+) -> None:
     payload = {"split_parts": split_parts, "exclude": exclude}
-    with open(meta_dir / "split.yaml", "w", encoding="utf-8") as file:
-        yaml.safe_dump(payload, file, sort_keys=False)
+    write_atomic(meta_dir / "split.yaml", yaml.safe_dump(payload, sort_keys=False).encode())
 
 
-def load_dataset_config(root: str | os.PathLike[str], name: str = "dataset.yaml") -> dict[str, Any]:
-    path = Path(root) / META_DIR / name
+def load_dataset_config(
+    root: str | os.PathLike[str] | RemotePath, name: str = "dataset.yaml"
+) -> dict[str, Any]:
+    path = as_path(root) / META_DIR / name
     data = load_yaml(path)
     if not isinstance(data, dict):
         raise DatasetFormatError(f"{path}: must be a mapping (sample_type/field_map or __class__)")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from energon_lite.errors import DatasetFormatError
 
@@ -164,21 +164,27 @@ def parse_sample(buf: bytes | memoryview, base: int, where: str) -> tuple[str, d
     return key, parts
 
 
-def first_member_name(fd: int, offset: int, where: str) -> str:
-    """The path of the first regular member whose headers start at ``offset`` (headers only)."""
+class _Preadable(Protocol):
+    def pread(self, size: int, offset: int) -> bytes: ...
+
+
+def first_member_name(fd: int | _Preadable, offset: int, where: str) -> str:
+    """The path of the first regular member whose headers start at ``offset`` (headers only);
+    ``fd`` is a file descriptor or an object with ``pread(size, offset)`` (a remote shard)."""
+    pread = fd.pread if not isinstance(fd, int) else lambda n, at: os.pread(fd, n, at)
     long_name: str | None = None
     pax: dict[str, str] = {}
     while True:
-        header = os.pread(fd, BLOCK, offset)
+        header = pread(BLOCK, offset)
         if len(header) < BLOCK or not _checksum_ok(header):
             raise DatasetFormatError(f"{where}: no valid tar header at byte {offset}")
         typeflag = header[156:157]
         size = _octal(header[124:136], where)
         data = offset + BLOCK
         if typeflag == b"L":
-            long_name = os.pread(fd, size, data).rstrip(b"\0").decode("utf-8")
+            long_name = pread(size, data).rstrip(b"\0").decode("utf-8")
         elif typeflag == b"x":
-            pax = _pax_records(os.pread(fd, size, data))
+            pax = _pax_records(pread(size, data))
         elif typeflag in _REGULAR:
             name = pax.get("path") or long_name
             if name is None:

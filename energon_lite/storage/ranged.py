@@ -1,0 +1,65 @@
+"""``ShardFile``: ``pread`` on a shard, local (one system call) or remote (windows with read-ahead).
+
+A remote ``pread(n, offset)`` that misses the windows already fetched issues one ranged GET
+of ``max(n, READAHEAD)`` bytes from ``offset``: the Reader asks for a chunk of consecutive
+samples at a time, and the window covers the chunks that follow, so a slice of a shard costs
+one or two requests, never one per sample. Windows are kept in a small per-process LRU
+(``READAHEAD * WINDOWS`` bytes at most), dropped after a fork with the rest of the client.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from pathlib import Path
+
+from energon_lite.storage import ops
+from energon_lite.storage.path import RemotePath, StoragePath
+
+READAHEAD = int(os.environ.get("ENERGON_LITE_READAHEAD_BYTES", str(1 << 20)))
+WINDOWS = 8
+
+_windows: OrderedDict[tuple[RemotePath, int], bytes] = OrderedDict()
+_pid = os.getpid()
+
+
+class ShardFile:
+    """Random reads of one shard; open it per process (local files hold a descriptor)."""
+
+    def __init__(self, path: StoragePath) -> None:
+        self.path = path
+        self._fd: int | None = None
+        if isinstance(path, Path):
+            try:
+                self._fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:
+                from energon_lite.errors import DatasetFormatError
+
+                raise DatasetFormatError(f"{path}: shard file not found") from None
+
+    def pread(self, size: int, offset: int) -> bytes:
+        if self._fd is not None:
+            return os.pread(self._fd, size, offset)
+        assert isinstance(self.path, RemotePath)  # no descriptor: a remote shard
+        return _remote_pread(self.path, size, offset)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _remote_pread(path: RemotePath, size: int, offset: int) -> bytes:
+    global _pid
+    if os.getpid() != _pid:
+        _windows.clear()
+        _pid = os.getpid()
+    for (win_path, start), data in reversed(_windows.items()):
+        if win_path == path and start <= offset and offset + size <= start + len(data):
+            _windows.move_to_end((win_path, start))
+            return data[offset - start : offset + size - start]
+    data = ops.read_range(path, offset, offset + max(size, READAHEAD))
+    _windows[(path, offset)] = data
+    while len(_windows) > WINDOWS:
+        _windows.popitem(last=False)
+    return data[:size]
