@@ -21,7 +21,9 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from energon_lite.errors import ConfigError, StateError
-from energon_lite.pipeline import DatasetPipeline, Leaf, Pipeline, PipelineOptions
+from energon_lite.kinds import resolve_path
+from energon_lite.leaf import Leaf
+from energon_lite.pipeline import DatasetPipeline, Pipeline, PipelineOptions
 from energon_lite.stages.group_batch import BucketSync
 from energon_lite.state import STATE_VERSION, check_same_config, check_state_shape
 from energon_lite.task_encoder import DefaultTaskEncoder, TaskEncoder
@@ -272,10 +274,7 @@ def _leaves_for(
         return load_metadataset(path, split_part)
     if not path.exists():
         raise ConfigError(f"dataset path {path} does not exist")
-    if path.suffix == ".csv":  # a video-text table: load its prepared index
-        from energon_lite.flavors.video_text.layout import resolve_prepared
-
-        path = resolve_prepared(path)
+    path = resolve_path(path)  # e.g. a video-text CSV -> the folder it was prepared into
     leaf = Leaf(
         path,
         split_part,

@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from energon_lite.errors import DatasetFormatError
-from energon_lite.index.dataset import PreparedDataset
 from energon_lite.index.meta import META_DIR, load_yaml
-from energon_lite.pipeline import Leaf
+from energon_lite.kinds import open_source, resolve_path
+from energon_lite.leaf import Leaf
 
 _MODULES = ("megatron.energon", "energon_lite")
 _TOP_KEYS = ("__module__", "__class__", "splits")
@@ -207,12 +207,16 @@ def _reference(
         raise (where / "path").error(
             f"{target} does not exist; a prepared dataset folder or a .yaml"
         )
-    if not (target / META_DIR).is_dir():
+    try:
+        prepared = resolve_path(target)
+    except DatasetFormatError as exc:
+        raise (where / "path").error(str(exc)) from None
+    if not (prepared / META_DIR).is_dir():
         raise (where / "path").error(
             f"{target} has no {META_DIR}; run `energon-lite prepare` on it"
         )
     leaf = Leaf(
-        target,
+        prepared,
         split_part,
         subflavors=inner.subflavors,
         shuffle_over_epochs_multiplier=multiplier,
@@ -228,12 +232,7 @@ def _resolve_subset(
 ) -> tuple[int, int] | None:
     """Open the leaf's split (checks it) and turn absolute-then-relative ranges into indices."""
     try:
-        dataset = PreparedDataset(
-            leaf.path,
-            leaf.split_part,
-            split_config=leaf.split_config,
-            dataset_config=leaf.dataset_config,
-        )
+        dataset = open_source(leaf)
     except DatasetFormatError as exc:
         raise (where / "split_part").error(f"split {leaf.split_part!r}: {exc}") from None
     total = len(dataset)

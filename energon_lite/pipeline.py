@@ -11,13 +11,13 @@ hook, a limit). ``fingerprint()`` lists everything a saved state must match.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from energon_lite.errors import ConfigError, FailureTracker
-from energon_lite.index.dataset import PreparedDataset
 from energon_lite.index.meta import META_DIR
+from energon_lite.kinds import open_source
+from energon_lite.leaf import Leaf
 from energon_lite.reader import Reader
 from energon_lite.sample_factory import SampleFactory
 from energon_lite.stage import Stage
@@ -28,21 +28,6 @@ from energon_lite.stages.map import Map
 from energon_lite.stages.shuffle import ShuffleBuffer
 from energon_lite.task_encoder import TaskEncoder
 from energon_lite.worker import WorkerConfig, WorkerSlot
-
-
-@dataclass
-class Leaf:
-    """One dataset of a (meta)dataset, with how it takes part in the blend."""
-
-    path: Path
-    split_part: str
-    weight: float | None = None  # blend
-    repetitions: float | None = None  # blend_epochized
-    subflavors: dict[str, Any] | None = None
-    subset: tuple[int | str, int | str] | None = None  # ints, "N%" or "end"
-    shuffle_over_epochs_multiplier: int | None = 1
-    split_config: str = "split.yaml"
-    dataset_config: str = "dataset.yaml"
 
 
 @dataclass
@@ -58,7 +43,6 @@ class PipelineOptions:
     limit: int | None = None
     failure_tolerance: int = 100
     bucket_sync: dict[str, Any] | None = None  # GroupBatch's synchronised mode (BucketSync)
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class Pipeline(Protocol):
@@ -88,7 +72,7 @@ class DatasetPipeline:
         self.blend_mode = blend_mode
         self.task_encoder = task_encoder
         self.options = options
-        self.datasets = [self._open(leaf) for leaf in leaves]
+        self.datasets = [open_source(leaf) for leaf in leaves]
         self.specs = [  # dataset.yaml subflavors, overridden by the metadataset's
             LeafSpec(
                 SampleFactory(ds.config, ds.root / META_DIR),
@@ -102,24 +86,6 @@ class DatasetPipeline:
                 "override encode_sample without packing, or preencode_sample with packing"
             )
         self._check_rank_has_work(worker_config)
-
-    @staticmethod
-    def _open(leaf: Leaf) -> PreparedDataset:
-        from energon_lite.flavors.video_text.layout import is_video_text
-
-        if is_video_text(leaf.path):  # a CSV of clips or its prepared folder
-            from energon_lite.flavors.video_text.source import VideoTextSource
-
-            opener: type[PreparedDataset] = VideoTextSource
-        else:
-            opener = PreparedDataset
-        return opener(
-            leaf.path,
-            leaf.split_part,
-            split_config=leaf.split_config,
-            dataset_config=leaf.dataset_config,
-            subset=leaf.subset,
-        )
 
     # wiring -------------------------------------------------------------------------------
 

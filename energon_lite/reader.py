@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 
 from energon_lite.errors import StateError
-from energon_lite.index.dataset import PreparedDataset
 from energon_lite.rng import CounterRng, Permutation, derive_seed, mix_draws
+from energon_lite.source import Source
 from energon_lite.stage import Stage
 
 _CHUNK = 16  # samples read per pread from an open slice
@@ -39,7 +39,7 @@ class Reader(Stage):
 
     def __init__(
         self,
-        dataset: PreparedDataset,
+        dataset: Source,
         *,
         leaf_id: int,
         seed: int,

@@ -11,8 +11,8 @@ import itertools
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from energon_lite.index.dataset import PreparedDataset
 from energon_lite.reader import Reader
+from energon_lite.source import Source
 from energon_lite.stage import Stage
 from energon_lite.state import decode_state, encode_state
 
@@ -103,7 +103,7 @@ def assert_loader_resumes(
     return reference
 
 
-def make_reader(dataset: PreparedDataset, **options: Any) -> Reader:
+def make_reader(dataset: Source, **options: Any) -> Reader:
     """A Reader of ``dataset`` as the only worker, for stage tests; ``options`` override
     the defaults (seed 0, shuffled slices of 10, two open slices, one epoch)."""
     settings: dict[str, Any] = {

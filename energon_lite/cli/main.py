@@ -67,34 +67,17 @@ def _interactive(args: argparse.Namespace) -> None:
         args.field_map = json.dumps(field_map)
 
 
-def _is_episode_folder(path: Path) -> bool:
-    """A folder of HDF5 robot episodes (and no tar shards) is prepared as episodes."""
-    if not path.is_dir() or any(path.rglob("*.tar")):
-        return False
-    return any(path.glob("*.hdf5")) or any(path.glob("*.h5"))
-
-
 def cmd_prepare(args: argparse.Namespace) -> int:
+    from energon_lite.kinds import kind_of
     from energon_lite.prepare import prepare_dataset
 
-    if Path(args.path).suffix == ".csv":  # an Open-Sora style video-text table
-        from energon_lite.flavors.video_text import prepare_video_text
-
-        vt = prepare_video_text(
-            args.path,
-            args.output,
-            split_ratio=_parse_ratio(args.split_ratio) if args.split_ratio else None,
-            missing_media=args.missing_media,
-        )
-        print(f"Indexed {vt.num_rows} rows into {vt.output}; splits: {vt.splits}")
-        if vt.num_missing_media:
-            print(f"  {vt.num_missing_media} row(s) name a missing media file (skipped at load)")
-        return 0
-
-    if _is_episode_folder(Path(args.path)):
-        from energon_lite.flavors.episodes import prepare_episodes
-
-        print(f"Indexed robot episodes: {prepare_episodes(args.path)}")
+    kind = kind_of(args.path)
+    if kind.prepare is not None:  # a dataset kind of a flavor (video-text table, episodes ...)
+        options = {
+            **vars(args),
+            "split_ratio": _parse_ratio(args.split_ratio) if args.split_ratio else None,
+        }
+        print(kind.prepare(Path(args.path), options))
         return 0
 
     if not args.non_interactive and not args.tar_index_only and sys.stdin.isatty():

@@ -1,0 +1,26 @@
+"""``Leaf``: one dataset of a (meta)dataset and how it takes part in the blend.
+
+The metadataset loader (and ``get_train_dataset`` for a single folder) describes what to
+read as a list of leaves; the pipeline opens each leaf through the dataset-kind registry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class Leaf:
+    """One dataset of a (meta)dataset, with how it takes part in the blend."""
+
+    path: Path
+    split_part: str
+    weight: float | None = None  # blend
+    repetitions: float | None = None  # blend_epochized
+    subflavors: dict[str, Any] | None = None
+    subset: tuple[int | str, int | str] | None = None  # ints, "N%" or "end"
+    shuffle_over_epochs_multiplier: int | None = 1
+    split_config: str = "split.yaml"
+    dataset_config: str = "dataset.yaml"

@@ -1,0 +1,85 @@
+"""The dataset-kind registry: shipped flavors are found, a new kind plugs in with one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from energon_lite import WorkerConfig, get_train_dataset
+from energon_lite.errors import ConfigError
+from energon_lite.kinds import DatasetKind, kind_of, open_source, register_kind, registered_kinds
+from energon_lite.leaf import Leaf
+from energon_lite.source import Source
+from energon_lite.synth.episodes import write_dataset
+
+
+class LinesSource:
+    """A dataset kind made for this test: ``lines.txt``, one text sample per line."""
+
+    def __init__(self, path: Path, split_part: str, **options: Any) -> None:
+        self.root = path
+        self.split_part = split_part
+        self.config = {
+            "sample_type": {"__module__": "energon_lite", "__class__": "TextSample"},
+            "field_map": {"text": "txt"},
+        }
+        self.lines = (path / "lines.txt").read_text(encoding="utf-8").splitlines()
+        self.shard_names = ["lines.txt"]
+        self.run_shard = np.zeros(1, dtype=np.int64)
+        self.run_start = np.zeros(1, dtype=np.int64)
+        self.run_end = np.full(1, len(self.lines), dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.lines)
+
+    def read(self, shard_id: int, index: int) -> tuple[str, dict[str, Any]]:
+        return f"line{index}", {"txt": self.lines[index].encode()}
+
+    def read_range(self, shard_id: int, start: int, end: int) -> list[tuple[str, dict[str, Any]]]:
+        return [self.read(shard_id, i) for i in range(start, end)]
+
+    def fingerprint(self) -> str:
+        return str(len(self.lines))
+
+
+def test_shipped_flavors_are_registered_before_the_tar_fallback() -> None:
+    names = [kind.name for kind in registered_kinds()]
+    assert {"video_text", "episodes"} <= set(names)
+    assert names[-1] == "webdataset"
+
+
+def test_a_new_kind_plugs_in_with_one_registration(tmp_path: Path) -> None:
+    folder = tmp_path / "lines"
+    (folder / ".nv-meta").mkdir(parents=True)
+    (folder / "lines.txt").write_text("\n".join(f"text {i}" for i in range(12)) + "\n")
+    register_kind(
+        DatasetKind("test-lines", detect=lambda p: (p / "lines.txt").is_file(), open=LinesSource)
+    )
+    assert kind_of(folder).name == "test-lines"
+    assert isinstance(open_source(Leaf(folder, "train")), Source)
+    dataset = get_train_dataset(
+        folder,
+        worker_config=WorkerConfig(rank=0, world_size=1, num_workers=0),
+        batch_size=4,
+        shuffle_buffer_size=None,
+        max_samples_per_sequence=None,
+        repeat=False,
+    )
+    texts = sorted(text for batch in dataset for text in batch.text)
+    assert texts == sorted(f"text {i}" for i in range(12))
+
+
+def test_a_kind_without_an_opener_names_where_to_load_it(tmp_path: Path) -> None:
+    pytest.importorskip("h5py")
+    write_dataset(tmp_path / "episodes", [6, 6])
+    with pytest.raises(ConfigError, match=r"episodes dataset.*create_qc_dataloader_v3"):
+        get_train_dataset(
+            tmp_path / "episodes",
+            worker_config=WorkerConfig(rank=0, world_size=1, num_workers=0),
+            batch_size=2,
+            shuffle_buffer_size=None,
+            max_samples_per_sequence=None,
+        )
