@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import pickle
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -26,6 +25,7 @@ from energon_lite.leaf import Leaf
 from energon_lite.pipeline import DatasetPipeline, Pipeline, PipelineOptions
 from energon_lite.stages.group_batch import BucketSync
 from energon_lite.state import STATE_VERSION, check_same_config, check_state_shape
+from energon_lite.storage import RemotePath, as_path
 from energon_lite.task_encoder import DefaultTaskEncoder, TaskEncoder
 from energon_lite.worker import WorkerConfig
 
@@ -257,9 +257,9 @@ class SavableLoader:
 
 
 def _leaves_for(
-    path: str | os.PathLike[str], split_part: str, kwargs: dict[str, Any]
+    path: str | os.PathLike[str] | RemotePath, split_part: str, kwargs: dict[str, Any]
 ) -> tuple[list[Leaf], str]:
-    path = Path(path)
+    path = as_path(path)
     if path.suffix in (".yaml", ".yml") and path.is_file():
         from energon_lite.metadataset import load_metadataset
 
@@ -292,7 +292,7 @@ def _check_kwargs(kwargs: dict[str, Any]) -> None:
 
 
 def get_train_dataset(
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str] | RemotePath,
     *,
     worker_config: WorkerConfig,
     batch_size: int | None,
@@ -342,7 +342,7 @@ def get_train_dataset(
 
 
 def get_val_dataset(
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str] | RemotePath,
     *,
     worker_config: WorkerConfig,
     batch_size: int | None,

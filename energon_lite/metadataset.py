@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 from energon_lite.errors import DatasetFormatError
 from energon_lite.index.meta import META_DIR, load_yaml
 from energon_lite.kinds import open_source, resolve_path
 from energon_lite.leaf import Leaf
+from energon_lite.storage import RemotePath, StoragePath, as_path, is_url
 
 _MODULES = ("megatron.energon", "energon_lite")
 _TOP_KEYS = ("__module__", "__class__", "splits")
@@ -48,10 +48,12 @@ _KIND = {"blend": "weight", "blend_epochized": "repetitions"}  # list key -> ent
 _MODE = {"blend": "weights", "blend_epochized": "epochized"}
 
 
-def load_metadataset(path: str | os.PathLike[str], split_part: str) -> tuple[list[Leaf], str]:
+def load_metadataset(
+    path: str | os.PathLike[str] | RemotePath, split_part: str
+) -> tuple[list[Leaf], str]:
     """The leaves of ``split_part`` of a metadataset YAML and the mode: "weights" (``blend``),
     "epochized" (``blend_epochized``) or "single" (one ``path:``)."""
-    path = Path(path).resolve()
+    path = as_path(path).resolve()
     leaves, mode = _load_file(path, split_part, _Inherited(), (path,))
     if mode == "epochized" and len(leaves) == 1 and leaves[0].repetitions == 1:
         # one dataset seen once per epoch is a plain dataset: no Blend stage needed
@@ -71,7 +73,7 @@ class _Inherited:
 class _Where:
     """A file and key path, for error messages."""
 
-    def __init__(self, file: Path, keys: str) -> None:
+    def __init__(self, file: StoragePath, keys: str) -> None:
         self.file, self.keys = file, keys
 
     def __truediv__(self, key: str | int) -> _Where:
@@ -84,7 +86,7 @@ class _Where:
 
 
 def _load_file(
-    path: Path, split_part: str, inherited: _Inherited, stack: tuple[Path, ...]
+    path: StoragePath, split_part: str, inherited: _Inherited, stack: tuple[StoragePath, ...]
 ) -> tuple[list[Leaf], str]:
     data = load_yaml(path)
     top = _Where(path, "")
@@ -108,10 +110,10 @@ def _load_file(
 
 def _node(
     node: Any,
-    base: Path,
+    base: StoragePath,
     split_part: str,
     inherited: _Inherited,
-    stack: tuple[Path, ...],
+    stack: tuple[StoragePath, ...],
     where: _Where,
 ) -> tuple[list[Leaf], str]:
     """A split or a nested reference: a ``path:`` or one ``blend``/``blend_epochized`` list."""
@@ -171,10 +173,10 @@ def _node(
 
 def _reference(
     ref: dict[str, Any],
-    base: Path,
+    base: StoragePath,
     split_part: str,
     inherited: _Inherited,
-    stack: tuple[Path, ...],
+    stack: tuple[StoragePath, ...],
     where: _Where,
     allowed: tuple[str, ...],
 ) -> tuple[list[Leaf], str]:
@@ -182,7 +184,8 @@ def _reference(
     raw = ref["path"]
     if not isinstance(raw, str) or not raw:
         raise (where / "path").error(f"{raw!r}; must be a path relative to {base}")
-    target = (base / raw).resolve()
+    remote_url = is_url(raw) and not isinstance(base, RemotePath)
+    target = as_path(raw) if remote_url else (base / raw).resolve()  # may be remote
     split_part = _string(ref, "split_part", where) or split_part
     subflavors = ref.get("subflavors")
     if subflavors is not None and not isinstance(subflavors, dict):

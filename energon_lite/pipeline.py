@@ -166,7 +166,7 @@ class DatasetPipeline:
         opts = self.options
         return {
             "datasets": [
-                f"{leaf.path.name}:{ds.split_part}:{ds.fingerprint()}"
+                f"{ds.split_part}:{ds.fingerprint()}"  # content, not location: copies restore
                 for leaf, ds in zip(self.leaves, self.datasets)
             ],
             "blend_mode": self.blend_mode,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
@@ -13,16 +12,17 @@ from energon_lite.errors import EnergonLiteError
 from energon_lite.index.dataset import PreparedDataset
 from energon_lite.index.meta import META_DIR, load_dataset_config, load_info, load_split
 from energon_lite.sample_factory import SampleFactory
+from energon_lite.storage import RemotePath, as_path, ops
 
 
-def dataset_info(root: str | os.PathLike[str]) -> str:
+def dataset_info(root: str | os.PathLike[str] | RemotePath) -> str:
     """Counts per split, bytes, sample type, field map and the parts of the first samples."""
-    root = Path(root)
+    root = as_path(root)
     info = load_info(root)
     split = load_split(root)
     config = load_dataset_config(root)
     counts = dict(zip(info.shard_names, info.shard_counts))
-    size = sum((root / name).stat().st_size for name in info.shard_names if (root / name).exists())
+    size = sum(ops.size(root / name) for name in info.shard_names if (root / name).exists())
     lines = [
         f"dataset {root}",
         f"  total: {sum(info.shard_counts)} samples, {len(info.shard_names)} shards, {size / 1e6:.1f} MB",
@@ -59,10 +59,12 @@ def _summary(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def preview(root: str | os.PathLike[str], split_part: str = "train", num: int = 5) -> list[str]:
+def preview(
+    root: str | os.PathLike[str] | RemotePath, split_part: str = "train", num: int = 5
+) -> list[str]:
     """One line per field of the first ``num`` samples of a split."""
     dataset = PreparedDataset(root, split_part)
-    factory = SampleFactory(dataset.config, Path(root) / META_DIR)
+    factory = SampleFactory(dataset.config, dataset.root / META_DIR)
     decoder = SampleDecoder()
     lines = []
     for position in range(min(num, len(dataset))):
@@ -76,9 +78,9 @@ def preview(root: str | os.PathLike[str], split_part: str = "train", num: int = 
     return lines
 
 
-def lint(root: str | os.PathLike[str], progress: bool = True) -> list[str]:
+def lint(root: str | os.PathLike[str] | RemotePath, progress: bool = True) -> list[str]:
     """Decode every sample of every split; return one line per sample that fails."""
-    root = Path(root)
+    root = as_path(root)
     problems = []
     for split_part in load_split(root).split_parts:
         dataset = PreparedDataset(root, split_part)

@@ -17,11 +17,12 @@ from typing import Any
 
 import numpy as np
 
-from energon_lite.errors import DatasetFormatError
+from energon_lite.errors import DatasetFormatError, RemoteStorageError
 from energon_lite.index.meta import load_dataset_config, load_info, load_split
 from energon_lite.index.tar import first_member_name, parse_sample, split_name
 from energon_lite.index.tar_index import open_index
 from energon_lite.storage import RemotePath, ShardFile, StoragePath, as_path
+from energon_lite.storage.ranged import unreadable_samples
 
 _MAX_OPEN_FILES = 32
 _MAX_OPEN_INDEXES = 256
@@ -178,8 +179,11 @@ class PreparedDataset:
             )
         bounds = offsets[start : end + 1].astype(np.int64).tolist()
         base = bounds[0]
-        buf = self._fd(shard_id).pread(bounds[-1] - base, base)
         where = str(self.root / self.shard_names[shard_id])
+        try:
+            buf = self._fd(shard_id).pread(bounds[-1] - base, base)
+        except RemoteStorageError as exc:  # retries spent: these samples fail, training goes on
+            return unreadable_samples(where, bounds, exc)
         if len(buf) != bounds[-1] - base:
             raise DatasetFormatError(f"{where}: file is shorter than its .tar.idx says")
         view = memoryview(buf)

@@ -19,13 +19,16 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from energon_lite.storage.msc import load_profile
+from energon_lite.storage.msc import MscProfile, load_profile
 from energon_lite.storage.path import RemotePath
 
 DEFAULT_TIMEOUT = 30.0  # seconds per request (connect and read)
 
+_ENV = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_DEFAULT_REGION", "MSC_CONFIG")  # fmt: skip
 _pid = os.getpid()
 _clients: dict[tuple[Any, ...], Any] = {}
+_profiles: dict[tuple[str, str], MscProfile] = {}
 
 
 @dataclass(frozen=True)
@@ -59,14 +62,15 @@ def _s3_client(options: dict[str, Any]) -> Any:
         "read_timeout": timeout,
         **(options.pop("config_kwargs", {}) or {}),
     }
-    return s3fs.S3FileSystem(
+    fs = s3fs.S3FileSystem(
         endpoint_url=endpoint,
         client_kwargs=client_kwargs,
         config_kwargs=config_kwargs,
-        retries=1,
         skip_instance_cache=True,
         **options,
     )
+    fs.retries = 1  # s3fs's own retry loop: one attempt, ours counts and backs off
+    return fs
 
 
 def _http_client(options: dict[str, Any]) -> Any:
@@ -99,7 +103,10 @@ def target(path: RemotePath) -> Target:
         _pid = os.getpid()
     options = dict(path.storage_options)
     if path.scheme == "msc":
-        profile = load_profile(path.netloc)
+        named = (path.netloc, os.environ.get("MSC_CONFIG", ""))  # read once per config file
+        profile = _profiles.get(named)
+        if profile is None:
+            profile = _profiles[named] = load_profile(path.netloc)
         if profile.kind == "file":
             from fsspec.implementations.local import LocalFileSystem
 
@@ -111,7 +118,8 @@ def target(path: RemotePath) -> Target:
         where, scheme = f"{path.netloc}/{path.key}".rstrip("/"), "s3"
     else:
         where, scheme = path.url, "http"
-    key = (scheme, _freeze(options))
+    env = tuple(os.environ.get(k) for k in _ENV)  # a changed environment gets a new client
+    key = (scheme, _freeze(options), env)
     fs = _clients.get(key)
     if fs is None:
         fs = _clients[key] = _s3_client(options) if scheme == "s3" else _http_client(options)

@@ -1,5 +1,12 @@
 """``ShardFile``: ``pread`` on a shard, local (one system call) or remote (windows with read-ahead).
 
+When a remote read fails for good (``RemoteStorageError``: the retries are spent), the
+dataset returns ``unreadable_samples``: one stand-in per sample, keyed
+``<unreadable: URL bytes a-b>`` and with no parts, so that the Encode stage fails it, logs it
+and counts it against ``failure_tolerance`` like any other bad sample (and a store that stays
+down stops the run with ``TooManyFailuresError``). The failure is logged here too, with the
+object and byte range.
+
 A remote ``pread(n, offset)`` that misses the windows already fetched issues one ranged GET
 of ``max(n, READAHEAD)`` bytes from ``offset``: the Reader asks for a chunk of consecutive
 samples at a time, and the window covers the chunks that follow, so a slice of a shard costs
@@ -9,10 +16,13 @@ one or two requests, never one per sample. Windows are kept in a small per-proce
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections import OrderedDict
 from pathlib import Path
+from typing import Any
 
+from energon_lite.errors import RemoteStorageError, logger
 from energon_lite.storage import ops
 from energon_lite.storage.path import RemotePath, StoragePath
 
@@ -63,3 +73,17 @@ def _remote_pread(path: RemotePath, size: int, offset: int) -> bytes:
     while len(_windows) > WINDOWS:
         _windows.popitem(last=False)
     return data[:size]
+
+
+def unreadable_samples(
+    where: str, bounds: list[int], exc: RemoteStorageError
+) -> list[tuple[str, dict[str, Any]]]:
+    """Stand-ins for samples whose bytes could not be fetched (see the module doc)."""
+    logger.warning(
+        "skipping: read failed at object=%r, bytes=%d-%d (%d samples): %s",
+        where, bounds[0], bounds[-1], len(bounds) - 1, exc,
+    )  # fmt: skip
+    return [
+        (f"<unreadable: {where} bytes {a}-{b}>", {"__read_error__": str(exc)})
+        for a, b in itertools.pairwise(bounds)
+    ]

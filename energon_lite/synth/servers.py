@@ -13,6 +13,7 @@ All three are context managers and stop their threads on exit.
 from __future__ import annotations
 
 import http.client
+import logging
 import os
 import threading
 import time
@@ -31,6 +32,7 @@ class S3Server:
     def __init__(self) -> None:
         from moto.server import ThreadedMotoServer
 
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
         self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         self.endpoint = ""
 
