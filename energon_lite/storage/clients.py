@@ -57,7 +57,7 @@ def _s3_client(options: dict[str, Any]) -> Any:
         "AWS_ENDPOINT_URL_S3", os.environ.get("AWS_ENDPOINT_URL")
     )
     config_kwargs = {
-        "retries": {"max_attempts": 1, "mode": "standard"},
+        "retries": {"total_max_attempts": 1, "mode": "standard"},
         "connect_timeout": timeout,
         "read_timeout": timeout,
         **(options.pop("config_kwargs", {}) or {}),

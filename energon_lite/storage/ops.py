@@ -56,7 +56,12 @@ def _info(path: RemotePath) -> dict[str, Any] | None:
 def exists(path: StoragePath) -> bool:
     if isinstance(path, Path):
         return path.exists()
-    return path in _small or _info(path) is not None
+    if path in _small or _info(path) is not None:
+        return True
+    # HTTP has no folders: a prepared dataset folder exists when its metadata does
+    return path.scheme in ("http", "https") and any(
+        _info(path / ".nv-meta" / name) is not None for name in (".info.json", ".info.yaml")
+    )
 
 
 def is_file(path: StoragePath) -> bool:

@@ -53,7 +53,7 @@ _jitter = random.Random()  # timing only, never data order
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    attempts: int = int(os.environ.get("ENERGON_LITE_REMOTE_ATTEMPTS", "6"))
+    attempts: int = 6  # ENERGON_LITE_REMOTE_ATTEMPTS overrides
     base_delay: float = 0.05
     max_delay: float = 2.0
 
@@ -123,7 +123,8 @@ def call(
 ) -> T:
     """``fn()`` with retries on transient faults; errors name ``where`` (path, byte range)."""
     secrets = tuple(secrets)
-    for attempt in range(1, policy.attempts + 1):
+    attempts = int(os.environ.get("ENERGON_LITE_REMOTE_ATTEMPTS", policy.attempts))
+    for attempt in range(1, attempts + 1):
         STATS.requests += 1
         try:
             return fn()
@@ -132,7 +133,7 @@ def call(
             detail = scrub(f"{type(exc).__name__}: {exc}", secrets)
             if kind == "missing":
                 raise DatasetFormatError(f"{where}: not found ({what})") from None
-            if kind == "permanent" or attempt == policy.attempts:
+            if kind == "permanent" or attempt == attempts:
                 STATS.failures += 1
                 tries = f" after {attempt} attempts" if attempt > 1 else ""
                 raise RemoteStorageError(f"{where}: {what} failed{tries}: {detail}") from None

@@ -80,7 +80,7 @@ class _Quiet(BaseHTTPRequestHandler):
 
 
 class FaultProxy:
-    """Forwards HTTP requests to ``upstream``; ``schedule(n) -> action`` for the n-th request.
+    """Forwards HTTP requests to ``upstream``; ``schedule(n, path)`` -> the n-th request's action.
 
     Actions: ``None`` (forward), ``"delay:<seconds>"`` (wait, then forward), ``"drop"``
     (close the connection without answering), ``"503"`` (answer S3's SlowDown error).
@@ -90,7 +90,7 @@ class FaultProxy:
     def __init__(
         self,
         upstream: str,
-        schedule: Callable[[int], str | None] = lambda n: None,
+        schedule: Callable[[int, str], str | None] = lambda n, path: None,
         delay: float = 0.0,
     ) -> None:
         self.upstream = upstream.removeprefix("http://").rstrip("/")
@@ -111,7 +111,7 @@ class FaultProxy:
                 with proxy._lock:
                     number = proxy.counts["requests"]
                     proxy.counts["requests"] += 1
-                action = proxy.schedule(number)
+                action = proxy.schedule(number, self.path)
                 if proxy.delay:
                     time.sleep(proxy.delay)
                 length = int(self.headers.get("Content-Length") or 0)
