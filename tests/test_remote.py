@@ -144,7 +144,7 @@ def test_prepare_failure_writes_nothing(s3: S3Server, tmp_path: Path) -> None:
     (raw / "parts" / "data-1.tar").write_bytes(b"not a tar" * 100)
     prefix = f"broken-{uuid.uuid4().hex[:8]}"
     s3.upload(raw, "data", prefix)
-    with pytest.raises(DatasetFormatError, match="data-1.tar"):
+    with pytest.raises(DatasetFormatError, match=r"data-1\.tar"):
         from energon_lite import prepare_dataset
 
         prepare_dataset(f"s3://data/{prefix}", split_ratio=[("train", 1)],
