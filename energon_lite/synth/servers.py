@@ -71,6 +71,11 @@ class S3Server:
         return count
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 256  # clients open many connections at once (s3transfer: 10 threads)
+
+
 class _Quiet(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     timeout = _TIMEOUT
@@ -138,7 +143,7 @@ class FaultProxy:
 
             do_GET = do_PUT = do_HEAD = do_POST = do_DELETE = _handle
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = _Server(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self.endpoint = f"http://127.0.0.1:{self._server.server_address[1]}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -161,7 +166,8 @@ class FaultProxy:
         for name, value in response.getheaders():
             if name.lower() not in ("connection", "transfer-encoding", "content-length"):
                 handler.send_header(name, value)
-        handler.send_header("Content-Length", str(len(payload)))
+        length = response.getheader("Content-Length") if handler.command == "HEAD" else None
+        handler.send_header("Content-Length", length or str(len(payload)))
         handler.end_headers()
         if handler.command != "HEAD":
             handler.wfile.write(payload)
@@ -227,7 +233,7 @@ class RangeHTTPServer:
                 self.end_headers()
                 self.wfile.write(data)
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = _Server(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
