@@ -35,7 +35,7 @@ from typing import Any
 from common import ab_order, fmt_num, markdown_table, median, ratio, run_child
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_pipeline import (  # noqa: E402
+from bench_pipeline import (
     BATCH_SIZE,
     MAX_SAMPLES_PER_SEQUENCE,
     SHUFFLE_BUFFER,
@@ -134,7 +134,9 @@ def main() -> None:
         print(f"uploading {root} to s3://{BUCKET}/{PREFIX} ...", file=sys.stderr)
         s3.upload(root, BUCKET, PREFIX)
         proxies = {ms: FaultProxy(s3.endpoint, delay=ms / 1000).__enter__() for ms in latencies}
-        configs: list[tuple[str, str, str, int | None]] = [("lite local", "energon_lite", str(root), None)]
+        configs: list[tuple[str, str, str, int | None]] = [
+            ("lite local", "energon_lite", str(root), None)
+        ]
         for ms in latencies:
             configs.append((f"lite s3 +{ms}ms", "energon_lite", f"s3://{BUCKET}/{PREFIX}", ms))
             configs.append((f"energon s3 +{ms}ms", "energon", f"msc://{BUCKET}/{PREFIX}", ms))
@@ -142,7 +144,9 @@ def main() -> None:
         for round_index in range(args.rounds):
             for name, lib, path, ms in ab_order(configs, round_index):
                 env = dict(os.environ)
-                env["ENERGON_LITE_CACHE_DIR"] = str(tmp / f"cache-{round_index}-{len(results[name])}-{name.replace(' ', '_')}")
+                env["ENERGON_LITE_CACHE_DIR"] = str(
+                    tmp / f"cache-{round_index}-{len(results[name])}-{name.replace(' ', '_')}"
+                )
                 if ms is not None:
                     proxy = proxies[ms]
                     env.update(AWS_ENDPOINT_URL=proxy.endpoint, AWS_ACCESS_KEY_ID=TEST_CREDENTIALS["key"],
@@ -197,8 +201,12 @@ def report(args: argparse.Namespace, configs: list[Any], results: dict[str, list
     local = results["lite local"]
     for ms in latencies:
         lite, energon = results[f"lite s3 +{ms}ms"], results[f"energon s3 +{ms}ms"]
-        vs_local = [ratio(a.get("samples_per_s"), b.get("samples_per_s")) for a, b in zip(lite, local)]
-        vs_energon = [ratio(a.get("samples_per_s"), b.get("samples_per_s")) for a, b in zip(lite, energon)]
+        vs_local = [
+            ratio(a.get("samples_per_s"), b.get("samples_per_s")) for a, b in zip(lite, local)
+        ]
+        vs_energon = [
+            ratio(a.get("samples_per_s"), b.get("samples_per_s")) for a, b in zip(lite, energon)
+        ]
         rows.append([f"+{ms} ms", fmt_num(median(vs_local), 2, "x"), _spread(vs_local),
                      fmt_num(median(vs_energon), 2, "x"), _spread(vs_energon)])  # fmt: skip
     print(markdown_table(

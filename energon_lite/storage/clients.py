@@ -15,10 +15,12 @@ MSC profile (``msc.py``), overridden by ``storage_options``.
 
 from __future__ import annotations
 
+import importlib
 import os
 from dataclasses import dataclass
 from typing import Any
 
+from energon_lite.errors import ConfigError
 from energon_lite.storage.msc import MscProfile, load_profile
 from energon_lite.storage.path import RemotePath
 
@@ -44,8 +46,15 @@ def _freeze(options: dict[str, Any]) -> tuple[Any, ...]:
     return tuple(sorted((k, repr(v)) for k, v in options.items()))
 
 
+def _need(module: str) -> Any:
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise ConfigError(f"remote paths need {module}: pip install 'energon-lite[s3]'") from None
+
+
 def _s3_client(options: dict[str, Any]) -> Any:
-    import s3fs
+    s3fs = _need("s3fs")
 
     options = dict(options)
     timeout = float(options.pop("timeout", DEFAULT_TIMEOUT))
@@ -74,8 +83,8 @@ def _s3_client(options: dict[str, Any]) -> Any:
 
 
 def _http_client(options: dict[str, Any]) -> Any:
-    import aiohttp
-    from fsspec.implementations.http import HTTPFileSystem
+    aiohttp = _need("aiohttp")
+    HTTPFileSystem = _need("fsspec.implementations.http").HTTPFileSystem
 
     options = dict(options)
     timeout = float(options.pop("timeout", DEFAULT_TIMEOUT))
