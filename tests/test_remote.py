@@ -303,3 +303,20 @@ def test_index_files_are_fetched_once_and_cached(s3_ds: str, tmp_path: Path) -> 
     cached = list((tmp_path / "cache").glob("*.idx"))
     assert len(cached) == 6
     assert all(np.fromfile(p, dtype="<u8")[0] == 0 for p in cached)
+
+
+def test_sequential_reads_fetch_each_window_once(
+    local_ds: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from energon_lite.storage import ShardFile
+
+    monkeypatch.setattr("energon_lite.storage.ranged.READAHEAD", 8192)
+    shard = local_ds / "parts" / "data-0.tar"
+    expected = shard.read_bytes()
+    with RangeHTTPServer(local_ds.parent) as server:
+        remote = ShardFile(RemotePath(f"{server.url}/{local_ds.name}/parts/data-0.tar"))
+        got = b"".join(remote.pread(1000, at) for at in range(0, len(expected), 1000))
+        requests = server.requests
+    assert got == expected
+    windows = -(-len(expected) // 8192)
+    assert windows <= requests <= windows + 2  # one GET per window (+ a HEAD for the size)

@@ -94,7 +94,7 @@ def read_bytes(path: StoragePath) -> bytes:
     if data is None:
         t = target(path)
         data = retry.call(lambda: t.fs.cat_file(t.path), "read", str(path), t.secrets)
-        retry.STATS.bytes += len(data)
+        retry.STATS.add("bytes", len(data))
         if len(data) <= _SMALL_LIMIT:
             _small[path] = data
     return data
@@ -117,7 +117,7 @@ def read_range(path: RemotePath, start: int, end: int) -> bytes:
         return data
 
     data = retry.call(get, "ranged read", where, t.secrets)
-    retry.STATS.bytes += len(data)
+    retry.STATS.add("bytes", len(data))
     return data
 
 
@@ -178,7 +178,7 @@ def local_copy(path: StoragePath) -> Path:
 def read_range_all(path: RemotePath) -> bytes:
     t = target(path)
     data = retry.call(lambda: t.fs.cat_file(t.path), "read", str(path), t.secrets)
-    retry.STATS.bytes += len(data)
+    retry.STATS.add("bytes", len(data))
     return data
 
 
@@ -195,7 +195,7 @@ def downloaded(path: StoragePath) -> Iterator[Path]:
     try:
         t = target(path)
         retry.call(lambda: t.fs.get_file(t.path, name), "download", str(path), t.secrets)
-        retry.STATS.bytes += os.path.getsize(name)
+        retry.STATS.add("bytes", os.path.getsize(name))
         yield Path(name)
     finally:
         os.unlink(name)

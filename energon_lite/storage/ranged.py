@@ -12,6 +12,9 @@ of ``max(n, READAHEAD)`` bytes from ``offset``: the Reader asks for a chunk of c
 samples at a time, and the window covers the chunks that follow, so a slice of a shard costs
 one or two requests, never one per sample. Windows are kept in a small per-process LRU
 (``READAHEAD * WINDOWS`` bytes at most), dropped after a fork with the rest of the client.
+Once a read passes the middle of a window, the next window is fetched by a background
+thread (sequential read-ahead, at most two in flight), so a long slice does not wait for
+its second request; a failed background fetch is simply done again in the foreground.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import itertools
 import os
 from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +34,8 @@ READAHEAD = int(os.environ.get("ENERGON_LITE_READAHEAD_BYTES", str(1 << 20)))
 WINDOWS = 8
 
 _windows: OrderedDict[tuple[RemotePath, int], bytes] = OrderedDict()
+_pending: dict[tuple[RemotePath, int], Future[bytes]] = {}
+_pool: ThreadPoolExecutor | None = None
 _pid = os.getpid()
 
 
@@ -60,19 +66,64 @@ class ShardFile:
 
 
 def _remote_pread(path: RemotePath, size: int, offset: int) -> bytes:
-    global _pid
-    if os.getpid() != _pid:
+    global _pid, _pool
+    if os.getpid() != _pid:  # a forked worker: its own windows, requests and thread
         _windows.clear()
-        _pid = os.getpid()
+        _pending.clear()
+        _pool, _pid = None, os.getpid()
     for (win_path, start), data in reversed(_windows.items()):
-        if win_path == path and start <= offset and offset + size <= start + len(data):
-            _windows.move_to_end((win_path, start))
+        if win_path != path or not start <= offset < start + len(data):
+            continue
+        _windows.move_to_end((win_path, start))
+        end = start + len(data)
+        if offset + size - start > len(data) // 2:
+            _prefetch(path, end, len(data))
+        if offset + size <= end:
             return data[offset - start : offset + size - start]
-    data = ops.read_range(path, offset, offset + max(size, READAHEAD))
-    _windows[(path, offset)] = data
+        if len(data) < READAHEAD:
+            break  # the object ends here; a short read is the caller's to judge
+        # the read runs past this window: its tail comes from the next one
+        return data[offset - start :] + _remote_pread(path, offset + size - end, end)
+    window = _take_pending(path, offset, size)
+    if window is None:
+        window = (offset, ops.read_range(path, offset, offset + max(size, READAHEAD)))
+        _keep(path, *window)
+    start, data = window
+    return data[offset - start : offset + size - start]
+
+
+def _keep(path: RemotePath, start: int, data: bytes) -> None:
+    _windows[(path, start)] = data
     while len(_windows) > WINDOWS:
         _windows.popitem(last=False)
-    return data[:size]
+
+
+def _prefetch(path: RemotePath, start: int, previous: int) -> None:
+    """Fetch the window after a half-read one in the background (sequential read-ahead)."""
+    global _pool
+    if previous < READAHEAD or (path, start) in _windows or (path, start) in _pending:
+        return  # the object ended within the last window, or it is on its way
+    if len(_pending) >= 2:
+        return
+    if _pool is None:
+        _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="energon-lite-readahead")
+    _pending[(path, start)] = _pool.submit(ops.read_range, path, start, start + READAHEAD)
+
+
+def _take_pending(path: RemotePath, offset: int, size: int) -> tuple[int, bytes] | None:
+    """The background window that holds ``[offset, offset + size)``, once it arrived."""
+    for (win_path, start), future in list(_pending.items()):
+        if win_path != path or not start <= offset < start + READAHEAD:
+            continue
+        del _pending[(win_path, start)]
+        try:
+            data = future.result()
+        except Exception:  # fetched again in the foreground, with its own retries
+            return None
+        _keep(path, start, data)
+        if offset + size <= start + len(data):
+            return start, data
+    return None
 
 
 def unreadable_samples(

@@ -16,6 +16,7 @@ import logging
 import os
 import random
 import re
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -36,17 +37,24 @@ _MISSING_CODES = {"NoSuchKey", "NoSuchBucket", "404", "NotFound"}
 
 @dataclass
 class RetryStats:
-    """Counters of this process (a forked worker starts from its parent's values)."""
+    """Counters of this process (a forked worker starts from its parent's values); the
+    read-ahead thread counts too, hence ``add`` under a lock."""
 
     requests: int = 0
     retries: int = 0
     failures: int = 0
     bytes: int = 0
 
+    def add(self, name: str, value: int = 1) -> None:
+        with _lock:
+            setattr(self, name, getattr(self, name) + value)
+
     def snapshot(self) -> dict[str, int]:
-        return dict(vars(self))
+        with _lock:
+            return dict(vars(self))
 
 
+_lock = threading.Lock()
 STATS = RetryStats()
 _jitter = random.Random()  # timing only, never data order
 
@@ -125,7 +133,7 @@ def call(
     secrets = tuple(secrets)
     attempts = int(os.environ.get("ENERGON_LITE_REMOTE_ATTEMPTS", policy.attempts))
     for attempt in range(1, attempts + 1):
-        STATS.requests += 1
+        STATS.add("requests")
         try:
             return fn()
         except Exception as exc:
@@ -134,10 +142,10 @@ def call(
             if kind == "missing":
                 raise DatasetFormatError(f"{where}: not found ({what})") from None
             if kind == "permanent" or attempt == attempts:
-                STATS.failures += 1
+                STATS.add("failures")
                 tries = f" after {attempt} attempts" if attempt > 1 else ""
                 raise RemoteStorageError(f"{where}: {what} failed{tries}: {detail}") from None
-            STATS.retries += 1
+            STATS.add("retries")
             delay = min(policy.max_delay, policy.base_delay * 2 ** (attempt - 1))
             delay *= 0.5 + _jitter.random()  # workers do not retry in lockstep
             logger.info("retrying %s of %s (attempt %d): %s", what, where, attempt, detail)

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 TEST_CREDENTIALS = {"key": "testing-key-id", "secret": "testing-secret-value"}
-_TIMEOUT = 10.0
+_TIMEOUT = 10.0  # seconds: upstream requests, thread joins
+_CLIENT_TIMEOUT = 120.0  # a client may stream a body slowly (a busy worker): bounded, not short
 
 
 class S3Server:
@@ -78,7 +79,7 @@ class _Server(ThreadingHTTPServer):
 
 class _Quiet(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
-    timeout = _TIMEOUT
+    timeout = _CLIENT_TIMEOUT
 
     def log_message(self, format: str, *args: Any) -> None:  # the test output stays clean
         pass
