@@ -1,6 +1,6 @@
 """Worker memory against dataset size: 1M vs 10M samples, energon_lite vs megatron-energon.
 
-ARCHITECTURE.md section 5: nothing per sample lives in Python objects, so a worker's private
+docs/architecture.md, "Memory": nothing per sample lives in Python objects, so a worker's private
 memory must not grow with the number of samples. This measures it.
 
 Data: one real shard of 10,000 small text samples, indexed once, then hard-linked (with its

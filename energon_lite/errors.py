@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import difflib
 import logging
+import reprlib
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 logger = logging.getLogger("energon_lite")
@@ -34,6 +37,53 @@ class RemoteStorageError(EnergonLiteError, OSError):
 
 class TooManyFailuresError(EnergonLiteError, RuntimeError):
     """More consecutive samples failed than the failure tolerance allows."""
+
+
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxdict, _SHORT.maxlist, _SHORT.maxtuple = 3, 4, 4, 4
+_SHORT.maxset, _SHORT.maxfrozenset, _SHORT.maxdeque, _SHORT.maxarray = 4, 4, 4, 4
+_SHORT.maxstring, _SHORT.maxlong, _SHORT.maxother = 60, 40, 60
+
+
+def short_repr(value: Any, limit: int = 120) -> str:
+    """``repr(value)`` for an error message about an untrusted value, bounded in time and length.
+
+    Values from YAML files, tar headers or arguments can be attacker-sized (a billion-laughs
+    alias chain, a 10⁵-digit number): only the first few items of each container, three
+    levels deep, and at most ``limit`` characters are printed; never the whole value.
+    """
+    if isinstance(value, int) and value.bit_length() > 128:
+        return f"<int of {value.bit_length()} bits>"
+    try:
+        text = _SHORT.repr(value)
+    except Exception:  # a repr that raises (e.g. ints past sys.get_int_max_str_digits)
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class WorkerTimeoutError(EnergonLiteError, RuntimeError):
+    """A loader worker gave no batch within the timeout (``fail_on_timeout``)."""
+
+
+def unknown_keys(keys: Iterable[Any], allowed: Sequence[str]) -> str | None:
+    """A message naming every key not in ``allowed`` with the closest allowed one, or None.
+
+    ``unknown key 'wieght' (did you mean 'weight'?); allowed: path, weight``. Checked before
+    required keys, so a typo is named even when it also leaves a required key missing.
+    """
+    problems = []
+    for key in keys:
+        if key in allowed:
+            continue
+        close = difflib.get_close_matches(str(key), allowed, n=1) if isinstance(key, str) else []
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        problems.append(f"{short_repr(key, 60)}{hint}")
+        if len(problems) == 5:
+            break
+    if not problems:
+        return None
+    plural = "s" if len(problems) > 1 else ""
+    return f"unknown key{plural} {', '.join(problems)}; allowed: {', '.join(allowed)}"
 
 
 class SkipSample(Exception):
@@ -69,3 +119,33 @@ class FailureTracker:
                 f"last: {what} failed at {place}: {type(exc).__name__}: {exc}"
             ) from exc
         logger.warning("skipping: %s failed at %s: %s: %s", what, place, type(exc).__name__, exc)
+
+
+SKIPPED = object()  # what guarded() returns when the call was skipped
+
+
+def guarded(
+    failures: FailureTracker,
+    what: str,
+    where: Callable[..., dict[str, Any]],
+    fn: Callable[..., Any],
+    *args: Any,
+) -> Any:
+    """``fn(*args)`` under the bad-sample policy: the result, or ``SKIPPED``.
+
+    ``SkipSample`` skips silently; a ``ConfigError`` (a mistake in the setup, not in this
+    sample) propagates at once; any other exception is logged with ``where(*args)`` (keys, shard)
+    and counted, and raises ``TooManyFailuresError`` past the tolerance. A success resets
+    the stage's failure streak.
+    """
+    try:
+        result = fn(*args)
+    except SkipSample:
+        return SKIPPED
+    except ConfigError:
+        raise
+    except Exception as exc:
+        failures.failed(what, where(*args), exc)
+        return SKIPPED
+    failures.ok()
+    return result

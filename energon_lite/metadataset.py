@@ -1,4 +1,7 @@
-"""MetadatasetV2 YAML -> a flat list of ``Leaf``s and a blend mode (FORMATS.md, "Metadataset").
+"""MetadatasetV2 YAML -> a flat list of ``Leaf``s and a blend mode (docs/metadataset.md, docs/formats.md).
+
+Over 300 lines on purpose: one YAML schema with its key-path errors and the subset
+arithmetic that composes outer and inner ranges; splitting them would scatter one format.
 
 Algorithm: a depth-first walk of the requested split. A split (or a blend entry) is a
 *reference* (``path:`` a prepared dataset folder or a nested metadataset ``.yaml``, relative
@@ -18,19 +21,24 @@ Walking down carries what outer levels impose, combined the way Energon combines
 Every leaf's split is opened once to check that it exists and is not empty (cheap: the
 ``.nv-meta`` files, no tar index). A cycle of nested files is found from the stack of open
 files. Every error names the file, the key path (``splits.train.blend[2].weight``) and what
-is allowed. ``load_metadataset`` returns plain data and holds no state.
+is allowed (an unknown key with the closest known one). Bounds (docs/safety.md): weights and
+repetitions finite, a leaf's repetitions at most ``MAX_REPETITIONS`` and at least one sample
+per epoch, nested files at most ``MAX_NESTING`` deep. ``load_metadataset`` returns plain
+data and holds no state.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, replace
 from typing import Any
 
-from energon_lite.errors import DatasetFormatError
+from energon_lite.errors import DatasetFormatError, short_repr, unknown_keys
 from energon_lite.index.meta import META_DIR, load_yaml
 from energon_lite.kinds import open_source, resolve_path
 from energon_lite.leaf import Leaf
+from energon_lite.quotas import exact_repetitions
 from energon_lite.storage import RemotePath, StoragePath, as_path, is_url
 
 _MODULES = ("megatron.energon", "energon_lite")
@@ -46,6 +54,8 @@ _REF_KEYS = (
 )
 _KIND = {"blend": "weight", "blend_epochized": "repetitions"}  # list key -> entry's number key
 _MODE = {"blend": "weights", "blend_epochized": "epochized"}
+MAX_NESTING = 32  # nested metadataset files; deeper is a mistake (or a cycle by copies)
+MAX_REPETITIONS = 1_000  # a leaf's repetitions, multiplied down the tree: one plan step each
 
 
 def load_metadataset(
@@ -55,6 +65,8 @@ def load_metadataset(
     "epochized" (``blend_epochized``) or "single" (one ``path:``)."""
     path = as_path(path).resolve()
     leaves, mode = _load_file(path, split_part, _Inherited(), (path,))
+    if mode == "epochized":
+        _check_quotas(path, leaves)
     if mode == "epochized" and len(leaves) == 1 and leaves[0].repetitions == 1:
         # one dataset seen once per epoch is a plain dataset: no Blend stage needed
         leaves[0].repetitions, mode = None, "single"
@@ -76,9 +88,11 @@ class _Where:
     def __init__(self, file: StoragePath, keys: str) -> None:
         self.file, self.keys = file, keys
 
-    def __truediv__(self, key: str | int) -> _Where:
+    def __truediv__(self, key: Any) -> _Where:
         if isinstance(key, int):
             return _Where(self.file, f"{self.keys}[{key}]")
+        if not isinstance(key, str) or len(key) > 60:  # a key from the file: bounded
+            key = short_repr(key, 60)
         return _Where(self.file, f"{self.keys}.{key}" if self.keys else key)
 
     def error(self, problem: str) -> DatasetFormatError:
@@ -96,14 +110,16 @@ def _load_file(
     module, cls = data.get("__module__"), data.get("__class__")
     if module not in _MODULES or cls != "MetadatasetV2":
         raise top.error(
-            f"__module__: {module!r}, __class__: {cls!r}; allowed: __module__ one of "
+            f"__module__: {short_repr(module)}, __class__: {short_repr(cls)}; allowed: __module__ one of "
             f"{list(_MODULES)} with __class__: MetadatasetV2"
         )
     splits = data.get("splits")
     if not isinstance(splits, dict) or not splits:
         raise (top / "splits").error("needs a mapping of split names (train, val, ...) to datasets")
     if split_part not in splits:
-        raise (top / "splits").error(f"no split {split_part!r}; this file has {sorted(splits)}")
+        raise (top / "splits").error(
+            f"no split {short_repr(split_part)}; this file has {short_repr(list(splits))}"
+        )
     where = _Where(path, f"splits.{split_part}")
     return _node(splits[split_part], path.parent, split_part, inherited, stack, where)
 
@@ -120,6 +136,8 @@ def _node(
     if not isinstance(node, dict):
         raise where.error("must be a mapping with one of path, blend, blend_epochized")
     kinds = [k for k in ("path", "blend", "blend_epochized", "join") if k in node]
+    if not kinds:  # a misspelt kind is named as such, not only as a missing one
+        _check_keys(node, (*_REF_KEYS, "blend", "blend_epochized"), where)
     if len(kinds) != 1:
         raise where.error(f"needs exactly one of path, blend, blend_epochized; found {kinds}")
     if kinds == ["join"]:
@@ -145,30 +163,71 @@ def _node(
                 f"(blend_epochized), never both; use {number_key}"
             )
         allowed = (*_REF_KEYS, number_key)
+        if isinstance(entry, dict):  # typos first: `wieght: 3` is unknown, not just weight missing
+            _check_keys(entry, allowed, at)
         if not isinstance(entry, dict) or "path" not in entry:
             raise at.error(f"needs path: and {number_key}:; allowed keys: {list(allowed)}")
-        number = entry.get(number_key)
-        if isinstance(number, bool) or not isinstance(number, (int, float)) or not number > 0:
-            got = "missing" if number_key not in entry else f"{number!r}"
-            raise (at / number_key).error(f"{got}; must be a number > 0 (e.g. 1, 2.5 or 0.5)")
+        number = _number(entry, number_key, at)
         leaves, mode = _reference(entry, base, split_part, inherited, stack, at, allowed)
         if mode not in ("single", _MODE[kind]):
+            inner = "an epochized" if mode == "epochized" else "a weighted"
             raise (at / "path").error(
-                f"{entry['path']} is a {mode} blend inside a {kind}: a tree mixes either weights "
-                "(blend) or repetitions (blend_epochized), never both"
+                f"{short_repr(entry['path'])} is {inner} blend inside a {kind}: a tree mixes "
+                "either weights (blend) or repetitions (blend_epochized), never both"
             )
         numbers.append(number)
         results.append(leaves)
     total = sum(numbers)
+    if not math.isfinite(total):
+        raise (where / kind).error(f"the {number_key}s sum to {total}; use smaller numbers")
     out = []
-    for number, leaves in zip(numbers, results):
+    for index, (number, leaves) in enumerate(zip(numbers, results)):
         for leaf in leaves:
             if kind == "blend":
                 leaf.weight = (leaf.weight or 1.0) * number / total
+                if not leaf.weight > 0:  # underflow: the leaf would silently never be drawn
+                    raise (where / kind / index / number_key).error(
+                        f"{short_repr(number)} of a total {total:g} gives {leaf.path} a share "
+                        "of 0; use weights of similar magnitude"
+                    )
             else:
                 leaf.repetitions = (leaf.repetitions or 1) * number
+                if leaf.repetitions > MAX_REPETITIONS:
+                    raise (where / kind / index / number_key).error(
+                        f"{short_repr(number)} gives {leaf.path} {leaf.repetitions:g} "
+                        f"repetitions per epoch (with the levels below), more than "
+                        f"{MAX_REPETITIONS}; lower the repetitions of the other entries instead"
+                    )
             out.append(leaf)
     return out, _MODE[kind]
+
+
+def _number(entry: dict[str, Any], key: str, where: _Where) -> float:
+    """A blend entry's weight or repetitions: a finite number > 0."""
+    number = entry.get(key)
+    finite = False
+    if not isinstance(number, bool) and isinstance(number, (int, float)):
+        try:
+            finite = math.isfinite(number) and number > 0
+        except OverflowError:  # an integer beyond float range
+            finite = False
+    if not finite:
+        got = "missing" if key not in entry else short_repr(number)
+        raise (where / key).error(f"{got}; must be a finite number > 0 (e.g. 1, 2.5 or 0.5)")
+    return number  # type: ignore[return-value]  # checked above
+
+
+def _check_quotas(path: StoragePath, leaves: list[Leaf]) -> None:
+    """Every leaf of a blend_epochized contributes samples to an epoch (see Blend.epochized)."""
+    for leaf in leaves:
+        count = len(open_source(leaf))
+        reps = exact_repetitions(leaf.repetitions or 1)  # as the Blend plans it
+        if math.floor(reps * count) == 0:
+            raise DatasetFormatError(
+                f"{path}: blend_epochized: {leaf.path} (split {short_repr(leaf.split_part)}) has "
+                f"repetitions {leaf.repetitions:g} (multiplied down the tree) x {count} samples "
+                "= no sample per epoch; raise its repetitions or leave it out"
+            )
 
 
 def _reference(
@@ -182,14 +241,16 @@ def _reference(
 ) -> tuple[list[Leaf], str]:
     _check_keys(ref, allowed, where)
     raw = ref["path"]
-    if not isinstance(raw, str) or not raw:
-        raise (where / "path").error(f"{raw!r}; must be a path relative to {base}")
+    if not isinstance(raw, str) or not raw or "\0" in raw:
+        raise (where / "path").error(f"{short_repr(raw)}; must be a path relative to {base}")
     remote_url = is_url(raw) and not isinstance(base, RemotePath)
     target = as_path(raw) if remote_url else (base / raw).resolve()  # may be remote
     split_part = _string(ref, "split_part", where) or split_part
     subflavors = ref.get("subflavors")
     if subflavors is not None and not isinstance(subflavors, dict):
-        raise (where / "subflavors").error(f"{subflavors!r}; must be a mapping of names to values")
+        raise (where / "subflavors").error(
+            f"{short_repr(subflavors)}; must be a mapping of names to values"
+        )
     if subflavors or inherited.subflavors:
         subflavors = {**(subflavors or {}), **(inherited.subflavors or {})}  # outer wins
     multiplier = _multiplier(ref, inherited.multiplier, where)
@@ -205,6 +266,10 @@ def _reference(
         if target in stack:
             chain = " -> ".join(str(p) for p in (*stack, target))
             raise (where / "path").error(f"cycle of nested metadatasets: {chain}")
+        if len(stack) >= MAX_NESTING:
+            raise (where / "path").error(
+                f"metadatasets nested more than {MAX_NESTING} files deep (from {stack[0]})"
+            )
         return _load_file(target, split_part, inner, (*stack, target))
     if not target.exists():
         raise (where / "path").error(
@@ -237,10 +302,12 @@ def _resolve_subset(
     try:
         dataset = open_source(leaf)
     except DatasetFormatError as exc:
-        raise (where / "split_part").error(f"split {leaf.split_part!r}: {exc}") from None
+        raise (where / "split_part").error(f"split {short_repr(leaf.split_part)}: {exc}") from None
     total = len(dataset)
     if total == 0:
-        raise (where / "split_part").error(f"split {leaf.split_part!r} of {leaf.path} is empty")
+        raise (where / "split_part").error(
+            f"split {short_repr(leaf.split_part)} of {leaf.path} is empty"
+        )
     absolute = _parse_subset(ref, where)[1] if "subset" in ref else None
     if absolute is None and relative is None:
         return None
@@ -263,14 +330,18 @@ def _parse_subset(ref: dict[str, Any], where: _Where) -> tuple[tuple[float, floa
     """``(relative range, absolute range)`` of a ``subset:``; exactly one is set."""
     at = where / "subset"
     value = ref["subset"]
-    if isinstance(value, dict) and set(value) == {"range"}:
-        value, at = value["range"], at / "range"
+    if isinstance(value, dict):
+        _check_keys(value, ("range",), at)
+        if "range" in value:
+            value, at = value["range"], at / "range"
     if not isinstance(value, list) or len(value) != 2:
-        raise at.error(f"{value!r}; allowed: {{range: [0%, 50%]}} or {{range: [100, end]}}")
+        raise at.error(
+            f"{short_repr(value)}; allowed: {{range: [0%, 50%]}} or {{range: [100, end]}}"
+        )
     start, end = value
     if isinstance(start, int) and not isinstance(start, bool):
         if end != "end" and (isinstance(end, bool) or not isinstance(end, int)):
-            raise at.error(f"{value!r}: an absolute range ends with an integer or 'end'")
+            raise at.error(f"{short_repr(value)}: an absolute range ends with an integer or 'end'")
         return None, (start, None if end == "end" else end)
     bounds = []
     for bound in value:
@@ -281,11 +352,11 @@ def _parse_subset(ref: dict[str, Any], where: _Where) -> tuple[tuple[float, floa
             fraction = -1.0
         if (not text.endswith("%") and text != "end") or not 0 <= fraction <= 1:
             raise at.error(
-                f"{value!r}: bound {bound!r}; allowed: 'N%' with 0 <= N <= 100, or 'end'"
+                f"{short_repr(value)}: bound {short_repr(bound)}; allowed: 'N%' with 0 <= N <= 100, or 'end'"
             )
         bounds.append(fraction)
     if bounds[0] > bounds[1]:
-        raise at.error(f"{value!r}: start after end")
+        raise at.error(f"{short_repr(value)}: start after end")
     return (bounds[0], bounds[1]), None
 
 
@@ -316,7 +387,7 @@ def _multiplier(ref: dict[str, Any], outer: int | None, where: _Where) -> int | 
         isinstance(value, bool) or not isinstance(value, int) or value == 0 or value < -1
     ):
         raise (where / "shuffle_over_epochs_multiplier").error(
-            f"{value!r}; allowed: null (no shuffle), -1 (with replacement) or an integer >= 1"
+            f"{short_repr(value)}; allowed: null (no shuffle), -1 (with replacement) or an integer >= 1"
         )
     if value is None or outer is None:
         return None
@@ -328,11 +399,12 @@ def _multiplier(ref: dict[str, Any], outer: int | None, where: _Where) -> int | 
 def _string(ref: dict[str, Any], key: str, where: _Where) -> str | None:
     value = ref.get(key)
     if value is not None and (not isinstance(value, str) or not value):
-        raise (where / key).error(f"{value!r}; must be a non-empty string")
+        raise (where / key).error(f"{short_repr(value)}; must be a non-empty string")
     return value
 
 
 def _check_keys(node: dict[str, Any], allowed: tuple[str, ...], where: _Where) -> None:
-    unknown = [k for k in node if k not in allowed]
-    if unknown:
-        raise (where / str(unknown[0])).error(f"unknown key; allowed: {', '.join(allowed)}")
+    problem = unknown_keys(node, allowed)
+    if problem:
+        first = next(k for k in node if k not in allowed)
+        raise (where / first).error(problem)

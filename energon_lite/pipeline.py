@@ -11,9 +11,12 @@ hook, a limit). ``fingerprint()`` lists everything a saved state must match.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Protocol
 
+from energon_lite.decode.decoder import require_av
 from energon_lite.errors import ConfigError, FailureTracker
 from energon_lite.index.meta import META_DIR
 from energon_lite.kinds import open_source
@@ -22,9 +25,15 @@ from energon_lite.reader import Reader
 from energon_lite.sample_factory import SampleFactory
 from energon_lite.stage import Stage
 from energon_lite.stages.batch import Batch
+from energon_lite.stages.blend_epochized import EpochizedBlend
+from energon_lite.stages.blend_weighted import WeightedBlend
+from energon_lite.stages.bucket_sync import BucketSync
+from energon_lite.stages.concat import Concat
 from energon_lite.stages.encode import Encode, LeafSpec
+from energon_lite.stages.group_batch import GroupBatch
 from energon_lite.stages.limit import Limit
 from energon_lite.stages.map import Map
+from energon_lite.stages.pack import Pack
 from energon_lite.stages.shuffle import ShuffleBuffer
 from energon_lite.task_encoder import TaskEncoder
 from energon_lite.worker import WorkerConfig, WorkerSlot
@@ -50,9 +59,38 @@ class Pipeline(Protocol):
 
     def build(self, slot: WorkerSlot) -> Stage: ...
 
+    def state_shape(self, slot: WorkerSlot) -> dict[str, Any]: ...
+
     def fingerprint(self) -> dict[str, Any]: ...
 
     def batches_per_epoch(self, worker_config: WorkerConfig, epoch: int = 0, /) -> int: ...
+
+
+@dataclass
+class Node:
+    """One stage of a worker chain before it is built: its class and how to make it.
+
+    ``build()`` makes the stages (no I/O: constructors only store settings);
+    ``shape()`` is the state shape the chain declares (``Stage.STATE_KEYS`` of each class),
+    which the trainer checks a saved state against without building anything.
+    """
+
+    cls: type[Stage]
+    make: Callable[..., Stage]  # make(parent) / make([parents]) / make()
+    parents: list[Node] = field(default_factory=list)
+    several: bool = False  # the parents are handed over as one list (blends)
+
+    def build(self) -> Stage:
+        built = [parent.build() for parent in self.parents]
+        return self.make(built) if self.several else self.make(*built)
+
+    def shape(self) -> dict[str, Any]:
+        shape: dict[str, Any] = {"type": self.cls.__name__, "keys": list(self.cls.STATE_KEYS)}
+        if self.several:
+            shape["sources"] = [parent.shape() for parent in self.parents]
+        elif self.parents:
+            shape["source"] = self.parents[0].shape()
+        return shape
 
 
 class DatasetPipeline:
@@ -80,6 +118,8 @@ class DatasetPipeline:
             )
             for ds, leaf in zip(self.datasets, leaves)
         ]
+        for ds, spec in zip(self.datasets, self.specs):
+            require_av(str(ds.root), spec.factory.parts)
         if task_encoder.overrides("encode_sample") and task_encoder.overrides("preencode_sample"):
             raise ConfigError(
                 f"{type(task_encoder).__name__} overrides both encode_sample and preencode_sample; "
@@ -90,75 +130,108 @@ class DatasetPipeline:
     # wiring -------------------------------------------------------------------------------
 
     def readers(self, slot: WorkerSlot) -> list[Reader]:
+        """This worker's reader of each leaf (constructed only: no I/O until they start)."""
+        return [node.build() for node in self._reader_nodes(slot)]  # type: ignore[misc]
+
+    def _reader_nodes(self, slot: WorkerSlot) -> list[Node]:
         opts = self.options
         open_slices = opts.parallel_shard_iters or (4 if opts.training else 1)
-        return [
-            Reader(
-                dataset,
-                leaf_id=i,
-                seed=slot.seed,
-                worker_index=slot.global_worker_id,
-                num_workers=slot.num_global_workers,
+        nodes = []
+        for i, (dataset, leaf) in enumerate(zip(self.datasets, self.leaves)):
+            settings: dict[str, Any] = {
+                "leaf_id": i,
+                "seed": slot.seed,
+                "worker_index": slot.global_worker_id,
+                "num_workers": slot.num_global_workers,
                 # val: contiguous, balanced ranges so that every worker gets a share
-                max_samples_per_sequence=opts.max_samples_per_sequence
+                "max_samples_per_sequence": opts.max_samples_per_sequence
                 if opts.training
                 else max(1, -(-len(dataset) // slot.num_global_workers)),
-                shuffle=opts.training,
-                repeat=opts.training and opts.repeat and self.blend_mode != "epochized",
-                open_slices=open_slices if opts.training else 1,
-                shuffle_over_epochs_multiplier=leaf.shuffle_over_epochs_multiplier,
-                start_epoch=slot.epoch,
-            )
-            for i, (dataset, leaf) in enumerate(zip(self.datasets, self.leaves))
-        ]
+                "shuffle": opts.training,
+                "repeat": opts.training and opts.repeat and self.blend_mode != "epochized",
+                "open_slices": open_slices if opts.training else 1,
+                "shuffle_over_epochs_multiplier": leaf.shuffle_over_epochs_multiplier,
+                "start_epoch": slot.epoch,
+            }
+            nodes.append(Node(Reader, partial(Reader, dataset, **settings)))
+        return nodes
 
-    def build(self, slot: WorkerSlot) -> Stage:
-        """The chain of one worker, fresh (call ``restore_state`` on it to resume)."""
+    def plan(self, slot: WorkerSlot) -> Node:
+        """The chain of one worker, as nodes (``plan(slot).build()`` makes it)."""
         opts, te = self.options, self.task_encoder
 
         def failures() -> FailureTracker:
             # one per stage: a success in one stage must not reset another's failure streak
             return FailureTracker(opts.failure_tolerance)
 
-        readers = self.readers(slot)
-        single = len(readers) == 1 and self.blend_mode != "epochized"  # quotas need the Blend
-        stage: Stage = readers[0] if single else self._blend(readers, slot)
+        readers = self._reader_nodes(slot)
+        # several leaves, or quotas (which need the blend even for one leaf): a blend
+        single = len(readers) == 1 and self.blend_mode != "epochized"
+        node = readers[0] if single else self._blend(readers, slot)
+
+        def then(cls: type[Stage], make: Callable[[Stage], Stage]) -> None:
+            nonlocal node
+            node = Node(cls, make, [node])
+
         if opts.training and opts.shuffle_buffer_size:
-            stage = ShuffleBuffer(stage, opts.shuffle_buffer_size, slot.seed, slot.global_worker_id)
-        hook = "preencode_sample" if opts.packing_buffer_size else "encode_sample"
-        stage = Encode(stage, self.specs, te, slot.seed, failures(), hook)
+            size = opts.shuffle_buffer_size
+            then(ShuffleBuffer, lambda s: ShuffleBuffer(s, size, slot.seed, slot.global_worker_id))
+        # with packing, the per-sample hook runs before the packer: preencode_sample, or an
+        # overridden encode_sample in its place (Energon's behaviour)
+        hook = "encode_sample"
+        if opts.packing_buffer_size and not te.overrides("encode_sample"):
+            hook = "preencode_sample"
+        then(Encode, lambda s: Encode(s, self.specs, te, slot.seed, failures(), hook))
         if opts.packing_buffer_size:
-            from energon_lite.stages.pack import Pack
-
-            stage = Pack(stage, opts.packing_buffer_size, te, slot.seed, failures())
+            size = opts.packing_buffer_size
+            then(Pack, lambda s: Pack(s, size, te, slot.seed, failures()))
         if te.overrides("batch_group_criterion"):
-            from energon_lite.stages.group_batch import BucketSync, GroupBatch
-
             sync = BucketSync.for_slot(opts.bucket_sync, slot)
-            stage = GroupBatch(
-                stage, te.batch_group_criterion, te.batch, opts.batch_drop_last, failures(), sync
+            then(
+                GroupBatch,
+                lambda s: GroupBatch(
+                    s, te.batch_group_criterion, te.batch, opts.batch_drop_last, failures(), sync
+                ),
             )
         elif opts.batch_size is not None:
-            stage = Batch(stage, opts.batch_size, te.batch, opts.batch_drop_last, failures())
+            bs = opts.batch_size
+            then(Batch, lambda s: Batch(s, bs, te.batch, opts.batch_drop_last, failures()))
         if te.overrides("encode_batch"):
-            stage = Map(stage, te.encode_batch, "encode_batch", failures())
+            then(Map, lambda s: Map(s, te.encode_batch, "encode_batch", failures()))
         if opts.limit is not None:  # per rank; the loader polls workers round robin
-            stage = Limit(stage, -(-(opts.limit - slot.worker_id) // slot.num_workers))
-        stage.restore_state(None)
-        return stage
+            limit = -(-(opts.limit - slot.worker_id) // slot.num_workers)
+            then(Limit, lambda s: Limit(s, limit))
+        return node
 
-    def _blend(self, readers: list[Reader], slot: WorkerSlot) -> Stage:
-        from energon_lite.stages.blend import Blend
+    def build(self, slot: WorkerSlot) -> Stage:
+        """The chain of one worker, not started (``restore_state(None | state)`` starts it)."""
+        return self.plan(slot).build()
 
+    def state_shape(self, slot: WorkerSlot) -> dict[str, Any]:
+        """The shape a saved state of ``slot``'s chain must have (no chain is built)."""
+        return self.plan(slot).shape()
+
+    def _blend(self, readers: list[Node], slot: WorkerSlot) -> Node:
         if self.blend_mode == "concat":
-            return Blend.concat(readers)
+            return Node(Concat, Concat, readers, several=True)
         if self.blend_mode == "epochized":
             quotas = [leaf.repetitions or 0.0 for leaf in self.leaves]
-            return Blend.epochized(
-                readers, quotas, slot.seed, slot.global_worker_id, repeat=self.options.repeat
+            repeat = self.options.repeat
+            return Node(
+                EpochizedBlend,
+                lambda rs: EpochizedBlend(
+                    rs, quotas, slot.seed, slot.global_worker_id, repeat=repeat
+                ),
+                readers,
+                several=True,
             )
         weights = [leaf.weight or 0.0 for leaf in self.leaves]
-        return Blend.weighted(readers, weights, slot.seed, slot.global_worker_id)
+        return Node(
+            WeightedBlend,
+            lambda rs: WeightedBlend(rs, weights, slot.seed, slot.global_worker_id),
+            readers,
+            several=True,
+        )
 
     # facts about the pipeline ---------------------------------------------------------------
 

@@ -180,7 +180,7 @@ def prepare_dataset(
     force_overwrite: bool = False,
     progress: bool = True,
 ) -> PrepareReport:
-    """Index every shard under ``root`` and write ``.nv-meta`` (see FORMATS.md)."""
+    """Index every shard under ``root`` and write ``.nv-meta`` (see docs/formats.md)."""
     root = as_path(root)
     if not root.is_dir():
         raise DatasetFormatError(f"{root}: not a directory")

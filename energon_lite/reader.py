@@ -22,16 +22,20 @@ from typing import Any
 
 import numpy as np
 
-from energon_lite.errors import StateError
+from energon_lite.errors import StateError, short_repr
+from energon_lite.restore_key import SampleKey
 from energon_lite.rng import CounterRng, Permutation, derive_seed, mix_draws
 from energon_lite.source import Source
 from energon_lite.stage import Stage
+from energon_lite.state import state_count
 
 _CHUNK = 16  # samples read per pread from an open slice
 
 
 class Reader(Stage):
     """Raw samples ``{__key__, __restore_key__, __shard__, <part>: bytes}`` of one leaf."""
+
+    STATE_KEYS = ("epoch", "next", "open", "rng", "done")
 
     _open: list[list[int]]  # [slice_id, next sample] of each open slice
     _perm_cycle: int | None
@@ -69,7 +73,9 @@ class Reader(Stage):
             np.int64
         )
         self.num_slices = int(self.run_slices[-1])
-        self.restore_state(None)
+        # derived caches (pure functions of the settings), not state
+        self._bounds_cache: dict[int, tuple[int, int, int]] = {}
+        self._perm_cycle = None
 
     # slice arithmetic ------------------------------------------------------------------
 
@@ -137,6 +143,7 @@ class Reader(Stage):
     # the stage contract -----------------------------------------------------------------
 
     def next(self) -> dict[str, Any]:
+        self._start_if_fresh()
         while True:
             count = self.worker_slice_count()
             while len(self._open) < self.open_slices and self._next < count:
@@ -185,52 +192,58 @@ class Reader(Stage):
     ) -> dict[str, Any]:
         return {
             "__key__": key,
-            "__restore_key__": ("Webdataset", self.leaf_id, shard_id, index, epoch),
+            "__restore_key__": SampleKey(self.leaf_id, shard_id, index, epoch),
             "__shard__": self.dataset.shard_names[shard_id],
             **parts,
         }
 
     def fetch(self, restore_key: Any) -> dict[str, Any]:
-        if (
-            not isinstance(restore_key, (tuple, list))
-            or len(restore_key) != 5
-            or restore_key[0] != "Webdataset"
-            or restore_key[1] != self.leaf_id
-        ):
+        if not isinstance(restore_key, SampleKey) or restore_key.leaf != self.leaf_id:
             raise StateError(
-                f"Reader(leaf {self.leaf_id}): not a restore key of mine: {restore_key!r}"
+                f"Reader(leaf {self.leaf_id}): not a restore key of mine: {short_repr(restore_key)}"
             )
-        _, _, shard_id, index, epoch = restore_key
-        key, parts = self.dataset.read(int(shard_id), int(index))
-        return self._raw(key, parts, int(shard_id), int(index), int(epoch))
+        shard_id, index = restore_key.shard, restore_key.sample
+        if not 0 <= shard_id < len(self.dataset.shard_names):
+            raise StateError(f"Reader(leaf {self.leaf_id}): no shard {shard_id} in {restore_key}")
+        key, parts = self.dataset.read(shard_id, index)
+        return self._raw(key, parts, shard_id, index, restore_key.epoch)
 
-    def save_state(self) -> dict[str, Any]:
-        return self._state(
-            epoch=self._epoch,
-            next=self._next,
-            open=[list(entry) for entry in self._open],
-            rng=self._rng.counter,
-            done=self._done,
-        )
+    def _reset(self) -> None:
+        self._chunks: dict[tuple[int, int], tuple[str, dict[str, Any]]] = {}
+        self._epoch, self._next, self._open, self._done = self.start_epoch, 0, [], False
+        self._rng = CounterRng(self.seed, "interleave", self.leaf_id, self.worker_index)
 
-    def restore_state(self, state: dict[str, Any] | None) -> None:
-        self._chunks: dict[tuple[int, int], tuple[str, dict[str, bytes]]] = {}
-        self._bounds_cache: dict[int, tuple[int, int, int]] = {}
-        self._perm_cycle = None
-        if state is None:
-            self._epoch, self._next, self._open, self._done = self.start_epoch, 0, [], False
-            self._rng = CounterRng(self.seed, "interleave", self.leaf_id, self.worker_index)
-            return
-        state = self._check_state(state, "epoch", "next", "open", "rng", "done")
-        try:
-            self._epoch, self._next = int(state["epoch"]), int(state["next"])
-            self._open = [[int(s), int(p)] for s, p in state["open"]]
-            self._done = bool(state["done"])
-            counter = int(state["rng"])
-        except (TypeError, ValueError) as exc:
-            raise StateError(f"Reader: corrupt state {state!r}: {exc}") from None
-        for slice_id, position in self._open:
-            if not 0 <= slice_id < self.num_slices:
+    def _save(self) -> dict[str, Any]:
+        return {
+            "epoch": self._epoch,
+            "next": self._next,
+            "open": [list(entry) for entry in self._open],
+            "rng": self._rng.counter,
+            "done": self._done,
+        }
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        self._reset()
+        self._epoch = state_count(state["epoch"], "Reader epoch")
+        self._next = state_count(state["next"], "Reader next")
+        self._rng.counter = state_count(state["rng"], "Reader rng")
+        self._done = bool(state["done"])
+        opened = state["open"]
+        if not isinstance(opened, list) or len(opened) > self.open_slices:
+            raise StateError(
+                f"Reader: {short_repr(opened)} is not a list of at most {self.open_slices} open "
+                "slices; was it saved with another parallel_shard_iters?"
+            )
+        if self._next > self.worker_slice_count():
+            raise StateError(
+                f"Reader: next slice {self._next} is past this worker's "
+                f"{self.worker_slice_count()} slices; the state belongs to another layout"
+            )
+        for entry in opened:
+            if not isinstance(entry, list) or len(entry) != 2:
+                raise StateError(f"Reader: open slice {short_repr(entry)} is not [slice, position]")
+            slice_id, position = (state_count(x, "Reader open slice") for x in entry)
+            if not slice_id < self.num_slices:
                 raise StateError(
                     f"Reader: slice {slice_id} outside this dataset's {self.num_slices}"
                 )
@@ -239,6 +252,4 @@ class Reader(Stage):
                 raise StateError(
                     f"Reader: position {position} outside slice {slice_id} [{start}, {end})"
                 )
-        self._rng = CounterRng(
-            self.seed, "interleave", self.leaf_id, self.worker_index, counter=counter
-        )
+            self._open.append([slice_id, position])

@@ -1,6 +1,6 @@
 """Builds typed samples from decoded parts, as a dataset's ``dataset.yaml`` says.
 
-Three forms (FORMATS.md): ``sample_type`` + ``field_map`` (with ``json[a][0]`` access into
+Three forms (docs/formats.md, "dataset.yaml"): ``sample_type`` + ``field_map`` (with ``json[a][0]`` access into
 JSON parts), ``sample_type`` + ``sample_loader: file.py:function`` (+ ``part_filter``), or a
 crude dataset (``__class__: CrudeWebdataset``) whose samples stay dicts of decoded parts
 for the TaskEncoder's cookers. ``__module__: megatron.energon`` and ``energon_lite`` both
@@ -17,6 +17,7 @@ from typing import Any
 
 from energon_lite.decode import SampleDecoder
 from energon_lite.errors import DatasetFormatError
+from energon_lite.restore_key import SampleKey
 from energon_lite.samples import SAMPLE_TYPES, SourceInfo
 from energon_lite.storage import StoragePath
 from energon_lite.storage.ops import local_copy
@@ -114,7 +115,7 @@ class SampleFactory:
         restore_key = raw["__restore_key__"]
         source = SourceInfo(
             dataset_path=self.root,
-            index=restore_key[3] if len(restore_key) > 3 else raw["__key__"],
+            index=restore_key.sample if isinstance(restore_key, SampleKey) else raw["__key__"],
             shard_name=raw.get("__shard__", ""),
             file_names=tuple(
                 f"{raw['__key__']}.{part}" for part in raw if not part.startswith("__")

@@ -3,41 +3,89 @@
 A stage produces items one at a time from its parent(s) and can say where it is:
 
 * ``next()`` returns the next item or raises ``StopIteration`` at the end of its stream;
-* ``save_state()`` returns plain data (dict/list/str/int/float/bytes/None) with the stage's
-  type name under ``"type"`` and its parent's state under ``"source"`` (or ``"sources"``);
+* ``save_state()`` returns plain data: the stage's type name under ``"type"``, its own
+  fields (exactly the names in ``STATE_KEYS``) and its parent's state under ``"source"``
+  (``"sources"`` for several parents);
 * ``restore_state(None)`` starts fresh, ``restore_state(state)`` continues exactly after the
   last item handed out when ``state`` was saved. There is no separate initialisation path;
 * ``fetch(restore_key)`` returns the item with that ``__restore_key__`` again by random
   access, re-running this stage's deterministic work. Buffers use it on restore.
 
-States are only taken between two ``next()`` calls.
+Constructors only store settings: no I/O, no epoch planning. A stage starts on
+``restore_state`` (the loader always calls it) or, when nobody did, on its first
+``next()``. States are only taken between two ``next()`` calls.
+
+Subclasses implement ``next``, and, when they hold anything between items, ``_reset()``
+(fresh start), ``_save() -> dict`` and ``_restore(state)``; the base class restores the
+parents first and checks the state's shape (:func:`energon_lite.state.check_level`);
+``_validate(state)`` checks the stage's own fields before anything is restored.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 from energon_lite.errors import StateError
+from energon_lite.state import check_level
 
 
 class Stage:
-    """Base class of all stages. Subclasses set ``source`` (or hold several) and override."""
+    """Base class of all stages. Subclasses set ``source`` (or ``sources``) and override."""
 
+    STATE_KEYS: ClassVar[tuple[str, ...]] = ()  # the stage's own state fields
     source: Stage | None = None
+    sources: list[Any] | None = None  # stages with several parents
+    _started: bool = False
 
     def next(self) -> Any:
         raise NotImplementedError
 
+    # state --------------------------------------------------------------------------------
+
     def save_state(self) -> dict[str, Any]:
-        """Default for stages that hold nothing between items: the type tag and the source."""
-        return self._state()
+        self._start_if_fresh()  # a stage nobody started is at its fresh start
+        state: dict[str, Any] = {"type": type(self).__name__, **self._save()}
+        if self.source is not None:
+            state["source"] = self.source.save_state()
+        elif self.sources is not None:
+            state["sources"] = [source.save_state() for source in self.sources]
+        return state
 
     def restore_state(self, state: dict[str, Any] | None) -> None:
-        """Default for stages that hold nothing between items: restore the source."""
-        if self.source is None:
-            raise NotImplementedError(f"{type(self).__name__} must implement restore_state")
-        self.source.restore_state(None if state is None else self._check_state(state)["source"])
+        if state is None:
+            for parent in self._parents():
+                parent.restore_state(None)
+            self._reset()
+        else:
+            check_level(type(self).__name__, self.STATE_KEYS, self._parent_key(), state)
+            self._validate(state)
+            if self.source is not None:
+                self.source.restore_state(state["source"])
+            elif self.sources is not None:
+                self._restore_sources(state["sources"])
+            self._restore(state)
+        self._started = True
+
+    def _start_if_fresh(self) -> None:
+        """Start fresh if nobody restored this stage yet (call at the top of ``next``)."""
+        if not self._started:
+            self.restore_state(None)
+
+    # hooks for subclasses ------------------------------------------------------------------
+
+    def _reset(self) -> None:
+        """Start fresh (parents are already reset). Default: nothing held."""
+
+    def _save(self) -> dict[str, Any]:
+        """This stage's own fields, exactly ``STATE_KEYS``. Default: none."""
+        return {}
+
+    def _validate(self, state: dict[str, Any]) -> None:
+        """Check this stage's own fields before anything is restored (no I/O). Default: none."""
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        """Continue from ``state`` (shape checked, parents restored). Default: nothing held."""
 
     def fetch(self, restore_key: Any) -> Any:
         """Default: the stage does not change items, so its parent can fetch them."""
@@ -52,38 +100,24 @@ class Stage:
             except StopIteration:
                 return
 
-    # helpers for subclasses -------------------------------------------------------------
+    # helpers ---------------------------------------------------------------------------------
 
-    def _state(self, **fields: Any) -> dict[str, Any]:
-        """This stage's state: its type tag, its fields and its parent's state."""
-        state: dict[str, Any] = {"type": type(self).__name__, **fields}
+    def _parents(self) -> list[Stage]:
         if self.source is not None:
-            state["source"] = self.source.save_state()
-        return state
+            return [self.source]
+        return list(self.sources or [])
 
-    def _check_state(self, state: Any, *required: str) -> dict[str, Any]:
-        """Validate the shape of a state for this stage; raise StateError naming the problem."""
-        name = type(self).__name__
-        if not isinstance(state, dict):
-            raise StateError(f"{name}: state must be a dict, got {type(state).__name__}")
-        if state.get("type") != name:
+    def _parent_key(self) -> str | None:
+        if self.source is not None:
+            return "source"
+        return "sources" if self.sources is not None else None
+
+    def _restore_sources(self, states: list[Any]) -> None:
+        assert self.sources is not None
+        if len(states) != len(self.sources):
             raise StateError(
-                f"{name}: state belongs to stage {state.get('type')!r}, not {name!r}; "
-                "was it saved by a loader with other stages (packing, grouping, blend)?"
+                f"{type(self).__name__}: state has {len(states)} sources, this stage has "
+                f"{len(self.sources)}; was it saved with another metadataset?"
             )
-        missing = [key for key in required if key not in state]
-        if self.source is not None and "source" not in state:
-            missing.append("source")
-        if missing:
-            raise StateError(f"{name}: state is missing {missing}; it is truncated or corrupt")
-        return state
-
-
-def fill(source: Stage, buffer: list[Any], size: int) -> bool:
-    """Pull items from ``source`` until ``buffer`` holds ``size``; True if the source ran out."""
-    while len(buffer) < size:
-        try:
-            buffer.append(source.next())
-        except StopIteration:
-            return True
-    return False
+        for source, source_state in zip(self.sources, states):
+            source.restore_state(source_state)

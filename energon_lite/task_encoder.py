@@ -18,17 +18,20 @@ sample re-encoded after a restore gets the same random numbers, and no global RN
 
 from __future__ import annotations
 
-import warnings
+import dataclasses
+import functools
+import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import numpy as np
+import torch
 
 from energon_lite.collate import default_collate
 from energon_lite.decode import SampleDecoder
 from energon_lite.errors import ConfigError
-from energon_lite.rng import rng_for, torch_generator_for
+from energon_lite.rng import derive_seed, rng_for, torch_generator_for
 
 T_sample = TypeVar("T_sample")
 T_encoded_sample = TypeVar("T_encoded_sample")
@@ -61,23 +64,46 @@ _MISSING = object()
 
 
 def stateless(fn: Callable | None = None, *, restore_seeds: bool = False) -> Callable:
-    """Energon's marker for hooks without state. Accepted for drop-in compatibility.
+    """Energon's marker for hooks without state.
 
-    energon_lite never reseeds global RNGs (``restore_seeds=True`` is ignored with a
-    warning): take randomness from ``self.sample_rng``, which is restored exactly.
+    ``restore_seeds=True`` (Energon's option, for encoders that call ``random``,
+    ``numpy.random`` or ``torch``'s global generators): around each call, the three global
+    generators are seeded from (loader seed, the item's restore key) and put back afterwards,
+    so the hook gives the same result after a restore. Prefer ``self.sample_rng``: it needs
+    no global state at all.
     """
 
     def mark(f: Callable) -> Callable:
         if restore_seeds:
-            warnings.warn(
-                f"@stateless(restore_seeds=True) on {f.__qualname__}: energon_lite does not reseed "
-                "global RNGs; use self.sample_rng for randomness that survives a restore",
-                stacklevel=3,
-            )
+            f = _with_restored_seeds(f)
         f.__stateless__ = True  # type: ignore[attr-defined]
         return f
 
     return mark(fn) if fn is not None else mark
+
+
+def _with_restored_seeds(f: Callable) -> Callable:
+    @functools.wraps(f)
+    def seeded(self: TaskEncoder, *args: Any, **kwargs: Any) -> Any:
+        item = args[0] if args else None
+        key = getattr(item, "__restore_key__", None)
+        if key is None and isinstance(item, dict):
+            key = item.get("__restore_key__")
+        if key is None:
+            key = self._rng_key
+        seed = derive_seed(self._rng_seed, "restore_seeds", f.__qualname__, key)
+        saved = random.getstate(), np.random.get_state(), torch.random.get_rng_state()
+        random.seed(seed)
+        np.random.seed(seed & 0xFFFF_FFFF)
+        torch.manual_seed(seed & 0x7FFF_FFFF_FFFF_FFFF)
+        try:
+            return f(self, *args, **kwargs)
+        finally:
+            random.setstate(saved[0])
+            np.random.set_state(saved[1])
+            torch.random.set_rng_state(saved[2])
+
+    return seeded
 
 
 class TaskEncoder(Generic[T_sample, T_encoded_sample, T_raw_batch, T_batch]):
@@ -161,7 +187,10 @@ class TaskEncoder(Generic[T_sample, T_encoded_sample, T_raw_batch, T_batch]):
 
 
 class DefaultTaskEncoder(TaskEncoder[T_sample, T_encoded_sample, T_raw_batch, T_batch]):
-    """Batches samples with the default collation, optionally into given dataclass types."""
+    """Batches samples with the default collation; converts samples to
+    ``encoded_sample_type``, batches to ``raw_batch_type`` and encoded batches to
+    ``batch_type`` when they are given (a dataclass, a NamedTuple or ``dict``; fields are
+    matched by name), as Energon's does."""
 
     def __init__(
         self,
@@ -170,9 +199,80 @@ class DefaultTaskEncoder(TaskEncoder[T_sample, T_encoded_sample, T_raw_batch, T_
         raw_batch_type: type | None = None,
         batch_type: type | None = None,
     ) -> None:
+        for name, target in (
+            ("encoded_sample_type", encoded_sample_type),
+            ("raw_batch_type", raw_batch_type),
+            ("batch_type", batch_type),
+        ):
+            if target is not None and not _is_target_type(target):
+                raise ConfigError(
+                    f"DefaultTaskEncoder({name}={target!r}): need a dataclass, a NamedTuple or dict"
+                )
         self.encoded_sample_type = encoded_sample_type
         self.raw_batch_type = raw_batch_type
         self.batch_type = batch_type
 
+    def overrides(self, hook: str) -> bool:
+        """The conversions run only when a target type is set (or a subclass overrides them)."""
+        own = getattr(type(self), hook, None)
+        if hook == "encode_sample" and own is DefaultTaskEncoder.encode_sample:
+            return getattr(self, "encoded_sample_type", None) is not None
+        if hook == "encode_batch" and own is DefaultTaskEncoder.encode_batch:
+            target = getattr(self, "batch_type", None)
+            return target is not None and target is not getattr(self, "raw_batch_type", None)
+        return super().overrides(hook)
+
+    def encode_sample(self, sample: T_sample) -> T_encoded_sample:
+        return convert_fields(sample, getattr(self, "encoded_sample_type", None))
+
+    def encode_batch(self, batch: T_raw_batch) -> T_batch:
+        return convert_fields(batch, getattr(self, "batch_type", None))
+
     def batch(self, samples: list[T_encoded_sample]) -> T_raw_batch:
         return default_collate(samples, self.raw_batch_type)
+
+
+def _is_target_type(target: Any) -> bool:
+    return isinstance(target, type) and (
+        issubclass(target, dict)
+        or dataclasses.is_dataclass(target)
+        or (issubclass(target, tuple) and hasattr(target, "_fields"))
+    )
+
+
+def convert_fields(value: Any, target: type | None) -> Any:
+    """``value`` (a dataclass, NamedTuple or dict) as ``target``, its fields matched by name;
+    unchanged when ``target`` is None or ``value`` already is one."""
+    if target is None or isinstance(value, target):
+        return value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    elif isinstance(value, tuple) and hasattr(value, "_fields"):
+        fields = dict(zip(value._fields, value))
+    elif isinstance(value, dict):
+        fields = dict(value)
+    else:
+        raise ConfigError(
+            f"cannot convert a {type(value).__name__} to {target.__name__}: only dataclasses, "
+            "NamedTuples and dicts have fields to match by name"
+        )
+    if issubclass(target, dict):
+        return fields
+    wanted = (
+        {f.name for f in dataclasses.fields(target)}
+        if dataclasses.is_dataclass(target)
+        else set(getattr(target, "_fields", ()))
+    )
+    extra = sorted(set(fields) - wanted)
+    if extra:  # Energon passes every field: an unknown one is an error, not dropped
+        raise ConfigError(
+            f"cannot convert a {type(value).__name__} to {target.__name__}: it has no fields "
+            f"{extra}; add them to {target.__name__} (fields are matched by name)"
+        )
+    try:
+        return target(**fields)
+    except TypeError as exc:
+        raise ConfigError(
+            f"cannot convert a {type(value).__name__} to {target.__name__} (fields matched by "
+            f"name; missing {sorted(wanted - set(fields))}): {exc}"
+        ) from None

@@ -1,17 +1,25 @@
 """Resume test helpers, shared by every stage and pipeline test (and usable by users).
 
 ``assert_stage_resumes`` saves a stage's state after every item, restores each state into a
-fresh stage and checks that the rest of the stream is the same. States travel through
-msgpack on the way, so a state that is not plain data fails the check too.
+fresh stage and checks that the rest of the stream is the same item for item: the same
+``__key__``, the same ``__restore_key__`` and the same payload (tensors and arrays by their
+bytes), run to the same end. Every state must have the same shape (the same nested keys and
+value types) and travel through msgpack on the way, so a state that is not plain data, or
+one whose layout drifts between steps, fails the check too.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import itertools
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+import numpy as np
+
 from energon_lite.reader import Reader
+from energon_lite.samples import basic_sample_keys
 from energon_lite.source import Source
 from energon_lite.stage import Stage
 from energon_lite.state import decode_state, encode_state
@@ -29,6 +37,65 @@ def item_keys(item: Any) -> Any:
     return item
 
 
+def payload_digest(value: Any) -> str:
+    """A digest of an item's content: tensors and arrays by dtype, shape and bytes;
+    dataclasses, dicts and sequences by their fields; anything else by ``repr``."""
+    digest = hashlib.blake2b(digest_size=12)
+    _feed(digest, value)
+    return digest.hexdigest()
+
+
+def _feed(digest: Any, value: Any, depth: int = 0) -> None:
+    if depth > 8:  # deep object graphs: their type is enough
+        digest.update(type(value).__name__.encode())
+        return
+    if hasattr(value, "detach") and hasattr(value, "numpy"):  # a torch tensor
+        value = value.detach().cpu().numpy()
+    if isinstance(value, np.ndarray):
+        digest.update(f"nd{value.dtype}{value.shape}".encode())
+        digest.update(np.ascontiguousarray(value).tobytes())
+    elif isinstance(value, (bytes, bytearray, memoryview)):
+        digest.update(b"b")
+        digest.update(bytes(value))
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        digest.update(type(value).__name__.encode())
+        for field in dataclasses.fields(value):
+            digest.update(field.name.encode())
+            _feed(digest, getattr(value, field.name), depth + 1)
+    elif isinstance(value, dict):
+        digest.update(b"{")
+        for key in sorted(value, key=repr):
+            digest.update(repr(key).encode())
+            _feed(digest, value[key], depth + 1)
+    elif isinstance(value, (list, tuple)):
+        digest.update(f"[{len(value)}".encode())
+        for element in value:
+            _feed(digest, element, depth + 1)
+    elif " at 0x" in (text := repr(value)):  # an object with an address in its repr
+        digest.update(type(value).__name__.encode())
+        if hasattr(value, "__dict__"):
+            _feed(
+                digest, {k: v for k, v in vars(value).items() if not k.startswith("_")}, depth + 1
+            )
+    else:
+        digest.update(text.encode())
+
+
+def item_identity(item: Any) -> tuple[Any, Any, str]:
+    """``(__key__, __restore_key__, payload digest)``: what must match after a restore."""
+    keys = basic_sample_keys(item) if not isinstance(item, (list, tuple)) else {}
+    return item_keys(item), repr(keys.get("__restore_key__")), payload_digest(item)
+
+
+def state_shape(state: Any) -> Any:
+    """The layout of a state: nested dict keys and value types (lengths and values free)."""
+    if isinstance(state, dict):
+        return {key: state_shape(value) for key, value in state.items()}
+    if isinstance(state, list):
+        return "list"
+    return type(state).__name__
+
+
 def take(iterable: Iterable[Any], n: int | None) -> list[Any]:
     return list(iterable if n is None else itertools.islice(iterable, n))
 
@@ -38,36 +105,53 @@ def assert_stage_resumes(
     num_items: int | None = None,
     *,
     every: int = 1,
-    key: Callable[[Any], Any] = item_keys,
+    key: Callable[[Any], Any] = item_identity,
 ) -> list[Any]:
     """Check exact resume of a stage at every ``every``-th position of its first ``num_items`` items.
 
-    Returns the reference keys. ``num_items=None`` runs a finite stage to its end.
+    ``num_items=None`` runs a finite stage to its end, and each resumed stream to its end
+    too, so an extra item after a restore fails. Returns what ``key`` gave for each item.
     """
     stage = make_stage()
     reference: list[Any] = []
-    states: list[Any] = [encode_state(stage.save_state())]
+    first = stage.save_state()
+    states: list[Any] = [encode_state(first)]
+    shape = state_shape(first)
     items = iter(stage) if num_items is None else itertools.islice(iter(stage), num_items)
     for item in items:  # lazily: each state is taken right after its item
         reference.append(key(item))
-        states.append(encode_state(stage.save_state()))
+        state = stage.save_state()
+        if state_shape(state) != shape:
+            raise AssertionError(
+                f"the state's shape changed after item {len(reference) - 1}: "
+                f"{state_shape(state)!r} != {shape!r}"
+            )
+        states.append(encode_state(state))
     if not reference:
         raise AssertionError("the stage produced no items; nothing to check")
     for position in range(0, len(reference) + 1, every):
         resumed = make_stage()
         resumed.restore_state(decode_state(states[position]))
-        rest = [key(item) for item in take(resumed, len(reference) - position)]
+        wanted = None if num_items is None else len(reference) - position
+        rest = [key(item) for item in take(resumed, wanted)]
         if rest != reference[position:]:
-            first = (
-                next(i for i, (a, b) in enumerate(zip(rest, reference[position:])) if a != b)
-                if rest
-                else 0
-            )
-            raise AssertionError(
-                f"resume after item {position} diverged at item {position + first}: "
-                f"got {rest[first : first + 3]!r}, expected {reference[position + first : position + first + 3]!r}"
-            )
+            _diverged(f"resume after item {position}", position, rest, reference[position:])
     return reference
+
+
+def _diverged(what: str, offset: int, got: list[Any], expected: list[Any]) -> None:
+    first = next((i for i, (a, b) in enumerate(zip(got, expected)) if a != b), None)
+    if first is None:  # one stream is a prefix of the other
+        first = min(len(got), len(expected))
+        raise AssertionError(
+            f"{what}: {len(got)} items after the restore, expected {len(expected)}; first "
+            f"difference at item {offset + first}: got {got[first : first + 2]!r}, "
+            f"expected {expected[first : first + 2]!r}"
+        )
+    raise AssertionError(
+        f"{what} diverged at item {offset + first}: got {got[first : first + 2]!r}, "
+        f"expected {expected[first : first + 2]!r}"
+    )
 
 
 def assert_loader_resumes(
@@ -75,12 +159,12 @@ def assert_loader_resumes(
     total: int,
     save_points: Sequence[int],
     *,
-    key: Callable[[Any], Any] = item_keys,
+    key: Callable[[Any], Any] = item_identity,
 ) -> list[Any]:
     """Check that a savable loader restored after ``p`` batches continues with batch ``p``.
 
     ``make_loader()`` builds a fresh loader with the same arguments. Also checks that the
-    state survives msgpack. Returns the reference keys of the first ``total`` batches.
+    state survives msgpack. Returns what ``key`` gave for the first ``total`` batches.
     """
     loader = make_loader()
     reference, saved = [], {}
@@ -97,9 +181,7 @@ def assert_loader_resumes(
         resumed.restore_state_rank(decode_state(saved[point]))
         rest = [key(b) for b in take(resumed, total - point)]
         if rest != reference[point:]:
-            raise AssertionError(
-                f"loader resumed after batch {point} diverged: {rest[:2]!r} != {reference[point : point + 2]!r}"
-            )
+            _diverged(f"loader resumed after batch {point}", point, rest, reference[point:])
     return reference
 
 

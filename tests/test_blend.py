@@ -1,4 +1,4 @@
-"""The Blend stage over real Readers of real prepared datasets: weights, quotas, concat, resume."""
+"""The blend stages (weighted, epochized, concat) over real Readers of real prepared datasets: weights, quotas, concat, resume."""
 
 from __future__ import annotations
 
@@ -10,7 +10,10 @@ import pytest
 from energon_lite import StateError, prepare_dataset
 from energon_lite.index.dataset import PreparedDataset
 from energon_lite.reader import Reader
-from energon_lite.stages.blend import Blend
+from energon_lite.restore_key import SampleKey
+from energon_lite.stages.blend_epochized import EpochizedBlend
+from energon_lite.stages.blend_weighted import WeightedBlend
+from energon_lite.stages.concat import Concat
 from energon_lite.synth.shards import write_captioning_shards
 from energon_lite.testing import assert_stage_resumes, take
 
@@ -65,7 +68,7 @@ def _source(sample: dict) -> str:
 
 def test_weighted_frequencies_match_weights(datasets):
     # 3:1 over 4,000 draws: a ~ Binomial(4000, 0.75), sd = 27.4; allow 4 sd (110).
-    blend = Blend.weighted(
+    blend = WeightedBlend(
         _readers([datasets["a"], datasets["b"]], repeat=True), [3, 1], seed=7, global_worker_id=0
     )
     counts = Counter(_source(s) for s in take(blend, 4000))
@@ -74,7 +77,7 @@ def test_weighted_frequencies_match_weights(datasets):
 
 
 def test_weighted_drops_sources_that_end(datasets):
-    blend = Blend.weighted(
+    blend = WeightedBlend(
         _readers([datasets["a"], datasets["b"]], repeat=False), [1, 1], seed=7, global_worker_id=0
     )
     keys = [s["__key__"] for s in blend]
@@ -90,7 +93,7 @@ def test_epochized_quotas_are_exact_across_workers(datasets, workers, names, rep
     data = [datasets[n] for n in names]
     keys = []
     for worker in range(workers):
-        blend = Blend.epochized(
+        blend = EpochizedBlend(
             _readers(data, worker, workers, repeat=False), reps, 7, worker, repeat=False
         )
         keys += [s["__key__"] for s in blend]
@@ -103,19 +106,19 @@ def test_epochized_quotas_are_exact_across_workers(datasets, workers, names, rep
 
 def test_epochized_repeats_with_a_new_fraction_each_epoch(datasets):
     data = [datasets["a"], datasets["b"]]
-    blend = Blend.epochized(_readers(data, repeat=False), [2, 0.5], 7, 0, repeat=True)
+    blend = EpochizedBlend(_readers(data, repeat=False), [2, 0.5], 7, 0, repeat=True)
     first, second = take(blend, 130), take(blend, 130)
     for epoch in (first, second):
         assert Counter(_source(s) for s in epoch) == {"a": 120, "b": 10}
     halves = [{s["__key__"] for s in epoch if _source(s) == "b"} for epoch in (first, second)]
     assert halves[0] != halves[1]
-    assert {s["__restore_key__"][4] for s in first if _source(s) == "a"} == {0, 1}
-    assert {s["__restore_key__"][4] for s in second if _source(s) == "a"} == {2, 3}
+    assert {s["__restore_key__"].epoch for s in first if _source(s) == "a"} == {0, 1}
+    assert {s["__restore_key__"].epoch for s in second if _source(s) == "a"} == {2, 3}
 
 
 def test_concat_yields_sources_in_order(datasets):
     data = [datasets["b"], datasets["c"]]
-    blend = Blend.concat(_readers(data, repeat=False, shuffle=False))
+    blend = Concat(_readers(data, repeat=False, shuffle=False))
     keys = [s["__key__"] for s in blend]
     assert keys == [f"b{i:04d}" for i in range(20)] + [f"c{i:04d}" for i in range(21)]
 
@@ -123,41 +126,41 @@ def test_concat_yields_sources_in_order(datasets):
 def test_weighted_resumes_exactly(datasets):
     data = [datasets["a"], datasets["c"]]
     assert_stage_resumes(
-        lambda: Blend.weighted(_readers(data, 1, 2, repeat=True), [3, 1], 7, 1), 150, every=7
+        lambda: WeightedBlend(_readers(data, 1, 2, repeat=True), [3, 1], 7, 1), 150, every=7
     )
 
 
 def test_epochized_resumes_exactly_across_epoch_boundaries(datasets):
     data = [datasets["a"], datasets["c"]]
     reference = assert_stage_resumes(
-        lambda: Blend.epochized(_readers(data, 1, 2, repeat=False), [1.5, 0.5], 7, 1), 120, every=3
+        lambda: EpochizedBlend(_readers(data, 1, 2, repeat=False), [1.5, 0.5], 7, 1), 120, every=3
     )
     assert len(reference) == 120
 
 
 def test_concat_resumes_exactly(datasets):
     data = [datasets["b"], datasets["c"]]
-    assert_stage_resumes(lambda: Blend.concat(_readers(data, repeat=False, shuffle=False)), None)
+    assert_stage_resumes(lambda: Concat(_readers(data, repeat=False, shuffle=False)), None)
 
 
 def test_fetch_dispatches_by_leaf_and_rejects_foreign_keys(datasets):
-    blend = Blend.weighted(
+    blend = WeightedBlend(
         _readers([datasets["a"], datasets["b"]], repeat=True), [1, 1], seed=7, global_worker_id=0
     )
     samples = take(blend, 20)
     for sample in samples:
         assert blend.fetch(sample["__restore_key__"])["__key__"] == sample["__key__"]
-    with pytest.raises(StateError, match="names leaf 5"):
-        blend.fetch(("Webdataset", 5, 0, 0, 0))
+    with pytest.raises(StateError, match="names no leaf of this blend"):
+        blend.fetch(SampleKey(5, 0, 0, 0))
 
 
 def test_state_of_another_mode_is_refused(datasets):
     data = [datasets["a"], datasets["b"]]
-    weighted = Blend.weighted(_readers(data, repeat=True), [1, 1], 7, 0)
-    epochized = Blend.epochized(_readers(data, repeat=False), [1, 1], 7, 0)
-    with pytest.raises(StateError, match="'weighted' blend, this one is 'epochized'"):
+    weighted = WeightedBlend(_readers(data, repeat=True), [1, 1], 7, 0)
+    epochized = EpochizedBlend(_readers(data, repeat=False), [1, 1], 7, 0)
+    with pytest.raises(StateError, match="belongs to stage 'WeightedBlend', not 'EpochizedBlend'"):
         epochized.restore_state(weighted.save_state())
-    with pytest.raises(StateError, match="2 sources, this blend 1"):
-        Blend.weighted(_readers(data[:1], repeat=True), [1], 7, 0).restore_state(
+    with pytest.raises(StateError, match="2 sources, this stage has 1"):
+        WeightedBlend(_readers(data[:1], repeat=True), [1], 7, 0).restore_state(
             weighted.save_state()
         )

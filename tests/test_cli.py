@@ -85,3 +85,57 @@ def test_prepare_robot_episodes(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "Indexed robot episodes" in done.stdout and "scanning episodes" in done.stderr
     assert (folder / ".nv-meta/episodes.npz").is_file()
+
+
+class _CreatesFile:
+    """Unpickling this object opens (creates) a file: stands for any code a pickle can run."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (str(self.path), "w"))
+
+
+def test_checkpoint_info_never_unpickles(tmp_path: Path, capsys) -> None:
+    import pickle
+
+    marker = tmp_path / "pwned"
+    payload = {"type": "SavableLoader", "config": {"x": _CreatesFile(marker)}}
+    (tmp_path / "state.pkl").write_bytes(pickle.dumps(payload))
+    torch.save(payload, tmp_path / "state.pt")
+    for name in ("state.pkl", "state.pt"):
+        code = main(["checkpoint", "info", str(tmp_path / name)])
+        err = capsys.readouterr().err
+        assert code != 0 and not marker.exists(), name
+        assert str(tmp_path / name) in err and "Traceback" not in err
+    main(["checkpoint", "info", str(tmp_path / "state.pkl")])
+    assert "is a pickle file; energon-lite never unpickles" in capsys.readouterr().err
+    assert main(["checkpoint", "info", str(tmp_path / "nope.pt")]) != 0
+    assert "nope.pt: no such file" in capsys.readouterr().err
+    # plain-data states still load from JSON (and msgpack/torch.save: test_checkpoint_info)
+    (tmp_path / "state.json").write_text('{"type": "SavableLoader", "version": 1, "config": {}}')
+    assert main(["checkpoint", "info", str(tmp_path / "state.json")]) == 0
+    assert "energon_lite loader state v1" in capsys.readouterr().out
+    assert not marker.exists()
+
+
+def test_checkpoint_info_of_odd_plain_data(tmp_path: Path, capsys) -> None:
+    """Crafted but plain-data files: a summary or our error, never a traceback."""
+    import json
+
+    cases = {
+        "deep.json": "[" * 5000 + "]" * 5000,
+        "workers.json": json.dumps({"type": "SavableLoader", "config": {}, "workers": 7}),
+        "nodes.json": json.dumps(
+            {"type": "SavableLoader", "config": {}, "workers": [{"sources": [1, {}]}, [[[]]]]}
+        ),
+        "ranks.json": json.dumps([[[[{"type": "SavableLoader"}]]]]),
+        "garbage.bin": "\x00\x01not a state",
+    }
+    for name, text in cases.items():
+        (tmp_path / name).write_text(text)
+        code = main(["checkpoint", "info", str(tmp_path / name)])
+        captured = capsys.readouterr()
+        assert "Traceback" not in captured.err, name
+        assert (code == 0 and captured.out) or str(tmp_path / name) in captured.err, name

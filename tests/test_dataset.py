@@ -99,3 +99,95 @@ def test_opening_ten_million_samples_allocates_little(tmp_path: Path) -> None:
     assert len(ds) == 10_000_000
     assert peak < 2_000_000, f"opening allocated {peak} bytes"
     assert ds.locate(9_999_999) == (999, 9_999)
+
+
+def test_corrupt_tar_index_offsets_are_format_errors(tmp_path: Path, dataset_factory) -> None:
+    import numpy as np
+
+    root = dataset_factory(tmp_path / "ds", 40, 20)
+    idx = root / "parts/data-0.tar.idx"
+    offsets = np.fromfile(idx, dtype="<u8")
+    for corrupt in (
+        [offsets[1], *offsets[1:3], offsets[0], *offsets[4:]],  # going backwards
+        [*offsets[:-1], 2**40],  # past the end of the shard (the old reader allocated 1 TB)
+    ):
+        np.asarray(corrupt, dtype="<u8").tofile(idx)
+        dataset = PreparedDataset(root, "train")
+        with pytest.raises(DatasetFormatError, match=r"data-0.tar.idx: offsets of samples"):
+            dataset.read_range(0, 0, 20)
+        dataset.close()
+
+
+@pytest.mark.timeout(60)
+def test_split_brace_patterns_are_bounded_by_the_shards_present(
+    tmp_path: Path, dataset_factory
+) -> None:
+    root = dataset_factory(tmp_path / "ds", 40, 20)  # 2 shards
+    split = root / ".nv-meta/split.yaml"
+    bomb = "parts/data-{0..99999999}.tar"  # braceexpand made all 10**8 names (3.6 GB) first
+    split.write_text(yaml.safe_dump({"split_parts": {"train": [bomb]}}))
+    tracemalloc.start()
+    try:
+        with pytest.raises(DatasetFormatError) as error:
+            PreparedDataset(root, "train")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 5_000_000, peak
+    assert str(error.value) == (
+        f"{split}: split_parts.'train': pattern '{bomb}' expands to 100000000 names; with the "
+        "0 before it that is more than 2 shards (the dataset has 2)"
+    )
+    split.write_text(yaml.safe_dump({"split_parts": {"train": ["parts/data-{0..1"]}}))
+    with pytest.raises(DatasetFormatError, match=r"pattern 'parts/data-\{0..1': unbalanced"):
+        PreparedDataset(root, "train")
+    # exclusions may name samples too: bounded by shards + samples
+    split.write_text(
+        yaml.safe_dump(
+            {
+                "split_parts": {"train": ["parts/data-{0..1}.tar"]},
+                "exclude": ["parts/data-0.tar/{000000..000099}"],
+            }
+        )
+    )
+    with pytest.raises(DatasetFormatError, match=r"exclude: pattern .* more than 42 shards and"):
+        PreparedDataset(root, "train")
+
+
+def test_brace_counts_match_braceexpand() -> None:
+    """The bound is computed with braceexpand's own grammar (checked on random patterns)."""
+    import random
+
+    import braceexpand
+
+    from energon_lite.index.bounded import count_names
+
+    rng = random.Random(7)
+    pieces = ["{", "}", ",", "..", "1", "0", "-", "a", "Z", "\\", "03", "{1..4}", "{a..e..2}"]
+    for _ in range(3000):
+        pattern = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 10)))
+        try:
+            expected: int | str = len(list(braceexpand.braceexpand(pattern)))
+        except braceexpand.UnbalancedBracesError:
+            expected = "unbalanced"
+        try:
+            counted: int | str = count_names(pattern)
+        except ValueError:
+            counted = "unbalanced"
+        assert counted == expected, pattern
+
+
+def test_unknown_keys_are_named_with_the_closest_known_key(tmp_path: Path, dataset_factory):
+    root = dataset_factory(tmp_path / "ds", 40, 20)
+    meta = root / ".nv-meta"
+    split = (meta / "split.yaml").read_text()
+    (meta / "split.yaml").write_text(split.replace("split_parts:", "split_part:"))
+    with pytest.raises(DatasetFormatError) as error:
+        PreparedDataset(root, "train")
+    assert "split.yaml: unknown key 'split_part' (did you mean 'split_parts'?)" in str(error.value)
+    (meta / "split.yaml").write_text(split)
+    config = (meta / "dataset.yaml").read_text()
+    (meta / "dataset.yaml").write_text(config.replace("field_map:", "feild_map:"))
+    with pytest.raises(DatasetFormatError) as error:
+        PreparedDataset(root, "train")
+    assert "dataset.yaml: unknown key 'feild_map' (did you mean 'field_map'?)" in str(error.value)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from energon_lite import CaptioningSample, SkipSample, TaskEncoder
+from energon_lite import CaptioningSample, SkipSample, TaskEncoder, TextSample
 from energon_lite.errors import ConfigError, FailureTracker, TooManyFailuresError
 from energon_lite.index.dataset import PreparedDataset
 from energon_lite.index.meta import META_DIR
@@ -65,12 +65,118 @@ def test_failure_tolerance_stops_the_run(train_ds: Path) -> None:
         list(_encode(ds, AllBroken(), tolerance=3))
 
 
-def test_generator_hooks_are_refused_at_once(train_ds: Path) -> None:
-    class Yields(TaskEncoder):
-        def encode_sample(self, sample: CaptioningSample):
-            yield sample
-            yield sample
+def test_default_task_encoder_converts_to_the_given_types(train_ds) -> None:
+    """Energon's DefaultTaskEncoder maps fields by name into the target types."""
+    import dataclasses
+    from typing import NamedTuple
 
-    ds = PreparedDataset(train_ds, "train")
-    with pytest.raises(ConfigError, match=r"Yields\.encode_sample returned a generator"):
-        next(iter(_encode(ds, Yields())))
+    from energon_lite import (
+        DefaultTaskEncoder,
+        WorkerConfig,
+        get_train_dataset,
+    )
+
+    class Pair(NamedTuple):
+        keys: list
+        images: torch.Tensor
+
+    def first(encoder: DefaultTaskEncoder) -> object:
+        dataset = get_train_dataset(
+            train_ds,
+            worker_config=WorkerConfig(rank=0, world_size=1, num_workers=0),
+            batch_size=4,
+            shuffle_buffer_size=None,
+            max_samples_per_sequence=None,
+            task_encoder=encoder,
+        )
+        return next(iter(dataset))
+
+    as_dicts = first(DefaultTaskEncoder(encoded_sample_type=dict))
+    assert isinstance(as_dicts, dict) and as_dicts["image"].shape[0] == 4
+    assert len(as_dicts["__key__"]) == 4
+
+    class ToPair(DefaultTaskEncoder):
+        def encode_batch(self, batch: CaptioningSample) -> dict:
+            return {"keys": batch.__key__, "images": batch.image}
+
+    assert isinstance(first(ToPair()), dict)
+    converted = first(DefaultTaskEncoder(batch_type=dict))
+    assert isinstance(converted, dict) and set(converted) >= {"__key__", "image", "caption"}
+    assert dataclasses.is_dataclass(first(DefaultTaskEncoder()))
+    with pytest.raises(ConfigError, match=r"Pair: it has no fields \['__key__'"):
+        first(DefaultTaskEncoder(batch_type=Pair))
+    with pytest.raises(ConfigError, match="need a dataclass, a NamedTuple or dict"):
+        DefaultTaskEncoder(batch_type=list)
+
+
+class Chunker(TaskEncoder):
+    """Yields 1-3 text chunks per caption sample (a generator hook, as Energon allows)."""
+
+    def encode_sample(self, sample: CaptioningSample):
+        words = sample.caption.split()
+        for index in range(1 + len(words) % 3):
+            yield TextSample.derive_from(sample, text=f"{index}:{' '.join(words[index:])}")
+
+
+def _chunk_loader(root, num_workers: int):
+    from energon_lite import WorkerConfig, get_savable_loader, get_train_dataset
+
+    return get_savable_loader(
+        get_train_dataset(
+            root,
+            worker_config=WorkerConfig(rank=0, world_size=1, num_workers=num_workers),
+            batch_size=3,
+            shuffle_buffer_size=8,
+            max_samples_per_sequence=10,
+            task_encoder=Chunker(),
+        )
+    )
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_generator_hooks_yield_every_output_and_resume_mid_generator(train_ds, num_workers):
+    from energon_lite.restore_key import SubKey
+    from energon_lite.testing import assert_loader_resumes, take
+
+    batches = take(_chunk_loader(train_ds, num_workers), 10)
+    keys = [k for b in batches for k in b.__restore_key__]
+    assert all(isinstance(k, SubKey) for k in keys) and len(set(keys)) == len(keys)
+    texts = [t for b in batches for t in b.text]
+    assert any(t.startswith("1:") for t in texts)  # several outputs per input arrived
+    # save points fall inside generators (3 outputs per batch, 1-3 per sample)
+    assert_loader_resumes(lambda: _chunk_loader(train_ds, num_workers), 10, [1, 2, 4, 7])
+
+
+def test_generator_hook_stage_resumes_at_every_output(train_ds) -> None:
+    from energon_lite.index.dataset import PreparedDataset
+    from energon_lite.sample_factory import SampleFactory
+    from energon_lite.stages.encode import Encode, LeafSpec
+    from energon_lite.testing import assert_stage_resumes, make_reader
+
+    dataset = PreparedDataset(train_ds, "train")
+    spec = LeafSpec(SampleFactory(dataset.config, dataset.root / ".nv-meta"))
+
+    def make():
+        return Encode(make_reader(dataset), [spec], Chunker(), 0, FailureTracker(0))
+
+    reference = assert_stage_resumes(make, None, every=3)
+    assert len(reference) > len(dataset)  # more outputs than inputs
+
+
+def test_batch_level_generator_hooks_are_refused_by_name(train_ds) -> None:
+    from energon_lite import WorkerConfig, get_train_dataset
+
+    class YieldingBatches(TaskEncoder):
+        def encode_batch(self, batch):
+            yield batch
+
+    dataset = get_train_dataset(
+        train_ds,
+        worker_config=WorkerConfig(rank=0, world_size=1, num_workers=0),
+        batch_size=2,
+        shuffle_buffer_size=None,
+        max_samples_per_sequence=None,
+        task_encoder=YieldingBatches(),
+    )
+    with pytest.raises(ConfigError, match="encode_batch returned a generator"):
+        next(iter(dataset))

@@ -26,7 +26,7 @@ class LinesSource:
             "sample_type": {"__module__": "energon_lite", "__class__": "TextSample"},
             "field_map": {"text": "txt"},
         }
-        self.lines = (path / "lines.txt").read_text(encoding="utf-8").splitlines()
+        self.lines = (path / "test-lines.txt").read_text(encoding="utf-8").splitlines()
         self.shard_names = ["lines.txt"]
         self.run_shard = np.zeros(1, dtype=np.int64)
         self.run_start = np.zeros(1, dtype=np.int64)
@@ -54,9 +54,11 @@ def test_shipped_flavors_are_registered_before_the_tar_fallback() -> None:
 def test_a_new_kind_plugs_in_with_one_registration(tmp_path: Path) -> None:
     folder = tmp_path / "lines"
     (folder / ".nv-meta").mkdir(parents=True)
-    (folder / "lines.txt").write_text("\n".join(f"text {i}" for i in range(12)) + "\n")
+    (folder / "test-lines.txt").write_text("\n".join(f"text {i}" for i in range(12)) + "\n")
     register_kind(
-        DatasetKind("test-lines", detect=lambda p: (p / "lines.txt").is_file(), open=LinesSource)
+        DatasetKind(
+            "test-lines", detect=lambda p: (p / "test-lines.txt").is_file(), open=LinesSource
+        )
     )
     assert kind_of(folder).name == "test-lines"
     assert isinstance(open_source(Leaf(folder, "train")), Source)
@@ -83,3 +85,35 @@ def test_a_kind_without_an_opener_names_where_to_load_it(tmp_path: Path) -> None
             shuffle_buffer_size=None,
             max_samples_per_sequence=None,
         )
+
+
+def test_video_parts_without_pyav_are_refused_at_open(
+    train_ds: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib.util
+    import shutil
+
+    import yaml
+
+    from energon_lite.decode.decoder import require_av
+
+    folder = tmp_path / "videos"
+    shutil.copytree(train_ds, folder)
+    config = folder / ".nv-meta" / "dataset.yaml"
+    content = yaml.safe_load(config.read_text())
+    content["sample_type"]["__class__"] = "VidQASample"
+    content["field_map"] = {"video": "mp4", "context": "txt"}
+    config.write_text(yaml.safe_dump(content))
+    real = importlib.util.find_spec
+    monkeypatch.setattr(  # this process has PyAV; pretend it does not
+        importlib.util, "find_spec", lambda name, *a: None if name == "av" else real(name, *a)
+    )
+    with pytest.raises(ConfigError, match=r"videos has video/audio parts.*energon-lite\[av\]"):
+        get_train_dataset(
+            folder,
+            worker_config=WorkerConfig(rank=0, world_size=1, num_workers=0),
+            batch_size=2,
+            shuffle_buffer_size=None,
+            max_samples_per_sequence=None,
+        )
+    require_av("images", frozenset({"jpg", "txt"}))  # no video part: nothing needed

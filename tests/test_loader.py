@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import copy
+import logging
 import os
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -19,8 +23,10 @@ from energon_lite import (
     get_savable_loader,
     get_train_dataset,
     get_val_dataset,
+    stateless,
 )
-from energon_lite.errors import ConfigError
+from energon_lite.errors import ConfigError, WorkerTimeoutError
+from energon_lite.state import state_digest
 from energon_lite.testing import assert_loader_resumes, take
 
 
@@ -80,9 +86,14 @@ def test_one_epoch_without_repeat_covers_every_sample_once(
     train_ds: Path, num_workers: int
 ) -> None:
     loader = get_savable_loader(_train(train_ds, num_workers, repeat=False))
-    keys = [k for batch in loader for k in batch.__key__]
+    batches = list(loader)
+    keys = [k for batch in batches for k in batch.__key__]
     assert sorted(keys) == [f"{i:06d}" for i in range(120)]
-    assert len(loader) == 15 if num_workers == 0 else len(loader) >= 15
+    # 120 samples in batches of 8; with 2 workers each worker's last batch may be partial
+    assert len(loader) == len(batches) == (15 if num_workers == 0 else len(batches))
+    assert len(batches) == sum(
+        -(-n // 8) for n in loader.dataset.pipeline.samples_per_epoch(loader.worker_config)
+    )
     second_epoch = [k for batch in loader for k in batch.__key__]
     assert sorted(second_epoch) == sorted(keys) and second_epoch != keys
     assert_loader_resumes(
@@ -161,12 +172,19 @@ def test_foreign_and_corrupt_states_are_refused(train_ds: Path, split_ds: Path) 
     with pytest.raises(StateError, match="seed: state has 0, this loader has 9"):
         get_savable_loader(other_seed).restore_state_rank(state)
     fresh = get_savable_loader(_train(train_ds, 2))
-    with pytest.raises(StateError, match="worker states, expected 2"):
-        fresh.restore_state_rank({**state, "workers": state["workers"][:1]})
-    with pytest.raises(StateError, match="ShuffleBuffer: state is missing"):
-        broken = copy.deepcopy(state["workers"][0])  # Batch <- Encode <- ShuffleBuffer <- Reader
-        broken["source"]["source"] = {"type": "ShuffleBuffer", "rng": 1}
-        fresh.restore_state_rank({**state, "workers": [broken, state["workers"][1]]})
+    broken = copy.deepcopy(state["workers"][0])  # Batch <- Encode <- ShuffleBuffer <- Reader
+    broken["source"]["source"] = {"type": "ShuffleBuffer", "rng": 1}
+    edits = [
+        ({**state, "workers": state["workers"][:1]}, "worker states, expected 2"),
+        ({**state, "workers": [broken, state["workers"][1]]}, "ShuffleBuffer: state is missing"),
+    ]
+    for edited, message in edits:
+        # any edit is refused by the digest, before any worker starts ...
+        with pytest.raises(StateError, match="does not match its digest"):
+            fresh.restore_state_rank(edited)
+        # ... and a forged state (digest recomputed) by the shape check, naming the problem
+        with pytest.raises(StateError, match=message):
+            fresh.restore_state_rank({**edited, "digest": state_digest(edited)})
     with pytest.raises(StateError, match="not an energon_lite loader state"):
         fresh.restore_state_rank({"hello": 1})
     with pytest.raises(StateError, match="get_savable_loader"):
@@ -233,10 +251,54 @@ def test_unpicklable_batches_raise_instead_of_hanging(train_ds: Path) -> None:
             return LocalBatch([s.__key__ for s in samples])
 
     with pytest.raises(
-        ConfigError, match=r"worker 0: a batch of type .*LocalBatch cannot be pickled"
+        ConfigError, match=r"worker 0: a batch of type .*LocalBatch.* cannot be pickled"
     ):
         list(take(get_loader(_train(train_ds, 2, task_encoder=LocalEncoder())), 2))
     assert len(list(take(get_loader(_train(train_ds, 0, task_encoder=LocalEncoder())), 2))) == 2
+
+
+class LateLock(TaskEncoder):
+    """Batches pickle until the fifth, which carries a lock (the queue cannot send it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def encode_batch(self, batch: Any) -> Any:
+        self.count += 1
+        return {"keys": batch.__key__, "lock": threading.Lock() if self.count == 5 else None}
+
+
+@pytest.mark.timeout(60)
+def test_an_unpicklable_batch_after_the_first_raises_naming_its_keys(train_ds: Path) -> None:
+    loader = get_loader(_train(train_ds, 1, task_encoder=LateLock()))
+    with pytest.raises(ConfigError, match=r"worker 0: a batch of type builtins.dict .*lock"):
+        take(loader, 10)
+
+
+@pytest.mark.timeout(60)
+def test_the_watchdog_logs_where_a_stalled_worker_is(train_ds: Path, tmp_path: Path) -> None:
+    # the worker process inherits this handler; its records land in the file
+    handler = logging.FileHandler(tmp_path / "worker.log")
+    logging.getLogger("energon_lite").addHandler(handler)
+    encoder = Stalled(tmp_path / "release")
+    loader = get_loader(
+        _train(train_ds, 1, task_encoder=encoder, batch_size=2),
+        watchdog_timeout_seconds=0.4,
+        watchdog_initial_timeout_seconds=0.4,
+        fail_on_timeout=True,
+        timeout_seconds=6,
+    )
+    try:
+        with pytest.raises(WorkerTimeoutError, match=r"rank 0: worker 0 .* gave no batch"):
+            take(loader, 1)
+    finally:
+        encoder.release.touch()
+        logging.getLogger("energon_lite").removeHandler(handler)
+    log = (tmp_path / "worker.log").read_text()
+    assert "worker 0 made no progress for" in log
+    assert "in stage Encode on sample '0" in log  # the stalled sample's key
+    assert "encode_sample" in log  # the stack
 
 
 def test_corrupt_values_are_refused_when_the_worker_restores(train_ds: Path) -> None:
@@ -249,7 +311,10 @@ def test_corrupt_values_are_refused_when_the_worker_restores(train_ds: Path) -> 
     assert reader_state["type"] == "Reader"
     reader_state["open"] = [[999, 0]]
     resumed = get_savable_loader(_train(train_ds, 2))
-    resumed.restore_state_rank(state)  # the shape is right: the values are checked by the worker
+    with pytest.raises(StateError, match="does not match its digest"):
+        resumed.restore_state_rank(state)  # an edit: refused in the trainer
+    state["digest"] = state_digest(state)  # a forged state: the shape is right ...
+    resumed.restore_state_rank(state)  # ... so its values are checked by the worker
     with pytest.raises(StateError, match="Reader: slice 999 outside this dataset's"):
         take(resumed, 2)  # worker 1 is next; worker 0 (corrupted) comes second
 
@@ -267,20 +332,31 @@ def test_energon_loader_arguments(train_ds: Path) -> None:
         get_loader(dataset, batch_size=3)
 
 
-class Slow(TaskEncoder):
-    def encode_sample(self, sample: CaptioningSample) -> CaptioningSample:
-        import time
+class Stalled(TaskEncoder):
+    """Blocks every sample until the test creates ``release`` (a condition, not a guessed
+    sleep), for at most 30 s."""
 
-        time.sleep(2)
+    def __init__(self, release: Path) -> None:
+        super().__init__()
+        self.release = release
+
+    def encode_sample(self, sample: CaptioningSample) -> CaptioningSample:
+        deadline = time.monotonic() + 30
+        while not self.release.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
         return sample
 
 
 @pytest.mark.timeout(60)
-def test_fail_on_timeout_raises_instead_of_waiting(train_ds: Path) -> None:
-    dataset = _train(train_ds, 1, task_encoder=Slow(), batch_size=2)
+def test_fail_on_timeout_raises_instead_of_waiting(train_ds: Path, tmp_path: Path) -> None:
+    encoder = Stalled(tmp_path / "release")
+    dataset = _train(train_ds, 1, task_encoder=encoder, batch_size=2)
     loader = get_loader(dataset, fail_on_timeout=True, watchdog_timeout_seconds=0.5)
-    with pytest.raises(RuntimeError, match="timed out"):
-        take(loader, 1)
+    try:
+        with pytest.raises(RuntimeError, match="timed out"):
+            take(loader, 1)
+    finally:
+        encoder.release.touch()  # let a still-running worker finish
 
 
 class BadBatches(TaskEncoder):
@@ -297,3 +373,99 @@ def test_failing_batches_stop_the_run_although_samples_encode(train_ds: Path) ->
         match=r"4 consecutive failures \(failure_tolerance=3\); last: batch failed",
     ):
         take(loader, 1)
+
+
+def test_get_loader_continues_the_stream_across_passes(train_ds: Path) -> None:
+    """Energon's loaders continue where the last pass stopped: islice twice = the first 2n."""
+    reference = [b.__key__ for b in take(get_loader(_train(train_ds, 2)), 6)]
+    loader = get_loader(_train(train_ds, 2))
+    first = [b.__key__ for b in take(loader, 3)]
+    second = [b.__key__ for b in take(loader, 3)]
+    assert first + second == reference
+    savable = get_savable_loader(_train(train_ds, 0))
+    take(savable, 2)
+    state = savable.save_state_rank()
+    after = [b.__key__ for b in take(savable, 2)]
+    resumed = get_savable_loader(_train(train_ds, 0))
+    resumed.restore_state_rank(state)
+    assert [b.__key__ for b in take(resumed, 2)] == after
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_virtual_epochs_yield_n_batches_per_pass_and_resume_inside_one(
+    train_ds: Path, num_workers: int
+) -> None:
+    def make() -> Any:
+        return get_savable_loader(_train(train_ds, num_workers, virtual_epoch_length=4))
+
+    reference = [b.__key__ for b in take(get_loader(_train(train_ds, num_workers)), 12)]
+    loader = make()
+    assert len(loader) == 4
+    passes = [[b.__key__ for b in loader] for _ in range(3)]
+    assert [len(p) for p in passes] == [4, 4, 4]
+    assert [k for p in passes for k in p] == reference  # each pass continues the stream
+    # save inside the second pass, after 2 of its 4 batches
+    loader = make()
+    list(loader)
+    iterator = iter(loader)
+    take(iterator, 2)
+    state = loader.save_state_rank()
+    resumed = make()
+    resumed.restore_state_rank(state)
+    assert [b.__key__ for b in resumed] == reference[6:8]  # the rest of that pass
+    assert [b.__key__ for b in resumed] == reference[8:12]
+
+
+def test_virtual_epoch_length_of_a_billion_costs_nothing(train_ds: Path) -> None:
+    loader = get_savable_loader(_train(train_ds, 0, virtual_epoch_length=10**9))
+    assert len(loader) == 10**9
+    assert len(take(loader, 3)) == 3
+    with pytest.raises(ConfigError, match="virtual_epoch_length=-1 must be an integer >= 1"):
+        _train(train_ds, 0, virtual_epoch_length=-1)
+
+
+class GlobalRandomEncoder(TaskEncoder):
+    """Augments with the global generators, as many Energon encoders do."""
+
+    @stateless(restore_seeds=True)
+    def encode_sample(self, sample: CaptioningSample) -> CaptioningSample:
+        import random
+
+        import numpy as np
+
+        noise = float(np.random.rand()) + random.random() + float(torch.rand(()))
+        return CaptioningSample.derive_from(
+            sample, image=sample.image + noise, caption=sample.caption
+        )
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_restore_seeds_makes_global_randomness_resume_exactly(
+    train_ds: Path, num_workers: int
+) -> None:
+    import numpy as np
+
+    before = np.random.get_state()[1][:4].tolist()
+    assert_loader_resumes(
+        lambda: get_savable_loader(
+            _train(train_ds, num_workers, task_encoder=GlobalRandomEncoder())
+        ),
+        8,
+        [0, 3, 5],
+    )
+    assert np.random.get_state()[1][:4].tolist() == before  # the global state was put back
+
+
+def test_energons_older_decoder_arguments_warn_and_map(train_ds: Path) -> None:
+    from PIL import Image
+
+    with pytest.warns(FutureWarning, match=r"SampleDecoder\(image_decode='pil'\)"):
+        dataset = _train(train_ds, 0, task_encoder=TaskEncoder(), image_decode="pil")
+    batch = next(iter(dataset))
+    assert all(isinstance(image, Image.Image) for image in batch.image)
+    with pytest.warns(FutureWarning, match="handler=...\\) is Energon's deprecated argument"):
+        _train(train_ds, 0, handler=print)
+    raw = TaskEncoder()
+    with pytest.warns(FutureWarning):
+        _train(train_ds, 0, task_encoder=raw, auto_decode=False, handler=print)
+    assert raw.decoder is None

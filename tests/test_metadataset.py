@@ -282,6 +282,48 @@ BAD = {
         _entry("{weight: 1, path: b, subset: {range: [0%, 150%]}}"),
         ["blend[1].subset.range", "0 <= N <= 100"],
     ),
+    "typo and missing weight": (
+        _entry("{path: b, wieght: 3}"),
+        ["blend[1].wieght", "unknown key 'wieght' (did you mean 'weight'?)"],
+    ),
+    "typo of blend": (
+        "splits:\n  train:\n    blnd:\n      - {weight: 1, path: a}\n",
+        ["splits.train.blnd", "(did you mean 'blend'?)"],
+    ),
+    "infinite weight": (
+        _entry("{weight: .inf, path: b}"),
+        ["blend[1].weight", "inf; must be a finite"],
+    ),
+    "nan weight": (_entry("{weight: .nan, path: b}"), ["blend[1].weight", "nan; must be a finite"]),
+    "huge int weight": (
+        _entry("{weight: " + "9" * 400 + ", path: b}"),
+        ["blend[1].weight", "<int of"],
+    ),
+    "weights sum to inf": (
+        _entry("{weight: 1.0e+308, path: b}").replace("weight: 1,", "weight: 1.0e+308,"),
+        ["splits.train.blend", "sum to inf"],
+    ),
+    "weight share underflows": (
+        _entry("{weight: 1.0e-320, path: b}").replace("weight: 1,", "weight: 1.0e+300,"),
+        ["splits.train.blend[1].weight", "a share of 0"],
+    ),
+    "repetitions 1e9": (
+        "splits:\n  train:\n    blend_epochized:\n      - {repetitions: 1.0e+9, path: a}\n",
+        ["blend_epochized[0].repetitions", "1e+09 repetitions per epoch", "more than 1000"],
+    ),
+    "repetitions multiply past the limit": (
+        "splits:\n  train:\n    blend_epochized:\n      - {repetitions: 40, path: reps40.yaml}\n",
+        ["blend_epochized[0].repetitions", "1600 repetitions per epoch", "more than 1000"],
+    ),
+    "repetitions too small for an epoch": (
+        "splits:\n  train:\n    blend_epochized:\n      - {repetitions: 1, path: a}\n"
+        "      - {repetitions: 0.001, path: b}\n",
+        ["blend_epochized", "/b (split 'train') has repetitions 0.001", "no sample per epoch"],
+    ),
+    "subset typo": (
+        _entry("{weight: 1, path: b, subset: {rnage: [0%, 50%]}}"),
+        ["blend[1].subset.rnage", "(did you mean 'range'?)"],
+    ),
     "absolute on yaml": (
         _entry("{weight: 1, path: blend31.yaml, subset: {range: [0, 5]}}"),
         ["blend[1].subset", "only allowed on a dataset folder"],
@@ -293,6 +335,7 @@ BAD = {
 def test_bad_input_names_file_key_and_what_is_allowed(data, case):
     _yaml(data, "epochized.yaml", EPOCHIZED)
     _yaml(data, "blend31.yaml", BLEND_3_1)
+    _yaml(data, "reps40.yaml", EPOCHIZED.replace("2, path: a", "40, path: a"))
     body, fragments = BAD[case]
     head = HEAD.replace("MetadatasetV2", "Metadataset") if case == "class" else HEAD
     path = data / "bad.yaml"
@@ -311,3 +354,52 @@ def test_energon_lite_module_is_accepted(data):
     )
     leaves, mode = load_metadataset(path, "train")
     assert mode == "single" and leaves[0].path == data / "b" and leaves[0].weight is None
+
+
+def _laughs(levels: int = 9) -> str:
+    """A billion-laughs chain: 9 anchors of 9 aliases each stand for 9**9 values."""
+    lines = ["bomb:", "  - &l0 [ha, ha, ha, ha, ha, ha, ha, ha, ha]"]
+    for level in range(1, levels):
+        lines.append(f"  - &l{level} [" + ", ".join([f"*l{level - 1}"] * 9) + "]")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.timeout(60)
+def test_yaml_bomb_as_a_weight_fails_fast_with_bounded_memory(data):
+    import tracemalloc
+
+    path = data / "bomb.yaml"
+    path.write_text(HEAD + _laughs() + _entry("{weight: *l8, path: b}"))
+    tracemalloc.start()
+    try:
+        with pytest.raises(DatasetFormatError) as error:
+            load_metadataset(path, "train")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    message = str(error.value)
+    assert str(path) in message and "aliases expand the document" in message, message
+    assert len(message) < 500 and peak < 20e6, (len(message), peak)
+    # a few aliases (shared subflavors, as Energon files use them) are still fine
+    path.write_text(
+        HEAD + "splits:\n  train:\n    blend:\n"
+        "      - {weight: 1, path: a, subflavors: &common {source: web}}\n"
+        "      - {weight: 1, path: b, subflavors: *common}\n"
+    )
+    leaves, _ = load_metadataset(path, "train")
+    assert [leaf.subflavors for leaf in leaves] == [{"source": "web"}] * 2
+
+
+def test_deep_nesting_is_our_error_not_recursion(data, tmp_path):
+    chain = tmp_path / "chain"
+    chain.mkdir()
+    (chain / "a").symlink_to(data / "a")
+    for index in range(2000):  # 2,000 metadataset files, each naming the next
+        target = f"n{index + 1}.yaml" if index < 1999 else "a"
+        (chain / f"n{index}.yaml").write_text(HEAD + f"splits:\n  train:\n    path: {target}\n")
+    with pytest.raises(DatasetFormatError, match=r"nested more than 32 files deep"):
+        load_metadataset(chain / "n0.yaml", "train")
+    deep = tmp_path / "deep.yaml"  # and YAML nested 5,000 levels in one file
+    deep.write_text(HEAD + "splits: " + "[" * 5000 + "]" * 5000 + "\n")
+    with pytest.raises(DatasetFormatError, match=r"deep.yaml:3:.*nested deeper than 64 levels"):
+        load_metadataset(deep, "train")

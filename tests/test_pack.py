@@ -22,6 +22,7 @@ from energon_lite import (
     get_train_dataset,
 )
 from energon_lite.packing import best_fit
+from energon_lite.restore_key import PackKey, SampleKey, from_plain, to_plain
 from energon_lite.stages.pack import Pack
 from energon_lite.state import decode_state, encode_state
 from energon_lite.testing import assert_loader_resumes, assert_stage_resumes
@@ -132,7 +133,7 @@ def test_skip_in_postencode_drops_only_that_member(text_ds: Path) -> None:
     members = sorted(m for p in packs for m in p.members)
     assert members == [f"{i:06d}" for i in range(NUM_SAMPLES) if i % 10]
     # the restore key names only the members that made it into the pack
-    assert all(len(p.__restore_key__) == len(p.members) + 1 for p in packs)
+    assert all(len(p.__restore_key__.members) == len(p.members) for p in packs)
 
 
 def test_fetch_rebuilds_a_pack_from_its_restore_key(text_ds: Path) -> None:
@@ -140,12 +141,12 @@ def test_fetch_rebuilds_a_pack_from_its_restore_key(text_ds: Path) -> None:
     chain = ds.pipeline.build(ds.worker_config.slot(0))
     assert isinstance(chain, Pack)  # no batching: the pack stage ends the chain
     for pack in itertools.islice(chain, 10):
-        assert pack.__restore_key__[0] == "Pack"
+        assert isinstance(pack.__restore_key__, PackKey)
         # after msgpack the key is nested lists; it must still fetch the same pack
-        key = decode_state(encode_state(pack.__restore_key__))
+        key = from_plain(decode_state(encode_state(to_plain(pack.__restore_key__))))
         assert pack_key(chain.fetch(key)) == pack_key(pack)
     with pytest.raises(StateError, match="not a restore key of a pack"):
-        chain.fetch(("Webdataset", 0, 0, 0, 0))
+        chain.fetch(SampleKey(0, 0, 0, 0))
 
 
 def test_state_is_restore_keys_and_checks_the_buffer_size(text_ds: Path) -> None:
@@ -155,7 +156,7 @@ def test_state_is_restore_keys_and_checks_the_buffer_size(text_ds: Path) -> None
     state = chain.save_state()
     assert state["type"] == "Pack" and set(state) == {"type", "buffer", "pending", "source"}
     held = len(state["buffer"]) + sum(len(g) for g in state["pending"])
-    assert 0 < held <= 24 and all(k[0] == "Webdataset" for k in state["buffer"])
+    assert 0 < held <= 24 and all(k[0] == "s" for k in state["buffer"])
     small = dataset(text_ds, PackingEncoder(), packing_buffer_size=4)
     with pytest.raises(StateError, match="packing_buffer_size"):
         small.pipeline.build(small.worker_config.slot(0)).restore_state(state)
@@ -182,3 +183,24 @@ def test_loader_resumes_exactly(text_ds: Path, num_workers: int) -> None:
         make, 24, [0, 1, 7, 16], key=lambda batch: (batch.members, batch.tokens.tolist())
     )
     assert len(keys) == 24
+
+
+class EncodeSampleEncoder(PackingEncoder):
+    """Overrides encode_sample instead of preencode_sample: Energon runs it before packing."""
+
+    def preencode_sample(self, sample: Any) -> Any:
+        return TaskEncoder.preencode_sample(self, sample)
+
+    def encode_sample(self, sample: Any) -> Tokens:
+        return PackingEncoder.preencode_sample(self, sample)
+
+
+def test_an_overridden_encode_sample_is_the_pre_pack_step(text_ds: Path) -> None:
+    class Only(EncodeSampleEncoder):
+        preencode_sample = TaskEncoder.preencode_sample  # not overridden: encode_sample runs
+
+    reference = [pack_key(p) for p in itertools.islice(dataset(text_ds, PackingEncoder()), 10)]
+    packs = [pack_key(p) for p in itertools.islice(dataset(text_ds, Only()), 10)]
+    assert packs == reference  # the user's per-sample work reached the packer
+    with pytest.raises(ConfigError, match="overrides both encode_sample and preencode_sample"):
+        dataset(text_ds, EncodeSampleEncoder())

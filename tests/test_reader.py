@@ -11,6 +11,7 @@ import pytest
 from energon_lite.errors import StateError
 from energon_lite.index.dataset import PreparedDataset
 from energon_lite.reader import Reader
+from energon_lite.restore_key import SampleKey
 from energon_lite.testing import assert_stage_resumes, take
 
 
@@ -39,7 +40,7 @@ def test_every_sample_once_per_epoch_across_workers(train_ds: Path, G: int) -> N
 def test_slices_are_sequential_runs_and_order_changes_per_epoch(train_ds: Path) -> None:
     ds = PreparedDataset(train_ds, "train")
     single = list(_reader(ds, open_slices=1))
-    slice_of = [(s["__restore_key__"][2], s["__restore_key__"][3] // 8) for s in single]
+    slice_of = [(s["__restore_key__"].shard, s["__restore_key__"].sample // 8) for s in single]
     runs = [slice_of[0]]
     for previous, current in itertools.pairwise(slice_of):
         if current != previous:
@@ -53,7 +54,7 @@ def test_slices_are_sequential_runs_and_order_changes_per_epoch(train_ds: Path) 
     epoch0 = [s["__key__"] for s in take(reader, 120)]
     epoch1 = [s["__key__"] for s in take(reader, 120)]
     assert sorted(epoch0) == sorted(epoch1) and epoch0 != epoch1
-    assert {s["__restore_key__"][4] for s in take(reader, 120)} == {2}
+    assert {s["__restore_key__"].epoch for s in take(reader, 120)} == {2}
 
 
 def test_val_order_is_sequential_and_deterministic(split_ds: Path) -> None:
@@ -70,7 +71,7 @@ def test_shuffle_over_epochs_multiplier(train_ds: Path) -> None:
     two = _reader(ds, repeat=True, shuffle_over_epochs_multiplier=2, open_slices=1)
     per_slice = Counter()
     for sample in take(two, 240):  # two epochs: every slice read exactly twice
-        per_slice[(sample["__restore_key__"][2], sample["__restore_key__"][3] // 8)] += 1
+        per_slice[(sample["__restore_key__"].shard, sample["__restore_key__"].sample // 8)] += 1
     sizes = {(shard, part): 8 if part < 2 else 4 for shard in range(6) for part in range(3)}
     assert per_slice == Counter({slice_: 2 * size for slice_, size in sizes.items()})
     keys = Counter(
@@ -96,7 +97,7 @@ def test_fetch_by_restore_key(train_ds: Path) -> None:
         again = reader.fetch(sample["__restore_key__"])
         assert again == sample
     with pytest.raises(StateError, match="not a restore key of mine"):
-        reader.fetch(("Webdataset", 5, 0, 0, 0))
+        reader.fetch(SampleKey(5, 0, 0, 0))
 
 
 def test_exact_resume_at_every_step(train_ds: Path) -> None:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import io
+import re
 import tarfile
 
 import pytest
 
 from energon_lite.errors import DatasetFormatError
-from energon_lite.index.tar import iter_members, parse_sample, split_name
+from energon_lite.index.tar import first_member_name, iter_members, parse_sample, split_name
 
 
 def _tar(members: list[tuple[str, bytes]], fmt: int) -> bytes:
@@ -68,3 +69,86 @@ def test_truncated_and_garbage() -> None:
         list(iter_members(b"not a tar at all" * 64, 0, "y.tar"))
     with pytest.raises(DatasetFormatError, match="stray bytes"):
         list(iter_members(data[: 512 * 11 + 100], 0, "z.tar"))
+
+
+def _block(name: str, type_: bytes, size: int) -> bytes:
+    """One ustar header block with a correct checksum (tarfile writes the fields)."""
+    info = tarfile.TarInfo(name)
+    info.type, info.size = type_, size
+    return info.tobuf(tarfile.USTAR_FORMAT)
+
+
+def _padded(data: bytes) -> bytes:
+    return data + b"\0" * (-len(data) % 512)
+
+
+def _with_pax(records: bytes, name: str = "s1.jpg", data: bytes = b"payload") -> bytes:
+    """A pax extended header carrying ``records``, then a regular member, then the end marker."""
+    return (
+        _block("././@PaxHeader", tarfile.XHDTYPE, len(records))
+        + _padded(records)
+        + _block(name, tarfile.REGTYPE, len(data))
+        + _padded(data)
+        + b"\0" * 1024
+    )
+
+
+def _pax_record(key: str, value: str) -> bytes:
+    body = f" {key}={value}\n".encode()
+    length = len(body) + 1
+    length += len(str(length + len(str(length)))) - 1
+    return str(length).encode() + body
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(
+    ("records", "problem"),
+    [
+        # -1536 steps back to byte 0: the old parser looped there forever
+        (_pax_record("size", "-1536"), "pax header before byte 1024 has size '-1536'"),
+        (_pax_record("size", "99999999999"), "member at byte 1024 needs 99999999999 bytes"),
+        (_pax_record("size", "1e3"), "has size '1e3'"),
+        (b"99 path=x\n", "pax header at byte 0: malformed record at offset 0"),
+        (b"-5 path=x\n", "malformed record"),
+        (b"3 path=x\n", "malformed record"),
+        (b"11 pathx\n\n\n", "has no key=value"),
+        (b"14 path=\xff.jpg\n", "pax path at byte 0 is not UTF-8"),
+    ],
+)
+def test_bad_pax_headers_are_format_errors(records: bytes, problem: str) -> None:
+    with pytest.raises(DatasetFormatError, match=re.escape(problem)) as caught:
+        list(iter_members(_with_pax(records), 0, "s.tar"))
+    assert str(caught.value).startswith("s.tar: ")
+
+
+@pytest.mark.timeout(30)
+def test_bad_sizes_names_and_numbers(tmp_path) -> None:
+    good = _tar([("s1.jpg", b"x" * 100)], tarfile.USTAR_FORMAT)
+
+    def patched(offset: int, field: bytes) -> bytes:
+        header = bytearray(good[:512])
+        header[offset : offset + len(field)] = field
+        header[148:156] = b" " * 8
+        header[148:156] = f"{sum(header):06o}\0 ".encode()
+        return bytes(header) + good[512:]
+
+    negative = patched(124, b"\xff" * 12)  # GNU base-256, negative
+    with pytest.raises(DatasetFormatError, match=r"t.tar: tar header at byte 0: field size"):
+        list(iter_members(negative, 0, "t.tar"))
+    mtime = patched(136, b"12x4567\0")
+    with pytest.raises(DatasetFormatError, match=r"field mtime = b'12x4567\\x00"):
+        list(iter_members(mtime, 0, "t.tar"))
+    latin = patched(0, b"caf\xe9.jpg\0")
+    with pytest.raises(DatasetFormatError, match=r"member name at byte 0 is not UTF-8"):
+        list(iter_members(latin, 0, "t.tar"))
+    long_name = _block("././@LongLink", tarfile.GNUTYPE_LONGNAME, 2**30) + good
+    with pytest.raises(DatasetFormatError, match=r"extended header at byte 0 claims 1073741824"):
+        list(iter_members(long_name, 0, "t.tar"))
+    # the header-only lookup (dataset exclusions) validates the same way and never loops
+    shard = tmp_path / "n.tar"
+    shard.write_bytes(_with_pax(_pax_record("size", "-1024")))
+    with open(shard, "rb") as file:
+        with pytest.raises(DatasetFormatError, match=r"n.tar: pax header before byte 1024"):
+            first_member_name(file.fileno(), 0, str(shard))
+        shard.write_bytes(_with_pax(_pax_record("path", "k.txt")))
+        assert first_member_name(file.fileno(), 0, str(shard)) == "k.txt"

@@ -1,5 +1,8 @@
 """Lazy, seek-first video/audio decoding with PyAV, shaped after ``megatron.energon.av``.
 
+Over 300 lines on purpose: one class with Energon's ``AVDecoder`` surface (metadata, clips,
+frames, audio) over one shared seek-and-decode cursor; the pieces share its state.
+
 An ``AVDecoder`` wraps the encoded bytes (or a path or binary file) and opens the container
 only when first asked for something; the container then stays open, so the metadata read and
 every later range share one demuxer. Each range is served by one cursor per container:

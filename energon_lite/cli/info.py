@@ -8,9 +8,10 @@ from typing import Any
 from tqdm import tqdm
 
 from energon_lite.decode import SampleDecoder
-from energon_lite.errors import EnergonLiteError
+from energon_lite.errors import EnergonLiteError, short_repr
 from energon_lite.index.dataset import PreparedDataset
 from energon_lite.index.meta import META_DIR, load_dataset_config, load_info, load_split
+from energon_lite.restore_key import SampleKey
 from energon_lite.sample_factory import SampleFactory
 from energon_lite.storage import RemotePath, as_path, ops
 
@@ -70,7 +71,7 @@ def preview(
     for position in range(min(num, len(dataset))):
         shard_id, index = dataset.locate(position)
         key, parts = dataset.read(shard_id, index)
-        raw = {"__key__": key, "__restore_key__": ("Webdataset", 0, shard_id, index, 0), **parts}
+        raw = {"__key__": key, "__restore_key__": SampleKey(0, shard_id, index, 0), **parts}
         sample = factory.build(raw, decoder, None)
         fields = sample.items() if isinstance(sample, dict) else vars(sample).items()
         lines.append(f"{dataset.shard_names[shard_id]} #{index} {key}")
@@ -98,7 +99,7 @@ def lint(root: str | os.PathLike[str] | RemotePath, progress: bool = True) -> li
                     where += f" {key}"
                     raw = {
                         "__key__": key,
-                        "__restore_key__": ("Webdataset", 0, shard_id, index, 0),
+                        "__restore_key__": SampleKey(0, shard_id, index, 0),
                         **parts,
                     }
                     factory.build(raw, decoder, None)
@@ -111,26 +112,41 @@ def lint(root: str | os.PathLike[str] | RemotePath, progress: bool = True) -> li
 
 def describe_state(state: Any) -> str:
     """A readable summary of a loader state (one rank's, or a list of ranks')."""
-    if isinstance(state, list):
-        return "\n\n".join(f"rank {i}:\n{describe_state(s)}" for i, s in enumerate(state))
+    if isinstance(state, list):  # one level only: a crafted file may nest lists deeply
+        return "\n\n".join(
+            f"rank {i}:\n{_describe_rank(s)}" if not isinstance(s, list) else f"rank {i}: a list"
+            for i, s in enumerate(state)
+        )
+    return _describe_rank(state)
+
+
+def _describe_rank(state: Any) -> str:
     if not isinstance(state, dict) or state.get("type") != "SavableLoader":
         return f"not an energon_lite loader state: {type(state).__name__}"
-    config = state.get("config", {})
+    config = state.get("config")
+    workers = state.get("workers", [])
+    if not isinstance(config, dict) or not isinstance(workers, list):
+        return "not an energon_lite loader state: 'config' must be a dict, 'workers' a list"
     lines = [
         f"energon_lite loader state v{state.get('version')}, epoch pass {state.get('epoch')}, next worker {state.get('next_worker')}"
     ]
-    lines.extend(f"  {k}: {v}" for k, v in config.items())
-    for worker, worker_state in enumerate(state.get("workers", [])):
+    lines.extend(f"  {k}: {short_repr(v)}" for k, v in config.items())
+    for worker, worker_state in enumerate(workers):
         lines.append(f"  worker {worker}: " + ("fresh" if worker_state is None else ""))
         node, depth = worker_state, 2
         while isinstance(node, dict):
             fields = {k: v for k, v in node.items() if k not in ("type", "source", "sources")}
             shown = ", ".join(
-                f"{k}={len(v)} items" if isinstance(v, list) and k == "keys" else f"{k}={v}"
+                f"{k}={len(v)} items"
+                if isinstance(v, list) and k == "keys"
+                else f"{k}={short_repr(v)}"
                 for k, v in fields.items()
             )
-            lines.append("  " * depth + f"{node['type']}: {shown}")
-            for child in node.get("sources", []):
+            lines.append("  " * depth + f"{node.get('type')}: {shown}")
+            children = node.get("sources", [])
+            for child in children if isinstance(children, list) else []:
+                if not isinstance(child, dict):
+                    continue
                 lines.append(
                     "  " * (depth + 1)
                     + f"{child.get('type')}: epoch={child.get('epoch')}, open={child.get('open')}"

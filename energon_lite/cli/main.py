@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import pickle
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -135,17 +134,10 @@ def cmd_lint(args: argparse.Namespace) -> int:
 
 
 def _load_checkpoint(path: Path) -> Any:
-    from energon_lite.state import decode_state
+    """A saved loader state, read as plain data only: no code from the file ever runs."""
+    from energon_lite.cli.state_file import read_state_file
 
-    data = path.read_bytes()
-    if data[:2] == b"PK" or data[:1] == b"\x80":  # torch.save zip or pickle
-        import torch
-
-        try:
-            return torch.load(path, weights_only=False)
-        except Exception:
-            return pickle.loads(data)
-    return decode_state(data)
+    return read_state_file(path)
 
 
 def cmd_checkpoint(args: argparse.Namespace) -> int:
@@ -210,7 +202,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("checkpoint", help="inspect a saved loader state")
     csub = p.add_subparsers(dest="action", required=True)
-    c = csub.add_parser("info", help="summarise a state file (msgpack, torch.save or pickle)")
+    c = csub.add_parser(
+        "info", help="summarise a state file (msgpack, JSON or torch.save; never unpickled)"
+    )
     c.add_argument("file")
     c.set_defaults(fn=cmd_checkpoint)
 

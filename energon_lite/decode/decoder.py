@@ -6,6 +6,7 @@ stay bytes. ``TaskEncoder.decoder = None`` keeps every part raw.
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 import pickle
@@ -86,3 +87,15 @@ class SampleDecoder:
             else:
                 out[name] = self.decode_part(name, value)
         return out
+
+
+def require_av(where: str, parts: frozenset[str] | None = None) -> None:
+    """Refuse at open, not per sample, when video/audio must be decoded without PyAV.
+
+    ``parts``: the part names a sample factory decodes (None: check unconditionally)."""
+    if parts is not None and not any(part.rsplit(".", 1)[-1] in AV_EXTS for part in parts):
+        return
+    if importlib.util.find_spec("av") is None:
+        raise ConfigError(
+            f"{where} has video/audio parts, which need PyAV: pip install 'energon-lite[av]'"
+        )

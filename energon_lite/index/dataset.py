@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from energon_lite.errors import DatasetFormatError, RemoteStorageError
+from energon_lite.errors import DatasetFormatError, RemoteStorageError, short_repr
 from energon_lite.index.meta import load_dataset_config, load_info, load_split
 from energon_lite.index.tar import first_member_name, parse_sample, split_name
 from energon_lite.index.tar_index import open_index
@@ -50,7 +50,8 @@ class PreparedDataset:
         self.config: dict[str, Any] = load_dataset_config(self.root, dataset_config)
         if split_part not in split.split_parts:
             raise DatasetFormatError(
-                f"{split.source}: no split {split_part!r}; it has {sorted(split.split_parts)}"
+                f"{split.source}: no split {short_repr(split_part)}; it has "
+                f"{short_repr(sorted(split.split_parts))}"
             )
         self.shard_names = info.shard_names
         self._counts = np.asarray(info.shard_counts, dtype=np.int64)
@@ -62,7 +63,7 @@ class PreparedDataset:
                 shard, _, key = entry.partition(".tar/")
                 if not key or shard + ".tar" not in shard_id:
                     raise DatasetFormatError(
-                        f"{split.source}: exclude entry {entry!r} names no shard of .info.json"
+                        f"{split.source}: exclude entry {short_repr(entry)} names no shard of .info.json"
                     )
                 excluded_samples.setdefault(shard + ".tar", set()).add(key)
 
@@ -70,7 +71,7 @@ class PreparedDataset:
         for name in split.split_parts[split_part]:
             if name not in shard_id:
                 raise DatasetFormatError(
-                    f"{split.source}: split {split_part!r} lists shard {name!r}, "
+                    f"{split.source}: split {short_repr(split_part)} lists shard {short_repr(name)}, "
                     "which .nv-meta/.info.json does not know; re-run prepare"
                 )
             if name in excluded_shards:
@@ -179,9 +180,15 @@ class PreparedDataset:
             )
         bounds = offsets[start : end + 1].astype(np.int64).tolist()
         base = bounds[0]
+        fd = self._fd(shard_id)
         where = str(self.root / self.shard_names[shard_id])
+        if any(b <= a for a, b in itertools.pairwise(bounds)) or bounds[-1] > fd.size:
+            raise DatasetFormatError(
+                f"{where}.idx: offsets of samples [{start}, {end}) are not increasing inside "
+                f"the shard's {fd.size} bytes: the index is corrupt; re-run prepare"
+            )
         try:
-            buf = self._fd(shard_id).pread(bounds[-1] - base, base)
+            buf = fd.pread(bounds[-1] - base, base)
         except RemoteStorageError as exc:  # retries spent: these samples fail, training goes on
             return unreadable_samples(where, bounds, exc)
         if len(buf) != bounds[-1] - base:
@@ -231,4 +238,6 @@ def _resolve_bound(bound: int | str, total: int, root: StoragePath) -> int:
             return round(float(text[:-1]) * total / 100)
         except ValueError:
             pass
-    raise DatasetFormatError(f"{root}: subset bound {bound!r}: use an integer, 'N%' or 'end'")
+    raise DatasetFormatError(
+        f"{root}: subset bound {short_repr(bound)}: use an integer, 'N%' or 'end'"
+    )

@@ -9,10 +9,10 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-import braceexpand
 import yaml
 
-from energon_lite.errors import DatasetFormatError
+from energon_lite.errors import DatasetFormatError, short_repr, unknown_keys
+from energon_lite.index.bounded import YAMLBoundError, expand_bounded, load_bounded_yaml
 from energon_lite.storage import RemotePath, StoragePath, as_path
 from energon_lite.storage.ops import write_atomic
 
@@ -22,14 +22,19 @@ INFO_YAML = ".info.yaml"
 
 
 def load_yaml(path: str | os.PathLike[str] | RemotePath) -> Any:
-    """Parse a YAML (or JSON) file; a syntax error names the file and line."""
+    """Parse a YAML (or JSON) file within bounds (``index/bounded.py``: no alias bombs, no
+    deep nesting); a syntax error names the file and line."""
     where_file = as_path(path)
     try:
         text = where_file.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise DatasetFormatError(f"{where_file}: file not found") from None
+    except UnicodeDecodeError as exc:
+        raise DatasetFormatError(f"{where_file}: not UTF-8 text (byte {exc.start})") from None
+    except OSError as exc:
+        raise DatasetFormatError(f"{where_file}: cannot read: {exc.strerror or exc}") from None
     try:
-        return yaml.safe_load(text)
+        return load_bounded_yaml(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = (
@@ -38,17 +43,19 @@ def load_yaml(path: str | os.PathLike[str] | RemotePath) -> Any:
             else str(where_file)
         )
         problem = getattr(exc, "problem", None) or str(exc)
-        raise DatasetFormatError(f"{where}: YAML syntax error: {problem}") from None
+        label = "YAML refused" if isinstance(exc, YAMLBoundError) else "YAML syntax error"
+        raise DatasetFormatError(f"{where}: {label}: {problem}") from None
+    except (ValueError, OverflowError, RecursionError) as exc:  # e.g. a 5000-digit integer
+        message = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        raise DatasetFormatError(f"{where_file}: YAML value not accepted: {message}") from None
 
 
-def expand(patterns: list[str] | str) -> list[str]:
-    """Brace-expand shard names (``parts/data-{0..2}.tar``) keeping order."""
-    if isinstance(patterns, str):
-        patterns = [patterns]
-    out: list[str] = []
-    for pattern in patterns:
-        out.extend(braceexpand.braceexpand(pattern))
-    return out
+MAX_NAMES = 1_000_000  # brace patterns outside a dataset (prepare's --split-parts)
+
+
+def expand(patterns: list[str] | str, where: str = "pattern") -> list[str]:
+    """Brace-expand names (``parts/data-{0..2}.tar``) keeping order; at most MAX_NAMES."""
+    return expand_bounded(patterns, MAX_NAMES, "names", where)
 
 
 @dataclass
@@ -68,6 +75,8 @@ def load_info(root: str | os.PathLike[str] | RemotePath) -> DatasetInfo:
             data = json.loads(json_path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:
             raise DatasetFormatError(f"{json_path}:{exc.lineno}: invalid JSON: {exc.msg}") from None
+        except (ValueError, RecursionError) as exc:
+            raise DatasetFormatError(f"{json_path}: invalid JSON: {type(exc).__name__}") from None
         where = json_path
     elif yaml_path.is_file():
         data, where = load_yaml(yaml_path), yaml_path
@@ -81,7 +90,9 @@ def load_info(root: str | os.PathLike[str] | RemotePath) -> DatasetInfo:
         raise DatasetFormatError(f"{where}: key 'shard_counts' must map shard names to counts")
     for name, count in counts.items():
         if not isinstance(count, int) or count < 0:
-            raise DatasetFormatError(f"{where}: shard_counts[{name!r}] = {count!r} is not a count")
+            raise DatasetFormatError(
+                f"{where}: shard_counts[{short_repr(name)}] = {short_repr(count)} is not a count"
+            )
     return DatasetInfo(list(counts), list(counts.values()), data.get("energon_version"))
 
 
@@ -91,6 +102,18 @@ def write_info(meta_dir: StoragePath, info: DatasetInfo) -> None:
         "shard_counts": dict(zip(info.shard_names, info.shard_counts)),
     }
     write_atomic(meta_dir / INFO_JSON, (json.dumps(payload, indent=2) + "\n").encode())
+
+
+_SPLIT_KEYS = ("split_parts", "exclude")
+DATASET_KEYS = (
+    "__module__",
+    "__class__",
+    "sample_type",
+    "field_map",
+    "sample_loader",
+    "part_filter",
+    "subflavors",
+)
 
 
 @dataclass
@@ -106,15 +129,29 @@ def load_split(root: str | os.PathLike[str] | RemotePath, name: str = "split.yam
     if not path.is_file() and name == "split.yaml" and (meta / "split.json").is_file():
         path = meta / "split.json"
     data = load_yaml(path)
+    if isinstance(data, dict):
+        unknown = unknown_keys(data, _SPLIT_KEYS)
+        if unknown:
+            raise DatasetFormatError(f"{path}: {unknown}")
     if not isinstance(data, dict) or not isinstance(data.get("split_parts"), dict):
         raise DatasetFormatError(f"{path}: needs a mapping 'split_parts: {{split: [shards]}}'")
-    unknown = set(data) - {"split_parts", "exclude"}
-    if unknown:
-        raise DatasetFormatError(
-            f"{path}: unknown keys {sorted(unknown)}; allowed: split_parts, exclude"
-        )
-    parts = {str(k): expand(v or []) for k, v in data["split_parts"].items()}
-    return SplitConfig(parts, expand(data.get("exclude") or []), path)
+    try:  # no split lists more shards than the dataset has (bounds brace patterns)
+        info = load_info(root)
+        shards, samples = len(info.shard_names), sum(info.shard_counts)
+    except DatasetFormatError:
+        shards = samples = MAX_NAMES
+    what = f"shards (the dataset has {shards})"
+    parts = {
+        str(k): expand_bounded(v or [], shards, what, f"{path}: split_parts.{short_repr(k, 40)}")
+        for k, v in data["split_parts"].items()
+    }
+    exclude = expand_bounded(
+        data.get("exclude") or [],
+        shards + samples,
+        f"shards and samples (the dataset has {shards} and {samples})",
+        f"{path}: exclude",
+    )
+    return SplitConfig(parts, exclude, path)
 
 
 def write_split(
@@ -131,4 +168,7 @@ def load_dataset_config(
     data = load_yaml(path)
     if not isinstance(data, dict):
         raise DatasetFormatError(f"{path}: must be a mapping (sample_type/field_map or __class__)")
+    unknown = unknown_keys(data, DATASET_KEYS)
+    if unknown:
+        raise DatasetFormatError(f"{path}: {unknown}")
     return data

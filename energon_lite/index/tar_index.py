@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from energon_lite.errors import DatasetFormatError
+from energon_lite.errors import DatasetFormatError, short_repr
 from energon_lite.index.tar import iter_members, split_name
 from energon_lite.storage import StoragePath, as_path
 from energon_lite.storage.ops import local_copy, write_atomic
@@ -60,7 +60,7 @@ def scan_shard(path: str | os.PathLike[str], display_name: str | None = None) ->
                 if key != current_key:
                     if key in seen:
                         raise DatasetFormatError(
-                            f"{where}: duplicate sample key {key!r}: its members are not "
+                            f"{where}: duplicate sample key {short_repr(key)}: its members are not "
                             "consecutive (a sample's parts must follow each other in the tar)"
                         )
                     seen.add(key)
@@ -69,7 +69,8 @@ def scan_shard(path: str | os.PathLike[str], display_name: str | None = None) ->
                     current_parts = set()
                 if part in current_parts:
                     raise DatasetFormatError(
-                        f"{where}: duplicate sample key {key!r}: part {part!r} appears twice"
+                        f"{where}: duplicate sample key {short_repr(key)}: part "
+                        f"{short_repr(part)} appears twice"
                     )
                 current_parts.add(part)
                 parts.add(part)

@@ -11,27 +11,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from energon_lite.errors import ConfigError, FailureTracker, SkipSample
+from energon_lite.errors import SKIPPED, ConfigError, FailureTracker, guarded
 from energon_lite.samples import basic_sample_keys
 from energon_lite.stage import Stage
-
-SKIPPED = object()
 
 
 def collate_or_skip(
     collate: Callable[[list[Any]], Any], items: list[Any], failures: FailureTracker
 ) -> Any:
     """``collate(items)``, or ``SKIPPED`` if it raised SkipSample or failed (logged and counted)."""
-    try:
-        batch = collate(items)
-    except SkipSample:
-        return SKIPPED
-    except Exception as exc:
-        keys = [basic_sample_keys(item)["__key__"] for item in items]
-        failures.failed("batch", {"keys": keys}, exc)
-        return SKIPPED
-    failures.ok()
-    return batch
+    return guarded(failures, "batch", _where, collate, items)
+
+
+def _where(items: list[Any]) -> dict[str, Any]:
+    return {"keys": [basic_sample_keys(item)["__key__"] for item in items]}
 
 
 class Batch(Stage):

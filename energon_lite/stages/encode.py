@@ -1,25 +1,32 @@
 """``Encode``: raw sample -> decoded, typed sample -> ``TaskEncoder.encode_sample``.
 
-Per raw sample: pick the leaf dataset's factory (the leaf id is in the restore key), decode
-the parts the factory needs, build the typed sample (or the crude dict, then cook it),
-attach the leaf's subflavors, and call ``encode_sample`` (or ``preencode_sample`` when
-packing) with the sample's derived generator in place. A sample that fails anywhere is
-logged with its key and shard and skipped; ``SkipSample`` skips silently. Deterministic
-for a given restore key, so ``fetch`` re-encodes a buffered sample identically.
+Per raw sample: pick the leaf dataset's factory (by the restore key's leaf), decode the
+parts the factory needs, build the typed sample (or the crude dict, then cook it), attach
+the leaf's subflavors, and call ``encode_sample`` (or ``preencode_sample`` when packing)
+with the sample's derived generator in place. A sample that fails anywhere is logged with
+its key and shard and skipped; ``SkipSample`` skips silently. Deterministic for a given
+restore key, so ``fetch`` re-encodes a buffered sample identically.
 
-State: none of its own (1:1 or filtering), only its source's.
+A hook may be a generator yielding several samples per input (Energon allows it): output
+``n`` gets the restore key ``SubKey(input key, n)``, and ``fetch`` of such a key runs the
+hook again and takes its ``n``-th output.
+
+State: ``pending``: ``[]``, or the input key and the next output number while a generator
+hook is part-way through its outputs (a restore re-runs it and skips what was handed out).
 """
 
 from __future__ import annotations
 
 import types
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from energon_lite.errors import ConfigError, FailureTracker, SkipSample
+from energon_lite.errors import SKIPPED, FailureTracker, StateError, guarded, short_repr
+from energon_lite.restore_key import RestoreKey, SampleKey, SubKey, from_plain, to_plain
 from energon_lite.sample_factory import SampleFactory
 from energon_lite.stage import Stage
+from energon_lite.state import state_count
 from energon_lite.task_encoder import TaskEncoder
 
 
@@ -32,7 +39,11 @@ class LeafSpec:
 
 
 class Encode(Stage):
+    STATE_KEYS = ("pending",)
     source: Stage  # always set: this stage has one parent
+    _outputs: Iterator[Any] | None  # the running generator hook
+    _parent: RestoreKey | None
+    _sub: int
 
     def __init__(
         self,
@@ -52,8 +63,8 @@ class Encode(Stage):
         self.cook = task_encoder.overrides("cook_crude_sample") or bool(task_encoder.cookers)
 
     def encode(self, raw: dict[str, Any]) -> Any:
-        restore_key = raw["__restore_key__"]
-        leaf = self.leaves[restore_key[1]]
+        restore_key: SampleKey = raw["__restore_key__"]
+        leaf = self.leaves[restore_key.leaf]
         te = self.task_encoder
         te._set_sample_context(self.seed, restore_key)
         sample = leaf.factory.build(raw, te.decoder, leaf.subflavors)
@@ -61,29 +72,93 @@ class Encode(Stage):
             sample = te.cook_crude_sample(sample)
         if self.hook is not None:
             sample = self.hook(sample)
-            if isinstance(sample, types.GeneratorType):
-                raise ConfigError(
-                    f"{type(te).__name__}.{self.hook.__name__} returned a generator: hooks that "
-                    "yield several samples per input are not supported; return one sample (or "
-                    "raise SkipSample)"
-                )
         return sample
 
     def next(self) -> Any:
+        self._start_if_fresh()
         while True:
+            if self._outputs is not None:
+                out = self._next_output()
+                if out is not SKIPPED:
+                    return out
+                continue
             raw = self.source.next()
-            try:
-                sample = self.encode(raw)
-            except SkipSample:
+            sample = guarded(self.failures, "encode_sample", _where, self.encode, raw)
+            if isinstance(sample, types.GeneratorType):
+                self._outputs, self._parent, self._sub = sample, raw["__restore_key__"], 0
                 continue
-            except ConfigError:
-                raise  # a mistake in the setup, not in this sample: stop at once
-            except Exception as exc:
-                where = {"key": raw.get("__key__"), "shard": raw.get("__shard__")}
-                self.failures.failed("encode_sample", where, exc)
-                continue
-            self.failures.ok()
-            return sample
+            if sample is not SKIPPED:
+                return sample
+
+    def _next_output(self) -> Any:
+        """The generator hook's next output with its SubKey; SKIPPED when it ended or failed."""
+        assert self._outputs is not None and self._parent is not None
+        self.task_encoder._set_sample_context(self.seed, self._parent)
+        where = {"key": self._parent}
+        out = guarded(self.failures, "encode_sample", lambda *_: where, next, self._outputs, _END)
+        if out is SKIPPED or isinstance(out, _Ended):
+            self._outputs = self._parent = None
+            return SKIPPED
+        key = SubKey(self._parent, self._sub)
+        self._sub += 1
+        return _with_restore_key(out, key)
 
     def fetch(self, restore_key: Any) -> Any:
+        if isinstance(restore_key, SubKey):
+            outputs = self.encode(self.source.fetch(restore_key.parent))
+            if not isinstance(outputs, types.GeneratorType):
+                raise StateError(
+                    f"Encode: {restore_key} names output {restore_key.sub} of a hook that is not a generator"
+                )
+            for number, out in enumerate(outputs):
+                if number == restore_key.sub:
+                    return _with_restore_key(out, restore_key)
+            raise StateError(
+                f"Encode: the hook yields fewer than {restore_key.sub + 1} outputs for {restore_key.parent}"
+            )
         return self.encode(self.source.fetch(restore_key))
+
+    def _reset(self) -> None:
+        self._outputs, self._parent, self._sub = None, None, 0
+
+    def _save(self) -> dict[str, Any]:
+        if self._outputs is None or self._parent is None:
+            return {"pending": []}
+        return {"pending": [to_plain(self._parent), self._sub]}
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        self._reset()
+        pending = state["pending"]
+        if pending == []:
+            return
+        if not isinstance(pending, list) or len(pending) != 2:
+            raise StateError(f"Encode: pending {short_repr(pending)} is not [key, output]")
+        parent, sub = from_plain(pending[0]), state_count(pending[1], "Encode pending output")
+        outputs = self.encode(self.source.fetch(parent))
+        if not isinstance(outputs, types.GeneratorType):
+            raise StateError(
+                f"Encode: the state is part-way through a generator hook for {parent}, but the hook returned no generator"
+            )
+        for _ in range(sub):  # what was handed out before the state was saved
+            if next(outputs, _END) is _END:
+                raise StateError(f"Encode: the hook yields fewer than {sub} outputs for {parent}")
+        self._outputs, self._parent, self._sub = outputs, parent, sub
+
+
+class _Ended:
+    """What ``next(outputs, _END)`` gives when a generator hook has no more outputs."""
+
+
+_END = _Ended()
+
+
+def _with_restore_key(sample: Any, key: SubKey) -> Any:
+    if isinstance(sample, dict):
+        sample["__restore_key__"] = key
+    elif hasattr(sample, "__restore_key__"):
+        sample.__restore_key__ = key
+    return sample
+
+
+def _where(raw: dict[str, Any]) -> dict[str, Any]:
+    return {"key": raw.get("__key__"), "shard": raw.get("__shard__")}

@@ -26,16 +26,20 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from typing import Any
 
-from energon_lite.errors import ConfigError, FailureTracker, SkipSample, StateError
+from energon_lite.buffer import check_held, fetch_keys, keys_of
+from energon_lite.errors import SKIPPED, ConfigError, FailureTracker, StateError, guarded
 from energon_lite.samples import basic_sample_keys
 from energon_lite.stage import Stage
-from energon_lite.stages.batch import SKIPPED, collate_or_skip
+from energon_lite.stages.batch import collate_or_skip
 from energon_lite.stages.bucket_sync import BucketSync, choose_bucket
+from energon_lite.state import state_count
 
 
 class GroupBatch(Stage):
+    STATE_KEYS = ("buckets", "emitted", "sync")
     source: Stage  # always set: this stage has one parent
     _source_done: bool
+    _buckets: dict[Hashable, tuple[int, list[Any]]]
 
     def __init__(
         self,
@@ -52,9 +56,9 @@ class GroupBatch(Stage):
         self.drop_last = drop_last
         self.failures = failures or FailureTracker(0)
         self.sync = sync
-        self.restore_state(None)
 
     def next(self) -> Any:
+        self._start_if_fresh()
         while True:
             target = None if self.sync is None else self._target(self.sync)
             full = self._fill(target)
@@ -101,14 +105,19 @@ class GroupBatch(Stage):
 
     def _add(self, sample: Any, strict: bool = False) -> Hashable | None:
         """Put ``sample`` in its bucket; return the key (None if dropped)."""
-        try:
+        if strict:  # a restore: a sample that had a bucket must get one again
             key, batch_size = self.criterion(sample)
-        except Exception as exc:
-            if strict:
-                raise
-            if not isinstance(exc, SkipSample):
-                self.failures.failed("batch_group_criterion", basic_sample_keys(sample), exc)
-            return None
+        else:
+            found = guarded(
+                self.failures,
+                "batch_group_criterion",
+                basic_sample_keys,
+                self.criterion,
+                sample,
+            )
+            if found is SKIPPED:
+                return None
+            key, batch_size = found
         if self.sync is not None:
             weight = self.sync.weights.get(key)
             if weight is None:
@@ -137,36 +146,32 @@ class GroupBatch(Stage):
                 )
         return key
 
-    def save_state(self) -> dict[str, Any]:
-        buckets = []
-        for key, (_, items) in self._buckets.items():
-            restore_keys = [basic_sample_keys(item)["__restore_key__"] for item in items]
-            if any(rk is None for rk in restore_keys):
-                raise StateError(
-                    f"GroupBatch: a sample of bucket {key!r} has no __restore_key__; keep it "
-                    "in encode_sample (Sample.derive_from) so the bucket can be saved"
-                )
-            buckets.append(restore_keys)
-        return self._state(buckets=buckets, emitted=self._emitted, sync=self.sync is not None)
-
-    def restore_state(self, state: dict[str, Any] | None) -> None:
+    def _reset(self) -> None:
         self._source_done = False
-        self._buckets: dict[Hashable, tuple[int, list[Any]]] = {}
-        if state is None:
-            self._emitted = 0
-            self.source.restore_state(None)
-            return
-        state = self._check_state(state, "buckets", "emitted", "sync")
+        self._buckets = {}
+        self._emitted = 0
+
+    def _save(self) -> dict[str, Any]:
+        buckets = [keys_of(items, "GroupBatch") for _, items in self._buckets.values()]
+        return {"buckets": buckets, "emitted": self._emitted, "sync": self.sync is not None}
+
+    def _validate(self, state: dict[str, Any]) -> None:
+        if not isinstance(state["buckets"], list):
+            raise StateError("GroupBatch: saved buckets must be a list; the state is corrupt")
+        check_held("GroupBatch", state["buckets"], None)
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        self._reset()
         if bool(state["sync"]) != (self.sync is not None):
             raise StateError(
                 f"GroupBatch: state saved with bucket_sync {'on' if state['sync'] else 'off'}, "
                 f"this loader has it {'on' if self.sync is not None else 'off'}"
             )
-        self.source.restore_state(state["source"])
-        self._emitted = int(state["emitted"])
-        for restore_keys in state["buckets"]:
+        self._emitted = state_count(state["emitted"], "GroupBatch emitted")
+        for saved in state["buckets"]:
             before = len(self._buckets)
-            found = {self._add(self.source.fetch(rk), strict=True) for rk in restore_keys}
+            samples = fetch_keys(saved, self.source.fetch, "GroupBatch")
+            found = {self._add(sample, strict=True) for sample in samples}
             if len(found) != 1 or len(self._buckets) != before + 1:
                 raise StateError(
                     f"GroupBatch: a saved bucket's samples now fall into buckets {found!r}; "

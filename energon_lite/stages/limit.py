@@ -6,9 +6,11 @@ from typing import Any
 
 from energon_lite.errors import ConfigError
 from energon_lite.stage import Stage
+from energon_lite.state import state_count
 
 
 class Limit(Stage):
+    STATE_KEYS = ("count",)
     source: Stage  # always set: this stage has one parent
 
     def __init__(self, source: Stage, limit: int) -> None:
@@ -16,23 +18,20 @@ class Limit(Stage):
             raise ConfigError(f"{limit=} must be >= 0 (or None for no limit)")
         self.source = source
         self.limit = limit
-        self.restore_state(None)
 
     def next(self) -> Any:
+        self._start_if_fresh()
         if self._count >= self.limit:
             raise StopIteration
         item = self.source.next()
         self._count += 1
         return item
 
-    def save_state(self) -> dict[str, Any]:
-        return self._state(count=self._count)
+    def _reset(self) -> None:
+        self._count = 0
 
-    def restore_state(self, state: dict[str, Any] | None) -> None:
-        if state is None:
-            self._count = 0
-            self.source.restore_state(None)
-            return
-        state = self._check_state(state, "count")
-        self._count = int(state["count"])
-        self.source.restore_state(state["source"])
+    def _save(self) -> dict[str, Any]:
+        return {"count": self._count}
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        self._count = state_count(state["count"], "Limit count")

@@ -6,10 +6,11 @@ keys and counted by the failure tracker. Stateless beyond its source.
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable
 from typing import Any
 
-from energon_lite.errors import FailureTracker, SkipSample
+from energon_lite.errors import SKIPPED, ConfigError, FailureTracker, guarded
 from energon_lite.samples import basic_sample_keys
 from energon_lite.stage import Stage
 
@@ -32,15 +33,18 @@ class Map(Stage):
     def next(self) -> Any:
         while True:
             item = self.source.next()
-            try:
-                out = self.fn(item)
-            except SkipSample:
-                continue
-            except Exception as exc:
-                self.failures.failed(self.name, {"key": basic_sample_keys(item)["__key__"]}, exc)
-                continue
-            self.failures.ok()
-            return out
+            out = guarded(self.failures, self.name, _where, self.fn, item)
+            if isinstance(out, types.GeneratorType):
+                raise ConfigError(
+                    f"{self.name} returned a generator: yielding several items per batch is not "
+                    "supported (encode_sample may yield); return one item"
+                )
+            if out is not SKIPPED:
+                return out
 
     def fetch(self, restore_key: Any) -> Any:
         return self.fn(self.source.fetch(restore_key))
+
+
+def _where(item: Any) -> dict[str, Any]:
+    return {"key": basic_sample_keys(item)["__key__"]}

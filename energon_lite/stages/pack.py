@@ -14,8 +14,8 @@ change); at the end of a finite source the last leftovers are selected once more
 dropped with a warning if still unselected. ``SkipSample`` from the selector drops the
 whole buffer (Energon's behaviour); from a postencode, that member; from the packer, the pack.
 
-The packed sample's ``__restore_key__`` becomes ``("Pack", key_1, ..., key_n)`` (its
-members' keys), so ``fetch`` rebuilds it: fetch each member, postencode, pack again.
+The packed sample's ``__restore_key__`` is a :class:`~energon_lite.restore_key.PackKey` of
+its members' keys, so ``fetch`` rebuilds it: fetch each member, postencode, pack again.
 
 State: the restore keys of the buffered samples and of the queued groups (``size`` keys at
 most), nothing else. Restore fetches them again through the source.
@@ -23,31 +23,22 @@ most), nothing else. Restore fetches them again through the source.
 
 from __future__ import annotations
 
+import types
 from typing import Any
 
-from energon_lite.errors import ConfigError, FailureTracker, SkipSample, StateError, logger
+from energon_lite.buffer import KeyedBuffer, check_held, fetch_keys, keys_of, restore_key_of
+from energon_lite.errors import SKIPPED, ConfigError, FailureTracker, StateError, guarded, logger
+from energon_lite.restore_key import PackKey
 from energon_lite.samples import basic_sample_keys
-from energon_lite.stage import Stage, fill
+from energon_lite.stage import Stage
 from energon_lite.task_encoder import TaskEncoder
-
-PACK_KEY = "Pack"
-
-
-def _restore_key(sample: Any) -> Any:
-    key = basic_sample_keys(sample)["__restore_key__"]
-    if key is None:
-        raise ConfigError(
-            f"packing: {type(sample).__name__} sample has no __restore_key__; return samples "
-            "that keep it from preencode_sample (e.g. MySample.derive_from(sample, ...))"
-        )
-    return key
 
 
 class Pack(Stage):
+    STATE_KEYS = ("buffer", "pending")
     source: Stage  # always set: this stage has one parent
-    _buffer: list[Any]
+    _buffer: KeyedBuffer
     _pending: list[list[Any]]
-    _source_done: bool
 
     def __init__(
         self,
@@ -64,36 +55,51 @@ class Pack(Stage):
         self.task_encoder = task_encoder
         self.seed = seed
         self.failures = failures or FailureTracker(0)
-        self.restore_state(None)
 
     def next(self) -> Any:
+        self._start_if_fresh()
         while True:
             if not self._pending:
                 self._select()
                 continue
             packed = self._pack(self._pending.pop(0), strict=False)
-            if packed is not None:
-                self.failures.ok()
+            if packed is not SKIPPED:
                 return packed
 
     def _select(self) -> None:
         """Refill the buffer and queue the selected groups; StopIteration when all is done."""
         buffer = self._buffer
-        if not self._source_done:
-            self._source_done = fill(self.source, buffer, self.size)
-        if not buffer:
+        buffer.fill(self.source, self.size)
+        if not buffer.items:
             raise StopIteration
-        try:
-            groups = [list(g) for g in self.task_encoder.select_samples_to_pack(list(buffer)) if g]
-        except SkipSample:
-            buffer.clear()
+        selected = guarded(
+            self.failures,
+            "select_samples_to_pack",
+            lambda items: {"first_keys": [basic_sample_keys(s)["__key__"] for s in items[:3]]},
+            self.task_encoder.select_samples_to_pack,
+            list(buffer.items),
+        )
+        if selected is SKIPPED:  # the same buffer would fail again: drop it, as Energon does
+            buffer.items.clear()
             return
-        except Exception as exc:
-            keys = [basic_sample_keys(s)["__key__"] for s in buffer[:3]]
-            buffer.clear()  # the same buffer would fail again: drop it, as Energon does
-            self.failures.failed("select_samples_to_pack", {"first_keys": keys}, exc)
+        groups = [list(group) for group in selected if group]
+        taken = self._check_groups(groups)
+        if not groups:
+            if not buffer.source_done:
+                raise ConfigError(
+                    f"select_samples_to_pack selected nothing from a full buffer of {len(buffer)} "
+                    f"samples (packing_buffer_size={self.size}); it would never change. Select at "
+                    "least one group, raise SkipSample to drop the buffer, or enlarge the buffer"
+                )
+            logger.warning("packing: %d samples left unselected at the end", len(buffer))
+            buffer.items.clear()
             return
-        slot_of = {id(sample): i for i, sample in enumerate(buffer)}
+        buffer.items = [sample for i, sample in enumerate(buffer.items) if i not in taken]
+        self._pending = groups
+
+    def _check_groups(self, groups: list[list[Any]]) -> set[int]:
+        """Buffer slots of the selected samples; each must be in the buffer, at most once."""
+        slot_of = {id(sample): i for i, sample in enumerate(self._buffer.items)}
         taken: set[int] = set()
         for group in groups:
             for sample in group:
@@ -105,82 +111,66 @@ class Pack(Stage):
                         "groups of the samples passed in, each at most once"
                     )
                 taken.add(slot)
-        if not groups:
-            if not self._source_done:
-                raise ConfigError(
-                    f"select_samples_to_pack selected nothing from a full buffer of {len(buffer)} "
-                    f"samples (packing_buffer_size={self.size}); it would never change. Select at "
-                    "least one group, raise SkipSample to drop the buffer, or enlarge the buffer"
-                )
-            logger.warning("packing: %d samples left unselected at the end", len(buffer))
-            buffer.clear()
-            return
-        self._buffer = [sample for i, sample in enumerate(buffer) if i not in taken]
-        self._pending = groups
+        return taken
 
     def _pack(self, group: list[Any], strict: bool) -> Any:
-        """postencode each member and pack them; None when skipped (``strict`` re-raises)."""
+        """postencode each member and pack them; SKIPPED when skipped (``strict`` re-raises)."""
         te = self.task_encoder
         members, keys = [], []
         for sample in group:
-            key = _restore_key(sample)
+            key = restore_key_of(sample, "packing")
             te._set_sample_context(self.seed, key)
-            try:
-                members.append(te.postencode_sample(sample))
-            except Exception as exc:
-                if strict:
-                    raise
-                if not isinstance(exc, SkipSample):
-                    self.failures.failed("postencode_sample", {"key": key}, exc)
-                continue
-            keys.append(key)
+            member = self._call(
+                "postencode_sample", {"key": key}, te.postencode_sample, sample, strict
+            )
+            if member is not SKIPPED:
+                members.append(member)
+                keys.append(key)
         if not members:
-            return None
-        pack_key = (PACK_KEY, *keys)
+            return SKIPPED
+        pack_key = PackKey(tuple(keys))
         te._set_sample_context(self.seed, pack_key)
-        try:
-            packed = te.pack_selected_samples(members)
-        except Exception as exc:
-            if strict:
-                raise
-            if not isinstance(exc, SkipSample):
-                self.failures.failed("pack_selected_samples", {"keys": keys}, exc)
-            return None
+        packed = self._call(
+            "pack_selected_samples", {"keys": keys}, te.pack_selected_samples, members, strict
+        )
+        if isinstance(packed, types.GeneratorType):
+            raise ConfigError(
+                "pack_selected_samples returned a generator: yielding several packs per group is "
+                "not supported; return one packed sample"
+            )
         if isinstance(packed, dict):
             packed["__restore_key__"] = pack_key
-        elif hasattr(packed, "__restore_key__"):
+        elif packed is not SKIPPED and hasattr(packed, "__restore_key__"):
             packed.__restore_key__ = pack_key
         return packed
 
+    def _call(self, what: str, where: dict[str, Any], fn: Any, arg: Any, strict: bool) -> Any:
+        if strict:  # a restore: a sample that packed before must pack again
+            return fn(arg)
+        return guarded(self.failures, what, lambda _: where, fn, arg)
+
     def fetch(self, restore_key: Any) -> Any:
-        if (
-            not isinstance(restore_key, (tuple, list))
-            or not restore_key
-            or restore_key[0] != PACK_KEY
-        ):
+        if not isinstance(restore_key, PackKey):
             raise StateError(f"Pack: not a restore key of a pack: {restore_key!r}")
-        return self._pack([self.source.fetch(key) for key in restore_key[1:]], strict=True)
+        return self._pack([self.source.fetch(key) for key in restore_key.members], strict=True)
 
-    def save_state(self) -> dict[str, Any]:
-        return self._state(
-            buffer=[_restore_key(s) for s in self._buffer],
-            pending=[[_restore_key(s) for s in group] for group in self._pending],
-        )
+    def _reset(self) -> None:
+        self._buffer = KeyedBuffer("Pack")
+        self._pending = []
 
-    def restore_state(self, state: dict[str, Any] | None) -> None:
-        self._source_done = False
-        if state is None:
-            self.source.restore_state(None)
-            self._buffer = []
-            self._pending = []
-            return
-        state = self._check_state(state, "buffer", "pending")
-        held = len(state["buffer"]) + sum(len(group) for group in state["pending"])
-        if held > self.size:
-            raise StateError(
-                f"Pack: state holds {held} samples but the packing buffer size is {self.size}; "
-                "was it saved with another packing_buffer_size?"
-            )
-        self.source.restore_state(state["source"])
-        self._buffer = [self.source.fetch(key) for key in state["buffer"]]
-        self._pending = [[self.source.fetch(key) for key in group] for group in state["pending"]]
+    def _save(self) -> dict[str, Any]:
+        return {
+            "buffer": self._buffer.save(),
+            "pending": [keys_of(group, "Pack") for group in self._pending],
+        }
+
+    def _validate(self, state: dict[str, Any]) -> None:
+        pending = state["pending"]
+        if not isinstance(pending, list):
+            raise StateError(f"Pack: pending groups must be a list, got {type(pending).__name__}")
+        check_held("Pack", [state["buffer"], *pending], self.size, "packing_buffer_size")
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        self._reset()
+        self._buffer.restore(state["buffer"], self.source.fetch)
+        self._pending = [fetch_keys(group, self.source.fetch, "Pack") for group in state["pending"]]

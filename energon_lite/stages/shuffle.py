@@ -4,24 +4,26 @@ Algorithm: fill the buffer to ``size`` from the source, then swap a uniformly dr
 with the last and pop it; at the end of the source, drain. The buffer holds *raw* samples
 (encoded bytes), so its memory is the compressed size of ``size`` samples.
 
-State: the ``__restore_key__`` of every buffered sample in buffer order, plus the random
-counter. Restore fetches the samples again through the source (random access by key).
+State: the restore key of every buffered sample in buffer order, plus the random counter.
+Restore fetches the samples again through the source (random access by key).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from energon_lite.errors import ConfigError, StateError
+from energon_lite.buffer import KeyedBuffer, check_held
+from energon_lite.errors import ConfigError
 from energon_lite.rng import CounterRng
-from energon_lite.stage import Stage, fill
+from energon_lite.stage import Stage
+from energon_lite.state import state_count
 
 
 class ShuffleBuffer(Stage):
+    STATE_KEYS = ("keys", "rng")
     source: Stage  # always set: this stage has one parent
-    _buffer: list[Any]
+    _buffer: KeyedBuffer
     _rng: CounterRng
-    _source_done: bool
 
     def __init__(self, source: Stage, size: int, seed: int, *rng_keys: Any) -> None:
         if size < 1:
@@ -32,37 +34,26 @@ class ShuffleBuffer(Stage):
         self.size = size
         self.seed = seed
         self.rng_keys = ("shuffle", *rng_keys)
-        self.restore_state(None)
 
     def next(self) -> Any:
+        self._start_if_fresh()
         buffer = self._buffer
-        if not self._source_done:
-            self._source_done = fill(self.source, buffer, self.size)
-        if not buffer:
+        buffer.fill(self.source, self.size)
+        if not buffer.items:
             raise StopIteration
-        slot = self._rng.integers(len(buffer))
-        item = buffer[slot]
-        buffer[slot] = buffer[-1]
-        buffer.pop()
-        return item
+        return buffer.pop_at(self._rng.integers(len(buffer)))
 
-    def save_state(self) -> dict[str, Any]:
-        keys = [item["__restore_key__"] for item in self._buffer]
-        return self._state(keys=keys, rng=self._rng.counter)
+    def _reset(self) -> None:
+        self._buffer = KeyedBuffer("ShuffleBuffer")
+        self._rng = CounterRng(self.seed, *self.rng_keys)
 
-    def restore_state(self, state: dict[str, Any] | None) -> None:
-        self._source_done = False
-        if state is None:
-            self.source.restore_state(None)
-            self._buffer = []
-            self._rng = CounterRng(self.seed, *self.rng_keys)
-            return
-        state = self._check_state(state, "keys", "rng")
-        if not isinstance(state["keys"], list) or len(state["keys"]) > self.size:
-            raise StateError(
-                f"ShuffleBuffer: state holds {len(state['keys'])} keys but the buffer size is "
-                f"{self.size}; was it saved with another shuffle_buffer_size?"
-            )
-        self.source.restore_state(state["source"])
-        self._buffer = [self.source.fetch(tuple(key)) for key in state["keys"]]
-        self._rng = CounterRng(self.seed, *self.rng_keys, counter=int(state["rng"]))
+    def _save(self) -> dict[str, Any]:
+        return {"keys": self._buffer.save(), "rng": self._rng.counter}
+
+    def _validate(self, state: dict[str, Any]) -> None:
+        check_held("ShuffleBuffer", [state["keys"]], self.size, "shuffle_buffer_size")
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        self._reset()
+        self._buffer.restore(state["keys"], self.source.fetch)
+        self._rng.counter = state_count(state["rng"], "ShuffleBuffer rng")

@@ -45,6 +45,7 @@ class ShardFile:
     def __init__(self, path: StoragePath) -> None:
         self.path = path
         self._fd: int | None = None
+        self._size: int | None = None
         if isinstance(path, Path):
             try:
                 self._fd = os.open(path, os.O_RDONLY)
@@ -52,6 +53,13 @@ class ShardFile:
                 from energon_lite.errors import DatasetFormatError
 
                 raise DatasetFormatError(f"{path}: shard file not found") from None
+
+    @property
+    def size(self) -> int:
+        """The shard's length in bytes (a remote one's from the folder listing)."""
+        if self._size is None:
+            self._size = os.fstat(self._fd).st_size if self._fd is not None else ops.size(self.path)
+        return self._size
 
     def pread(self, size: int, offset: int) -> bytes:
         if self._fd is not None:

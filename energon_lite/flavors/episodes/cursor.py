@@ -15,6 +15,7 @@ from energon_lite.stage import Stage
 
 
 class EpochCursor(Stage):
+    STATE_KEYS = ("epoch", "position")
     builder: TransitionBuilder
     first_epoch: int
     epoch: int
@@ -29,14 +30,13 @@ class EpochCursor(Stage):
     def _positions_per_epoch(self) -> int:
         raise NotImplementedError
 
-    def save_state(self) -> dict[str, Any]:
-        return self._state(epoch=self.epoch, position=self._position())
+    def _save(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "position": self._position()}
 
-    def restore_state(self, state: dict[str, Any] | None) -> None:
-        if state is None:
-            self._enter(self.first_epoch, 0)
-            return
-        state = self._check_state(state, "epoch", "position")
+    def _reset(self) -> None:
+        self._enter(self.first_epoch, 0)
+
+    def _restore(self, state: dict[str, Any]) -> None:
         epoch, position = state["epoch"], state["position"]
         name = type(self).__name__
         if not isinstance(epoch, int) or not isinstance(position, int) or epoch < 0:

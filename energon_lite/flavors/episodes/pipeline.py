@@ -84,6 +84,15 @@ class EpisodePipeline:
 
         return Batch(self.sampler(slot), self.batch_size, collate_transitions, self.drop_last)
 
+    def state_shape(self, slot: WorkerSlot) -> dict[str, Any]:
+        """The shape of a saved chain state (checked in the trainer; nothing is built)."""
+        sampler = EpisodeSweep if self.mode == "full" else EpisodePool
+        return {
+            "type": "Batch",
+            "keys": [],
+            "source": {"type": sampler.__name__, "keys": list(sampler.STATE_KEYS)},
+        }
+
     def batches_per_epoch(self, worker_config: Any, epoch: int = 0) -> int:
         """Batches one rank yields per epoch (``worker_config``: a loader WorkerConfig)."""
         if self.mode == "pool":

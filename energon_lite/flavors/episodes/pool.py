@@ -112,7 +112,6 @@ class EpisodePool(EpochCursor):
         self._tracker = FailureTracker(failure_tolerance)
         builder.reader.cache_episodes = max(builder.reader.cache_episodes, episodes_per_epoch)
         self.pool(0)  # validate the pool settings now, not in a worker
-        self.restore_state(None)
 
     def pool(self, epoch: int) -> np.ndarray:
         """This rank's pool of episode ids in ``epoch``."""
@@ -129,6 +128,7 @@ class EpisodePool(EpochCursor):
         )
 
     def next(self) -> dict[str, Any]:
+        self._start_if_fresh()
         while True:
             if self.num_epochs is not None and self.epoch >= self.first_epoch + self.num_epochs:
                 raise StopIteration

@@ -61,7 +61,6 @@ class EpisodeSweep(EpochCursor):
         self.per_epoch = len(range(global_worker_id, total, num_global_workers))
         self.first_epoch = first_epoch
         self._tracker = FailureTracker(failure_tolerance)
-        self.restore_state(None)
 
     def _enter(self, epoch: int, position: int) -> None:
         self.epoch, self.position = epoch, position
@@ -77,6 +76,7 @@ class EpisodeSweep(EpochCursor):
         return int(self._block[position - block_start])
 
     def next(self) -> dict[str, Any]:
+        self._start_if_fresh()
         while True:
             if self.num_epochs is not None and self.epoch >= self.first_epoch + self.num_epochs:
                 raise StopIteration

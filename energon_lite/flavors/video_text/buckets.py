@@ -1,5 +1,8 @@
 """Open-Sora style buckets as a ``batch_group_criterion``: same-shape video batches.
 
+Over 300 lines on purpose: it mirrors Open-Sora's bucket module (both config forms, the
+assigner and the criterion), checked shape for shape against it; one format, one file.
+
 A bucket is (resolution, frame count, aspect ratio); its target shape ``(T, H, W)`` and
 batch size come from the config. Each sample goes to one bucket (or is dropped); the
 grouped batcher then fills each bucket's batches separately, so a batch needs no padding.

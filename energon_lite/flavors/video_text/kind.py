@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from energon_lite.decode.decoder import require_av
 from energon_lite.flavors.video_text.layout import is_video_text, resolve_prepared
 from energon_lite.kinds import DatasetKind, register_kind
 from energon_lite.source import Source
@@ -14,6 +15,7 @@ from energon_lite.source import Source
 def _open(path: Path, split_part: str, **options: Any) -> Source:
     from energon_lite.flavors.video_text.source import VideoTextSource
 
+    require_av(f"video-text dataset {path}")
     return VideoTextSource(path, split_part, **options)
 
 

@@ -1,0 +1,103 @@
+"""``KeyedBuffer``: the items a stage holds between ``next()`` calls, saved as restore keys.
+
+Shuffle, packing and bucketing buffers all keep samples across items. Their state must not
+hold sample data, so a buffer saves the ``__restore_key__`` of each item (plain data,
+:func:`energon_lite.restore_key.to_plain`) and a restore fetches the items again through the
+parent stage (random access by key, re-running the deterministic stages above the reader).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from energon_lite.errors import ConfigError, StateError, short_repr
+from energon_lite.restore_key import RestoreKey, from_plain, to_plain
+from energon_lite.samples import basic_sample_keys
+from energon_lite.stage import Stage
+
+
+def restore_key_of(item: Any, what: str) -> RestoreKey:
+    """The item's restore key; a ConfigError when a hook dropped it (it cannot be saved)."""
+    key = basic_sample_keys(item)["__restore_key__"]
+    if key is None:
+        raise ConfigError(
+            f"{what}: a {type(item).__name__} item has no __restore_key__, so it cannot be "
+            "saved in a loader state; keep it in your hooks (e.g. MySample.derive_from(sample, ...))"
+        )
+    return key
+
+
+def keys_of(items: Iterable[Any], what: str) -> list[Any]:
+    """Plain restore keys of ``items``, for a state."""
+    return [to_plain(restore_key_of(item, what)) for item in items]
+
+
+def check_held(what: str, groups: list[Any], capacity: int | None, knob: str = "") -> None:
+    """Refuse saved key lists that are not lists, hold a key twice (a sample would repeat)
+    or hold more than ``capacity`` keys."""
+    seen: set[str] = set()
+    for group in groups:
+        if not isinstance(group, list):
+            raise StateError(f"{what}: saved keys must be a list, got {short_repr(group)}")
+        for key in group:
+            text = repr(key)
+            if text in seen:
+                raise StateError(
+                    f"{what}: the state holds restore key {short_repr(key)} twice; it is corrupt"
+                )
+            seen.add(text)
+    if capacity is not None and len(seen) > capacity:
+        raise StateError(
+            f"{what}: state holds {len(seen)} keys but the buffer size is {capacity}; "
+            f"was it saved with another {knob}?"
+        )
+
+
+def fetch_keys(keys: Any, fetch: Callable[[RestoreKey], Any], what: str) -> list[Any]:
+    """The items of saved plain ``keys``, fetched again; StateError for a malformed list."""
+    if not isinstance(keys, list):
+        raise StateError(f"{what}: saved keys must be a list, got {short_repr(keys)}")
+    return [fetch(from_plain(key)) for key in keys]
+
+
+class KeyedBuffer:
+    """A list of items filled from a source; saves and restores as restore keys."""
+
+    __slots__ = ("items", "source_done", "what")
+
+    def __init__(self, what: str) -> None:
+        self.what = what  # names the stage in errors
+        self.items: list[Any] = []
+        self.source_done = False
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def fill(self, source: Stage, size: int) -> None:
+        """Pull from ``source`` until ``size`` items are held or the source has ended."""
+        items = self.items
+        while not self.source_done and len(items) < size:
+            try:
+                items.append(source.next())
+            except StopIteration:
+                self.source_done = True
+
+    def pop_at(self, slot: int) -> Any:
+        """Remove and return item ``slot``; the last item takes its place (O(1))."""
+        items = self.items
+        item = items[slot]
+        items[slot] = items[-1]
+        items.pop()
+        return item
+
+    def reset(self) -> None:
+        self.items = []
+        self.source_done = False
+
+    def save(self) -> list[Any]:
+        return keys_of(self.items, self.what)
+
+    def restore(self, keys: Any, fetch: Callable[[RestoreKey], Any]) -> None:
+        self.items = fetch_keys(keys, fetch, self.what)
+        self.source_done = False

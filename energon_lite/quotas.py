@@ -1,0 +1,57 @@
+"""Exact per-epoch quotas of ``blend_epochized``, split over all global workers.
+
+A leaf with repetitions ``r`` is read in ``ceil(r)`` *passes* per blend epoch. The first
+``floor(r)`` passes are whole: every worker emits all the samples its reader owns in that
+pass. A fraction ``f`` of a last pass is split by largest remainder so that the workers'
+shares sum to exactly ``floor(f * N)`` (``N``: the leaf's samples in that pass, all
+workers). Every worker computes every worker's counts itself (slice ownership is a pure
+function of seed, epoch and worker), so no communication is needed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from fractions import Fraction
+
+
+def exact_repetitions(value: float) -> Fraction:
+    """``value`` as an exact fraction (0.1 x 30 must give 3 samples, not 2)."""
+    return Fraction(value).limit_denominator(10**6)
+
+
+def passes(repetitions: Fraction) -> int:
+    """Reader passes per blend epoch (at least 1, so reader epochs never collide)."""
+    return max(1, math.ceil(repetitions))
+
+
+def pass_quotas(
+    repetitions: Fraction, counts: Callable[[int], Sequence[int]], worker: int, epoch: int
+) -> list[int]:
+    """Samples global ``worker`` emits in each pass of one leaf in blend epoch ``epoch``.
+
+    ``counts(k)`` gives every global worker's sample count in pass ``k``.
+    """
+    whole = math.floor(repetitions)
+    fraction = repetitions - whole
+    plan = [int(counts(k)[worker]) for k in range(whole)]
+    if fraction:
+        plan.append(largest_remainder(counts(whole), fraction, epoch)[worker])
+    return plan
+
+
+def largest_remainder(counts: Sequence[int], fraction: Fraction, epoch: int) -> list[int]:
+    """Split ``floor(fraction * sum(counts))`` over workers, each near ``fraction * count``.
+
+    Each worker gets ``floor(fraction * n)`` and the leftover units (fewer than the number of
+    workers) go to the largest remainders; ties rotate with the epoch so that no worker
+    always takes the extra sample.
+    """
+    exact = [fraction * int(n) for n in counts]
+    shares = [math.floor(x) for x in exact]
+    extra = math.floor(fraction * sum(int(n) for n in counts)) - sum(shares)
+    workers = len(counts)
+    order = sorted(range(workers), key=lambda w: (-(exact[w] - shares[w]), (w - epoch) % workers))
+    for worker in order[:extra]:
+        shares[worker] += 1
+    return shares

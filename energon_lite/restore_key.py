@@ -1,0 +1,85 @@
+"""Restore keys: where an item came from, enough to build it again by random access.
+
+Every item in the pipeline carries ``__restore_key__``. The Reader makes a
+:class:`SampleKey`; a stage that makes new items from old ones wraps its inputs' keys
+(:class:`PackKey` for a pack of samples, :class:`SubKey` for the n-th output of a hook that
+yields several). Stages route a key by its type, never by position in a tuple, and buffers
+save keys with :func:`to_plain` and read them back with :func:`from_plain`.
+
+Plain forms (msgpack-able lists with a tag first):
+``["s", leaf, shard, index, epoch]``, ``["pack", member, ...]``, ``["sub", parent, n]``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Union
+
+from energon_lite.errors import StateError, short_repr
+
+
+class SampleKey(NamedTuple):
+    """A raw sample: leaf dataset, shard, the sample's index in the shard, and the reader
+    epoch it was drawn in (per-sample randomness differs per epoch)."""
+
+    leaf: int
+    shard: int
+    sample: int
+    epoch: int
+
+
+class PackKey(NamedTuple):
+    """A packed sample: the keys of its members, in pack order."""
+
+    members: tuple[RestoreKey, ...]
+
+
+class SubKey(NamedTuple):
+    """Output number ``sub`` of a hook that yielded several items for the input ``parent``."""
+
+    parent: RestoreKey
+    sub: int
+
+
+RestoreKey = Union[SampleKey, PackKey, SubKey]  # noqa: UP007 (a runtime alias, py3.10)
+
+_LEGACY_SAMPLE = "Webdataset"  # states written before keys were typed
+_LEGACY_PACK = "Pack"
+
+
+def to_plain(key: RestoreKey) -> list[Any]:
+    """The msgpack-able form of a key, tag first."""
+    if isinstance(key, SampleKey):
+        return ["s", key.leaf, key.shard, key.sample, key.epoch]
+    if isinstance(key, PackKey):
+        return ["pack", *(to_plain(member) for member in key.members)]
+    if isinstance(key, SubKey):
+        return ["sub", to_plain(key.parent), key.sub]
+    raise StateError(f"not a restore key: {short_repr(key)}")
+
+
+def from_plain(data: Any) -> RestoreKey:
+    """Read back a key saved with :func:`to_plain`; StateError for anything else."""
+    if isinstance(data, (SampleKey, PackKey, SubKey)):
+        return data
+    if isinstance(data, (list, tuple)) and data:
+        tag, rest = data[0], data[1:]
+        if tag in ("s", _LEGACY_SAMPLE) and len(rest) == 4 and all(_is_int(x) for x in rest):
+            return SampleKey(*(int(x) for x in rest))
+        if tag in ("pack", _LEGACY_PACK) and rest:
+            return PackKey(tuple(from_plain(member) for member in rest))
+        if tag == "sub" and len(rest) == 2 and _is_int(rest[1]):
+            return SubKey(from_plain(rest[0]), int(rest[1]))
+    raise StateError(f"not a restore key: {short_repr(data)}; the state is corrupt")
+
+
+def sample_keys(key: RestoreKey) -> list[SampleKey]:
+    """The raw samples a key was built from, in order."""
+    if isinstance(key, SampleKey):
+        return [key]
+    if isinstance(key, PackKey):
+        return [sample for member in key.members for sample in sample_keys(member)]
+    return sample_keys(key.parent)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
