@@ -33,15 +33,13 @@ def _leaves_for(
     if path.suffix in (".yaml", ".yml") and path.is_file():
         from energon_lite.metadataset import load_metadataset
 
-        per_leaf = sorted(
-            {"subflavors", "shuffle_over_epochs_multiplier", "split_config", "dataset_config"}
-            & set(kwargs)
-        )
+        per_leaf = sorted({"subflavors", "split_config", "dataset_config"} & set(kwargs))
         if per_leaf:
             raise ConfigError(
                 f"{path}: set {per_leaf} per dataset inside the metadataset, not as arguments"
             )
-        return load_metadataset(path, split_part)
+        multiplier = kwargs.pop("shuffle_over_epochs_multiplier", 1)
+        return load_metadataset(path, split_part, multiplier)
     if not path.exists():
         raise ConfigError(f"dataset path {path} does not exist")
     path = resolve_path(path)  # e.g. a video-text CSV -> the folder it was prepared into

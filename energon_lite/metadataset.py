@@ -59,12 +59,21 @@ MAX_REPETITIONS = 1_000  # a leaf's repetitions, multiplied down the tree: one p
 
 
 def load_metadataset(
-    path: str | os.PathLike[str] | RemotePath, split_part: str
+    path: str | os.PathLike[str] | RemotePath,
+    split_part: str,
+    shuffle_over_epochs_multiplier: int | None = 1,
 ) -> tuple[list[Leaf], str]:
     """The leaves of ``split_part`` of a metadataset YAML and the mode: "weights" (``blend``),
-    "epochized" (``blend_epochized``) or "single" (one ``path:``)."""
+    "epochized" (``blend_epochized``) or "single" (one ``path:``).
+    ``shuffle_over_epochs_multiplier`` (the loader argument) is the outermost multiplier:
+    every entry's own value composes with it, as nested values compose."""
     path = as_path(path).resolve()
-    leaves, mode = _load_file(path, split_part, _Inherited(), (path,))
+    outer = _multiplier(
+        {"shuffle_over_epochs_multiplier": shuffle_over_epochs_multiplier},
+        1,
+        _Where(path, "get_train_dataset(...)"),
+    )
+    leaves, mode = _load_file(path, split_part, _Inherited(multiplier=outer), (path,))
     if mode == "epochized":
         _check_quotas(path, leaves)
     if mode == "epochized" and len(leaves) == 1 and leaves[0].repetitions == 1:

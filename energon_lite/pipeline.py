@@ -12,7 +12,7 @@ hook, a limit). ``fingerprint()`` lists everything a saved state must match.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
 
@@ -21,6 +21,7 @@ from energon_lite.errors import ConfigError, FailureTracker
 from energon_lite.index.meta import META_DIR
 from energon_lite.kinds import open_source
 from energon_lite.leaf import Leaf
+from energon_lite.plan import Node
 from energon_lite.reader import Reader
 from energon_lite.sample_factory import SampleFactory
 from energon_lite.stage import Stage
@@ -64,33 +65,6 @@ class Pipeline(Protocol):
     def fingerprint(self) -> dict[str, Any]: ...
 
     def batches_per_epoch(self, worker_config: WorkerConfig, epoch: int = 0, /) -> int: ...
-
-
-@dataclass
-class Node:
-    """One stage of a worker chain before it is built: its class and how to make it.
-
-    ``build()`` makes the stages (no I/O: constructors only store settings);
-    ``shape()`` is the state shape the chain declares (``Stage.STATE_KEYS`` of each class),
-    which the trainer checks a saved state against without building anything.
-    """
-
-    cls: type[Stage]
-    make: Callable[..., Stage]  # make(parent) / make([parents]) / make()
-    parents: list[Node] = field(default_factory=list)
-    several: bool = False  # the parents are handed over as one list (blends)
-
-    def build(self) -> Stage:
-        built = [parent.build() for parent in self.parents]
-        return self.make(built) if self.several else self.make(*built)
-
-    def shape(self) -> dict[str, Any]:
-        shape: dict[str, Any] = {"type": self.cls.__name__, "keys": list(self.cls.STATE_KEYS)}
-        if self.several:
-            shape["sources"] = [parent.shape() for parent in self.parents]
-        elif self.parents:
-            shape["source"] = self.parents[0].shape()
-        return shape
 
 
 class DatasetPipeline:

@@ -145,7 +145,7 @@ class SavableLoader:
                 if "timed out" not in str(exc):
                     raise
                 raise WorkerTimeoutError(
-                    f"rank {wc.rank}: worker {self._next_worker} (logical id) gave no batch for "
+                    f"rank {wc.rank}: worker {self._next_worker} (logical id) timed out: no batch for "
                     f"{self.timeout_seconds} s (fail_on_timeout); the worker's log shows its "
                     "stage, sample key and stack"
                 ) from exc

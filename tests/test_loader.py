@@ -290,7 +290,7 @@ def test_the_watchdog_logs_where_a_stalled_worker_is(train_ds: Path, tmp_path: P
         timeout_seconds=6,
     )
     try:
-        with pytest.raises(WorkerTimeoutError, match=r"rank 0: worker 0 .* gave no batch"):
+        with pytest.raises(WorkerTimeoutError, match=r"rank 0: worker 0 .* timed out: no batch"):
             take(loader, 1)
     finally:
         encoder.release.touch()

@@ -227,6 +227,13 @@ def test_worked_examples_load(tmp_path):
         leaves[0].subflavors == {"task": "caption"}
         and leaves[3].shuffle_over_epochs_multiplier == 2
     )
+    # the loader argument is the outermost multiplier: it composes with each entry's own
+    outer, _ = load_metadataset(work / "nested_blend.yaml", "train", 3)
+    assert [leaf.shuffle_over_epochs_multiplier for leaf in outer] == [
+        3 * (leaf.shuffle_over_epochs_multiplier or 0) or None for leaf in leaves
+    ]
+    unshuffled, _ = load_metadataset(work / "nested_blend.yaml", "train", None)
+    assert {leaf.shuffle_over_epochs_multiplier for leaf in unshuffled} == {None}
     leaves, mode = load_metadataset(work / "curriculum_epochized.yaml", "train")
     assert mode == "epochized" and [leaf.repetitions for leaf in leaves] == [2, 0.5, 1]
 

@@ -15,7 +15,7 @@ from energon_lite.errors import StateError
 from energon_lite.state import state_digest
 from energon_lite.testing import item_identity, take
 
-MUTATIONS = 150
+MUTATIONS = 300
 
 
 def _loader(yaml: Path):
