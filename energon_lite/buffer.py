@@ -13,13 +13,17 @@ from typing import Any
 
 from energon_lite.errors import ConfigError, StateError, short_repr
 from energon_lite.restore_key import RestoreKey, from_plain, to_plain
-from energon_lite.samples import basic_sample_keys
 from energon_lite.stage import Stage
 
 
 def restore_key_of(item: Any, what: str) -> RestoreKey:
     """The item's restore key; a ConfigError when a hook dropped it (it cannot be saved)."""
-    key = basic_sample_keys(item)["__restore_key__"]
+    # raw samples are dicts (the common case in a shuffle buffer): one lookup
+    key = (
+        item.get("__restore_key__")
+        if type(item) is dict
+        else getattr(item, "__restore_key__", None)
+    )
     if key is None:
         raise ConfigError(
             f"{what}: a {type(item).__name__} item has no __restore_key__, so it cannot be "
@@ -62,13 +66,18 @@ def fetch_keys(keys: Any, fetch: Callable[[RestoreKey], Any], what: str) -> list
 
 
 class KeyedBuffer:
-    """A list of items filled from a source; saves and restores as restore keys."""
+    """A list of items filled from a source; saves and restores as restore keys.
 
-    __slots__ = ("items", "source_done", "what")
+    Each item's plain key is computed once, when the item enters the buffer, and kept in a
+    parallel list: a state is taken after every batch, so saving must not walk the items.
+    """
+
+    __slots__ = ("items", "keys", "source_done", "what")
 
     def __init__(self, what: str) -> None:
         self.what = what  # names the stage in errors
         self.items: list[Any] = []
+        self.keys: list[Any] = []  # the plain restore key of each item, same order
         self.source_done = False
 
     def __len__(self) -> int:
@@ -76,28 +85,43 @@ class KeyedBuffer:
 
     def fill(self, source: Stage, size: int) -> None:
         """Pull from ``source`` until ``size`` items are held or the source has ended."""
-        items = self.items
+        items, keys = self.items, self.keys
         while not self.source_done and len(items) < size:
             try:
-                items.append(source.next())
+                item = source.next()
             except StopIteration:
                 self.source_done = True
+                return
+            keys.append(to_plain(restore_key_of(item, self.what)))
+            items.append(item)
 
     def pop_at(self, slot: int) -> Any:
         """Remove and return item ``slot``; the last item takes its place (O(1))."""
-        items = self.items
+        items, keys = self.items, self.keys
         item = items[slot]
         items[slot] = items[-1]
+        keys[slot] = keys[-1]
         items.pop()
+        keys.pop()
         return item
 
+    def remove(self, slots: set[int]) -> None:
+        """Drop the items at ``slots``, keeping the order of the others."""
+        self.items = [item for i, item in enumerate(self.items) if i not in slots]
+        self.keys = [key for i, key in enumerate(self.keys) if i not in slots]
+
+    def clear(self) -> None:
+        self.items.clear()
+        self.keys.clear()
+
     def reset(self) -> None:
-        self.items = []
+        self.items, self.keys = [], []
         self.source_done = False
 
     def save(self) -> list[Any]:
-        return keys_of(self.items, self.what)
+        return list(self.keys)
 
     def restore(self, keys: Any, fetch: Callable[[RestoreKey], Any]) -> None:
         self.items = fetch_keys(keys, fetch, self.what)
+        self.keys = list(keys)
         self.source_done = False

@@ -50,6 +50,11 @@ class DatasetKind:
     resolve: Callable[[Path], Path] | None = None  # a user's path -> the prepared location
     prepare: Preparer | None = None  # `energon-lite prepare` of this kind
     loads_with: str = ""  # where to load it instead, when ``open`` is None
+    # `energon-lite info/preview/lint`: for a kind that opens as a Source these add to what
+    # the commands print for every source; for one that does not (open is None) they are it.
+    describe: Callable[[Path], list[str]] | None = None  # info lines
+    preview: Callable[[Path, str, int], list[str]] | None = None  # (path, split, num) -> lines
+    lint: Callable[[Path, bool], list[str]] | None = None  # (path, progress) -> problems
 
 
 def _open_tar_folder(path: Path, split_part: str, **options: Any) -> Source:

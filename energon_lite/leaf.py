@@ -25,3 +25,4 @@ class Leaf:
     shuffle_over_epochs_multiplier: int | None = 1
     split_config: str = "split.yaml"
     dataset_config: str = "dataset.yaml"
+    aux: dict[str, str] | None = None  # name -> aux source (crude leaves; cookers read it)

@@ -83,9 +83,13 @@ def get_train_dataset(
     batch-encoded. ``repeat=False`` ends after one epoch. ``failure_tolerance`` bounds the
     consecutive bad samples skipped before the run stops. ``bucket_sync={"weights": {bucket:
     weight}}`` makes every rank emit the same ``batch_group_criterion`` bucket at each step
-    (``energon_lite.stages.group_batch``).
+    (``energon_lite.stages.group_batch``); without it, a task encoder's
+    ``default_bucket_sync(path, split_part)`` (if it has one) supplies the setting.
     """
     virtual_epoch_length = kwargs.pop("virtual_epoch_length", None) or None  # Energon: 0 = off
+    default_sync = getattr(task_encoder, "default_bucket_sync", None)  # VideoTextTaskEncoder
+    if bucket_sync is None and default_sync is not None and as_path(path).exists():
+        bucket_sync = default_sync(path, split_part)
     BucketSync.check_option(bucket_sync, task_encoder or DefaultTaskEncoder())
     return _dataset(
         path,
@@ -225,10 +229,9 @@ def _loader_options(dataset: SavableDataset, options: dict[str, Any]) -> dict[st
             f"get_loader(worker_config={worker_config}) differs from the dataset's "
             f"{dataset.worker_config}; pass the same one (or none)"
         )
-    if options.pop("cache_pool", None) is not None:
-        raise ConfigError(
-            "cache_pool (Energon's remote-file cache) is not supported by energon_lite"
-        )
+    cache_pool = options.pop("cache_pool", None)
+    if cache_pool is not None:  # cookers reach it as TaskEncoder.cache, in every worker
+        dataset.pipeline.task_encoder._cache_pool = cache_pool  # type: ignore[attr-defined]
     if options.pop("fail_on_timeout", False):  # the watchdog raises: a batch timeout
         options.setdefault("timeout_seconds", options.get("watchdog_timeout_seconds", 60.0))
     for name in _MOOT_ENERGON_OPTIONS & set(options):
@@ -251,7 +254,7 @@ def get_savable_loader(dataset: SavableDataset, **options: Any) -> SavableLoader
     ``watchdog_initial_timeout_seconds`` (for the first batch; default twice the timeout).
     Energon's ``fail_on_timeout=True`` makes the trainer raise after
     ``watchdog_timeout_seconds``; its checkpoint and gc knobs have nothing to tune here;
-    ``cache_pool`` is refused.
+    ``cache_pool`` (a ``FileStoreCachePool``) is what cookers get as ``cache``.
     """
     return SavableLoader(dataset, **_loader_options(dataset, options))
 

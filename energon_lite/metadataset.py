@@ -32,8 +32,10 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
+from energon_lite.aux_sources import parse_aux
 from energon_lite.errors import DatasetFormatError, short_repr, unknown_keys
 from energon_lite.index.meta import META_DIR, load_yaml
 from energon_lite.kinds import open_source, resolve_path
@@ -51,6 +53,7 @@ _REF_KEYS = (
     "shuffle_over_epochs_multiplier",
     "dataset_config",
     "split_config",
+    "aux",
 )
 _KIND = {"blend": "weight", "blend_epochized": "repetitions"}  # list key -> entry's number key
 _MODE = {"blend": "weights", "blend_epochized": "epochized"}
@@ -148,9 +151,9 @@ def _node(
     if not kinds:  # a misspelt kind is named as such, not only as a missing one
         _check_keys(node, (*_REF_KEYS, "blend", "blend_epochized"), where)
     if len(kinds) != 1:
-        raise where.error(f"needs exactly one of path, blend, blend_epochized; found {kinds}")
+        raise where.error(f"needs exactly one of path, blend, blend_epochized, join; found {kinds}")
     if kinds == ["join"]:
-        raise (where / "join").error("join is not supported by energon_lite; use blend")
+        return _join(node, base, split_part, inherited, where, ("join", "joiner", "subset"))
     if kinds == ["path"]:
         return _reference(node, base, split_part, inherited, stack, where, _REF_KEYS)
     kind = kinds[0]
@@ -172,12 +175,16 @@ def _node(
                 f"(blend_epochized), never both; use {number_key}"
             )
         allowed = (*_REF_KEYS, number_key)
+        joined = ("join", "joiner", "subset", "subflavors", number_key)
         if isinstance(entry, dict):  # typos first: `wieght: 3` is unknown, not just weight missing
-            _check_keys(entry, allowed, at)
-        if not isinstance(entry, dict) or "path" not in entry:
+            _check_keys(entry, joined if "join" in entry else allowed, at)
+        if not isinstance(entry, dict) or ("path" not in entry and "join" not in entry):
             raise at.error(f"needs path: and {number_key}:; allowed keys: {list(allowed)}")
         number = _number(entry, number_key, at)
-        leaves, mode = _reference(entry, base, split_part, inherited, stack, at, allowed)
+        if "join" in entry:
+            leaves, mode = _join(entry, base, split_part, inherited, at, joined)
+        else:
+            leaves, mode = _reference(entry, base, split_part, inherited, stack, at, allowed)
         if mode not in ("single", _MODE[kind]):
             inner = "an epochized" if mode == "epochized" else "a weighted"
             raise (at / "path").error(
@@ -266,8 +273,6 @@ def _reference(
     nested = target.suffix in (".yaml", ".yml") and target.is_file()
     relative = _merge_subset(ref, inherited, where, folder=not nested)
     inner = _Inherited(subflavors or None, relative, multiplier)
-    if target.suffix == ".jsonl":
-        raise (where / "path").error(f"{target}: .jsonl datasets are not supported by energon_lite")
     if nested:
         for key in ("dataset_config", "split_config"):
             if key in ref:
@@ -288,7 +293,7 @@ def _reference(
         prepared = resolve_path(target)
     except DatasetFormatError as exc:
         raise (where / "path").error(str(exc)) from None
-    if not (prepared / META_DIR).is_dir():
+    if not prepared.is_file() and not (prepared / META_DIR).is_dir():  # files: JSONL, lists
         raise (where / "path").error(
             f"{target} has no {META_DIR}; run `energon-lite prepare` on it"
         )
@@ -299,8 +304,31 @@ def _reference(
         shuffle_over_epochs_multiplier=multiplier,
         split_config=_string(ref, "split_config", where) or "split.yaml",
         dataset_config=_string(ref, "dataset_config", where) or "dataset.yaml",
+        aux=parse_aux(ref.get("aux"), base, where / "aux"),
     )
     leaf.subset = _resolve_subset(leaf, ref, inner.relative, where)
+    return [leaf], "single"
+
+
+def _join(
+    node: dict[str, Any],
+    base: StoragePath,
+    split_part: str,
+    inherited: _Inherited,
+    where: _Where,
+    allowed: tuple[str, ...],
+) -> tuple[list[Leaf], str]:
+    """A ``join:`` of datasets (energon_lite.join_spec) as one leaf."""
+    from energon_lite.join_spec import join_leaf
+
+    _check_keys(node, allowed, where)
+    if not (isinstance(base, Path) and isinstance(where.file, Path)):  # match index beside it
+        raise where.error(f"join: needs a local metadataset; {base} is remote")
+    subflavors = {**(node.get("subflavors") or {}), **(inherited.subflavors or {})}
+    leaf = join_leaf(node, base, split_part, where.file, subflavors or None, where)
+    leaf.shuffle_over_epochs_multiplier = inherited.multiplier
+    relative = _merge_subset(node, inherited, where, folder=True)
+    leaf.subset = _resolve_subset(leaf, node, relative, where)
     return [leaf], "single"
 
 

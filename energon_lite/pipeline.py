@@ -36,6 +36,7 @@ from energon_lite.stages.limit import Limit
 from energon_lite.stages.map import Map
 from energon_lite.stages.pack import Pack
 from energon_lite.stages.shuffle import ShuffleBuffer
+from energon_lite.storage import local_only
 from energon_lite.task_encoder import TaskEncoder
 from energon_lite.worker import WorkerConfig, WorkerSlot
 
@@ -94,6 +95,18 @@ class DatasetPipeline:
         ]
         for ds, spec in zip(self.datasets, self.specs):
             require_av(str(ds.root), spec.factory.parts)
+        for spec, leaf, ds in zip(self.specs, leaves, self.datasets):
+            if spec.factory.crude:  # what cookers read by file name (all opened lazily)
+                from energon_lite.cache.file_store import open_file_store, primary_file_store
+
+                spec.factory.primary = primary_file_store(
+                    local_only(leaf.path, "a crude dataset"), ds
+                )
+                spec.factory.aux.update(getattr(ds, "aux_stores", None) or {})
+                for name, src in (leaf.aux or {}).items():
+                    spec.factory.aux[name] = open_file_store(
+                        src, local_only(leaf.path.parent, "aux:")
+                    )
         if task_encoder.overrides("encode_sample") and task_encoder.overrides("preencode_sample"):
             raise ConfigError(
                 f"{type(task_encoder).__name__} overrides both encode_sample and preencode_sample; "
@@ -238,6 +251,13 @@ class DatasetPipeline:
                 total_slices += reader.worker_slice_count()
         if total_slices == 0:
             sizes = [len(ds) for ds in self.datasets]
+            if sum(sizes) == 0:
+                raise ConfigError(
+                    "the split is empty (0 samples): "
+                    + ", ".join(f"split {d.split_part!r} of {d.root}" for d in self.datasets)
+                    + "; prepare gave it no shard (see its warning): prepare again with "
+                    "--split-parts or with more shards"
+                )
             raise ConfigError(
                 f"rank {wc.rank} has no data: the split has {sum(sizes)} samples in "
                 f"{sum(r.num_slices for r in self.readers(wc.slot(0)))} slices of at most "

@@ -1,21 +1,26 @@
 """``prepare``: index the tar shards of a WebDataset folder and write ``.nv-meta``.
 
 One pass over each shard's headers (in parallel processes with ``num_workers``) gives the
-``.tar.idx`` offsets, the sample counts and the parts seen. Nothing is written until every
-shard has been read without error; ``.nv-meta`` is assembled in a temporary folder and
-renamed into place, so a failure leaves no half-written metadata behind.
+``.tar.idx`` offsets, the sample counts and the parts seen. Each index is written (temp file
++ rename) as its shard is scanned; ``.nv-meta`` is assembled in a temporary folder and
+renamed into place only after every index and every check, so a folder never looks prepared
+with an index missing. ``.nv-meta/energon_lite.json`` records what each shard was
+(:mod:`energon_lite.index.shard_record`). A lock file keeps two prepares of one folder apart
+and temporaries of killed prepares are removed (:mod:`energon_lite.index.folder_lock`).
+Remote roots (``s3://``, ``msc://``) go through :mod:`energon_lite.storage`.
+
+Over 300 lines: the one prepare transaction (lock, scan, checks, index and metadata
+commit, for local folders and object-store prefixes) reads best in one place.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-import random
-import re
 import shutil
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +28,28 @@ import yaml
 from tqdm import tqdm
 
 from energon_lite.errors import ConfigError, DatasetFormatError
-from energon_lite.index.meta import META_DIR, DatasetInfo, expand, write_info, write_split
+from energon_lite.index.folder_lock import (
+    clean_stale_temporaries,
+    is_stale_temporary,
+    prepare_lock,
+)
+from energon_lite.index.meta import (
+    INFO_JSON,
+    INFO_YAML,
+    META_DIR,
+    DatasetInfo,
+    write_info,
+    write_split,
+)
+from energon_lite.index.shard_record import RECORD, make_record, write_record
 from energon_lite.index.tar_index import ShardScan, scan_shard, write_index
+from energon_lite.prepare_checks import (
+    check_field_access,
+    check_required_fields,
+    check_unique_keys,
+    warn_empty_splits,
+)
+from energon_lite.prepare_splits import split_by_patterns, split_by_ratio
 from energon_lite.samples import SAMPLE_TYPES, sample_field_names
 from energon_lite.storage import RemotePath, StoragePath, as_path
 from energon_lite.storage.ops import downloaded, list_files, write_atomic
@@ -41,6 +66,7 @@ class PrepareReport:
     shard_counts: list[int]
     parts: set[str]
     split_parts: dict[str, list[str]] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)  # e.g. a split that got no shard
 
     @property
     def num_samples(self) -> int:
@@ -68,57 +94,22 @@ def _scan(args: tuple[StoragePath, str]) -> ShardScan:
 
 def scan_shards(
     root: StoragePath, shards: Sequence[str], num_workers: int, progress: bool
-) -> list[ShardScan]:
+) -> Iterator[ShardScan]:
+    """Scans in shard order, each as soon as it (and the ones before it) are done."""
     jobs = [(root / name, str(root / name)) for name in shards]
     bar = tqdm(total=len(jobs), desc="indexing shards", unit="shard", disable=not progress)
     try:
         if num_workers <= 1:
-            scans = []
             for job in jobs:
-                scans.append(_scan(job))
+                yield _scan(job)
                 bar.update()
-            return scans
+            return
         with ProcessPoolExecutor(max_workers=num_workers) as pool:
-            scans = []
             for scan in pool.map(_scan, jobs, chunksize=1):
-                scans.append(scan)
+                yield scan
                 bar.update()
-            return scans
     finally:
         bar.close()
-
-
-def split_by_ratio(
-    shards: list[str], ratio: Sequence[tuple[str, float]], shuffle_seed: int | None
-) -> dict[str, list[str]]:
-    """Whole shards per split: cumulative ratio boundaries in exact arithmetic."""
-    if not ratio or any(r < 0 for _, r in ratio) or sum(r for _, r in ratio) <= 0:
-        raise ConfigError(f"split ratio {list(ratio)} needs non-negative parts with a positive sum")
-    order = list(shards)
-    if shuffle_seed is not None:
-        random.Random(shuffle_seed).shuffle(order)
-    fractions = [Fraction(r).limit_denominator(10**6) for _, r in ratio]
-    total = sum(fractions)
-    out, cumulative, start = {}, Fraction(0), 0
-    for (name, _), part in zip(ratio, fractions):
-        cumulative += part
-        end = int(len(order) * cumulative / total)
-        out[name] = order[start:end]
-        start = end
-    return out
-
-
-def split_by_patterns(
-    shards: list[str], patterns: Sequence[tuple[str, str]]
-) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    for name, pattern in patterns:
-        try:
-            regexes = [re.compile(p) for p in expand(pattern)]
-        except re.error as exc:
-            raise ConfigError(f"--split-parts {name}:{pattern!r}: invalid regex: {exc}") from None
-        out.setdefault(name, []).extend(s for s in shards if any(r.match(s) for r in regexes))
-    return out
 
 
 def dataset_yaml(
@@ -142,6 +133,7 @@ def dataset_yaml(
         unknown = sorted(set(field_map) - set(fields))
         if unknown:
             raise ConfigError(f"--field-map names {unknown}, not fields of {sample_type}: {fields}")
+        check_required_fields(sample_type, field_map)
         config["field_map"] = dict(field_map)
     elif sample_loader is not None:
         config["sample_loader"] = sample_loader
@@ -178,50 +170,111 @@ def prepare_dataset(
     shuffle_seed: int = 42,
     tar_index_only: bool = False,
     force_overwrite: bool = False,
+    allow_duplicate_keys: bool = False,
     progress: bool = True,
 ) -> PrepareReport:
-    """Index every shard under ``root`` and write ``.nv-meta`` (see docs/formats.md)."""
+    """Index every shard under ``root`` and write ``.nv-meta`` (see docs/formats.md).
+
+    Every ``.tar.idx`` is written before ``.nv-meta``, which is committed last with one
+    rename, so a prepare killed at any point leaves a folder that does not look prepared
+    (or the previous, still consistent ``.nv-meta``). One prepare runs per folder at a time:
+    a second one fails with :class:`~energon_lite.index.folder_lock.FolderLockedError`.
+    Remote roots (``s3://``, ``msc://``) take no lock (object stores have no rename); each
+    object is one PUT, indexes are written only once all checks passed, ``.info.json`` last.
+    """
     root = as_path(root)
+    remote = isinstance(root, RemotePath)
     if not root.is_dir():
         raise DatasetFormatError(f"{root}: not a directory")
-    meta = root / META_DIR
-    if meta.exists() and not (force_overwrite or tar_index_only):
-        raise ConfigError(f"{meta} exists; pass --force-overwrite to prepare {root} again")
-    shards = find_shards(root)
-    if not shards:
-        raise DatasetFormatError(f"{root}: no .tar shards found (searched recursively)")
     config = None
     if not tar_index_only:
         if (split_ratio is None) == (split_parts is None):
             raise ConfigError("give exactly one of --split-ratio and --split-parts")
         config = dataset_yaml(sample_type, field_map, sample_loader, part_filter)
-
-    scans = scan_shards(root, shards, num_workers, progress)
-    empty = [name for name, scan in zip(shards, scans) if scan.count == 0]
-    if empty:
-        raise DatasetFormatError(f"{root / empty[0]}: shard holds no samples")
-    parts = set().union(*(scan.parts for scan in scans))
-    if field_map is not None:
-        check_field_map(field_map, parts, root)
-    report = PrepareReport(root, shards, [scan.count for scan in scans], parts)
-    for name, scan in zip(shards, scans):  # indexes first: the metadata names them last
-        write_index(root / name, scan.offsets)
-    if not tar_index_only:
+    with contextlib.nullcontext() if isinstance(root, RemotePath) else prepare_lock(root):
+        if isinstance(root, Path):
+            _recover_meta(root)
+            clean_stale_temporaries(root)
+        meta = root / META_DIR
+        if is_prepared(root) and not (force_overwrite or tar_index_only):
+            raise ConfigError(f"{meta} exists; pass --force-overwrite to prepare {root} again")
+        shards = find_shards(root)
+        if not shards:
+            raise DatasetFormatError(f"{root}: no .tar shards found (searched recursively)")
+        written: list[StoragePath] = []
+        try:
+            scans = []
+            for name, scan in zip(shards, scan_shards(root, shards, num_workers, progress)):
+                if scan.count == 0:
+                    raise DatasetFormatError(f"{root / name}: shard holds no samples")
+                if not remote:  # not yet "prepared"; remote ones once all checks passed
+                    written.append(write_index(root / name, scan.offsets))
+                scans.append(scan)
+            if not allow_duplicate_keys:
+                check_unique_keys(root, shards, scans)
+            parts = set().union(*(scan.parts for scan in scans))
+            if field_map is not None:
+                check_field_map(field_map, parts, root)
+                check_field_access(field_map, root, shards[0], scans[0])
+        except Exception:
+            if not is_prepared(root):  # a failed first prepare leaves no index behind
+                for path in written:
+                    if isinstance(path, Path):
+                        path.unlink(missing_ok=True)
+            raise
+        if remote:
+            for name, scan in zip(shards, scans):
+                write_index(root / name, scan.offsets)
+        report = PrepareReport(root, shards, [scan.count for scan in scans], parts)
+        for scan in scans:
+            scan.key_hashes = scan.key_hashes[:0]  # free them before the metadata
+        record = make_record(root, report.shard_names, scans)
+        if tar_index_only:
+            if is_prepared(root):
+                write_record(meta, record)
+            return report
         if split_ratio is not None:
             report.split_parts = split_by_ratio(
                 shards, split_ratio, shuffle_seed if shuffle_tars else None
             )
+            wanted = {name for name, weight in split_ratio if weight > 0}
         else:
             report.split_parts = split_by_patterns(shards, split_parts or ())
-        _write_meta(root, report, config or {}, list(exclude))
+            wanted = set(report.split_parts)
+        report.warnings = warn_empty_splits(
+            {k: v for k, v in report.split_parts.items() if k in wanted}, len(shards)
+        )
+        _write_meta(root, report, config or {}, list(exclude), record)
     return report
 
 
+def is_prepared(root: StoragePath) -> bool:
+    """``.nv-meta`` has its ``.info.json`` (or legacy ``.info.yaml``)."""
+    meta = root / META_DIR
+    return (meta / INFO_JSON).is_file() or (meta / INFO_YAML).is_file()
+
+
+def _recover_meta(root: Path) -> None:
+    """A prepare killed between moving the old ``.nv-meta`` aside and renaming the new one
+    into place left only ``.nv-meta.old-<pid>``: put it back."""
+    if (root / META_DIR).exists():
+        return
+    for old in sorted(root.glob(f"{META_DIR}.old-*")):
+        if old.is_dir() and is_stale_temporary(old.name):
+            os.replace(old, root / META_DIR)
+            return
+
+
 def _write_meta(
-    root: StoragePath, report: PrepareReport, config: dict[str, Any], exclude: list[str]
+    root: StoragePath,
+    report: PrepareReport,
+    config: dict[str, Any],
+    exclude: list[str],
+    record: dict[str, Any],
 ) -> None:
     if isinstance(root, RemotePath):  # each object is one PUT; .info.json, read first, last
         write_split(root / META_DIR, report.split_parts, exclude)
+        write_record(root / META_DIR, record)
         write_atomic(root / META_DIR / "dataset.yaml", yaml.safe_dump(config, sort_keys=False).encode())  # fmt: skip
         write_info(root / META_DIR, DatasetInfo(report.shard_names, report.shard_counts, VERSION_TAG))  # fmt: skip
         return
@@ -233,16 +286,18 @@ def _write_meta(
         if meta.is_dir():  # keep files we do not write (custom split configs, Energon's sqlite)
             for item in meta.iterdir():
                 if item.is_file() and item.name not in (
-                    ".info.json",
-                    ".info.yaml",
+                    INFO_JSON,
+                    INFO_YAML,
                     "split.yaml",
                     "dataset.yaml",
+                    RECORD,
                 ):
                     shutil.copy2(item, tmp / item.name)
         write_info(tmp, DatasetInfo(report.shard_names, report.shard_counts, VERSION_TAG))
         write_split(tmp, report.split_parts, exclude)
         with open(tmp / "dataset.yaml", "w", encoding="utf-8") as file:
             yaml.safe_dump(config, file, sort_keys=False)
+        write_record(tmp, record)
         old = root / f"{META_DIR}.old-{os.getpid()}"
         if meta.exists():
             os.replace(meta, old)

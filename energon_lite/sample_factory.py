@@ -19,7 +19,7 @@ from energon_lite.decode import SampleDecoder
 from energon_lite.errors import DatasetFormatError
 from energon_lite.restore_key import SampleKey
 from energon_lite.samples import SAMPLE_TYPES, SourceInfo
-from energon_lite.storage import StoragePath
+from energon_lite.storage import StoragePath, as_path
 from energon_lite.storage.ops import local_copy
 
 _OUR_MODULES = ("megatron.energon", "energon_lite", "energon_lite.samples")
@@ -89,7 +89,19 @@ class SampleFactory:
         self.loader: Callable[[dict[str, Any]], dict[str, Any]] | None = None
         self.part_filter: Callable[[str], bool] | None = None
         self.parts: frozenset[str] | None = None  # None: decode every part
+        self.aux: dict[str, Any] = {}  # name -> FileStore, for cookers (a leaf's aux:)
+        self.primary: Any = None  # the leaf's own dataset as a FileStore (set by the pipeline)
+        self.joined: list[tuple[SampleFactory, dict[str, Any] | None]] | None = None
         if self.crude:
+            return
+        if config.get("__class__") == "JoinedWebdataset":  # a join: one factory per dataset
+            self.joined = [
+                (SampleFactory(p["config"], as_path(p["root"]) / ".nv-meta"), p.get("subflavors"))
+                for p in config["partners"]
+            ]
+            self.join_names = [p["name"] for p in config["partners"]]
+            self.by_name = bool(config.get("by_name"))
+            self.joiner = _resolve_joiner(config["joiner"], where)
             return
         if "sample_type" not in config:
             raise DatasetFormatError(
@@ -109,6 +121,8 @@ class SampleFactory:
     def build(
         self, raw: dict[str, Any], decoder: SampleDecoder | None, subflavors: dict | None
     ) -> Any:
+        if self.joined is not None:
+            return self._build_joined(raw, decoder, subflavors)
         if self.part_filter is not None:
             raw = {k: v for k, v in raw.items() if k.startswith("__") or self.part_filter(k)}
         decoded = decoder.decode(raw, self.parts) if decoder is not None else raw
@@ -128,7 +142,12 @@ class SampleFactory:
             "__sources__": (source,),
         }
         if self.crude:
-            return {**decoded, **keys}
+            from energon_lite.crude import CrudeSample
+
+            crude = CrudeSample({**decoded, **keys})
+            crude.aux_stores = self.aux
+            crude.primary_store = self.primary
+            return crude
         assert self.sample_type is not None  # set whenever not crude
         if self.loader is not None:
             fields = self.loader(decoded)
@@ -142,7 +161,59 @@ class SampleFactory:
                     f"the sample has {sorted(k for k in decoded if not k.startswith('__'))}"
                 )
             value = decoded[part]
-            for step in path:
-                value = value[step]
+            try:
+                for step in path:
+                    value = value[step]
+            except (KeyError, IndexError, TypeError) as exc:
+                raise DatasetFormatError(
+                    f"sample {raw['__key__']!r}: field {name!r}: {part}"
+                    + "".join(f"[{s}]" for s in path)
+                    + f" does not resolve ({type(exc).__name__}: {exc})"
+                ) from None
             values[name] = value
         return self.sample_type(**keys, **values)
+
+    def _build_joined(
+        self, raw: dict[str, Any], decoder: SampleDecoder | None, subflavors: dict | None
+    ) -> Any:
+        """Each dataset's sample (its own restore key: the partner's shard and index), joined."""
+        assert self.joined is not None
+        restore_key = raw["__restore_key__"]
+        samples: list[Any] = []
+        for position, ((factory, own), entry) in enumerate(zip(self.joined, raw["__join__"])):
+            if entry is None:
+                samples.append(None)
+                continue
+            key, parts, shard_name, shard, index = entry
+            sub_key = restore_key._replace(shard=shard, sample=index)  # this dataset's own
+            flavors = {**(own or {}), **(subflavors or {})} if position == 0 else own
+            sub_raw = {"__key__": key, "__restore_key__": sub_key, "__shard__": shard_name, **parts}
+            samples.append(factory.build(sub_raw, decoder, flavors or None))
+        if self.by_name:
+            joined = self.joiner(**dict(zip(self.join_names, samples)))
+        else:
+            joined = self.joiner(*samples)
+        sources = tuple(
+            info
+            for sample in samples
+            if sample is not None
+            for info in (getattr(sample, "__sources__", None) or ())
+        )
+        if sources and hasattr(joined, "__sources__"):  # every dataset's files, in join order
+            joined.__sources__ = sources
+        return joined
+
+
+def _resolve_joiner(spec: dict[str, Any], where: str) -> Callable[..., Any]:
+    """``{__module__, __function__}`` or a Sample ``{__module__, __class__}`` (its ``from_joined``)."""
+    try:
+        module = importlib.import_module(spec["__module__"])
+        if "__function__" in spec:
+            return getattr(module, spec["__function__"])
+        cls = getattr(module, spec["__class__"])
+    except (ImportError, AttributeError, KeyError) as exc:
+        raise DatasetFormatError(f"{where}: cannot import the joiner {spec!r}: {exc}") from None
+    joiner = getattr(cls, "from_joined", None)
+    if joiner is None:
+        raise DatasetFormatError(f"{where}: joiner class {cls.__name__} has no from_joined")
+    return joiner

@@ -177,6 +177,15 @@ SAMPLE_TYPES: dict[str, type[Sample]] = {
 }
 
 
+def edataclass(cls: type[T] | None = None, /, **options: Any) -> Any:
+    """Energon's dataclass decorator: ``@dataclass`` with keyword-only fields, so a subclass
+    may add fields without defaults after the key fields."""
+    options.setdefault("kw_only", True)
+    if cls is None:
+        return lambda inner: dataclass(inner, **options)
+    return dataclass(cls, **options)
+
+
 def sample_field_names(cls: type) -> list[str]:
     """The user fields of a sample dataclass (without the key fields)."""
     return [f.name for f in dataclasses.fields(cls) if not f.name.startswith("__")]

@@ -30,7 +30,10 @@ from energon_lite.storage import StoragePath
 class Source(Protocol):
     """One split of one dataset as runs of samples with random access (see the module doc)."""
 
-    root: StoragePath  # where the dataset lives (its prepared folder, local or remote)
+    @property
+    def root(self) -> StoragePath:  # where the dataset lives (prepared folder, local or remote)
+        ...
+
     split_part: str
     config: dict[str, Any]  # dataset.yaml: sample type, field map, subflavors ...
     shard_names: list[str]

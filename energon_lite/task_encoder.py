@@ -51,7 +51,20 @@ class Cooker:
     has_subflavors: dict[str, Any] | None = None
     condition: Callable[[dict[str, Any]], bool] | None = None
 
+    @property
+    def need_primary(self) -> bool:
+        """The cook function wants ``primary=`` (marked with ``@cooker(need_primary=True)``)."""
+        return bool(getattr(self.cook, "__cooker_need_primary__", False))
+
+    @property
+    def need_cache(self) -> bool:
+        """The cook function wants ``cache=`` (marked with ``@cooker(need_cache=True)``)."""
+        return bool(getattr(self.cook, "__cooker_need_cache__", False))
+
     def is_match(self, crude: dict[str, Any]) -> bool:
+        """Whether this cooker takes ``crude`` (a crude sample, or Energon-style its subflavors)."""
+        if "__key__" not in crude:  # Energon's call: is_match(subflavors)
+            crude = {"__subflavors__": crude}
         subflavors = crude.get("__subflavors__") or {}
         if self.has_subflavors and any(
             subflavors.get(k, _MISSING) != v for k, v in self.has_subflavors.items()
@@ -111,17 +124,49 @@ class TaskEncoder(Generic[T_sample, T_encoded_sample, T_raw_batch, T_batch]):
 
     decoder: SampleDecoder | None = SampleDecoder()
     cookers: Sequence[Cooker] = ()
+    _cache_pool: Any = None  # set by get_loader(cache_pool=...)
 
     # 1
     def cook_crude_sample(self, sample: dict[str, Any]) -> T_sample:
+        """Cook with the first matching cooker; it gets the leaf's aux FileStores by name
+        (decoded with ``self.decoder``), plus ``primary=``/``cache=`` when it asks for them."""
         for cooker in self.cookers:
             if cooker.is_match(sample):
-                return cooker.cook(sample)
+                return cooker.cook(sample, **self._cooker_arguments(cooker, sample))
         raise ConfigError(
             f"crude sample {sample.get('__key__')!r} with subflavors {sample.get('__subflavors__')!r}: "
             f"no cooker matches ({len(self.cookers)} cookers); add a Cooker for these subflavors "
             "or override cook_crude_sample"
         )
+
+    def _cooker_arguments(self, cooker: Cooker, sample: Any) -> dict[str, Any]:
+        from energon_lite.cache.file_store import DecodeFileStore, PrimaryFileStore
+
+        def decoded(store: Any) -> Any:
+            return store if self.decoder is None else DecodeFileStore(store, decoder=self.decoder)
+
+        kwargs = {k: decoded(v) for k, v in (getattr(sample, "aux_stores", None) or {}).items()}
+        if cooker.need_primary:
+            primary = getattr(sample, "primary_store", None)
+            if primary is None:
+                raise ConfigError(
+                    f"cooker {getattr(cooker.cook, '__name__', cooker.cook)!r} needs the primary "
+                    f"dataset, but sample {sample.get('__key__')!r} has none"
+                )
+            kwargs["primary"] = PrimaryFileStore(decoded(primary), current_key=sample["__key__"])
+        if cooker.need_cache:
+            kwargs["cache"] = self.cache
+        return kwargs
+
+    @property
+    def cache(self) -> Any:
+        """The loader's cache pool (``get_loader(..., cache_pool=...)``); else a NoCachePool."""
+        pool = getattr(self, "_cache_pool", None)
+        if pool is None:
+            from energon_lite.cache.no_cache import NoCachePool
+
+            pool = self._cache_pool = NoCachePool()
+        return pool
 
     # 2
     def encode_sample(self, sample: T_sample) -> T_encoded_sample:

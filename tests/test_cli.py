@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
+import os
 import subprocess
 import sys
 import tarfile
 from pathlib import Path
 
+import pytest
 import torch
 
 from energon_lite import WorkerConfig, get_savable_loader, get_train_dataset
@@ -42,7 +45,9 @@ def test_preview_lint_and_info(train_ds: Path, tmp_path: Path, dataset_factory, 
         member = tar.getmember("000013.jpg")
     data = bytearray(shard.read_bytes())
     data[member.offset_data : member.offset_data + 64] = b"\0" * 64  # garbage where the JPEG starts
+    before = shard.stat()
     shard.write_bytes(bytes(data))
+    os.utime(shard, ns=(before.st_atime_ns, before.st_mtime_ns))  # bit rot: same size and mtime
     assert main(["lint", str(broken), "--quiet"]) == 1
     out = capsys.readouterr().out
     assert (
@@ -85,6 +90,48 @@ def test_prepare_robot_episodes(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "Indexed robot episodes" in done.stdout and "scanning episodes" in done.stderr
     assert (folder / ".nv-meta/episodes.npz").is_file()
+
+
+def test_every_error_is_one_line_with_exit_status_1(train_ds: Path, tmp_path: Path, capsys) -> None:
+    def err_of(*args: str) -> str:
+        assert main(list(args)) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"energon-lite {args[0]}: error: ") and "Traceback" not in err
+        assert err.count("\n") == 1, err  # one line
+        return err
+
+    assert "does not exist" in err_of("info", str(tmp_path / "missing"))
+    assert "nope.pt: no such file" in err_of("checkpoint", "info", str(tmp_path / "nope.pt"))
+    (tmp_path / "garbage.bin").write_bytes(b"\x93garbage")
+    assert "garbage.bin: not a loader state" in err_of(
+        "checkpoint", "info", str(tmp_path / "garbage.bin")
+    )
+    assert "--split-ratio 'a,b'" in err_of("prepare", str(tmp_path), "--split-ratio", "a,b")
+    assert "a prepared dataset? Run `energon-lite prepare`" in err_of("preview", str(tmp_path))
+    with pytest.raises(SystemExit) as exit_info:  # a usage mistake: argparse's message, status 1
+        main(["preview", str(train_ds), "-n", "many"])
+    assert exit_info.value.code == 1
+    assert "energon-lite preview: error: argument -n/--num" in capsys.readouterr().err
+    version = _run("--version")  # a real process: the exit status the shell sees
+    assert version.returncode == 0 and version.stdout.startswith("energon-lite 0.")
+    lint = _run("lint", str(tmp_path))
+    assert lint.returncode == 1 and lint.stderr.startswith("energon-lite lint: error: ")
+
+
+def test_every_argument_has_help() -> None:
+    from energon_lite.cli.main import build_parser
+
+    def walk(parser: argparse.ArgumentParser, where: str) -> list[str]:
+        missing = []
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, child in action.choices.items():
+                    missing += walk(child, f"{where} {name}")
+            elif not action.help:
+                missing.append(f"{where} {action.dest}")
+        return missing
+
+    assert walk(build_parser(), "energon-lite") == []
 
 
 class _CreatesFile:

@@ -69,6 +69,9 @@ def test_clear_errors(tmp_path: Path, dataset_factory) -> None:
     ):
         PreparedDataset(root, "validation")
     (root / "parts/data-1.tar.idx").write_bytes(b"\0" * 16)
+    with pytest.raises(DatasetFormatError, match=r"data-1\.tar\.idx: has 16 bytes, expected 168"):
+        PreparedDataset(root, "train")  # refused at open: the record knows the index's size
+    (root / ".nv-meta/energon_lite.json").unlink()  # as Energon prepares it: found at first read
     ds = PreparedDataset(root, "train")
     with pytest.raises(DatasetFormatError, match=r"data-1\.tar\.idx: has 16 bytes, expected 168"):
         ds.read(1, 0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import signal
 import sys
 import types
 from pathlib import Path
@@ -34,3 +35,36 @@ def test_readme_commands_are_the_ci_commands() -> None:
     test_command = next(line for line in ci.splitlines() if line.startswith("python3 -m venv"))
     assert test_command in readme
     assert "energon-lite demo" in readme
+
+
+def test_readme_code_runs_and_its_loop_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """README's "Use" block, on a dataset prepared by README's own command line."""
+    import shlex
+
+    from energon_lite.cli import main
+    from energon_lite.synth.shards import write_captioning_shards
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    use = readme[readme.index("## Use") :]
+    command = re.search(r"```bash\n(.*?)```", use, flags=re.S).group(1)
+    prepare = shlex.split(command.splitlines()[0].rstrip("\\") + command.splitlines()[1])
+    monkeypatch.chdir(tmp_path)
+    write_captioning_shards(tmp_path / "my_dataset", 300, 30, image_size=(16, 16))
+    assert prepare[:2] == ["energon-lite", "prepare"] and main(prepare[1:]) == 0
+    block = re.search(r"```python\n(.*?)```", use, flags=re.S).group(1)
+    namespace: dict = {}
+
+    def endless(*_: object) -> None:
+        raise TimeoutError("README's loop did not end within 120 s")
+
+    previous = signal.signal(signal.SIGALRM, endless)
+    signal.alarm(120)
+    try:
+        exec(compile(block, "README.md[Use]", "exec", dont_inherit=True), namespace)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert namespace["step"] == namespace["num_steps"] - 1
+    assert namespace["state"]["type"] == "SavableLoader"

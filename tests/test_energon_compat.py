@@ -62,6 +62,9 @@ def test_our_dataset_loads_in_energon_with_the_same_samples(tmp_path: Path) -> N
         field_map={"image": "jpg", "caption": "txt"},
         progress=False,
     )
+    assert (
+        tmp_path / ".nv-meta/energon_lite.json"
+    ).is_file()  # our shard record: Energon ignores it
     wc = energon.WorkerConfig(rank=0, world_size=1, num_workers=0)
     theirs_ds = energon.get_train_dataset(
         tmp_path,

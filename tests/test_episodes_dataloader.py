@@ -19,6 +19,8 @@ from energon_lite.worker import WorkerConfig
 
 LENGTHS = [5, 3, 8, 2, 6, 4, 1, 7]
 CAMS = ["cam_high", "cam_left_wrist"]
+# small test pools: the document's steps_per_epoch > total_starts advice does not apply
+pytestmark = pytest.mark.filterwarnings("ignore:steps_per_epoch=")
 
 
 @pytest.fixture(scope="module")

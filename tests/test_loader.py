@@ -25,6 +25,7 @@ from energon_lite import (
     get_val_dataset,
     stateless,
 )
+from energon_lite.cache import NoCachePool
 from energon_lite.errors import ConfigError, WorkerTimeoutError
 from energon_lite.state import state_digest
 from energon_lite.testing import assert_loader_resumes, take
@@ -326,8 +327,9 @@ def test_energon_loader_arguments(train_ds: Path) -> None:
     assert len(take(loader, 2)) == 2
     with pytest.raises(ConfigError, match="differs from the dataset's"):
         get_loader(dataset, worker_config=WorkerConfig(rank=0, world_size=1, num_workers=1))
-    with pytest.raises(ConfigError, match="cache_pool"):
-        get_loader(dataset, cache_pool=object())
+    pool = NoCachePool()  # Energon's cache_pool= reaches the cookers as TaskEncoder.cache
+    get_loader(dataset, cache_pool=pool)
+    assert dataset.pipeline.task_encoder.cache is pool
     with pytest.raises(ConfigError, match=r"unknown loader arguments \['batch_size'\]"):
         get_loader(dataset, batch_size=3)
 

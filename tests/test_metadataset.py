@@ -283,7 +283,11 @@ BAD = {
         ["blend[1].split_part", "no split 'nope'", "train"],
     ),
     "unknown split": ("splits:\n  val:\n    path: a\n", ["splits", "no split 'train'", "['val']"]),
-    "jsonl": (_entry("{weight: 1, path: x.jsonl}"), ["blend[1].path", ".jsonl", "not supported"]),
+    "jsonl": (_entry("{weight: 1, path: x.jsonl}"), ["blend[1].path", "x.jsonl does not exist"]),
+    "aux": (
+        _entry("{weight: 1, path: b, aux: {m: 'http://x/y'}}"),
+        ["blend[1].aux.m", "remote sources are not supported"],
+    ),
     "class": ("splits:\n  train:\n    path: a\n", ["__class__: 'Metadataset'", "MetadatasetV2"]),
     "subset": (
         _entry("{weight: 1, path: b, subset: {range: [0%, 150%]}}"),

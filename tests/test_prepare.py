@@ -225,7 +225,7 @@ def test_cli_prepare_and_info(tmp_path: Path) -> None:
         '{"text": "txt"}',
         str(tmp_path),
     )
-    assert again.returncode == 2 and "pass --force-overwrite" in again.stderr
+    assert again.returncode == 1 and "pass --force-overwrite" in again.stderr
 
 
 def test_cli_interactive_on_a_terminal(tmp_path: Path) -> None:
@@ -259,3 +259,77 @@ def test_cli_interactive_on_a_terminal(tmp_path: Path) -> None:
     assert proc.returncode == 0, text
     config = yaml.safe_load((tmp_path / ".nv-meta/dataset.yaml").read_text())
     assert config["field_map"] == {"image": "jpg", "caption": "txt"}
+
+
+def test_a_ratio_that_leaves_a_split_empty_warns_and_loading_names_it(
+    tmp_path: Path, caplog
+) -> None:
+    from energon_lite import WorkerConfig, get_val_dataset
+
+    write_captioning_shards(tmp_path, 30, 10, image_size=(8, 8))
+    with caplog.at_level("WARNING", logger="energon_lite"):
+        report = _prepare(tmp_path)  # 8,1,1 over 3 whole shards
+    assert report.split_parts["val"] == [] and len(report.warnings) == 1
+    assert "split 'val' gets no shard: 3 shard(s)" in caplog.text and "--split-parts" in caplog.text
+    with pytest.raises(ConfigError, match=r"the split is empty \(0 samples\): split 'val' of "):
+        get_val_dataset(tmp_path, worker_config=WorkerConfig(0, 1, 0), batch_size=2)
+
+
+def test_a_shard_listed_twice_in_a_split_is_refused(tmp_path: Path) -> None:
+    from energon_lite.cli.info import lint
+    from energon_lite.index.dataset import PreparedDataset
+
+    write_captioning_shards(tmp_path, 40, 10, image_size=(8, 8))
+    _prepare(tmp_path, split_ratio=[("train", 3), ("val", 1)])
+    (tmp_path / ".nv-meta/split.yaml").write_text(
+        "split_parts:\n  train: [parts/data-0.tar, 'parts/data-{0..2}.tar']\n"
+        "  val: [parts/data-2.tar, parts/data-3.tar]\n"
+    )
+    with pytest.raises(
+        DatasetFormatError, match=r"split 'train' lists \['parts/data-0\.tar'\] more"
+    ):
+        PreparedDataset(tmp_path, "train")
+    problems = lint(tmp_path, progress=False)
+    assert any(
+        "shard parts/data-0.tar" not in p and "lists ['parts/data-0.tar']" in p for p in problems
+    )
+    assert any(
+        "shard parts/data-2.tar is in split 'train' and in split 'val'" in p for p in problems
+    )
+
+
+def test_field_map_is_checked_against_the_type_and_a_real_sample(tmp_path: Path) -> None:
+    write_captioning_shards(tmp_path, 20, 10, image_size=(8, 8), with_json=True)
+    with pytest.raises(ConfigError, match=r"leaves \['caption'\] of CaptioningSample unmapped"):
+        _prepare(tmp_path, field_map={"image": "jpg"})
+    with pytest.raises(
+        DatasetFormatError,
+        match=r"sample '000000': field_map value 'json\[captoin\]': the part has no key 'captoin'; "
+        r"its keys: \['caption', 'index', 'tags'\]",
+    ):
+        _prepare(tmp_path, field_map={"image": "jpg", "caption": "json[captoin]"})
+    with pytest.raises(DatasetFormatError, match=r"the part\[tags\] is a list of 2 items; '5'"):
+        _prepare(tmp_path, field_map={"image": "jpg", "caption": "json[tags][5]"})
+    with pytest.raises(
+        DatasetFormatError, match=r"'txt\[0\]' indexes part 'txt', which is not JSON"
+    ):
+        _prepare(tmp_path, field_map={"image": "jpg", "caption": "txt[0]"})
+    assert not (tmp_path / ".nv-meta").exists() and not list(tmp_path.rglob("*.idx"))
+
+
+def test_optional_fields_are_carried_from_a_json_part(tmp_path: Path) -> None:
+    from energon_lite import WorkerConfig, get_loader, get_train_dataset
+
+    write_captioning_shards(tmp_path, 20, 10, image_size=(8, 8), with_json=True)
+    _prepare(
+        tmp_path,
+        split_ratio=[("train", 1)],
+        sample_type="ImageClassificationSample",
+        field_map={"image": "jpg", "label": "json[index]", "label_name": "json[caption]"},
+    )
+    dataset = get_train_dataset(tmp_path, worker_config=WorkerConfig(0, 1, 0), batch_size=None,
+                                shuffle_buffer_size=None, max_samples_per_sequence=None,
+                                repeat=False)  # fmt: skip
+    samples = list(get_loader(dataset))
+    assert sorted(s.label for s in samples) == list(range(20))
+    assert all(s.label_name.startswith(f"sample {s.label}:") for s in samples)

@@ -148,7 +148,7 @@ def test_prepare_failure_writes_nothing(s3: S3Server, tmp_path: Path) -> None:
         from energon_lite import prepare_dataset
 
         prepare_dataset(f"s3://data/{prefix}", split_ratio=[("train", 1)],
-                        sample_type="CaptioningSample", field_map={"image": "jpg"},
+                        sample_type="CaptioningSample", field_map={"image": "jpg", "caption": "txt"},
                         progress=False)  # fmt: skip
     keys = {o["Key"] for o in s3.client().list_objects_v2(Bucket="data", Prefix=prefix)["Contents"]}
     assert not any(k.endswith(".idx") or META_DIR in k for k in keys)
@@ -193,7 +193,7 @@ def test_missing_prefix_is_a_clear_error_without_secrets(
     with pytest.raises(EnergonLiteError) as bucket:
         _train("s3://no-such-bucket/ds")
     assert "s3://no-such-bucket/ds" in str(bucket.value)
-    assert cli_main(["info", "s3://data/no/such/prefix"]) == 2
+    assert cli_main(["info", "s3://data/no/such/prefix"]) == 1  # cli/errors.py: always 1
     err = capsys.readouterr().err
     assert "s3://data/no/such/prefix" in err
     for text in (str(info.value), str(bucket.value), err, caplog.text):

@@ -2,32 +2,70 @@
 
 from __future__ import annotations
 
+import itertools
 import os
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
 
 from energon_lite.decode import SampleDecoder
-from energon_lite.errors import EnergonLiteError, short_repr
-from energon_lite.index.dataset import PreparedDataset
+from energon_lite.errors import ConfigError, EnergonLiteError, short_repr
 from energon_lite.index.meta import META_DIR, load_dataset_config, load_info, load_split
+from energon_lite.kinds import DatasetKind, kind_of, resolve_path
 from energon_lite.restore_key import SampleKey
 from energon_lite.sample_factory import SampleFactory
-from energon_lite.storage import RemotePath, as_path, ops
+from energon_lite.source import Source
+from energon_lite.storage import RemotePath, StoragePath, as_path, ops
+
+
+def _open(root: StoragePath, split_part: str) -> Source:
+    """One split of a prepared dataset of any kind that opens as a source."""
+    kind = kind_of(root)
+    assert kind.open is not None  # callers handle kinds without a source first
+    return kind.open(
+        root, split_part, split_config="split.yaml", dataset_config="dataset.yaml", subset=None
+    )
+
+
+def _positions(source: Source) -> Iterator[tuple[int, int]]:
+    """``(shard_id, index)`` of the split's samples, in order."""
+    for run in range(len(source.run_shard)):
+        shard_id = int(source.run_shard[run])
+        for index in range(int(source.run_start[run]), int(source.run_end[run])):
+            yield shard_id, index
+
+
+def _local(path: StoragePath) -> Path:
+    """Kinds other than the tar folder read local files only (remote paths are tar folders)."""
+    assert isinstance(path, Path), path
+    return path
+
+
+def _not_openable(kind: DatasetKind, command: str) -> EnergonLiteError:
+    return ConfigError(f"`energon-lite {command}` does not know {kind.name} datasets yet")
 
 
 def dataset_info(root: str | os.PathLike[str] | RemotePath) -> str:
     """Counts per split, bytes, sample type, field map and the parts of the first samples."""
-    root = as_path(root)
+    given, kind = as_path(root), kind_of(root)
+    if kind.open is None:
+        if kind.describe is None:
+            raise _not_openable(kind, "info")
+        return "\n".join(kind.describe(_local(given)))
+    root = resolve_path(given)
     info = load_info(root)
     split = load_split(root)
     config = load_dataset_config(root)
     counts = dict(zip(info.shard_names, info.shard_counts))
     size = sum(ops.size(root / name) for name in info.shard_names if (root / name).exists())
     lines = [
-        f"dataset {root}",
+        f"dataset {given}",
         f"  total: {sum(info.shard_counts)} samples, {len(info.shard_names)} shards, {size / 1e6:.1f} MB",
     ]
+    if kind.describe is not None:
+        lines.extend(kind.describe(_local(given)))
     for name, shards in split.split_parts.items():
         samples = sum(counts.get(s, 0) for s in shards if s not in split.exclude)
         lines.append(f"  split {name}: {samples} samples in {len(shards)} shards")
@@ -43,9 +81,9 @@ def dataset_info(root: str | os.PathLike[str] | RemotePath) -> str:
         lines.append(f"  sample loader: {config['sample_loader']}")
     first_split = next((s for s, shards in split.split_parts.items() if shards), None)
     if first_split is not None:
-        dataset = PreparedDataset(root, first_split)
+        dataset = _open(root, first_split)
         parts: set[str] = set()
-        for run in range(min(dataset.num_runs, 100)):
+        for run in range(min(len(dataset.run_shard), 100)):
             _, sample = dataset.read(int(dataset.run_shard[run]), int(dataset.run_start[run]))
             parts.update(sample)
         lines.append(f"  parts (first sample of up to 100 shards): {', '.join(sorted(parts))}")
@@ -64,12 +102,16 @@ def preview(
     root: str | os.PathLike[str] | RemotePath, split_part: str = "train", num: int = 5
 ) -> list[str]:
     """One line per field of the first ``num`` samples of a split."""
-    dataset = PreparedDataset(root, split_part)
+    kind = kind_of(root)
+    if kind.open is None:
+        if kind.preview is None:
+            raise _not_openable(kind, "preview")
+        return kind.preview(_local(as_path(root)), split_part, num)
+    dataset = _open(resolve_path(root), split_part)
     factory = SampleFactory(dataset.config, dataset.root / META_DIR)
     decoder = SampleDecoder()
     lines = []
-    for position in range(min(num, len(dataset))):
-        shard_id, index = dataset.locate(position)
+    for shard_id, index in itertools.islice(_positions(dataset), num):
         key, parts = dataset.read(shard_id, index)
         raw = {"__key__": key, "__restore_key__": SampleKey(0, shard_id, index, 0), **parts}
         sample = factory.build(raw, decoder, None)
@@ -80,17 +122,41 @@ def preview(
 
 
 def lint(root: str | os.PathLike[str] | RemotePath, progress: bool = True) -> list[str]:
-    """Decode every sample of every split; return one line per sample that fails."""
-    root = as_path(root)
-    problems = []
-    for split_part in load_split(root).split_parts:
-        dataset = PreparedDataset(root, split_part)
+    """Decode every sample of every split; return one line per sample that fails.
+
+    A split that cannot be opened (a changed shard, a shard listed twice) is one problem; a
+    shard in two splits is one too. Video-text tables also get their media checked, robot
+    episodes every frame decoded.
+    """
+    given, kind = as_path(root), kind_of(root)
+    if kind.open is None:
+        if kind.lint is None:
+            raise _not_openable(kind, "lint")
+        return kind.lint(_local(given), progress)
+    root = resolve_path(given)
+    problems = kind.lint(_local(given), progress) if kind.lint is not None else []
+    split = load_split(root)
+    owner: dict[str, str] = {}
+    for split_part, shards in split.split_parts.items():
+        for shard in dict.fromkeys(shards):
+            if shard in owner:
+                problems.append(
+                    f"{split.source}: shard {shard} is in split {owner[shard]!r} and in "
+                    f"split {split_part!r}"
+                )
+            owner.setdefault(shard, split_part)
+    for split_part in split.split_parts:
+        try:
+            dataset = _open(root, split_part)
+        except EnergonLiteError as exc:
+            problems.append(f"{split_part}: {exc}")
+            continue
         factory = SampleFactory(dataset.config, root / META_DIR)
         decoder = SampleDecoder()
         bar = tqdm(
             total=len(dataset), desc=f"lint {split_part}", unit="sample", disable=not progress
         )
-        for run in range(dataset.num_runs):
+        for run in range(len(dataset.run_shard)):
             shard_id = int(dataset.run_shard[run])
             for index in range(int(dataset.run_start[run]), int(dataset.run_end[run])):
                 where = f"{dataset.shard_names[shard_id]} #{index}"

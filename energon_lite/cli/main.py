@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from energon_lite.errors import EnergonLiteError
+from energon_lite.cli.errors import Parser, run_reporting_errors
 from energon_lite.storage import as_path
 
 
@@ -99,12 +99,22 @@ def cmd_prepare(args: argparse.Namespace) -> int:
         shuffle_tars=args.shuffle_tars,
         tar_index_only=args.tar_index_only,
         force_overwrite=args.force_overwrite,
+        allow_duplicate_keys=args.allow_duplicate_keys,
     )
     print(
         f"Prepared {report.num_samples} samples in {len(report.shard_names)} shards; parts: {', '.join(sorted(report.parts))}"
     )
     for split, shards in report.split_parts.items():
         print(f"  {split}: {len(shards)} shards")
+    return 0
+
+
+def cmd_prepare_media(args: argparse.Namespace) -> int:
+    from energon_lite.cache.media_metadata import prepare_media
+
+    count = prepare_media(args.path, progress=sys.stderr.isatty())
+    print(f"Recorded media metadata of {count} files in {Path(args.path) / '.nv-meta'}")
+    print("Done")
     return 0
 
 
@@ -155,12 +165,23 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="energon-lite", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    from energon_lite import __version__
 
-    p = sub.add_parser("prepare", help="index a WebDataset folder and write .nv-meta")
-    p.add_argument("path")
-    p.add_argument("--non-interactive", action="store_true")
+    parser = Parser(prog="energon-lite", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"energon-lite {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser(
+        "prepare", help="index a WebDataset folder (.nv-meta), a .jsonl or a meta list"
+    )
+    p.add_argument(
+        "path",
+        help="a folder of .tar shards, a .jsonl, a meta list (.txt), a folder of HDF5 episodes, "
+        "or a videos.csv table",
+    )
+    p.add_argument(
+        "--non-interactive", action="store_true", help="never ask; fail on a missing option"
+    )
     p.add_argument("--split-ratio", help="e.g. 8,1,1 (train,val,test), by whole shards")
     p.add_argument("--split-parts", action="append", help="'split:regex' (repeatable)")
     p.add_argument("--sample-type", help="e.g. CaptioningSample, or CrudeWebdataset")
@@ -175,7 +196,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--tar-index-only", action="store_true", help="only (re)write the .tar.idx files"
     )
-    p.add_argument("--force-overwrite", action="store_true")
+    p.add_argument(
+        "--force-overwrite", action="store_true", help="prepare again over an existing .nv-meta"
+    )
+    p.add_argument(
+        "--allow-duplicate-keys",
+        action="store_true",
+        help="accept a sample key in more than one shard (those samples are all delivered)",
+    )
+    p.add_argument(
+        "--format",
+        choices=["jsonl", "text"],
+        help="a line file: JSON objects (default for .jsonl) or 'path label' lines",
+    )
+    p.add_argument("--media-root", help="a meta list: the folder its paths are relative to")
     p.add_argument("--output", help="videos.csv: the index folder (default <stem>.energon)")
     p.add_argument(
         "--missing-media",
@@ -185,42 +219,51 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(fn=cmd_prepare)
 
+    p = sub.add_parser(
+        "prepare-media", help="record image/audio/video metadata of a folder or tar dataset"
+    )
+    p.add_argument("path", help="a plain folder of media files, or a prepared tar dataset")
+    p.add_argument(
+        "--media-metadata-by-extension",
+        action="store_true",
+        help="recognise media by file extension (the only strategy; the default)",
+    )
+    p.add_argument("--num-workers", type=int, default=1, help="accepted for Energon parity")
+    p.set_defaults(fn=cmd_prepare_media)
+
     p = sub.add_parser("info", help="sample and shard counts per split, sample type, parts")
-    p.add_argument("path")
+    p.add_argument("path", help="a prepared dataset folder (any kind prepare makes)")
     p.set_defaults(fn=cmd_info)
 
     p = sub.add_parser("preview", help="print the first samples of a split")
-    p.add_argument("path")
-    p.add_argument("--split-part", default="train")
-    p.add_argument("-n", "--num", type=int, default=5)
+    p.add_argument("path", help="a prepared dataset folder (any kind prepare makes)")
+    p.add_argument("--split-part", default="train", help="the split to show (default: train)")
+    p.add_argument("-n", "--num", type=int, default=5, help="how many samples (default: 5)")
     p.set_defaults(fn=cmd_preview)
 
     p = sub.add_parser("lint", help="decode every sample and report the ones that fail")
-    p.add_argument("path")
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("path", help="a prepared dataset folder (any kind prepare makes)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(fn=cmd_lint)
 
     p = sub.add_parser("checkpoint", help="inspect a saved loader state")
-    csub = p.add_subparsers(dest="action", required=True)
+    csub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     c = csub.add_parser(
         "info", help="summarise a state file (msgpack, JSON or torch.save; never unpickled)"
     )
-    c.add_argument("file")
+    c.add_argument("file", help="a file written from save_state_rank()/save_state_global()")
     c.set_defaults(fn=cmd_checkpoint)
 
     p = sub.add_parser("demo", help="prepare a small dataset, train, checkpoint and resume")
     p.add_argument("--dir", help="where to write the dataset (default: a temporary folder)")
-    p.add_argument("--samples", type=int, default=2000)
-    p.add_argument("--steps", type=int, default=80)
-    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--samples", type=int, default=2000, help="samples to write (default: 2000)")
+    p.add_argument("--steps", type=int, default=80, help="training steps (default: 80)")
+    p.add_argument("--workers", type=int, default=2, help="loader worker processes (default: 2)")
     p.set_defaults(fn=cmd_demo)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; every error is one line ``energon-lite CMD: error: ...`` and exit 1."""
     args = build_parser().parse_args(argv)
-    try:
-        return args.fn(args)
-    except EnergonLiteError as exc:
-        print(f"energon-lite {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+    return run_reporting_errors(args)

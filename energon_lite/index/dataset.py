@@ -12,13 +12,14 @@ from __future__ import annotations
 import hashlib
 import itertools
 import os
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from typing import Any
 
 import numpy as np
 
 from energon_lite.errors import DatasetFormatError, RemoteStorageError, short_repr
-from energon_lite.index.meta import load_dataset_config, load_info, load_split
+from energon_lite.index.meta import DatasetInfo, load_dataset_config, load_info, load_split
+from energon_lite.index.shard_record import check_shards, content_identity, load_record
 from energon_lite.index.tar import first_member_name, parse_sample, split_name
 from energon_lite.index.tar_index import open_index
 from energon_lite.storage import RemotePath, ShardFile, StoragePath, as_path
@@ -45,6 +46,7 @@ class PreparedDataset:
         self._pid = os.getpid()
         self._files: OrderedDict[int, ShardFile] = OrderedDict()
         self._indexes: dict[int, np.ndarray] = {}
+        self._fingerprint: str | None = None
         info = load_info(self.root)
         split = load_split(self.root, split_config)
         self.config: dict[str, Any] = load_dataset_config(self.root, dataset_config)
@@ -67,6 +69,14 @@ class PreparedDataset:
                     )
                 excluded_samples.setdefault(shard + ".tar", set()).add(key)
 
+        listed = split.split_parts[split_part]
+        if len(set(listed)) != len(listed):
+            twice = sorted(name for name, n in Counter(listed).items() if n > 1)[:20]
+            raise DatasetFormatError(
+                f"{split.source}: split {split_part!r} lists {twice} more than once; their "
+                "samples would be delivered twice: list each shard once"
+            )
+        self._check_shards(info, listed)
         shards, starts, ends = [], [], []
         for name in split.split_parts[split_part]:
             if name not in shard_id:
@@ -110,13 +120,36 @@ class PreparedDataset:
         run = int(np.searchsorted(self.run_offset, position, side="right")) - 1
         return int(self.run_shard[run]), int(self.run_start[run] + position - self.run_offset[run])
 
+    def _check_shards(self, info: DatasetInfo, names: list[str]) -> None:
+        """Refuse a shard changed or deleted since prepare (datasets with a shard record)."""
+        record = load_record(self.root)
+        self._content_digest = None if record is None else str(record["content_digest"])
+        if record is not None:
+            counts = dict(zip(info.shard_names, info.shard_counts))
+            known = [name for name in dict.fromkeys(names) if name in counts]
+            check_shards(self.root, record, known, counts)
+
     def fingerprint(self) -> str:
-        """Changes when the shard list, counts or the split's runs change."""
-        digest = hashlib.blake2b(digest_size=8)
-        digest.update("\n".join(self.shard_names).encode())
-        for array in (self._counts, self.run_shard, self.run_start, self.run_end):
-            digest.update(array.tobytes())
-        return digest.hexdigest()
+        """Changes when the shard list, counts, the split's runs or the shards' content change.
+
+        Content: the digest prepare recorded over every ``.tar.idx`` (kept honest by the
+        size/mtime check at open), or for datasets without a record the shard sizes and both
+        ends of each index. Computed once per dataset object, without reading shard data.
+        """
+        if self._fingerprint is None:
+            digest = hashlib.blake2b(digest_size=8)
+            digest.update("\n".join(self.shard_names).encode("utf-8", "surrogateescape"))
+            for array in (self._counts, self.run_shard, self.run_start, self.run_end):
+                digest.update(array.tobytes())
+            used = [self.shard_names[i] for i in np.unique(self.run_shard)]
+            digest.update(self._content_identity(used).encode())
+            self._fingerprint = digest.hexdigest()
+        return self._fingerprint
+
+    def _content_identity(self, used: list[str]) -> str:
+        if self._content_digest is not None:
+            return self._content_digest
+        return content_identity(self.root, used)
 
     def _apply_subset(self, subset: tuple[int | str, int | str]) -> None:
         """Keep samples ``[start, end)`` of the split; bounds are ints, ``"N%"`` or ``"end"``."""
@@ -149,7 +182,7 @@ class PreparedDataset:
         if fd is None:
             if len(self._files) >= _MAX_OPEN_FILES:
                 self._files.popitem(last=False)[1].close()
-            fd = ShardFile(self.root / self.shard_names[shard_id])
+            fd = ShardFile(self.root / self.shard_names[shard_id])  # missing: names the path
             self._files[shard_id] = fd
         else:
             self._files.move_to_end(shard_id)

@@ -7,8 +7,10 @@ Megatron-Energon writes it.
 
 from __future__ import annotations
 
+import hashlib
 import mmap
 import os
+from array import array
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -19,6 +21,7 @@ from energon_lite.storage import StoragePath, as_path
 from energon_lite.storage.ops import local_copy, write_atomic
 
 IDX_SUFFIX = ".idx"
+EDGE = 1 << 16  # bytes at each end of a shard hashed into its content digest
 
 
 @dataclass
@@ -27,6 +30,8 @@ class ShardScan:
 
     offsets: np.ndarray  # uint64, count + 1 entries
     parts: set[str] = field(default_factory=set)
+    key_hashes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))  # per sample
+    edge_digest: str = ""  # of the shard's first and last EDGE bytes: content, cheaply
 
     @property
     def count(self) -> int:
@@ -40,10 +45,18 @@ def scan_shard(path: str | os.PathLike[str], display_name: str | None = None) ->
     a truncated tar, or a sample key that appears twice.
     """
     where = display_name or str(path)
-    size = os.path.getsize(path)
+    try:
+        size = os.path.getsize(path)
+    except FileNotFoundError:
+        raise DatasetFormatError(
+            f"{where}: shard is missing (deleted while preparing, or a dangling link)"
+        ) from None
+    except OSError as exc:
+        raise DatasetFormatError(f"{where}: cannot read shard: {exc.strerror}") from None
     if size == 0:
         raise DatasetFormatError(f"{where}: empty file, not a tar archive")
     offsets: list[int] = []
+    hashes = array("Q")
     parts: set[str] = set()
     seen: set[str] = set()
     current_key: str | None = None
@@ -53,6 +66,11 @@ def scan_shard(path: str | os.PathLike[str], display_name: str | None = None) ->
         view = memoryview(mm)
         try:
             for member in iter_members(view, 0, where):
+                if not _is_utf8(member.name):
+                    raise DatasetFormatError(
+                        f"{where}: member name {member.name!r} at byte {member.header_offset} "
+                        "is not UTF-8; rename it when writing the shard"
+                    )
                 split = split_name(member.name)
                 if split is None:
                     continue
@@ -64,6 +82,7 @@ def scan_shard(path: str | os.PathLike[str], display_name: str | None = None) ->
                             "consecutive (a sample's parts must follow each other in the tar)"
                         )
                     seen.add(key)
+                    hashes.append(key_hash(key))
                     offsets.append(member.header_offset)
                     current_key = key
                     current_parts = set()
@@ -75,16 +94,41 @@ def scan_shard(path: str | os.PathLike[str], display_name: str | None = None) ->
                 current_parts.add(part)
                 parts.add(part)
                 end = member.end
+            edges = hashlib.blake2b(view[:EDGE], digest_size=16)
+            edges.update(view[max(EDGE, size - EDGE) :])
+        except UnicodeDecodeError as exc:  # a long (GNU/pax) name that is not UTF-8
+            raise DatasetFormatError(
+                f"{where}: a member name is not UTF-8 ({exc.object[:80]!r}); rename it when "
+                "writing the shard"
+            ) from None
         finally:
             view.release()
     offsets.append(end)
-    return ShardScan(np.asarray(offsets, dtype="<u8"), parts)
+    return ShardScan(
+        np.asarray(offsets, dtype="<u8"),
+        parts,
+        np.frombuffer(hashes, np.uint64),
+        edges.hexdigest(),
+    )
+
+
+def key_hash(key: str) -> int:
+    """64 bits of a sample key, to find keys repeated across shards without keeping them."""
+    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little")
+
+
+def _is_utf8(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:  # surrogate escapes of undecodable bytes
+        return False
+    return True
 
 
 def write_index(
     shard_path: str | os.PathLike[str] | StoragePath, offsets: np.ndarray
 ) -> StoragePath:
-    """Write ``<shard>.tar.idx`` atomically (temp file + rename, or one PUT remotely)."""
+    """Write ``<shard>.tar.idx`` atomically (``NAME.tmp-PID`` + rename, or one PUT remotely)."""
     shard = as_path(shard_path)
     target = shard.with_name(shard.name + IDX_SUFFIX)
     write_atomic(target, np.asarray(offsets, dtype="<u8").tobytes())

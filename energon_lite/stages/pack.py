@@ -80,7 +80,7 @@ class Pack(Stage):
             list(buffer.items),
         )
         if selected is SKIPPED:  # the same buffer would fail again: drop it, as Energon does
-            buffer.items.clear()
+            buffer.clear()
             return
         groups = [list(group) for group in selected if group]
         taken = self._check_groups(groups)
@@ -92,9 +92,9 @@ class Pack(Stage):
                     "least one group, raise SkipSample to drop the buffer, or enlarge the buffer"
                 )
             logger.warning("packing: %d samples left unselected at the end", len(buffer))
-            buffer.items.clear()
+            buffer.clear()
             return
-        buffer.items = [sample for i, sample in enumerate(buffer.items) if i not in taken]
+        buffer.remove(taken)
         self._pending = groups
 
     def _check_groups(self, groups: list[list[Any]]) -> set[int]:

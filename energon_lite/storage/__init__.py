@@ -7,7 +7,14 @@ stages, the loader) knows where the bytes come from. See docs/remote.md.
 
 from __future__ import annotations
 
-from energon_lite.storage.path import RemotePath, StoragePath, as_path, is_remote, is_url
+from energon_lite.storage.path import (
+    RemotePath,
+    StoragePath,
+    as_path,
+    is_remote,
+    is_url,
+    local_only,
+)
 from energon_lite.storage.ranged import ShardFile
 from energon_lite.storage.retry import STATS, scrub
 
@@ -19,5 +26,6 @@ __all__ = [
     "as_path",
     "is_remote",
     "is_url",
+    "local_only",
     "scrub",
 ]

@@ -205,10 +205,11 @@ def write_atomic(path: StoragePath, data: bytes) -> None:
     """Replace ``path`` whole or not at all: temp file + rename locally, one PUT remotely."""
     if isinstance(path, Path):
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+        # NAME.tmp-PID: unique per process, and the form prepare's clean-up of a dead
+        # process's temporaries recognises (index/folder_lock.py)
+        tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
         try:
-            with os.fdopen(fd, "wb") as file:
-                file.write(data)
+            tmp.write_bytes(data)
             os.replace(tmp, path)
         except BaseException:
             with contextlib.suppress(FileNotFoundError):

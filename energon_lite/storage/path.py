@@ -181,6 +181,14 @@ def is_remote(path: object) -> bool:
     return isinstance(path, RemotePath)
 
 
+def local_only(path: StoragePath, what: str) -> Path:
+    """``path`` if it is local; remote stores hold prepared tar folders only, so JSONL,
+    joins, ``aux:`` and reading by file name (cache pool, cookers) refuse them."""
+    if isinstance(path, RemotePath):
+        raise ConfigError(f"{path}: {what} needs a local path; remote stores are read as prepared tar folders only")  # fmt: skip
+    return path
+
+
 def redact_url(text: str) -> str:
     """A URL without user info and query string (where signatures and tokens live)."""
     try:

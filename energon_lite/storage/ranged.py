@@ -26,7 +26,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from energon_lite.errors import RemoteStorageError, logger
+from energon_lite.errors import DatasetFormatError, RemoteStorageError, logger
 from energon_lite.storage import ops
 from energon_lite.storage.path import RemotePath, StoragePath
 
@@ -50,9 +50,12 @@ class ShardFile:
             try:
                 self._fd = os.open(path, os.O_RDONLY)
             except FileNotFoundError:
-                from energon_lite.errors import DatasetFormatError
-
-                raise DatasetFormatError(f"{path}: shard file not found") from None
+                raise DatasetFormatError(
+                    f"{path}: shard is missing (deleted, moved or a dangling link); restore it "
+                    "or re-run prepare"
+                ) from None
+            except OSError as exc:
+                raise DatasetFormatError(f"{path}: cannot open shard: {exc.strerror}") from None
 
     @property
     def size(self) -> int:

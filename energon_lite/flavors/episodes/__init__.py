@@ -8,11 +8,14 @@ Modules, in the order data flows:
 * ``stats``       - ``compute_norm_stats`` (ACT's keys);
 * ``pool`` / ``sweep`` - the ``pool`` and ``full`` sampling stages, one per global worker;
 * ``pipeline``    - ``EpisodePipeline``: the per-worker chain the loader builds;
-* ``dataloader``  - ``create_qc_dataloader_v3``: the requirement document's interface.
+* ``dataloader``  - ``create_qc_dataloader_v3``: the requirement document's interface;
+* ``qc_dataset``  - ``QCSimpleDatasetV3``: the document's map-style dataset, for a plain DataLoader;
+* ``frame_cache`` - ``FrameCache``: decoded frames kept up to a byte budget (LRU).
 """
 
 from energon_lite.flavors.episodes.collate import collate_transitions
 from energon_lite.flavors.episodes.dataloader import EpisodeDataset, create_qc_dataloader_v3
+from energon_lite.flavors.episodes.frame_cache import FrameCache
 from energon_lite.flavors.episodes.index import (
     DEFAULT_SUCCESS,
     EpisodeIndex,
@@ -23,6 +26,7 @@ from energon_lite.flavors.episodes.index import (
 )
 from energon_lite.flavors.episodes.pipeline import EpisodePipeline
 from energon_lite.flavors.episodes.pool import EpisodePool, choose_pool
+from energon_lite.flavors.episodes.qc_dataset import QCSimpleDatasetV3
 from energon_lite.flavors.episodes.stats import compute_norm_stats
 from energon_lite.flavors.episodes.sweep import EpisodeSweep
 from energon_lite.flavors.episodes.transitions import TransitionBuilder, chunk_fields
@@ -34,6 +38,8 @@ __all__ = [
     "EpisodePipeline",
     "EpisodePool",
     "EpisodeSweep",
+    "FrameCache",
+    "QCSimpleDatasetV3",
     "TransitionBuilder",
     "choose_pool",
     "chunk_fields",

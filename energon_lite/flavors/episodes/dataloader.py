@@ -11,6 +11,7 @@ restores its exact position (``loader.save_state_rank()`` / ``restore_state_rank
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,7 @@ def create_qc_dataloader_v3(
     normalize_images: bool = False,
     pin_memory: bool | None = None,
     failure_tolerance: int = 10,
+    frame_cache_bytes: int = 0,
 ) -> tuple[EpisodeDataset, SavableLoader]:
     """Build ``(dataset, loader)`` over the HDF5 episodes in ``dataset_dir``.
 
@@ -72,6 +74,11 @@ def create_qc_dataloader_v3(
     any other value (``"val"``, ``"test"``) visits every start frame once (``full`` mode, one
     epoch per pass, last partial batch kept). The folder is scanned once and the index saved
     in ``<dataset_dir>/.nv-meta/`` when it is writable (or run ``energon-lite prepare``).
+
+    The document requires ``steps_per_epoch > total_possible_starts`` (enough draws to cover
+    the pool); a warning names both numbers (this rank's first pool) when it does not hold.
+    ``frame_cache_bytes`` > 0 keeps decoded camera frames in each worker, LRU, up to that
+    many bytes (see ``frame_cache``): repeated draws of a frame skip its JPEG decode.
     """
     train = dataset_type == "train"
     index = open_episode_index(dataset_dir)
@@ -79,6 +86,7 @@ def create_qc_dataloader_v3(
         index, camera_names, norm_stats, chunk_size,
         discount=discount, include_depth=include_depth, normalize_actions=normalize_actions,
         normalize_images=normalize_images, failure_tolerance=failure_tolerance,
+        frame_cache_bytes=frame_cache_bytes,
     )  # fmt: skip
     pipeline = EpisodePipeline(
         builder,
@@ -93,4 +101,15 @@ def create_qc_dataloader_v3(
     )
     worker_config = WorkerConfig(rank, world_size, num_workers, seed_offset=epoch_seed)
     dataset = EpisodeDataset(pipeline, worker_config)
+    if pipeline.mode == "pool":
+        starts = dataset.get_stats()["total_possible_starts"]
+        if not steps_per_epoch > starts:
+            warnings.warn(
+                f"steps_per_epoch={steps_per_epoch} is not > total_possible_starts={starts} "
+                f"(rank {rank}'s pool of {episodes_per_epoch} episodes in epoch 0); the "
+                "Q-chunking loader requires steps_per_epoch > total_possible_starts so that "
+                "the random draws cover the pool; raise steps_per_epoch or lower "
+                "episodes_per_epoch",
+                stacklevel=2,
+            )
     return dataset, get_savable_loader(dataset, pin_memory=pin_memory)

@@ -122,6 +122,8 @@ class EpisodePool(EpochCursor):
     def _enter(self, epoch: int, position: int) -> None:
         self.epoch = epoch
         self._pool = self.pool(epoch)
+        if self.builder.reader.frame_cache is not None:  # memory follows the pool
+            self.builder.reader.frame_cache.retain(self._pool.tolist())
         self._cum = np.cumsum(self.index.lengths[self._pool])
         self._rng = CounterRng(
             self.seed, "pool-draws", epoch, self.global_worker_id, counter=position

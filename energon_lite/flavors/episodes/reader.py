@@ -10,7 +10,8 @@ kept in an LRU of ``cache_episodes`` episodes: a few KB each. Camera images stay
 stored - raw ``(T, H, W, 3)`` uint8, or encoded bytes (JPEG/PNG) as padded ``(T, L)`` uint8
 rows or a variable-length ``(T,)`` dataset - and one frame is read and decoded per request,
 so a worker's memory does not grow with the episodes it samples; the page cache shares the
-bytes between workers.
+bytes between workers. With ``frame_cache`` (a :class:`FrameCache` with a byte budget) decoded
+frames are kept, LRU, and a frame drawn again is not decoded again.
 """
 
 from __future__ import annotations
@@ -18,11 +19,13 @@ from __future__ import annotations
 import io
 import os
 from collections import OrderedDict
+from functools import partial
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from energon_lite.errors import DatasetFormatError, MediaDecodeError
+from energon_lite.flavors.episodes.frame_cache import FrameCache
 from energon_lite.flavors.episodes.index import EpisodeIndex
 
 
@@ -36,11 +39,17 @@ class EpisodeReader:
     """Reads frames of the episodes of ``index``; cheap to pickle, opens files on demand."""
 
     def __init__(
-        self, index: EpisodeIndex, *, max_open_files: int = 16, cache_episodes: int = 64
+        self,
+        index: EpisodeIndex,
+        *,
+        max_open_files: int = 16,
+        cache_episodes: int = 64,
+        frame_cache: FrameCache | None = None,
     ) -> None:
         self.index = index
         self.max_open_files = max(1, max_open_files)
         self.cache_episodes = max(1, cache_episodes)
+        self.frame_cache = frame_cache
         self._reset()
 
     def _reset(self) -> None:
@@ -50,7 +59,8 @@ class EpisodeReader:
         self._low: OrderedDict[int, LowDim] = OrderedDict()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {k: self.__dict__[k] for k in ("index", "max_open_files", "cache_episodes")}
+        keys = ("index", "max_open_files", "cache_episodes", "frame_cache")
+        return {k: self.__dict__[k] for k in keys}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -117,7 +127,18 @@ class EpisodeReader:
     def frame(
         self, episode: int, frame: int, cameras: list[str], group: str = "images"
     ) -> np.ndarray:
-        """Frame ``frame`` of each camera, stacked: (n_cam, H, W, 3) images or (n_cam, H, W) depth."""
+        """Frame ``frame`` of each camera, stacked: (n_cam, H, W, 3) images or (n_cam, H, W) depth.
+
+        With a frame cache the stacked array is cached (one entry per frame and camera
+        list) and returned as it is, read-only: batching copies it into the batch anyway.
+        """
+        cache = self.frame_cache
+        if cache is None:
+            return self._stack(episode, frame, cameras, group)
+        key = (episode, frame, f"{group}:{','.join(cameras)}")
+        return cache.get(key, partial(self._stack, episode, frame, cameras, group))
+
+    def _stack(self, episode: int, frame: int, cameras: list[str], group: str) -> np.ndarray:
         out = [self._decode(episode, frame, f"observations/{group}/{cam}") for cam in cameras]
         shapes = {a.shape for a in out}
         if len(shapes) > 1:

@@ -23,32 +23,50 @@ is frame t of each camera in ``camera_names`` order, ``(n_cam, H, W, 3)`` uint8 
 
 from __future__ import annotations
 
-from typing import Any
+from collections import OrderedDict
+from functools import lru_cache
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from energon_lite.errors import ConfigError, DatasetFormatError, FailureTracker, MediaDecodeError
+from energon_lite.flavors.episodes.frame_cache import FrameCache
 from energon_lite.flavors.episodes.index import EpisodeIndex
 from energon_lite.flavors.episodes.reader import EpisodeReader
 
 NORM_KEYS = ("qpos_mean", "qpos_std", "action_mean", "action_std")
 
 
+@lru_cache(maxsize=32)
+def _powers(chunk_size: int, discount: float) -> np.ndarray:
+    powers = discount ** np.arange(chunk_size)
+    powers.flags.writeable = False
+    return powers
+
+
 def chunk_fields(
     length: int, start: int, chunk_size: int, frame_rewards: np.ndarray, discount: float
 ) -> dict[str, np.ndarray]:
     """``rewards``, ``masks``, ``valid`` and ``terminals`` (float32, (chunk_size,)) for one chunk."""
-    k = start + np.arange(chunk_size)
-    valid = k < length
+    n = max(0, min(chunk_size, length - start))  # frames k = start + i < length: a prefix
     r = np.zeros(chunk_size, dtype=np.float64)
-    r[valid] = frame_rewards[k[valid]]
-    terminals = (k >= length - 1).astype(np.float32)
+    r[:n] = frame_rewards[start : start + n]
+    valid = np.zeros(chunk_size, dtype=np.float32)
+    valid[:n] = 1.0
+    terminals = np.zeros(chunk_size, dtype=np.float32)
+    terminals[max(0, length - 1 - start) :] = 1.0  # k >= length - 1
     return {
-        "rewards": np.cumsum(r * discount ** np.arange(chunk_size)).astype(np.float32),
+        "rewards": np.cumsum(r * _powers(chunk_size, discount)).astype(np.float32),
         "masks": 1.0 - terminals,
-        "valid": valid.astype(np.float32),
+        "valid": valid,
         "terminals": terminals,
     }
+
+
+class _Normalised(NamedTuple):
+    qpos: np.ndarray  # (T, D) float32, normalised
+    action: np.ndarray  # (T, A) float32, normalised when normalize_actions
+    reward: np.ndarray  # (T,) per-frame rewards (the file's or the sparse success reward)
 
 
 class TransitionBuilder:
@@ -66,6 +84,7 @@ class TransitionBuilder:
         normalize_actions: bool = True,
         normalize_images: bool = False,
         failure_tolerance: int = 10,
+        frame_cache_bytes: int = 0,
     ) -> None:
         if chunk_size < 1:
             raise ConfigError(f"{chunk_size=} must be >= 1")
@@ -93,7 +112,10 @@ class TransitionBuilder:
                         f"norm_stats[{name!r}] has shape {self.norm[name].shape}, but the "
                         f"episodes' {key} has {dim} dims"
                     )
-        self.reader = EpisodeReader(self.index)
+        # decoded frames kept per process up to this many bytes (0: decode every draw)
+        cache = FrameCache(frame_cache_bytes) if frame_cache_bytes else None
+        self.reader = EpisodeReader(self.index, frame_cache=cache)
+        self._normalised: OrderedDict[int, _Normalised] = OrderedDict()
 
     def frame_rewards(self, episode: int) -> np.ndarray:
         low = self.reader.low_dim(episode)
@@ -103,32 +125,66 @@ class TransitionBuilder:
         r[-1] = 1.0 if self.index.labels[episode] else 0.0
         return r
 
+    def _episode(self, episode: int) -> _Normalised:
+        """An episode's normalised low-dim arrays, computed once and kept (small LRU)."""
+        cached = self._normalised.get(episode)
+        if cached is not None:
+            self._normalised.move_to_end(episode)
+            return cached
+        low = self.reader.low_dim(episode)
+        action = low.action
+        if self.normalize_actions:
+            action = (action - self.norm["action_mean"]) / self.norm["action_std"]
+        qpos = (low.qpos - self.norm["qpos_mean"]) / self.norm["qpos_std"]
+        cached = _Normalised(
+            qpos.astype(np.float32), action.astype(np.float32), self.frame_rewards(episode)
+        )
+        self._normalised[episode] = cached
+        while len(self._normalised) > self.reader.cache_episodes:
+            self._normalised.popitem(last=False)
+        return cached
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_normalised": OrderedDict()}  # recomputed where used
+
+    def prefill(self, episodes: list[int]) -> int:
+        """Decode every frame of ``episodes`` into the frame cache now; returns frames decoded.
+
+        What the decode-everything loader does at pool load, within the cache's budget
+        (frames past it evict earlier ones). Without a frame cache this does nothing.
+        """
+        if self.reader.frame_cache is None:
+            return 0
+        done = 0
+        for episode in episodes:
+            self._episode(episode)
+            for frame in range(int(self.index.lengths[episode])):
+                self.reader.frame(episode, frame, self.camera_names)
+                done += 1
+        return done
+
     def build(self, episode: int, start: int) -> dict[str, Any]:
         """The transition for ``start`` frame of ``episode`` (see the module docstring)."""
         length = int(self.index.lengths[episode])
         if not 0 <= start < length:
             raise IndexError(f"start frame {start} outside episode {episode} of {length} frames")
-        low = self.reader.low_dim(episode)
+        low = self._episode(episode)
         n = min(self.chunk_size, length - start)
         actions = np.zeros((self.chunk_size, low.action.shape[1]), dtype=np.float32)
         actions[:n] = low.action[start : start + n]
-        if self.normalize_actions:
-            actions[:n] = (actions[:n] - self.norm["action_mean"]) / self.norm["action_std"]
-        qpos = (low.qpos[start] - self.norm["qpos_mean"]) / self.norm["qpos_std"]
+        qpos = low.qpos[start].copy()
         images = self.reader.frame(episode, start, self.camera_names)
         if self.normalize_images:
             images = images.astype(np.float32) / 255.0
         depth = None
         if self.include_depth:
             depth = self.reader.frame(episode, start, self.camera_names, group="depth")
-        fields = chunk_fields(
-            length, start, self.chunk_size, self.frame_rewards(episode), self.discount
-        )
+        fields = chunk_fields(length, start, self.chunk_size, low.reward, self.discount)
         return {
             "__key__": f"{self.index.paths[episode]}/{start}",
             "__restore_key__": ("Episode", int(episode), int(start)),
             "observations": {
-                "qpos": qpos.astype(np.float32),
+                "qpos": qpos,
                 "images": images,
                 "depth_images": depth,
             },

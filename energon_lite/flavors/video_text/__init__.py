@@ -6,8 +6,11 @@ Modules, in the order data flows:
 * ``layout``       - where the index lives; recognising CSVs and prepared folders;
 * ``source``       - ``VideoTextSource``: rows of a split as small raw samples;
 * ``sample``       - ``VideoTextSample``: one row; decodes only the frames asked for;
-* ``transforms``   - ``sample_frame_indices`` and ``resize_crop``;
-* ``task_encoder`` - ``VideoTextTaskEncoder``: bucketed ``(B, 3, T, H, W)`` batches.
+* ``transforms``   - ``sample_frame_indices`` / ``stride_frame_indices``, ``resize_crop`` and
+  the named transforms;
+* ``bucket_weights`` - bucket counts of a table: the weights of synchronised buckets;
+* ``task_encoder`` - ``VideoTextTaskEncoder``: bucketed ``(B, 3, T, H, W)`` batches;
+* ``opensora``     - Open-Sora's ``VariableVideoTextDataset`` / ``prepare_dataloader``.
 
 See ``docs/video_text.md``.
 """
@@ -19,7 +22,11 @@ from energon_lite.flavors.video_text.prepare import VideoTextReport, prepare_vid
 from energon_lite.flavors.video_text.sample import VideoTextSample
 from energon_lite.flavors.video_text.source import VideoTextSource
 from energon_lite.flavors.video_text.task_encoder import VideoTextTaskEncoder
-from energon_lite.flavors.video_text.transforms import resize_crop, sample_frame_indices
+from energon_lite.flavors.video_text.transforms import (
+    resize_crop,
+    sample_frame_indices,
+    stride_frame_indices,
+)
 
 __all__ = [
     "VideoTextReport",
@@ -31,4 +38,5 @@ __all__ = [
     "resize_crop",
     "resolve_prepared",
     "sample_frame_indices",
+    "stride_frame_indices",
 ]

@@ -303,6 +303,10 @@ class BucketAssigner:
         # p == 1 needs no draw (as in Open-Sora); u < p makes p == 0 never pass.
         return p >= 1.0 or self._uniform(rng_key, res, nf, kind) < p
 
+    def thinned(self, bucket: BucketId, keep: float, rng_key: Any) -> bool:
+        """True when a sample of ``bucket`` is dropped by thinning with keep probability ``keep``."""
+        return not self._passes(keep, rng_key, bucket.resolution, bucket.num_frames, "thin")
+
     def assign(self, num_frames: int, height: int, width: int, rng_key: Any) -> BucketId | None:
         """The bucket of a sample with ``num_frames`` frames of ``height x width``, or None."""
         if num_frames < 1 or height < 1 or width < 1:
@@ -325,6 +329,39 @@ class BucketAssigner:
                     key, h, w = res.nearest(height, width)
                     return BucketId(res.name, chosen.num_frames, key, h, w, chosen.batch_size)
         return None
+
+    def distribution(self, num_frames: int, height: int, width: int) -> dict[BucketId, float]:
+        """``P(assign(...) == bucket)`` over the random keys, exactly (drops not listed).
+
+        Mirrors :meth:`assign`: each keep / next-frames decision is an independent uniform
+        number, so the probability mass is pushed through the same steps.
+        """
+        if num_frames < 1 or height < 1 or width < 1:
+            raise ValueError(f"sample shape must be >= 1 each, got {(num_frames, height, width)=}")
+        out: dict[BucketId, float] = {}
+        groups = self.config.groups
+        if self.config.weighted:
+            probe = self.assign(num_frames, height, width, None)  # no random decision here
+            return {} if probe is None else {probe: 1.0}
+        mass = 1.0
+        for _, resolutions in groups:
+            for res in resolutions:
+                if _APPROX_DEN * height * width < _APPROX_NUM * res.pixels or mass <= 0:
+                    continue
+                key, h, w = res.nearest(height, width)
+                here = mass  # mass still looking at this resolution's frame counts
+                for f in res.frames:
+                    if (f.num_frames == 1) != (num_frames == 1) or num_frames < f.num_frames:
+                        continue
+                    move = 0.0 if f.next_frames is None else min(1.0, f.next_frames)
+                    stay = here * (1.0 - move)
+                    kept = stay * min(1.0, f.probability)
+                    if kept > 0:
+                        bid = BucketId(res.name, f.num_frames, key, h, w, f.batch_size)
+                        out[bid] = out.get(bid, 0.0) + kept
+                    mass -= kept  # the rest (not kept, or past the last frame count) falls on
+                    here *= move
+        return out
 
     def _frames_for(self, res: _Resolution, num_frames: int, rng_key: Any) -> _Frames | None:
         """The frame bucket this resolution keeps, or None to fall to the next resolution."""

@@ -19,6 +19,18 @@ def _open(path: Path, split_part: str, **options: Any) -> Source:
     return VideoTextSource(path, split_part, **options)
 
 
+def _describe(path: Path) -> list[str]:
+    from energon_lite.flavors.video_text.commands import video_text_info
+
+    return video_text_info(path)
+
+
+def _lint(path: Path, progress: bool) -> list[str]:
+    from energon_lite.flavors.video_text.commands import lint_table
+
+    return lint_table(path, progress)
+
+
 def _prepare(path: Path, options: Mapping[str, Any]) -> str:
     from energon_lite.flavors.video_text.prepare import prepare_video_text
 
@@ -43,5 +55,7 @@ KIND = register_kind(
         open=_open,
         resolve=resolve_prepared,
         prepare=_prepare,
+        describe=_describe,
+        lint=_lint,
     )
 )

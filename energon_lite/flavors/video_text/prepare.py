@@ -99,6 +99,7 @@ def prepare_video_text(
     missing_media: str = "warn",
     seed: int = 0,
     progress: bool = True,
+    default_num_frames: int | None = None,
 ) -> VideoTextReport:
     """Index ``csv_path``; the whole table is split ``train`` unless ``split_ratio`` is given.
 
@@ -106,6 +107,8 @@ def prepare_video_text(
     splits of those proportions; ``[("val", 1)]`` makes the whole table the val split.
     ``missing_media``: a media file that does not exist is counted and logged (``"warn"``),
     raises (``"error"``), or is not looked for (``"ignore"``: no ``stat`` per row).
+    ``default_num_frames`` makes the ``num_frames`` column optional (e.g. 1 for an image
+    table with ``path,text,height,width``): a table without it gets this value per row.
     """
     csv_path = Path(csv_path).resolve()
     if missing_media not in MISSING_MEDIA:
@@ -133,7 +136,8 @@ def prepare_video_text(
         if header is None:
             raise DatasetFormatError(f"{csv_path}: empty CSV; need a header {','.join(REQUIRED)}")
         header = [h.strip() for h in header]
-        absent = [c for c in REQUIRED if c not in header]
+        optional = {"num_frames"} if default_num_frames is not None else set()
+        absent = [c for c in REQUIRED if c not in header and c not in optional]
         if absent:
             raise DatasetFormatError(
                 f"{csv_path}: missing column(s) {absent}; the header has {header}, "
@@ -157,6 +161,9 @@ def prepare_video_text(
             if not path:
                 raise DatasetFormatError(f"{csv_path}: {where}, column 'path' is empty")
             for name, values in nums.items():
+                if name not in col:  # num_frames, absent with default_num_frames
+                    values.append(int(default_num_frames or 1))
+                    continue
                 values.append(_number(row[col[name]].strip(), int, where, name, csv_path))
             raw_fps = row[col["fps"]].strip() if "fps" in col else ""
             value = _number(raw_fps, float, where, "fps", csv_path) if raw_fps else math.nan

@@ -1,5 +1,14 @@
 """``VideoTextTaskEncoder``: Open-Sora's VariableVideoTextDataset as a TaskEncoder.
 
+Synchronised buckets by default: ``get_train_dataset`` asks the task encoder for its
+``default_bucket_sync(path, split_part)``; with ``sync_buckets=True`` (the default) it counts
+the table's samples per bucket (:mod:`~energon_lite.flavors.video_text.bucket_weights`)
+and returns the weights with which every data-parallel rank draws the same bucket at each
+step; for the aspect-ratio form these are the config's weights, and samples of buckets the
+data over-supplies are thinned (``keep``). ``sync_buckets=False`` is the per-rank mode: each
+rank fills whichever bucket is full first. An explicit ``get_train_dataset(bucket_sync=...)``
+wins over both.
+
 Hooks, in the order they run:
 
 1. ``encode_sample(VideoTextSample) -> dict``: assign the sample's bucket first - a pure
@@ -7,7 +16,8 @@ Hooks, in the order they run:
    bucket keeps (``SkipSample``) - then decode only the bucket's ``T`` frames
    (:func:`sample_frame_indices`, random window when training) and :func:`resize_crop` them
    to the bucket's ``(H, W)``; or, when the row names precomputed feature files, load those
-   tensors instead of decoding video.
+   tensors instead of decoding video. A sample thinned by the synchronised mode is skipped
+   before any file is opened too.
 2. ``batch_group_criterion(encoded) -> (BucketId, batch_size)``: the bucket computed in 1.
 3. ``batch(samples) -> {"video": (B, 3, T, H, W), "text": [...], "fps": [...], "__key__": [...]}``
    (plus one stacked tensor per feature column).
@@ -15,17 +25,23 @@ Hooks, in the order they run:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 
 from energon_lite.collate import batch_pad_stack
-from energon_lite.errors import ConfigError, SkipSample
+from energon_lite.errors import ConfigError, SkipSample, logger
 from energon_lite.flavors.video_text.buckets import BucketAssigner, BucketConfig, BucketId
+from energon_lite.flavors.video_text.layout import is_video_text
 from energon_lite.flavors.video_text.sample import VideoTextSample
 from energon_lite.flavors.video_text.source import PATH_SUFFIX
-from energon_lite.flavors.video_text.transforms import resize_crop, sample_frame_indices
+from energon_lite.flavors.video_text.transforms import (
+    TEMPORAL_SAMPLINGS,
+    frame_indices,
+    get_transform,
+)
 from energon_lite.samples import basic_sample_keys
 from energon_lite.task_encoder import TaskEncoder
 
@@ -35,10 +51,14 @@ _MAX_DROPPED_IN_A_ROW = 1000
 class VideoTextTaskEncoder(TaskEncoder[VideoTextSample, dict, dict, dict]):
     """Same-shape video batches from a bucket config (see the module docstring).
 
-    ``frame_interval`` takes every n-th frame (Open-Sora's temporal stride); ``training``
-    picks a random start window (else frame 0); ``random_crop`` crops at a random offset
-    when training (else the centre). ``feature_columns`` name extra CSV columns with
-    ``.pt``/``.npy`` files; None means every ``*_path`` column, ``()`` none.
+    ``temporal_sampling="window"`` takes every ``frame_interval``-th frame of a window;
+    ``"stride"`` spreads the bucket's frames over the whole clip (``stride = total // T``,
+    the requirement document's sampling). ``training`` picks a random start (else frame 0);
+    ``random_crop`` crops at a random offset when training (else the centre), or
+    ``transform_name`` names the spatial transform (``resize_crop``, ``center_crop``,
+    ``random_crop``; see ``transforms.TRANSFORMS``). ``feature_columns`` name extra CSV
+    columns with ``.pt``/``.npy`` files; None means every ``*_path`` column, ``()`` none.
+    ``sync_buckets`` (default True): the same bucket on every rank at each step.
     """
 
     decoder = None  # rows arrive as plain values; media is read in encode_sample
@@ -52,22 +72,90 @@ class VideoTextTaskEncoder(TaskEncoder[VideoTextSample, dict, dict, dict]):
         frame_interval: int = 1,
         random_crop: bool = False,
         feature_columns: Sequence[str] | None = None,
+        temporal_sampling: str = "window",
+        transform_name: str | None = None,
+        sync_buckets: bool = True,
     ) -> None:
         if frame_interval < 1:
-            raise ValueError(f"{frame_interval=} must be >= 1")
+            raise ConfigError(f"{frame_interval=} must be >= 1")
+        if temporal_sampling not in TEMPORAL_SAMPLINGS:
+            raise ConfigError(f"{temporal_sampling=} must be one of {TEMPORAL_SAMPLINGS}")
         self.assigner = BucketAssigner(bucket_config, seed)
         self.training = training
         self.frame_interval = frame_interval
-        self.random_crop = random_crop
+        self.temporal_sampling = temporal_sampling
+        if transform_name is None:
+            transform_name = "random_crop" if random_crop else "resize_crop"
+        self.transform_name = transform_name
+        self.transform = get_transform(transform_name)
         self.feature_columns = None if feature_columns is None else tuple(feature_columns)
+        self.sync_buckets = sync_buckets
+        self.keep: dict[BucketId, float] | None = None  # thinning of the synchronised mode
         self._dropped_in_a_row = 0  # diagnostics only, not loader state
+
+    def default_bucket_sync(
+        self, path: str | os.PathLike[str], split_part: str
+    ) -> dict[str, Any] | None:
+        """``get_train_dataset``'s ``bucket_sync`` when none is given (module docstring)."""
+        if not self.sync_buckets:
+            return None
+        if not is_video_text(path):
+            logger.warning(
+                "%s: synchronised buckets need the bucket counts of video-text tables; "
+                "this loader uses the per-rank mode. Pass get_train_dataset(bucket_sync="
+                "task_encoder.bucket_sync_for([(table, split), ...])) for a metadataset of "
+                "tables read once per epoch each, or sync_buckets=False to silence this",
+                path,
+            )
+            return None
+        return self.bucket_sync_for([(path, split_part)])
+
+    def bucket_sync_for(
+        self, tables: Sequence[tuple[str | os.PathLike[str], str]]
+    ) -> dict[str, Any]:
+        """The synchronised-mode option for ``(table, split)`` pairs read once per pass each.
+
+        Sets ``self.keep`` (the thinning of the aspect-ratio form); call it before the task
+        encoder is handed to ``get_train_dataset``.
+        """
+        from collections import Counter
+
+        from energon_lite.flavors.video_text.bucket_weights import (
+            bucket_counts,
+            describe,
+            split_shapes,
+            sync_weights,
+        )
+
+        found: Counter[BucketId] = Counter()
+        rows = 0
+        for path, split_part in tables:
+            shapes, counts = split_shapes(path, split_part)
+            found.update(bucket_counts(self.assigner, shapes, counts, self.frames_available))
+            rows += int(counts.sum())
+        weights, self.keep = sync_weights(self.assigner, found)
+        if not weights:
+            raise ConfigError(
+                f"{[str(p) for p, _ in tables]}: no sample of the {rows} rows falls into a bucket "
+                "with weight > 0; the bucket config does not fit these tables"
+            )
+        logger.info("synchronised buckets, P(bucket) = %s", describe(weights))
+        return {"weights": weights}
+
+    def frames_available(self, num_frames: int) -> int:
+        """The ``T`` a clip of ``num_frames`` frames can supply under the temporal sampling."""
+        if num_frames == 1:
+            return 1
+        if self.temporal_sampling == "stride":
+            return num_frames
+        # A video stays a video (>= 2 frames) even when the stride leaves fewer.
+        return max(2, num_frames // self.frame_interval)
 
     def shape_of(self, sample: VideoTextSample) -> tuple[int, int, int]:
         """``(T, H, W)`` the sample can supply: ``T`` counts frames after the stride."""
-        if sample.is_image or sample.num_frames == 1:
+        if sample.is_image:
             return 1, sample.height, sample.width
-        # A video stays a video (>= 2 frames) even when the stride leaves fewer.
-        return max(2, sample.num_frames // self.frame_interval), sample.height, sample.width
+        return self.frames_available(sample.num_frames), sample.height, sample.width
 
     def features_of(self, sample: VideoTextSample) -> list[str]:
         columns = self.feature_columns
@@ -89,10 +177,13 @@ class VideoTextTaskEncoder(TaskEncoder[VideoTextSample, dict, dict, dict]):
                 )
             raise SkipSample()
         self._dropped_in_a_row = 0
+        keep = None if self.keep is None else self.keep.get(bucket, 0.0)
+        if keep is not None and self.assigner.thinned(bucket, keep, sample.__restore_key__):
+            raise SkipSample()  # the synchronised mode draws this bucket less often
         out: dict[str, Any] = {
             **basic_sample_keys(sample),
             "text": sample.text,
-            "fps": None if sample.fps is None else sample.fps / self.frame_interval,
+            "fps": None if sample.fps is None else sample.fps / self._step(sample, bucket),
             "bucket": bucket,
         }
         features = self.features_of(sample)
@@ -103,13 +194,18 @@ class VideoTextTaskEncoder(TaskEncoder[VideoTextSample, dict, dict, dict]):
         num_frames, height, width = bucket.target
         rng = self.sample_rng if self.training else None
         total = 1 if sample.is_image else sample.num_frames
-        indices = sample_frame_indices(
-            total, num_frames, frame_interval=self.frame_interval, rng=rng
+        indices = frame_indices(
+            self.temporal_sampling, total, num_frames, frame_interval=self.frame_interval, rng=rng
         )
         frames = sample.read_frames(indices)
-        crop = self.random_crop and self.training
-        out["video"] = resize_crop(frames, (height, width), rng=self.sample_rng, random_crop=crop)
+        out["video"] = self.transform(frames, (height, width), rng)
         return out
+
+    def _step(self, sample: VideoTextSample, bucket: BucketId) -> float:
+        """Frames of the clip per frame taken (for the output fps)."""
+        if self.temporal_sampling == "window":
+            return self.frame_interval
+        return max(1, sample.num_frames // bucket.num_frames)
 
     def batch_group_criterion(self, sample: dict[str, Any]) -> tuple[BucketId, int]:
         bucket = sample["bucket"]

@@ -1,20 +1,31 @@
 """Open-Sora's video transforms: temporal sampling and ``resize_crop`` to a bucket's shape.
 
-* :func:`sample_frame_indices` - ``T`` frame indices evenly spaced over a window of
-  ``T * frame_interval`` frames that starts at a random frame (train, from the sample's
-  generator) or at frame 0 (val). A video shorter than the window spreads ``T`` indices
-  over all its frames (repeating some when it has fewer than ``T``).
+Two temporal samplings, named by :data:`TEMPORAL_SAMPLINGS`:
+
+* ``"window"`` - :func:`sample_frame_indices`: ``T`` frame indices evenly spaced over a
+  window of ``T * frame_interval`` frames that starts at a random frame (train, from the
+  sample's generator) or at frame 0 (val). A video shorter than the window spreads ``T``
+  indices over all its frames (repeating some when it has fewer than ``T``).
+* ``"stride"`` - :func:`stride_frame_indices`: the requirement document's sampling over
+  the whole clip, ``stride = total // T`` and indices ``start + i * stride``; 300 frames,
+  17 asked: stride 17, indices 0, 17, ..., 272. ``start`` is 0 (val) or random in
+  ``[0, total - (T - 1) * stride - 1]`` (train). A clip with fewer than ``T`` frames
+  repeats frames as ``"window"`` does.
+
 * :func:`resize_crop` - resize to *cover* ``(H, W)`` keeping the aspect ratio, crop the
-  centre (or a random window), scale uint8 to [-1, 1], and lay out as ``(C, T, H, W)``.
+  centre (or a random window), scale uint8 to [-1, 1], and lay out as ``(C, T, H, W)``;
+  :data:`TRANSFORMS` names its forms (``resize_crop``, ``center_crop``, ``random_crop``).
 """
 
 from __future__ import annotations
 
-import math
+from collections.abc import Callable
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+from energon_lite.errors import ConfigError
 
 
 def sample_frame_indices(
@@ -32,6 +43,39 @@ def sample_frame_indices(
     # linspace over the window's first..last frame, as Open-Sora's temporal_random_crop.
     spaced = np.linspace(start, start + window - 1, num_frames)
     return [int(i) for i in np.floor(spaced + 1e-6)]
+
+
+TEMPORAL_SAMPLINGS = ("window", "stride")
+
+
+def stride_frame_indices(
+    total: int, num_frames: int, *, rng: np.random.Generator | None = None
+) -> list[int]:
+    """``num_frames`` indices ``start + i * (total // num_frames)``; ``rng=None``: start 0."""
+    if total < 1 or num_frames < 1:
+        raise ValueError(f"need >= 1 each: {total=}, {num_frames=}")
+    if total < num_frames:
+        return sample_frame_indices(total, num_frames, rng=rng)
+    stride = total // num_frames
+    span = (num_frames - 1) * stride + 1
+    start = 0 if rng is None else int(rng.integers(0, total - span + 1))
+    return [start + i * stride for i in range(num_frames)]
+
+
+def frame_indices(
+    sampling: str,
+    total: int,
+    num_frames: int,
+    *,
+    frame_interval: int = 1,
+    rng: np.random.Generator | None = None,
+) -> list[int]:
+    """The indices of temporal sampling ``sampling`` (``"window"`` or ``"stride"``)."""
+    if sampling == "stride":
+        return stride_frame_indices(total, num_frames, rng=rng)
+    if sampling == "window":
+        return sample_frame_indices(total, num_frames, frame_interval=frame_interval, rng=rng)
+    raise ValueError(f"temporal sampling {sampling!r} must be one of {TEMPORAL_SAMPLINGS}")
 
 
 def resize_crop(
@@ -56,7 +100,8 @@ def resize_crop(
         raise ValueError("random_crop=True needs rng (e.g. task_encoder.sample_rng)")
     h, w = frames.shape[-2:]
     scale = max(height / h, width / w)
-    new_h, new_w = max(height, math.ceil(h * scale - 1e-6)), max(width, math.ceil(w * scale - 1e-6))
+    # rounded as the requirement document's example: 1080x1920 to cover 256 -> 256x455
+    new_h, new_w = max(height, round(h * scale)), max(width, round(w * scale))
     x = frames.float()
     if (new_h, new_w) != (h, w):
         # antialias: downscaling a 1080p clip to 240p without it aliases badly
@@ -71,3 +116,36 @@ def resize_crop(
     x = x[:, :, top : top + height, left : left + width]
     x = (x / 127.5 - 1.0).clamp_(-1.0, 1.0)
     return x.permute(1, 0, 2, 3).contiguous()
+
+
+Transform = Callable[[torch.Tensor, tuple[int, int], "np.random.Generator | None"], torch.Tensor]
+
+
+def _resize_centre_crop(
+    frames: torch.Tensor, size: tuple[int, int], rng: np.random.Generator | None
+) -> torch.Tensor:
+    return resize_crop(frames, size)
+
+
+def _resize_random_crop(
+    frames: torch.Tensor, size: tuple[int, int], rng: np.random.Generator | None
+) -> torch.Tensor:
+    return resize_crop(frames, size, rng=rng, random_crop=rng is not None)
+
+
+# The requirement document: "Resize -> CenterCrop/RandomCrop", then [-1, 1], (C, T, H, W).
+# ``center_crop`` is ``resize_crop`` under Open-Sora 1.x's name for it; ``random_crop``
+# crops at a random offset when given a generator (training), else the centre.
+TRANSFORMS: dict[str, Transform] = {
+    "resize_crop": _resize_centre_crop,
+    "center_crop": _resize_centre_crop,
+    "random_crop": _resize_random_crop,
+}
+
+
+def get_transform(name: str) -> Transform:
+    """The transform ``name`` from :data:`TRANSFORMS`: ``f(frames, (H, W), rng | None)``."""
+    try:
+        return TRANSFORMS[name]
+    except KeyError:
+        raise ConfigError(f"transform_name={name!r} is not one of {sorted(TRANSFORMS)}") from None

@@ -1,0 +1,296 @@
+"""``FileStoreCachePool`` (Energon's name and constructor): a local file cache for cookers.
+
+``FileStoreCachePool`` keeps fetched files in one local folder shared by every worker
+process and rank of a machine that names the same ``parent_cache_dir``; a file any of them
+fetched is read from there by all (fetched once), within a byte and a file-count limit.
+
+Layout of ``<parent>/energon_lite_cache/``: ``data/<h>.bin`` (pickled ``(data, source_info)``,
+``h`` a hash of the store type and path, the file name and the method; ``data/`` is
+``cache_dir``), ``locks/<h>.lock`` (an empty file whose byte 0 is the fetch lock and byte 1
+the pin lock, POSIX record locks), ``locks/usage`` (bytes and files cached, guarded by a
+``flock`` on it, as is eviction) and ``tmp/`` (files being written, and ``to_cache`` data).
+
+Algorithm. ``get_lazy`` pins the entry (shared lock on byte 1, held until the Lazy is read
+or dropped: an entry some process will read is never evicted) and prefetches it on a
+background thread: exclusive lock on byte 0 (one fetcher per entry across processes); if
+``<h>.bin`` exists it is a hit; otherwise read the data, reserve its size under the pool
+lock (evicting least recently used, unpinned entries until it fits; a file that cannot fit
+is not cached but handed over in memory), write a temp file and rename it into place.
+Every byte on disk was reserved first, so the folder never holds more than the limit.
+Within a process, references to the same entry share one prefetch (a refcount).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import pickle
+import struct
+import tempfile
+import threading
+import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Literal
+
+from energon_lite.cache.file_store import FileStore
+from energon_lite.cache.lazy import CacheFileLazy, FileCacheLazy
+from energon_lite.cache.no_cache import CachePool
+from energon_lite.errors import ConfigError
+
+_FETCH, _PIN = 0, 1  # byte ranges of an entry's lock file
+
+
+class _Pending:
+    """One entry's prefetch in this process, shared by its Lazy references."""
+
+    def __init__(self, name: str, lock_fd: int) -> None:
+        self.name, self.lock_fd, self.refcount = name, lock_fd, 1
+        self.send_to_cache_future: Future[Any] | None = None
+
+
+class FileStoreCachePool(CachePool):
+    """A byte- and count-limited file cache in a folder shared by the processes of a machine."""
+
+    def __init__(
+        self,
+        *,
+        parent_cache_dir: str | os.PathLike[str] | None = None,
+        num_workers: int = 8,
+        max_cache_size_gbytes: float = 1024,
+        max_cache_count: int = 10_000_000,
+        method: Literal["raw", "pickle"] = "raw",
+    ) -> None:
+        if method not in ("raw", "pickle"):
+            raise ConfigError(f"FileStoreCachePool(method={method!r}): use 'raw' or 'pickle'")
+        if num_workers < 1 or max_cache_count < 1 or max_cache_size_gbytes <= 0:
+            raise ConfigError(
+                f"FileStoreCachePool: num_workers={num_workers}, max_cache_count="
+                f"{max_cache_count}, max_cache_size_gbytes={max_cache_size_gbytes} must be > 0"
+            )
+        parent = (
+            Path(parent_cache_dir) if parent_cache_dir is not None else Path(tempfile.gettempdir())
+        )
+        root = (parent / "energon_lite_cache").resolve()
+        self.cache_dir, self._locks, self._tmp = root / "data", root / "locks", root / "tmp"
+        for folder in (self.cache_dir, self._locks, self._tmp):
+            folder.mkdir(parents=True, exist_ok=True)
+        self.num_workers = num_workers
+        self.max_cache_size = int(max_cache_size_gbytes * 1024**3)
+        self.max_cache_count = max_cache_count
+        self.method = method
+        self._reset()
+
+    def _reset(self) -> None:
+        self._pid = os.getpid()
+        self._lock = threading.RLock()
+        self._pending: dict[str, _Pending] = {}
+        self._executor: ThreadPoolExecutor | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {
+            k: v for k, v in self.__dict__.items() if k not in ("_lock", "_pending", "_executor")
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._reset()
+
+    def _check_process(self) -> None:
+        if os.getpid() != self._pid:  # forked: threads, locks and fds belong to the parent
+            self._reset()
+
+    # public API ---------------------------------------------------------------------------
+
+    def get(self, ds: FileStore, fname: str, sample: Any = None) -> Any:
+        """The data of ``fname`` now, through the cache (fetched once per machine)."""
+        return self.get_lazy(ds, fname).get(sample)
+
+    def get_lazy(self, ds: FileStore, fname: str) -> FileCacheLazy:
+        """Pin the entry and start fetching it in the background."""
+        self._check_process()
+        name = self._entry_name(ds, fname)
+        with self._lock:
+            entry = self._pending.get(name)
+            if entry is not None:
+                entry.refcount += 1
+            else:
+                entry = _Pending(name, self._open_pinned(name))
+                self._pending[name] = entry
+                if self._executor is None:
+                    self._executor = ThreadPoolExecutor(self.num_workers, "energon-lite-cache")
+                entry.send_to_cache_future = self._executor.submit(self._fetch, ds, fname, entry)
+        return FileCacheLazy(ds=ds, fname=fname, pool=self, entry=entry)
+
+    def to_cache(self, data: Any, name: str) -> CacheFileLazy:
+        """Pickle ``data`` into the cache folder; the Lazy reads (and removes) it later."""
+        path = self.cache_dir / f"{uuid.uuid4().hex}.pkl"
+        _write_atomic(path, pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL), self._tmp)
+        return CacheFileLazy(fname=name, pool=self, cache_path=path)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._executor is not None and os.getpid() == self._pid:
+                self._executor.shutdown(wait=True, cancel_futures=True)
+            self._executor = None
+
+    def usage(self) -> tuple[int, int]:
+        """``(bytes, files)`` cached now, by every process sharing the folder."""
+        with self._pool_locked() as fd:
+            return _read_usage(fd)
+
+    # internals ----------------------------------------------------------------------------
+
+    def _entry_name(self, ds: FileStore, fname: str) -> str:
+        text = f"{type(ds).__name__}\0{ds.get_path()}\0{fname}\0{self.method}"
+        return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+
+    def _open_pinned(self, name: str) -> int:
+        """Open ``<name>.lock`` and hold a shared lock on its pin byte."""
+        path = self._locks / f"{name}.lock"
+        while True:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            fcntl.lockf(fd, fcntl.LOCK_SH, 1, _PIN)
+            try:
+                same = os.fstat(fd).st_ino == os.stat(path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:  # not unlinked by an evictor between open and lock
+                return fd
+            os.close(fd)
+
+    def _fetch(self, ds: FileStore, fname: str, entry: _Pending) -> Any:
+        """Background: make ``<name>.bin`` exist; returns None (cached) or the data."""
+        name = entry.name
+        data_path = self.cache_dir / f"{name}.bin"
+        fcntl.lockf(entry.lock_fd, fcntl.LOCK_EX, 1, _FETCH)
+        try:
+            if data_path.is_file():
+                os.utime(data_path)  # recently used
+                return None
+            if self.method == "raw":
+                payload: Any = ds._get_raw(fname)
+            else:
+                payload = ds[fname]
+            blob = pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)
+            if not self._reserve(len(blob), name):
+                return payload  # too large for the cache: hand it over in memory
+            try:
+                _write_atomic(data_path, blob, self._tmp)
+            except BaseException:
+                self._unreserve(len(blob))
+                raise
+            return None
+        finally:
+            fcntl.lockf(entry.lock_fd, fcntl.LOCK_UN, 1, _FETCH)
+
+    def _get_data(self, ds: FileStore, fname: str, entry: _Pending) -> tuple[Any, Any]:
+        try:
+            assert entry.send_to_cache_future is not None
+            payload = entry.send_to_cache_future.result()
+            if payload is None:
+                with open(self.cache_dir / f"{entry.name}.bin", "rb") as file:
+                    payload = pickle.load(file)
+            source, data = payload[1], payload[0]
+            if self.method == "raw":
+                data = ds._decode_raw(data, fname=fname)
+            return data, source
+        finally:
+            self._release(entry)
+
+    def _release(self, entry: _Pending) -> None:
+        if os.getpid() != self._pid:
+            return
+        with self._lock:
+            entry.refcount -= 1
+            if entry.refcount <= 0 and self._pending.get(entry.name) is entry:
+                del self._pending[entry.name]
+                if entry.send_to_cache_future is not None and not entry.send_to_cache_future.done():
+                    entry.send_to_cache_future.add_done_callback(lambda _: os.close(entry.lock_fd))
+                else:
+                    os.close(entry.lock_fd)  # drops this process's pin
+
+    # space accounting -------------------------------------------------------------------
+
+    def _pool_locked(self) -> _PoolLock:
+        return _PoolLock(self._locks / "usage")
+
+    def _reserve(self, size: int, name: str) -> bool:
+        if size > self.max_cache_size:
+            return False
+        with self._lock, self._pool_locked() as fd:
+            used, count = _read_usage(fd)
+            if used + size > self.max_cache_size or count + 1 > self.max_cache_count:
+                used, count = self._evict(fd, used, count, size, keep=name)
+            if used + size > self.max_cache_size or count + 1 > self.max_cache_count:
+                return False
+            _write_usage(fd, used + size, count + 1)
+            return True
+
+    def _unreserve(self, size: int) -> None:
+        with self._pool_locked() as fd:
+            used, count = _read_usage(fd)
+            _write_usage(fd, max(0, used - size), max(0, count - 1))
+
+    def _evict(self, fd: int, used: int, count: int, size: int, keep: str) -> tuple[int, int]:
+        """Remove least recently used, unpinned entries until ``size`` more bytes fit."""
+        files = []
+        for item in os.scandir(self.cache_dir):
+            if item.name.endswith(".bin"):
+                stat = item.stat()
+                files.append((stat.st_mtime_ns, item.name[:-4], stat.st_size))
+        files.sort()
+        for _, name, nbytes in files:
+            if used + size <= self.max_cache_size and count + 1 <= self.max_cache_count:
+                break
+            if name == keep or name in self._pending:
+                continue
+            lock_path = self._locks / f"{name}.lock"
+            try:
+                lock_fd = os.open(lock_path, os.O_RDWR)
+            except FileNotFoundError:
+                continue
+            try:
+                fcntl.lockf(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 2, 0)  # unpinned, idle
+            except OSError:
+                os.close(lock_fd)
+                continue
+            try:
+                (self.cache_dir / f"{name}.bin").unlink(missing_ok=True)
+                lock_path.unlink(missing_ok=True)
+            finally:
+                os.close(lock_fd)
+            used, count = max(0, used - nbytes), max(0, count - 1)
+        return used, count
+
+
+class _PoolLock:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.fd = -1
+
+    def __enter__(self) -> int:
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        return self.fd
+
+    def __exit__(self, *exc: object) -> None:
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+        os.close(self.fd)
+
+
+def _read_usage(fd: int) -> tuple[int, int]:
+    raw = os.pread(fd, 16, 0)
+    return struct.unpack("<QQ", raw) if len(raw) == 16 else (0, 0)
+
+
+def _write_usage(fd: int, used: int, count: int) -> None:
+    os.pwrite(fd, struct.pack("<QQ", used, count), 0)
+
+
+def _write_atomic(path: Path, blob: bytes, tmp_dir: Path) -> None:
+    tmp = tmp_dir / f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp"
+    with open(tmp, "wb") as file:
+        file.write(blob)
+    os.replace(tmp, path)

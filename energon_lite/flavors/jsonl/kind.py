@@ -1,0 +1,33 @@
+"""Registers the line-file kind: a JSONL file or a ``path label`` meta list (and its index)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from energon_lite.flavors.jsonl.index import prepare_lines
+from energon_lite.flavors.jsonl.source import JsonlSource, is_line_file
+from energon_lite.kinds import DatasetKind, register_kind
+from energon_lite.source import Source
+
+
+def _open(path: Path, split_part: str, **options: Any) -> Source:
+    return JsonlSource(path, split_part, **options)
+
+
+def _prepare(path: Path, options: Mapping[str, Any]) -> str:
+    info = prepare_lines(
+        path,
+        fmt=options.get("format"),
+        media_root=options.get("media_root"),
+        progress=bool(options.get("progress", True)),
+    )
+    lines = [f"Found {info.count} samples in {info.path} ({info.format}); wrote {info.path}.idx"]
+    if info.media_root is not None:
+        lines.append(f"  media root: {info.media_root} (cookers read it as aux 'media')")
+    lines.append("Done")
+    return "\n".join(lines)
+
+
+KIND = register_kind(DatasetKind("jsonl", detect=is_line_file, open=_open, prepare=_prepare))

@@ -1,0 +1,203 @@
+"""``JsonlSource``: the samples of a prepared JSONL file (or ``path label`` meta list).
+
+The Source shape the Reader needs: run arrays ``run_shard/run_start/run_end`` (one shard,
+the file, cut into up to ``VIRTUAL_RUNS`` equal runs so that several workers share one file
+even without ``max_samples_per_sequence``), ``read``/``read_range``, ``fingerprint()``,
+``shard_names``, ``__len__``. A sample is one line: key ``str(line index)`` (Energon's key),
+parts ``{"json": bytes}`` for JSONL (decoded to a dict like any ``.json`` part) or
+``{"path": str, "label": int | str | None}`` for a text list.
+
+Memory: opening reads two small files (the ``.idx.json`` and the index's last entry): a
+10M-line file opens in milliseconds. Reading takes the offsets of a chunk with one
+``pread`` of the index and the lines with one ``pread`` of the file, so a worker holds no
+per-line object and maps nothing: its private memory stays flat in the line count.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from energon_lite.errors import DatasetFormatError
+from energon_lite.flavors.jsonl.index import index_path, read_info
+from energon_lite.index.dataset import _resolve_bound
+
+VIRTUAL_RUNS = 64
+CRUDE_CONFIG = {"__module__": "megatron.energon", "__class__": "CrudeWebdataset"}
+
+
+class JsonlSource:
+    """Lines of one prepared line file as crude samples; every split name sees the whole file."""
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        split_part: str = "train",
+        *,
+        split_config: str = "split.yaml",
+        dataset_config: str = "dataset.yaml",
+        subset: tuple[int | str, int | str] | None = None,
+    ) -> None:
+        del split_config, dataset_config  # a line file has no .nv-meta
+        self.root = Path(root)
+        self.split_part = split_part
+        self.config: dict[str, Any] = dict(CRUDE_CONFIG)
+        info = read_info(self.root)
+        self.format: str = info["format"]
+        media = info.get("media_root")
+        self.media_root = None if media is None else (self.root.parent / media).resolve()
+        self.shard_names = [self.root.name]
+        self.count, self.size = self._check_index()
+        self._pid = os.getpid()
+        self._fds: tuple[int, int] | None = None
+        runs = max(1, min(VIRTUAL_RUNS, self.count))
+        bounds = np.linspace(0, self.count, runs + 1).round().astype(np.int64)
+        self.run_start, self.run_end = bounds[:-1], bounds[1:]
+        self.run_shard = np.zeros(runs, dtype=np.int64)
+        if subset is not None:
+            self._apply_subset(subset)
+        lengths = self.run_end - self.run_start
+        self.run_offset = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+
+    def _check_index(self) -> tuple[int, int]:
+        idx = index_path(self.root)
+        try:
+            size, nbytes = self.root.stat().st_size, idx.stat().st_size
+        except FileNotFoundError as exc:
+            raise DatasetFormatError(
+                f"{exc.filename}: not found; run `energon-lite prepare {self.root}`"
+            ) from None
+        if nbytes % 8 or nbytes < 16:
+            raise DatasetFormatError(f"{idx}: {nbytes} bytes is not a line index; re-run prepare")
+        with open(idx, "rb") as file:
+            file.seek(nbytes - 8)
+            last = int(np.frombuffer(file.read(8), dtype="<u8")[0])
+        if last != size:
+            raise DatasetFormatError(
+                f"{idx}: indexes {last} bytes but {self.root} has {size}: the file changed "
+                "since it was prepared; re-run `energon-lite prepare`"
+            )
+        return nbytes // 8 - 1, size
+
+    def _apply_subset(self, subset: tuple[int | str, int | str]) -> None:
+        start, end = (_resolve_bound(b, self.count, self.root) for b in subset)
+        if not 0 <= start <= end <= self.count:
+            raise DatasetFormatError(
+                f"{self.root}: subset {list(subset)} -> [{start}, {end}) is outside [0, {self.count})"
+            )
+        new_start = np.clip(self.run_start, start, end)
+        new_end = np.clip(self.run_end, start, end)
+        keep = new_end > new_start
+        self.run_shard = self.run_shard[keep]
+        self.run_start, self.run_end = new_start[keep], new_end[keep]
+
+    # structure ------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return int(self.run_offset[-1])
+
+    @property
+    def num_runs(self) -> int:
+        return len(self.run_shard)
+
+    def fingerprint(self) -> str:
+        digest = hashlib.blake2b(digest_size=8)
+        digest.update(f"{self.root.name}:{self.format}:{self.count}:{self.size}".encode())
+        for array in (self.run_start, self.run_end):
+            digest.update(array.tobytes())
+        return digest.hexdigest()
+
+    # I/O ------------------------------------------------------------------------------
+
+    def _files(self) -> tuple[int, int]:
+        if self._fds is None or os.getpid() != self._pid:  # never share offsets after fork
+            self._pid = os.getpid()
+            self._fds = (
+                os.open(self.root, os.O_RDONLY),
+                os.open(index_path(self.root), os.O_RDONLY),
+            )
+        return self._fds
+
+    def offsets(self, start: int, end: int) -> np.ndarray:
+        """Byte offsets of lines ``[start, end]`` (``end - start + 1`` entries)."""
+        if not 0 <= start < end <= self.count:
+            raise IndexError(f"{self.root}: lines [{start}, {end}) outside [0, {self.count})")
+        raw = os.pread(self._files()[1], 8 * (end - start + 1), 8 * start)
+        return np.frombuffer(raw, dtype="<u8").astype(np.int64)
+
+    def read(self, shard_id: int, index: int) -> tuple[str, dict[str, Any]]:
+        return self.read_range(shard_id, index, index + 1)[0]
+
+    def read_range(self, shard_id: int, start: int, end: int) -> list[tuple[str, dict[str, Any]]]:
+        """Keys and parts of lines ``[start, end)`` (two ``pread`` calls)."""
+        if shard_id != 0:
+            raise IndexError(f"{self.root}: a line file has one shard, not {shard_id}")
+        bounds = self.offsets(start, end).tolist()
+        base = bounds[0]
+        buf = os.pread(self._files()[0], bounds[-1] - base, base)
+        if len(buf) != bounds[-1] - base:
+            raise DatasetFormatError(f"{self.root}: file is shorter than its index says")
+        out = []
+        for i in range(end - start):
+            line = buf[bounds[i] - base : bounds[i + 1] - base]
+            out.append((str(start + i), self._parts(line)))
+        return out
+
+    def _parts(self, line: bytes) -> dict[str, Any]:
+        if self.format == "jsonl":
+            return {"json": line}
+        return parse_text_line(line)
+
+    def as_file_store(self) -> Any:
+        """This file read by name, ``"<line>.json"`` (Energon's ``as_file_store``)."""
+        from energon_lite.flavors.jsonl.file_store import JsonlFileStore
+
+        return JsonlFileStore(self.root)
+
+    @property
+    def aux_stores(self) -> dict[str, Any]:
+        """A meta list prepared with ``--media-root DIR`` gives its cookers aux ``media``."""
+        if self.media_root is None:
+            return {}
+        from energon_lite.cache.file_store import SystemFileStore
+
+        return {"media": SystemFileStore(self.media_root)}
+
+    def close(self) -> None:
+        if self._fds is not None and os.getpid() == self._pid:
+            for fd in self._fds:
+                os.close(fd)
+        self._fds = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_fds"] = None
+        return state
+
+
+LINE_SUFFIXES = (".jsonl", ".ndjson", ".txt", ".lst", ".list", ".meta")
+
+
+def is_line_file(path: Path) -> bool:
+    """A file named like a JSONL or meta list, or any file prepared as a line index."""
+    path = Path(path)
+    if not path.is_file() or path.suffix in (".yaml", ".yml", ".csv", ".tar"):
+        return False
+    return path.suffix in LINE_SUFFIXES or index_path(path).is_file()
+
+
+def parse_text_line(line: bytes) -> dict[str, Any]:
+    """``b"images/a b.jpg 3\\n"`` -> ``{"path": "images/a b.jpg", "label": 3}`` (the last
+    whitespace-separated token is the label: an int when it is one, else a string)."""
+    fields = line.decode("utf-8").strip().rsplit(None, 1)
+    if len(fields) == 1:
+        return {"path": fields[0], "label": None}
+    path, label = fields
+    try:
+        return {"path": path, "label": int(label)}
+    except ValueError:
+        return {"path": path, "label": label}

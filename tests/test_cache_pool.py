@@ -1,0 +1,173 @@
+"""FileStoreCachePool: byte limit, eviction, pins, one fetch per file across processes."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from energon_lite.cache import (
+    CacheFileLazy,
+    DirectLazy,
+    FileCacheLazy,
+    FileStoreCachePool,
+    MockLazy,
+    NoCachePool,
+    SystemFileStore,
+)
+from energon_lite.errors import ConfigError
+from energon_lite.samples import SourceInfo
+
+
+class LoggingStore(SystemFileStore):
+    """A real folder store that appends one line to ``fetch.log`` per read from the folder."""
+
+    def __init__(self, base_dir: Path, log: Path) -> None:
+        super().__init__(base_dir)
+        self.log = log
+
+    def __getitem__(self, name: str) -> tuple[bytes, SourceInfo]:
+        with open(self.log, "a") as file:
+            file.write(f"{os.getpid()} {name}\n")
+        return super().__getitem__(name)
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> Path:
+    folder = tmp_path / "files"
+    folder.mkdir()
+    for i in range(12):
+        (folder / f"f{i}.bin").write_bytes(bytes([i]) * 30_000)
+    return folder
+
+
+def _cached_bytes(pool: FileStoreCachePool) -> int:
+    return sum(p.stat().st_size for p in pool.cache_dir.glob("*.bin"))
+
+
+def _fetches(log: Path) -> list[str]:
+    return log.read_text().split("\n")[:-1] if log.exists() else []
+
+
+def test_get_reads_through_and_records_the_source(files: Path, tmp_path: Path) -> None:
+    log = tmp_path / "fetch.log"
+    store = LoggingStore(files, log)
+    pool = FileStoreCachePool(parent_cache_dir=tmp_path / "cache", num_workers=2)
+    sample: dict[str, Any] = {"__key__": "x"}
+    assert pool.get(store, "f3.bin", sample) == bytes([3]) * 30_000
+    assert pool.get(store, "f3.bin") == bytes([3]) * 30_000  # second time from the cache
+    assert len(_fetches(log)) == 1
+    assert sample["__sources__"] == (SourceInfo(str(files), "f3.bin", str(files), ("f3.bin",)),)
+    pool.close()
+
+
+def test_never_exceeds_its_limit_and_evicts_least_recently_used(
+    files: Path, tmp_path: Path
+) -> None:
+    log = tmp_path / "fetch.log"
+    store = LoggingStore(files, log)
+    limit = 100_000
+    pool = FileStoreCachePool(
+        parent_cache_dir=tmp_path / "cache", max_cache_size_gbytes=limit / 1024**3
+    )
+    for _ in range(2):
+        for i in range(12):
+            assert pool.get(store, f"f{i}.bin") == bytes([i]) * 30_000
+            assert _cached_bytes(pool) <= limit
+            used, count = pool.usage()
+            assert used <= limit and count <= 3
+            assert used == _cached_bytes(pool)
+    assert len(_fetches(log)) == 24  # 3 of 12 fit: a cycle evicts each before it comes back
+    pool.get(store, "f11.bin")
+    assert len(_fetches(log)) == 24  # the most recent ones stayed
+    count_pool = FileStoreCachePool(parent_cache_dir=tmp_path / "cache2", max_cache_count=2)
+    for i in range(5):
+        count_pool.get(store, f"f{i}.bin")
+        assert len(list(count_pool.cache_dir.glob("*.bin"))) <= 2
+    pool.close()
+    count_pool.close()
+
+
+def test_too_large_is_handed_over_uncached(files: Path, tmp_path: Path) -> None:
+    pool = FileStoreCachePool(parent_cache_dir=tmp_path / "c", max_cache_size_gbytes=1e-6)
+    assert pool.get(SystemFileStore(files), "f1.bin") == bytes([1]) * 30_000
+    assert _cached_bytes(pool) == 0 and pool.usage() == (0, 0)
+
+
+def test_pinned_entries_are_not_evicted(files: Path, tmp_path: Path) -> None:
+    log = tmp_path / "fetch.log"
+    store = LoggingStore(files, log)
+    pool = FileStoreCachePool(
+        parent_cache_dir=tmp_path / "cache", max_cache_size_gbytes=70_000 / 1024**3
+    )
+    held = pool.get_lazy(store, "f0.bin")
+    assert isinstance(held, FileCacheLazy)
+    held.entry.send_to_cache_future.result()  # prefetched into the cache, and pinned
+    for i in range(1, 6):
+        assert pool.get(store, f"f{i}.bin") == bytes([i]) * 30_000
+        assert _cached_bytes(pool) <= 70_000
+    assert held.get() == bytes([0]) * 30_000
+    assert _fetches(log).count(f"{os.getpid()} f0.bin") == 1  # read from the cache, not again
+    pool.close()
+
+
+def test_shared_references_in_one_process(files: Path, tmp_path: Path) -> None:
+    log = tmp_path / "fetch.log"
+    store = LoggingStore(files, log)
+    pool = FileStoreCachePool(parent_cache_dir=tmp_path / "cache")
+    first, second = pool.get_lazy(store, "f5.bin"), pool.get_lazy(store, "f5.bin")
+    assert first.entry is second.entry and first.entry.refcount == 2
+    assert first.get() == second.get() == bytes([5]) * 30_000
+    assert len(_fetches(log)) == 1
+    assert first == second and len({first, second}) == 1
+    pool.close()
+
+
+def _worker(pool: FileStoreCachePool, store: LoggingStore, barrier: Any, out: Any) -> None:
+    barrier.wait(timeout=30)
+    data = [pool.get(store, name) for name in ("f7.bin", "f8.bin", "f7.bin")]
+    lazy = pool.get_lazy(store, "f9.bin")
+    out.put([len(d) for d in data] + [len(lazy.get())])
+    pool.close()
+
+
+def test_two_worker_processes_fetch_a_file_once(files: Path, tmp_path: Path) -> None:
+    log = tmp_path / "fetch.log"
+    store = LoggingStore(files, log)
+    pool = FileStoreCachePool(parent_cache_dir=tmp_path / "cache", num_workers=2)
+    ctx = mp.get_context("fork")
+    barrier, out = ctx.Barrier(2), ctx.Queue()
+    procs = [ctx.Process(target=_worker, args=(pool, store, barrier, out)) for _ in range(2)]
+    for proc in procs:
+        proc.start()
+    results = [out.get(timeout=60) for _ in procs]
+    for proc in procs:
+        proc.join(timeout=60)
+        assert proc.exitcode == 0
+    assert results == [[30_000] * 4] * 2
+    names = sorted(line.split()[1] for line in _fetches(log))
+    assert names == ["f7.bin", "f8.bin", "f9.bin"]  # each fetched by one of the two processes
+
+
+def test_to_cache_and_the_simple_lazies(files: Path, tmp_path: Path) -> None:
+    pool = FileStoreCachePool(parent_cache_dir=tmp_path / "cache")
+    lazy = pool.to_cache({"a": [1, 2]}, "obj")
+    assert (
+        isinstance(lazy, CacheFileLazy) and lazy.cache_path is not None and lazy.cache_path.exists()
+    )
+    path = lazy.cache_path
+    assert lazy.get() == {"a": [1, 2]} and not path.exists()
+    none = NoCachePool()
+    direct = none.get_lazy(SystemFileStore(files), "f2.bin")
+    assert isinstance(direct, DirectLazy)
+    sample: dict[str, Any] = {}
+    assert direct.get(sample) == bytes([2]) * 30_000 and len(sample["__sources__"]) == 1
+    assert none.to_cache(5, "five").get() == 5
+    mock = MockLazy("x.txt", lambda name: name.upper())
+    assert mock.get() == "X.TXT"
+    with pytest.raises(ConfigError, match="method"):
+        FileStoreCachePool(parent_cache_dir=tmp_path, method="zip")  # type: ignore[arg-type]
+    pool.close()
