@@ -7,11 +7,12 @@ pipeline opens them as FileStores (``energon_lite.cache.file_store.open_file_sto
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
+from energon_lite.storage import StoragePath, local_only
 
-def parse_aux(value: Any, base: Path, where: Any) -> dict[str, str] | None:
+
+def parse_aux(value: Any, base: StoragePath, where: Any) -> dict[str, str] | None:
     """``{name: absolute source}`` of an ``aux:`` value (``where`` names it in errors)."""
     if value is None:
         return None
@@ -21,6 +22,7 @@ def parse_aux(value: Any, base: Path, where: Any) -> dict[str, str] | None:
         raise where.error(
             f"{value!r}; must map names to a dataset folder, a .jsonl or filesystem://DIR"
         )
+    local = local_only(base, "aux:")
     out = {}
     for name, spec in value.items():
         scheme = "filesystem://" if spec.startswith("filesystem://") else ""
@@ -29,5 +31,5 @@ def parse_aux(value: Any, base: Path, where: Any) -> dict[str, str] | None:
             raise (where / name).error(
                 f"{spec!r}: remote sources are not supported; a local path or filesystem://DIR"
             )
-        out[name] = scheme + str((base / rest).resolve())
+        out[name] = scheme + str((local / rest).resolve())
     return out

@@ -31,6 +31,10 @@ class MediaDecodeError(EnergonLiteError, ValueError):
     """A media part (image, video, audio) could not be decoded, or a range is out of bounds."""
 
 
+class RemoteStorageError(EnergonLiteError, OSError):
+    """A remote store (S3, MSC, HTTP) failed a request for good: retries exhausted or refused."""
+
+
 class TooManyFailuresError(EnergonLiteError, RuntimeError):
     """More consecutive samples failed than the failure tolerance allows."""
 

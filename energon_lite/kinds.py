@@ -29,6 +29,7 @@ from typing import Any
 from energon_lite.errors import ConfigError, logger
 from energon_lite.leaf import Leaf
 from energon_lite.source import Source
+from energon_lite.storage import RemotePath, StoragePath, as_path
 
 ENTRY_POINT_GROUP = "energon_lite.dataset_kinds"
 _FLAVORS_PACKAGE = "energon_lite.flavors"
@@ -84,19 +85,23 @@ def registered_kinds() -> list[DatasetKind]:
     return [*_registered, TAR_FOLDER]
 
 
-def kind_of(path: str | os.PathLike[str]) -> DatasetKind:
+def kind_of(path: str | os.PathLike[str] | RemotePath) -> DatasetKind:
     """The kind of the dataset at ``path`` (the tar folder when no other kind claims it)."""
-    path = Path(path)
+    path = as_path(path)
+    if isinstance(path, RemotePath):  # flavors read local files; a remote store is a tar folder
+        return TAR_FOLDER
     for kind in registered_kinds():
         if kind.detect(path):
             return kind
     return TAR_FOLDER  # unreachable: the tar folder detects everything
 
 
-def resolve_path(path: str | os.PathLike[str]) -> Path:
+def resolve_path(path: str | os.PathLike[str] | RemotePath) -> StoragePath:
     """Where the prepared dataset of a user's ``path`` lives (e.g. a CSV's index folder)."""
-    kind = kind_of(path)
-    return kind.resolve(Path(path)) if kind.resolve is not None else Path(path)
+    kind, where = kind_of(path), as_path(path)
+    if kind.resolve is not None and isinstance(where, Path):
+        return kind.resolve(where)
+    return where
 
 
 def open_source(leaf: Leaf) -> Source:

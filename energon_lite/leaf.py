@@ -7,15 +7,16 @@ read as a list of leaves; the pipeline opens each leaf through the dataset-kind 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
+
+from energon_lite.storage import StoragePath
 
 
 @dataclass
 class Leaf:
     """One dataset of a (meta)dataset, with how it takes part in the blend."""
 
-    path: Path
+    path: StoragePath  # a local folder or a RemotePath (s3://, msc://, http(s)://)
     split_part: str
     weight: float | None = None  # blend
     repetitions: float | None = None  # blend_epochized

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import warnings
-from pathlib import Path
 from typing import Any
 
 from energon_lite.cache.no_cache import CachePool
@@ -21,6 +20,7 @@ from energon_lite.pipeline import DatasetPipeline, PipelineOptions
 from energon_lite.savable_dataset import SavableDataset
 from energon_lite.savable_loader import SavableLoader
 from energon_lite.stages.bucket_sync import BucketSync
+from energon_lite.storage import RemotePath, as_path
 from energon_lite.task_encoder import DefaultTaskEncoder, TaskEncoder
 from energon_lite.worker import WorkerConfig
 
@@ -28,9 +28,9 @@ from energon_lite.worker import WorkerConfig
 
 
 def _leaves_for(
-    path: str | os.PathLike[str], split_part: str, kwargs: dict[str, Any]
+    path: str | os.PathLike[str] | RemotePath, split_part: str, kwargs: dict[str, Any]
 ) -> tuple[list[Leaf], str]:
-    path = Path(path)
+    path = as_path(path)
     if path.suffix in (".yaml", ".yml") and path.is_file():
         from energon_lite.metadataset import load_metadataset
 
@@ -61,7 +61,7 @@ def _check_kwargs(kwargs: dict[str, Any]) -> None:
 
 
 def get_train_dataset(
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str] | RemotePath,
     *,
     worker_config: WorkerConfig,
     batch_size: int | None,
@@ -89,7 +89,7 @@ def get_train_dataset(
     """
     virtual_epoch_length = kwargs.pop("virtual_epoch_length", None) or None  # Energon: 0 = off
     default_sync = getattr(task_encoder, "default_bucket_sync", None)  # VideoTextTaskEncoder
-    if bucket_sync is None and default_sync is not None and Path(path).exists():
+    if bucket_sync is None and default_sync is not None and as_path(path).exists():
         bucket_sync = default_sync(path, split_part)
     BucketSync.check_option(bucket_sync, task_encoder or DefaultTaskEncoder())
     return _dataset(
@@ -113,7 +113,7 @@ def get_train_dataset(
 
 
 def get_val_dataset(
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str] | RemotePath,
     *,
     worker_config: WorkerConfig,
     batch_size: int | None,
@@ -144,7 +144,7 @@ def get_val_dataset(
 
 
 def _dataset(
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str] | RemotePath,
     split_part: str,
     kwargs: dict[str, Any],
     worker_config: WorkerConfig,

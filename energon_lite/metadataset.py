@@ -42,6 +42,7 @@ from energon_lite.kinds import open_source, resolve_path
 from energon_lite.leaf import Leaf
 from energon_lite.metadataset_v1 import is_v1, v1_as_v2
 from energon_lite.quotas import exact_repetitions
+from energon_lite.storage import RemotePath, StoragePath, as_path, is_url
 
 _MODULES = ("megatron.energon", "energon_lite")
 _TOP_KEYS = ("__module__", "__class__", "splits")
@@ -62,13 +63,15 @@ MAX_REPETITIONS = 1_000  # a leaf's repetitions, multiplied down the tree: one p
 
 
 def load_metadataset(
-    path: str | os.PathLike[str], split_part: str, shuffle_over_epochs_multiplier: int | None = 1
+    path: str | os.PathLike[str] | RemotePath,
+    split_part: str,
+    shuffle_over_epochs_multiplier: int | None = 1,
 ) -> tuple[list[Leaf], str]:
     """The leaves of ``split_part`` of a metadataset YAML and the mode: "weights" (``blend``),
     "epochized" (``blend_epochized``) or "single" (one ``path:``).
     ``shuffle_over_epochs_multiplier`` (the loader argument) is the outermost multiplier:
     every entry's own value composes with it, as nested values compose."""
-    path = Path(path).resolve()
+    path = as_path(path).resolve()
     outer = _multiplier(
         {"shuffle_over_epochs_multiplier": shuffle_over_epochs_multiplier},
         1,
@@ -95,7 +98,7 @@ class _Inherited:
 class _Where:
     """A file and key path, for error messages."""
 
-    def __init__(self, file: Path, keys: str) -> None:
+    def __init__(self, file: StoragePath, keys: str) -> None:
         self.file, self.keys = file, keys
 
     def __truediv__(self, key: Any) -> _Where:
@@ -110,7 +113,7 @@ class _Where:
 
 
 def _load_file(
-    path: Path, split_part: str, inherited: _Inherited, stack: tuple[Path, ...]
+    path: StoragePath, split_part: str, inherited: _Inherited, stack: tuple[StoragePath, ...]
 ) -> tuple[list[Leaf], str]:
     data = load_yaml(path)
     if is_v1(data):  # Energon's v1 ``datasets:`` lists: read as the v2 blend they mean
@@ -138,10 +141,10 @@ def _load_file(
 
 def _node(
     node: Any,
-    base: Path,
+    base: StoragePath,
     split_part: str,
     inherited: _Inherited,
-    stack: tuple[Path, ...],
+    stack: tuple[StoragePath, ...],
     where: _Where,
 ) -> tuple[list[Leaf], str]:
     """A split or a nested reference: a ``path:`` or one ``blend``/``blend_epochized`` list."""
@@ -233,7 +236,7 @@ def _number(entry: dict[str, Any], key: str, where: _Where) -> float:
     return number  # checked above
 
 
-def _check_quotas(path: Path, leaves: list[Leaf]) -> None:
+def _check_quotas(path: StoragePath, leaves: list[Leaf]) -> None:
     """Every leaf of a blend_epochized contributes samples to an epoch (see Blend.epochized)."""
     for leaf in leaves:
         count = len(open_source(leaf))
@@ -248,10 +251,10 @@ def _check_quotas(path: Path, leaves: list[Leaf]) -> None:
 
 def _reference(
     ref: dict[str, Any],
-    base: Path,
+    base: StoragePath,
     split_part: str,
     inherited: _Inherited,
-    stack: tuple[Path, ...],
+    stack: tuple[StoragePath, ...],
     where: _Where,
     allowed: tuple[str, ...],
 ) -> tuple[list[Leaf], str]:
@@ -259,7 +262,8 @@ def _reference(
     raw = ref["path"]
     if not isinstance(raw, str) or not raw or "\0" in raw:
         raise (where / "path").error(f"{short_repr(raw)}; must be a path relative to {base}")
-    target = (base / raw).resolve()
+    remote_url = is_url(raw) and not isinstance(base, RemotePath)
+    target = as_path(raw) if remote_url else (base / raw).resolve()  # may be remote
     split_part = _string(ref, "split_part", where) or split_part
     subflavors = ref.get("subflavors")
     if subflavors is not None and not isinstance(subflavors, dict):
@@ -311,7 +315,7 @@ def _reference(
 
 def _join(
     node: dict[str, Any],
-    base: Path,
+    base: StoragePath,
     split_part: str,
     inherited: _Inherited,
     where: _Where,
@@ -321,6 +325,8 @@ def _join(
     from energon_lite.join_spec import join_leaf
 
     _check_keys(node, allowed, where)
+    if not (isinstance(base, Path) and isinstance(where.file, Path)):  # match index beside it
+        raise where.error(f"join: needs a local metadataset; {base} is remote")
     subflavors = {**(node.get("subflavors") or {}), **(inherited.subflavors or {})}
     leaf = join_leaf(node, base, split_part, where.file, subflavors or None, where)
     leaf.shuffle_over_epochs_multiplier = inherited.multiplier

@@ -24,6 +24,7 @@ from energon_lite.leaf import Leaf
 from energon_lite.loader import SavableDataset, get_val_dataset
 from energon_lite.metadataset import load_metadataset
 from energon_lite.metadataset_v1 import is_v1
+from energon_lite.storage import StoragePath
 
 _MODES = {"weights": "DATASET_WEIGHT", "epochized": "SAMPLE_REPETITIONS", "single": "NONE"}
 
@@ -40,7 +41,7 @@ class DatasetBlendMode(Enum):
 class TraversedDatasetReference:
     """One leaf of a split: its folder, split and the subflavors the metadataset gives it."""
 
-    path: Path
+    path: StoragePath
     split_part: str
     aux: dict[str, Any] = field(default_factory=dict)
     subflavors: dict[str, Any] | None = None
@@ -55,7 +56,7 @@ class LeafDataset:
     subflavors: dict[str, Any] | None
 
     @property
-    def paths(self) -> list[Path]:
+    def paths(self) -> list[StoragePath]:
         return [self.leaf.path]
 
     @property

@@ -23,10 +23,10 @@ weights normalise and multiply down nested files, outer subflavors win, a refere
 from __future__ import annotations
 
 import warnings
-from pathlib import Path
 from typing import Any
 
 from energon_lite.errors import DatasetFormatError
+from energon_lite.storage import StoragePath
 
 ENTRY_KEYS = (
     "path",
@@ -55,7 +55,7 @@ def is_v1(data: Any) -> bool:
     )
 
 
-def v1_as_v2(data: dict[str, Any], path: Path) -> dict[str, Any]:
+def v1_as_v2(data: dict[str, Any], path: StoragePath) -> dict[str, Any]:
     """The v2 form of a v1 file (checked; errors name the file and the v1 key path)."""
     unknown = sorted(set(data) - {"__module__", "__class__", "splits"})
     if unknown:

@@ -36,6 +36,7 @@ from energon_lite.stages.limit import Limit
 from energon_lite.stages.map import Map
 from energon_lite.stages.pack import Pack
 from energon_lite.stages.shuffle import ShuffleBuffer
+from energon_lite.storage import local_only
 from energon_lite.task_encoder import TaskEncoder
 from energon_lite.worker import WorkerConfig, WorkerSlot
 
@@ -98,10 +99,14 @@ class DatasetPipeline:
             if spec.factory.crude:  # what cookers read by file name (all opened lazily)
                 from energon_lite.cache.file_store import open_file_store, primary_file_store
 
-                spec.factory.primary = primary_file_store(leaf.path, ds)
+                spec.factory.primary = primary_file_store(
+                    local_only(leaf.path, "a crude dataset"), ds
+                )
                 spec.factory.aux.update(getattr(ds, "aux_stores", None) or {})
                 for name, src in (leaf.aux or {}).items():
-                    spec.factory.aux[name] = open_file_store(src, leaf.path.parent)
+                    spec.factory.aux[name] = open_file_store(
+                        src, local_only(leaf.path.parent, "aux:")
+                    )
         if task_encoder.overrides("encode_sample") and task_encoder.overrides("preencode_sample"):
             raise ConfigError(
                 f"{type(task_encoder).__name__} overrides both encode_sample and preencode_sample; "
@@ -221,7 +226,7 @@ class DatasetPipeline:
         opts = self.options
         return {
             "datasets": [
-                f"{leaf.path.name}:{ds.split_part}:{ds.fingerprint()}"
+                f"{ds.split_part}:{ds.fingerprint()}"  # content, not location: copies restore
                 for leaf, ds in zip(self.leaves, self.datasets)
             ],
             "blend_mode": self.blend_mode,

@@ -7,10 +7,15 @@ renamed into place only after every index and every check, so a folder never loo
 with an index missing. ``.nv-meta/energon_lite.json`` records what each shard was
 (:mod:`energon_lite.index.shard_record`). A lock file keeps two prepares of one folder apart
 and temporaries of killed prepares are removed (:mod:`energon_lite.index.folder_lock`).
+Remote roots (``s3://``, ``msc://``) go through :mod:`energon_lite.storage`.
+
+Over 300 lines: the one prepare transaction (lock, scan, checks, index and metadata
+commit, for local folders and object-store prefixes) reads best in one place.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from collections.abc import Iterator, Sequence
@@ -46,6 +51,8 @@ from energon_lite.prepare_checks import (
 )
 from energon_lite.prepare_splits import split_by_patterns, split_by_ratio
 from energon_lite.samples import SAMPLE_TYPES, sample_field_names
+from energon_lite.storage import RemotePath, StoragePath, as_path
+from energon_lite.storage.ops import downloaded, list_files, write_atomic
 
 VERSION_TAG = "energon_lite 0.1.0"
 
@@ -54,7 +61,7 @@ VERSION_TAG = "energon_lite 0.1.0"
 class PrepareReport:
     """What prepare wrote: shards in id order, their counts, parts seen and the splits."""
 
-    root: Path
+    root: StoragePath
     shard_names: list[str]
     shard_counts: list[int]
     parts: set[str]
@@ -66,8 +73,10 @@ class PrepareReport:
         return sum(self.shard_counts)
 
 
-def find_shards(root: Path) -> list[str]:
+def find_shards(root: StoragePath) -> list[str]:
     """Relative paths of the ``.tar`` files under ``root`` (``.nv-meta`` excluded), sorted."""
+    if isinstance(root, RemotePath):  # one listing of the prefix
+        return [n for n in list_files(root, ".tar") if not n.startswith(META_DIR)]
     found = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(META_DIR))
@@ -77,16 +86,17 @@ def find_shards(root: Path) -> list[str]:
     return sorted(found)
 
 
-def _scan(args: tuple[str, str]) -> ShardScan:
+def _scan(args: tuple[StoragePath, str]) -> ShardScan:
     path, name = args
-    return scan_shard(path, display_name=name)
+    with downloaded(path) as local:  # a remote shard: one sequential GET into a temp file
+        return scan_shard(local, display_name=name)
 
 
 def scan_shards(
-    root: Path, shards: Sequence[str], num_workers: int, progress: bool
+    root: StoragePath, shards: Sequence[str], num_workers: int, progress: bool
 ) -> Iterator[ShardScan]:
     """Scans in shard order, each as soon as it (and the ones before it) are done."""
-    jobs = [(str(root / name), str(root / name)) for name in shards]
+    jobs = [(root / name, str(root / name)) for name in shards]
     bar = tqdm(total=len(jobs), desc="indexing shards", unit="shard", disable=not progress)
     try:
         if num_workers <= 1:
@@ -134,7 +144,7 @@ def dataset_yaml(
     return config
 
 
-def check_field_map(field_map: dict[str, str], parts: set[str], root: Path) -> None:
+def check_field_map(field_map: dict[str, str], parts: set[str], root: StoragePath) -> None:
     """Every field must name a part that at least one sample has."""
     for field_name, spec in field_map.items():
         part = spec.split("[", 1)[0]
@@ -146,7 +156,7 @@ def check_field_map(field_map: dict[str, str], parts: set[str], root: Path) -> N
 
 
 def prepare_dataset(
-    root: str | os.PathLike[str],
+    root: str | os.PathLike[str] | RemotePath,
     *,
     split_ratio: Sequence[tuple[str, float]] | None = None,
     split_parts: Sequence[tuple[str, str]] | None = None,
@@ -174,10 +184,14 @@ def prepare_dataset(
     ``dataset_yaml_name``: the file the sample type and field map go to (Energon's
     ``--dataset-yaml-name``; load it with ``dataset_config=``); other files in ``.nv-meta``
     are kept.
+
+    Remote roots (``s3://``, ``msc://``) take no lock (object stores have no rename); each
+    object is one PUT, indexes are written only once all checks passed, ``.info.json`` last.
     """
     if "/" in dataset_yaml_name or not dataset_yaml_name.endswith((".yaml", ".yml")):
         raise ConfigError(f"{dataset_yaml_name=} must be a .yaml file name inside .nv-meta")
-    root = Path(root)
+    root = as_path(root)
+    remote = isinstance(root, RemotePath)
     if not root.is_dir():
         raise DatasetFormatError(f"{root}: not a directory")
     config = None
@@ -185,22 +199,24 @@ def prepare_dataset(
         if (split_ratio is None) == (split_parts is None):
             raise ConfigError("give exactly one of --split-ratio and --split-parts")
         config = dataset_yaml(sample_type, field_map, sample_loader, part_filter)
-    with prepare_lock(root):
-        _recover_meta(root)
-        clean_stale_temporaries(root)
+    with contextlib.nullcontext() if isinstance(root, RemotePath) else prepare_lock(root):
+        if isinstance(root, Path):
+            _recover_meta(root)
+            clean_stale_temporaries(root)
         meta = root / META_DIR
         if is_prepared(root) and not (force_overwrite or tar_index_only):
             raise ConfigError(f"{meta} exists; pass --force-overwrite to prepare {root} again")
         shards = find_shards(root)
         if not shards:
             raise DatasetFormatError(f"{root}: no .tar shards found (searched recursively)")
-        written: list[Path] = []
+        written: list[StoragePath] = []
         try:
             scans = []
             for name, scan in zip(shards, scan_shards(root, shards, num_workers, progress)):
                 if scan.count == 0:
                     raise DatasetFormatError(f"{root / name}: shard holds no samples")
-                written.append(write_index(root / name, scan.offsets))  # not yet "prepared"
+                if not remote:  # not yet "prepared"; remote ones once all checks passed
+                    written.append(write_index(root / name, scan.offsets))
                 scans.append(scan)
             if not allow_duplicate_keys:
                 check_unique_keys(root, shards, scans)
@@ -211,8 +227,12 @@ def prepare_dataset(
         except Exception:
             if not is_prepared(root):  # a failed first prepare leaves no index behind
                 for path in written:
-                    path.unlink(missing_ok=True)
+                    if isinstance(path, Path):
+                        path.unlink(missing_ok=True)
             raise
+        if remote:
+            for name, scan in zip(shards, scans):
+                write_index(root / name, scan.offsets)
         report = PrepareReport(root, shards, [scan.count for scan in scans], parts)
         for scan in scans:
             scan.key_hashes = scan.key_hashes[:0]  # free them before the metadata
@@ -236,7 +256,7 @@ def prepare_dataset(
     return report
 
 
-def is_prepared(root: Path) -> bool:
+def is_prepared(root: StoragePath) -> bool:
     """``.nv-meta`` has its ``.info.json`` (or legacy ``.info.yaml``)."""
     meta = root / META_DIR
     return (meta / INFO_JSON).is_file() or (meta / INFO_YAML).is_file()
@@ -254,13 +274,19 @@ def _recover_meta(root: Path) -> None:
 
 
 def _write_meta(
-    root: Path,
+    root: StoragePath,
     report: PrepareReport,
     config: dict[str, Any],
     exclude: list[str],
     record: dict[str, Any],
     dataset_yaml_name: str = "dataset.yaml",
 ) -> None:
+    if isinstance(root, RemotePath):  # each object is one PUT; .info.json, read first, last
+        write_split(root / META_DIR, report.split_parts, exclude)
+        write_record(root / META_DIR, record)
+        write_atomic(root / META_DIR / dataset_yaml_name, yaml.safe_dump(config, sort_keys=False).encode())  # fmt: skip
+        write_info(root / META_DIR, DatasetInfo(report.shard_names, report.shard_counts, VERSION_TAG))  # fmt: skip
+        return
     meta = root / META_DIR
     tmp = root / f"{META_DIR}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)

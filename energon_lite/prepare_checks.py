@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,6 +17,7 @@ import numpy as np
 from energon_lite.errors import ConfigError, DatasetFormatError, logger
 from energon_lite.index.tar import first_member_name, parse_sample, split_name
 from energon_lite.index.tar_index import ShardScan
+from energon_lite.storage import ShardFile, StoragePath
 
 # The fields Energon's sample types declare without a default: a field map must give them.
 REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
@@ -66,15 +66,19 @@ def _access(value: Any, path: list[str], spec: str, where: str) -> None:
             )
 
 
-def check_field_access(field_map: dict[str, str], root: Path, shard: str, scan: ShardScan) -> None:
+def check_field_access(
+    field_map: dict[str, str], root: StoragePath, shard: str, scan: ShardScan
+) -> None:
     """Resolve every ``part[key]...`` access of the field map in the shard's first sample."""
     accesses = {f: spec for f, spec in field_map.items() if "[" in spec}
     if not accesses:
         return
     offsets = scan.offsets
-    with open(root / shard, "rb") as file:
-        file.seek(int(offsets[0]))
-        buf = file.read(int(offsets[1]) - int(offsets[0]))
+    file = ShardFile(root / shard)
+    try:
+        buf = file.pread(int(offsets[1]) - int(offsets[0]), int(offsets[0]))
+    finally:
+        file.close()
     key, parts = parse_sample(memoryview(buf), int(offsets[0]), str(root / shard))
     where = f"{root / shard}: sample {key!r}"
     for spec in accesses.values():
@@ -92,7 +96,7 @@ def check_field_access(field_map: dict[str, str], root: Path, shard: str, scan: 
         _access(value, path, spec, where)
 
 
-def check_unique_keys(root: Path, shards: list[str], scans: list[ShardScan]) -> None:
+def check_unique_keys(root: StoragePath, shards: list[str], scans: list[ShardScan]) -> None:
     """Refuse a sample key present in two shards, naming the key and both shards.
 
     Memory: the 8-byte key hashes of all samples and one sorted copy (160 MB for 10M
@@ -128,13 +132,18 @@ def check_unique_keys(root: Path, shards: list[str], scans: list[ShardScan]) -> 
                 )
 
 
-def _key_at(root: Path, shards: list[str], scans: list[ShardScan], starts: Any, p: int) -> str:
+def _key_at(
+    root: StoragePath, shards: list[str], scans: list[ShardScan], starts: Any, p: int
+) -> str:
     """The key of the ``p``-th sample over all shards (one header read)."""
     shard = int(np.searchsorted(starts, p, side="right")) - 1
     offset = int(scans[shard].offsets[p - int(starts[shard])])
     path = root / shards[shard]
-    with open(path, "rb") as file:
-        name = first_member_name(file.fileno(), offset, str(path))
+    file = ShardFile(path)
+    try:
+        name = first_member_name(file, offset, str(path))
+    finally:
+        file.close()
     split = split_name(name)
     return split[0] if split else name
 

@@ -20,6 +20,8 @@ from energon_lite.decode import SampleDecoder
 from energon_lite.errors import DatasetFormatError
 from energon_lite.restore_key import SampleKey
 from energon_lite.samples import SourceInfo
+from energon_lite.storage import StoragePath, as_path
+from energon_lite.storage.ops import local_copy
 from energon_lite.type_resolver import (
     check_trusted_module,
     inside_dataset,
@@ -33,14 +35,26 @@ CRUDE_CLASSES = ("CrudeWebdataset", "DefaultCrudeWebdataset")
 
 
 def _load_function(
-    spec: str, meta_dir: Path, where: str, modules: dict[str, ModuleType]
+    spec: str, meta_dir: StoragePath, where: str, modules: dict[str, ModuleType]
 ) -> Callable[..., Any]:
     file, sep, name = spec.partition(":")
     if not sep:
         raise DatasetFormatError(f"{where}: {spec!r} must look like 'file.py:function'")
-    path = inside_dataset(file, meta_dir, where)
+    path: StoragePath
+    if isinstance(meta_dir, Path):
+        path = local = inside_dataset(file, meta_dir, where)
+    else:  # a remote dataset: the same rule on the name, then a local copy to import
+        if Path(file).is_absolute() or ".." in Path(file).parts:
+            raise DatasetFormatError(
+                f"{where}: {file!r} points outside the dataset folder {meta_dir.parent}; a "
+                "dataset may only load code stored inside it"
+            )
+        path = meta_dir / file
+        if not path.is_file():
+            raise DatasetFormatError(f"{where}: {spec!r}: file {path} not found")
+        local = local_copy(path)
     if path.stem not in modules:
-        modules[path.stem] = load_module_file(path, where)
+        modules[path.stem] = load_module_file(Path(local), where)
     try:
         return getattr(modules[path.stem], name)
     except AttributeError:
@@ -62,7 +76,7 @@ class SampleFactory:
     """``build(raw, decoder, subflavors)``: a raw sample of one dataset -> typed sample or crude dict."""
 
     def __init__(
-        self, config: dict[str, Any], meta_dir: Path, allowed_modules: Sequence[str] = ()
+        self, config: dict[str, Any], meta_dir: StoragePath, allowed_modules: Sequence[str] = ()
     ) -> None:
         """``allowed_modules``: modules (trusted code) whose classes ``sample_type`` may name,
         besides energon_lite's types and classes of the dataset's own sample_loader file."""
@@ -82,7 +96,7 @@ class SampleFactory:
             return
         if config.get("__class__") == "JoinedWebdataset":  # a join: one factory per dataset
             self.joined = [
-                (SampleFactory(p["config"], Path(p["root"]) / ".nv-meta"), p.get("subflavors"))
+                (SampleFactory(p["config"], as_path(p["root"]) / ".nv-meta"), p.get("subflavors"))
                 for p in config["partners"]
             ]
             self.join_names = [p["name"] for p in config["partners"]]

@@ -19,17 +19,21 @@ Rules a source keeps:
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
+
+from energon_lite.storage import StoragePath
 
 
 @runtime_checkable
 class Source(Protocol):
     """One split of one dataset as runs of samples with random access (see the module doc)."""
 
-    root: Path  # where the dataset lives (its prepared folder)
+    @property
+    def root(self) -> StoragePath:  # where the dataset lives (prepared folder, local or remote)
+        ...
+
     split_part: str
     config: dict[str, Any]  # dataset.yaml: sample type, field map, subflavors ...
     shard_names: list[str]

@@ -99,7 +99,7 @@ def test_cli_prepare_jsonl_and_error(tmp_path: Path, capsys: pytest.CaptureFixtu
     out = capsys.readouterr().out
     assert "Found 10 samples" in out and "Done" in out
     bad = _lines(tmp_path, '{"a": 1}\n{oops}\n', "b.jsonl")
-    assert cli(["prepare", str(bad)]) == 1
+    assert cli(["prepare", str(bad)]) == 1  # cli/errors.py: every error exits with 1
     assert "b.jsonl:2: line 2: malformed JSON" in capsys.readouterr().err
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from energon_lite.errors import EnergonLiteError
+from energon_lite.storage import is_url
 
 PATH_COMMANDS = ("info", "preview", "lint")
 
@@ -32,7 +33,8 @@ def run_reporting_errors(args: argparse.Namespace) -> int:
     """``args.fn(args)``, with every error reported as one line and exit status 1."""
     prefix = f"energon-lite {args.command}: error:"
     try:
-        if args.command in PATH_COMMANDS and not Path(args.path).exists():
+        # a remote path (s3://, msc://, http(s)://) is checked when the dataset opens
+        if args.command in PATH_COMMANDS and not is_url(args.path) and not Path(args.path).exists():
             raise FileNotFoundError(
                 2, "no such file or directory (the path does not exist)", args.path
             )

@@ -18,9 +18,10 @@ from energon_lite.kinds import DatasetKind, kind_of, resolve_path
 from energon_lite.restore_key import SampleKey
 from energon_lite.sample_factory import SampleFactory
 from energon_lite.source import Source
+from energon_lite.storage import RemotePath, StoragePath, as_path, ops
 
 
-def _open(root: Path, split_part: str) -> Source:
+def _open(root: StoragePath, split_part: str) -> Source:
     """One split of a prepared dataset of any kind that opens as a source."""
     kind = kind_of(root)
     assert kind.open is not None  # callers handle kinds without a source first
@@ -37,29 +38,35 @@ def _positions(source: Source) -> Iterator[tuple[int, int]]:
             yield shard_id, index
 
 
+def _local(path: StoragePath) -> Path:
+    """Kinds other than the tar folder read local files only (remote paths are tar folders)."""
+    assert isinstance(path, Path), path
+    return path
+
+
 def _not_openable(kind: DatasetKind, command: str) -> EnergonLiteError:
     return ConfigError(f"`energon-lite {command}` does not know {kind.name} datasets yet")
 
 
-def dataset_info(root: str | os.PathLike[str]) -> str:
+def dataset_info(root: str | os.PathLike[str] | RemotePath) -> str:
     """Counts per split, bytes, sample type, field map and the parts of the first samples."""
-    given, kind = Path(root), kind_of(root)
+    given, kind = as_path(root), kind_of(root)
     if kind.open is None:
         if kind.describe is None:
             raise _not_openable(kind, "info")
-        return "\n".join(kind.describe(given))
+        return "\n".join(kind.describe(_local(given)))
     root = resolve_path(given)
     info = load_info(root)
     split = load_split(root)
     config = load_dataset_config(root)
     counts = dict(zip(info.shard_names, info.shard_counts))
-    size = sum((root / name).stat().st_size for name in info.shard_names if (root / name).exists())
+    size = sum(ops.size(root / name) for name in info.shard_names if (root / name).exists())
     lines = [
         f"dataset {given}",
         f"  total: {sum(info.shard_counts)} samples, {len(info.shard_names)} shards, {size / 1e6:.1f} MB",
     ]
     if kind.describe is not None:
-        lines.extend(kind.describe(given))
+        lines.extend(kind.describe(_local(given)))
     for name, shards in split.split_parts.items():
         samples = sum(counts.get(s, 0) for s in shards if s not in split.exclude)
         lines.append(f"  split {name}: {samples} samples in {len(shards)} shards")
@@ -92,13 +99,15 @@ def _summary(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def preview(root: str | os.PathLike[str], split_part: str = "train", num: int = 5) -> list[str]:
+def preview(
+    root: str | os.PathLike[str] | RemotePath, split_part: str = "train", num: int = 5
+) -> list[str]:
     """One line per field of the first ``num`` samples of a split."""
     kind = kind_of(root)
     if kind.open is None:
         if kind.preview is None:
             raise _not_openable(kind, "preview")
-        return kind.preview(Path(root), split_part, num)
+        return kind.preview(_local(as_path(root)), split_part, num)
     dataset = _open(resolve_path(root), split_part)
     factory = SampleFactory(dataset.config, dataset.root / META_DIR)
     decoder = SampleDecoder()
@@ -118,7 +127,9 @@ def preview(root: str | os.PathLike[str], split_part: str = "train", num: int = 
 
 
 def lint(
-    root: str | os.PathLike[str], progress: bool = True, split_parts: Sequence[str] | None = None
+    root: str | os.PathLike[str] | RemotePath,
+    progress: bool = True,
+    split_parts: Sequence[str] | None = None,
 ) -> list[str]:
     """Decode every sample of every split (or of ``split_parts``); one line per failure.
 
@@ -126,13 +137,13 @@ def lint(
     shard in two splits is one too. Video-text tables also get their media checked, robot
     episodes every frame decoded.
     """
-    given, kind = Path(root), kind_of(root)
+    given, kind = as_path(root), kind_of(root)
     if kind.open is None:
         if kind.lint is None:
             raise _not_openable(kind, "lint")
-        return kind.lint(given, progress)
+        return kind.lint(_local(given), progress)
     root = resolve_path(given)
-    problems = kind.lint(given, progress) if kind.lint is not None else []
+    problems = kind.lint(_local(given), progress) if kind.lint is not None else []
     split = load_split(root)
     known = split.split_parts
     owner: dict[str, str] = {}

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from energon_lite.cli.errors import Parser, run_reporting_errors
+from energon_lite.storage import as_path
 
 
 def _parse_ratio(text: str) -> list[tuple[str, float]]:
@@ -45,7 +46,7 @@ def _interactive(args: argparse.Namespace) -> None:
     from energon_lite.prepare import find_shards
     from energon_lite.samples import SAMPLE_TYPES, sample_field_names
 
-    shards = find_shards(Path(args.path))
+    shards = find_shards(as_path(args.path))
     print(f"Found {len(shards)} shards under {args.path}")
     if not (args.split_ratio or args.split_parts):
         args.split_ratio = _ask("Split ratio train,val,test", "8,1,1")

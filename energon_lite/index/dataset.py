@@ -13,16 +13,17 @@ import hashlib
 import itertools
 import os
 from collections import Counter, OrderedDict
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from energon_lite.errors import DatasetFormatError, short_repr
+from energon_lite.errors import DatasetFormatError, RemoteStorageError, short_repr
 from energon_lite.index.meta import DatasetInfo, load_dataset_config, load_info, load_split
 from energon_lite.index.shard_record import check_shards, content_identity, load_record
 from energon_lite.index.tar import first_member_name, parse_sample, split_name
 from energon_lite.index.tar_index import open_index
+from energon_lite.storage import RemotePath, ShardFile, StoragePath, as_path
+from energon_lite.storage.ranged import unreadable_samples
 
 _MAX_OPEN_FILES = 32
 _MAX_OPEN_INDEXES = 256
@@ -33,20 +34,19 @@ class PreparedDataset:
 
     def __init__(
         self,
-        root: str | os.PathLike[str],
+        root: str | os.PathLike[str] | RemotePath,
         split_part: str,
         *,
         split_config: str = "split.yaml",
         dataset_config: str = "dataset.yaml",
         subset: tuple[int | str, int | str] | None = None,
     ) -> None:
-        self.root = Path(root)
+        self.root = as_path(root)
         self.split_part = split_part
         self._pid = os.getpid()
-        self._files: OrderedDict[int, int] = OrderedDict()
+        self._files: OrderedDict[int, ShardFile] = OrderedDict()
         self._indexes: dict[int, np.ndarray] = {}
         self._fingerprint: str | None = None
-        self._sizes: dict[int, int] = {}  # file size by open descriptor
         info = load_info(self.root)
         split = load_split(self.root, split_config)
         self.config: dict[str, Any] = load_dataset_config(self.root, dataset_config)
@@ -173,7 +173,7 @@ class PreparedDataset:
 
     # I/O ------------------------------------------------------------------------------
 
-    def _fd(self, shard_id: int) -> int:
+    def _fd(self, shard_id: int) -> ShardFile:
         if os.getpid() != self._pid:  # forked: never share file offsets or maps with the parent
             self._files.clear()
             self._indexes.clear()
@@ -181,19 +181,9 @@ class PreparedDataset:
         fd = self._files.get(shard_id)
         if fd is None:
             if len(self._files) >= _MAX_OPEN_FILES:
-                os.close(self._files.popitem(last=False)[1])
-            path = self.root / self.shard_names[shard_id]
-            try:
-                fd = os.open(path, os.O_RDONLY)
-            except FileNotFoundError:
-                raise DatasetFormatError(
-                    f"{path}: shard is missing (deleted, moved or a dangling link); restore it "
-                    "or re-run prepare"
-                ) from None
-            except OSError as exc:
-                raise DatasetFormatError(f"{path}: cannot open shard: {exc.strerror}") from None
+                self._files.popitem(last=False)[1].close()
+            fd = ShardFile(self.root / self.shard_names[shard_id])  # missing: names the path
             self._files[shard_id] = fd
-            self._sizes[fd] = os.fstat(fd).st_size
         else:
             self._files.move_to_end(shard_id)
         return fd
@@ -225,12 +215,15 @@ class PreparedDataset:
         base = bounds[0]
         fd = self._fd(shard_id)
         where = str(self.root / self.shard_names[shard_id])
-        if any(b <= a for a, b in itertools.pairwise(bounds)) or bounds[-1] > self._sizes[fd]:
+        if any(b <= a for a, b in itertools.pairwise(bounds)) or bounds[-1] > fd.size:
             raise DatasetFormatError(
                 f"{where}.idx: offsets of samples [{start}, {end}) are not increasing inside "
-                f"the shard's {self._sizes[fd]} bytes: the index is corrupt; re-run prepare"
+                f"the shard's {fd.size} bytes: the index is corrupt; re-run prepare"
             )
-        buf = os.pread(fd, bounds[-1] - base, base)
+        try:
+            buf = fd.pread(bounds[-1] - base, base)
+        except RemoteStorageError as exc:  # retries spent: these samples fail, training goes on
+            return unreadable_samples(where, bounds, exc)
         if len(buf) != bounds[-1] - base:
             raise DatasetFormatError(f"{where}: file is shorter than its .tar.idx says")
         view = memoryview(buf)
@@ -256,8 +249,8 @@ class PreparedDataset:
         return set(found.values())
 
     def close(self) -> None:
-        for fd in self._files.values():
-            os.close(fd)
+        for shard in self._files.values():
+            shard.close()
         self._files.clear()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -267,7 +260,7 @@ class PreparedDataset:
         return state
 
 
-def _resolve_bound(bound: int | str, total: int, root: Path) -> int:
+def _resolve_bound(bound: int | str, total: int, root: StoragePath) -> int:
     if isinstance(bound, int) and not isinstance(bound, bool):
         return bound
     text = str(bound).strip()

@@ -7,42 +7,47 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import yaml
 
 from energon_lite.errors import DatasetFormatError, short_repr, unknown_keys
 from energon_lite.index.bounded import YAMLBoundError, expand_bounded, load_bounded_yaml
+from energon_lite.storage import RemotePath, StoragePath, as_path
+from energon_lite.storage.ops import write_atomic
 
 META_DIR = ".nv-meta"
 INFO_JSON = ".info.json"
 INFO_YAML = ".info.yaml"
 
 
-def load_yaml(path: str | os.PathLike[str]) -> Any:
+def load_yaml(path: str | os.PathLike[str] | RemotePath) -> Any:
     """Parse a YAML (or JSON) file within bounds (``index/bounded.py``: no alias bombs, no
     deep nesting); a syntax error names the file and line."""
-    path = Path(path)
+    where_file = as_path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = where_file.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise DatasetFormatError(f"{path}: file not found") from None
+        raise DatasetFormatError(f"{where_file}: file not found") from None
     except UnicodeDecodeError as exc:
-        raise DatasetFormatError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+        raise DatasetFormatError(f"{where_file}: not UTF-8 text (byte {exc.start})") from None
     except OSError as exc:
-        raise DatasetFormatError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        raise DatasetFormatError(f"{where_file}: cannot read: {exc.strerror or exc}") from None
     try:
         return load_bounded_yaml(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+        where = (
+            f"{where_file}:{mark.line + 1}:{mark.column + 1}"
+            if mark is not None
+            else str(where_file)
+        )
         problem = getattr(exc, "problem", None) or str(exc)
         label = "YAML refused" if isinstance(exc, YAMLBoundError) else "YAML syntax error"
         raise DatasetFormatError(f"{where}: {label}: {problem}") from None
     except (ValueError, OverflowError, RecursionError) as exc:  # e.g. a 5000-digit integer
         message = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
-        raise DatasetFormatError(f"{path}: YAML value not accepted: {message}") from None
+        raise DatasetFormatError(f"{where_file}: YAML value not accepted: {message}") from None
 
 
 MAX_NAMES = 1_000_000  # brace patterns outside a dataset (prepare's --split-parts)
@@ -62,8 +67,8 @@ class DatasetInfo:
     energon_version: str | None = None
 
 
-def load_info(root: str | os.PathLike[str]) -> DatasetInfo:
-    meta = Path(root) / META_DIR
+def load_info(root: str | os.PathLike[str] | RemotePath) -> DatasetInfo:
+    meta = as_path(root) / META_DIR
     json_path, yaml_path = meta / INFO_JSON, meta / INFO_YAML
     if json_path.is_file():
         try:
@@ -91,12 +96,12 @@ def load_info(root: str | os.PathLike[str]) -> DatasetInfo:
     return DatasetInfo(list(counts), list(counts.values()), data.get("energon_version"))
 
 
-def write_info(meta_dir: Path, info: DatasetInfo) -> None:
+def write_info(meta_dir: StoragePath, info: DatasetInfo) -> None:
     payload = {
         "energon_version": info.energon_version,
         "shard_counts": dict(zip(info.shard_names, info.shard_counts)),
     }
-    (meta_dir / INFO_JSON).write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    write_atomic(meta_dir / INFO_JSON, (json.dumps(payload, indent=2) + "\n").encode())
 
 
 _SPLIT_KEYS = ("split_parts", "exclude")
@@ -115,11 +120,11 @@ DATASET_KEYS = (
 class SplitConfig:
     split_parts: dict[str, list[str]]  # brace-expanded shard names per split
     exclude: list[str]  # brace-expanded: shard names or "<shard>/<sample key>"
-    source: Path
+    source: StoragePath
 
 
-def load_split(root: str | os.PathLike[str], name: str = "split.yaml") -> SplitConfig:
-    meta = Path(root) / META_DIR
+def load_split(root: str | os.PathLike[str] | RemotePath, name: str = "split.yaml") -> SplitConfig:
+    meta = as_path(root) / META_DIR
     path = meta / name
     if not path.is_file() and name == "split.yaml" and (meta / "split.json").is_file():
         path = meta / "split.json"
@@ -149,14 +154,17 @@ def load_split(root: str | os.PathLike[str], name: str = "split.yaml") -> SplitC
     return SplitConfig(parts, exclude, path)
 
 
-def write_split(meta_dir: Path, split_parts: dict[str, list[str]], exclude: list[str]) -> None:
+def write_split(
+    meta_dir: StoragePath, split_parts: dict[str, list[str]], exclude: list[str]
+) -> None:
     payload = {"split_parts": split_parts, "exclude": exclude}
-    with open(meta_dir / "split.yaml", "w", encoding="utf-8") as file:
-        yaml.safe_dump(payload, file, sort_keys=False)
+    write_atomic(meta_dir / "split.yaml", yaml.safe_dump(payload, sort_keys=False).encode())
 
 
-def load_dataset_config(root: str | os.PathLike[str], name: str = "dataset.yaml") -> dict[str, Any]:
-    path = Path(root) / META_DIR / name
+def load_dataset_config(
+    root: str | os.PathLike[str] | RemotePath, name: str = "dataset.yaml"
+) -> dict[str, Any]:
+    path = as_path(root) / META_DIR / name
     data = load_yaml(path)
     if not isinstance(data, dict):
         raise DatasetFormatError(f"{path}: must be a mapping (sample_type/field_map or __class__)")

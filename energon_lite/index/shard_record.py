@@ -9,6 +9,12 @@ Energon reads ``.info.json`` strictly (unknown keys fail) but ignores other file
 ``.nv-meta``, so the record lives in a file of its own. Datasets prepared without it (by
 Energon) skip the check; their identity reads the sizes and both 4 KiB ends of each shard
 and index once, when a loader first asks for it.
+
+Remote datasets (``s3://``, ``msc://``, ``http(s)://``): a copy into object storage gets new
+modification times, so their shards are checked by size only (from the folder listing or a
+HEAD), and a remote prepare records mtime 0. Neither the digest nor the identity involves the
+dataset's location or any mtime, so a local folder and its S3 copy are the same dataset and a
+state saved on one restores on the other.
 """
 
 from __future__ import annotations
@@ -22,39 +28,53 @@ from typing import Any
 from energon_lite.errors import DatasetFormatError
 from energon_lite.index.meta import META_DIR
 from energon_lite.index.tar_index import IDX_SUFFIX, ShardScan
+from energon_lite.storage import RemotePath, StoragePath, ops
 
 RECORD = "energon_lite.json"
 RECORD_VERSION = 1
 _EDGE = 4096  # bytes at each end of a shard and its index hashed without a record
 
 
-def make_record(root: Path, shard_names: list[str], scans: list[ShardScan]) -> dict[str, Any]:
-    """Sizes, mtimes and one digest over the ``.tar.idx`` files and the shards' edges."""
+def make_record(
+    root: StoragePath, shard_names: list[str], scans: list[ShardScan]
+) -> dict[str, Any]:
+    """Sizes, mtimes (0 remotely) and one digest over the ``.tar.idx`` files and the shards'
+    edges; the digest holds no location and no mtime."""
     digest = hashlib.blake2b(digest_size=16)
     shards: dict[str, list[int]] = {}
     for name, scan in zip(shard_names, scans):
         path = root / name
-        st = path.stat()
-        shards[name] = [st.st_size, st.st_mtime_ns]
-        digest.update(f"{name}\0{scan.count}\0{st.st_size}\0".encode("utf-8", "surrogateescape"))
+        if isinstance(path, Path):
+            st = path.stat()
+            size, mtime_ns = st.st_size, st.st_mtime_ns
+        else:
+            size, mtime_ns = ops.size(path), 0
+        shards[name] = [size, mtime_ns]
+        digest.update(f"{name}\0{scan.count}\0{size}\0".encode("utf-8", "surrogateescape"))
         digest.update(scan.offsets.tobytes())
         digest.update(scan.edge_digest.encode())
     return {"version": RECORD_VERSION, "shards": shards, "content_digest": digest.hexdigest()}
 
 
-def write_record(meta_dir: Path, record: dict[str, Any]) -> None:
-    tmp = meta_dir / f"{RECORD}.tmp-{os.getpid()}"
-    tmp.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, meta_dir / RECORD)
+def write_record(meta_dir: StoragePath, record: dict[str, Any]) -> None:
+    """``RECORD.tmp-PID`` + rename locally, one PUT remotely."""
+    ops.write_atomic(meta_dir / RECORD, (json.dumps(record, indent=1) + "\n").encode("utf-8"))
 
 
-def load_record(root: Path) -> dict[str, Any] | None:
+def load_record(root: StoragePath) -> dict[str, Any] | None:
     """The record, or ``None`` for a dataset prepared without one."""
     path = root / META_DIR / RECORD
+    if isinstance(path, RemotePath):
+        try:
+            ops.stat(path)  # from the folder listing the metadata reads anyway
+        except DatasetFormatError:
+            return None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
+        data = json.loads(ops.read_text(path))
+    except DatasetFormatError:
+        if isinstance(path, Path) and not path.exists():
+            return None
+        raise
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise DatasetFormatError(f"{path}: unreadable ({exc}); re-run prepare") from None
     if (
@@ -73,11 +93,15 @@ def _same_mtime(a: int, b: int) -> bool:
 
 
 def check_shards(
-    root: Path, record: dict[str, Any], names: list[str], counts: dict[str, int]
+    root: StoragePath, record: dict[str, Any], names: list[str], counts: dict[str, int]
 ) -> None:
-    """Refuse a shard (or its ``.tar.idx``) that is missing or changed since prepare."""
+    """Refuse a shard (or its ``.tar.idx``) that is missing or changed since prepare;
+    remote shards are compared by size only (a copy into object storage has new mtimes)."""
     where = root / META_DIR / RECORD
     recorded = record["shards"]
+    if isinstance(root, RemotePath):
+        _check_remote(root, where, recorded, names, counts)
+        return
     base = str(root)
     for name in names:
         path = os.path.join(base, name)  # str paths: one stat each, nothing parsed
@@ -115,10 +139,53 @@ def check_shards(
             )
 
 
-def content_identity(root: Path, names: list[str]) -> str:
-    """For datasets without a record: sizes and both ends (4 KiB) of each shard and index."""
+def _check_remote(
+    root: RemotePath,
+    where: StoragePath,
+    recorded: dict[str, Any],
+    names: list[str],
+    counts: dict[str, int],
+) -> None:
+    for name in names:
+        entry = recorded.get(name)
+        if not (isinstance(entry, list) and len(entry) == 2):
+            raise DatasetFormatError(
+                f"{where}: shard {name!r} is not recorded; the dataset changed since "
+                "prepare: re-run prepare"
+            )
+        path = root / name
+        try:
+            size = ops.size(path)
+        except DatasetFormatError:
+            raise DatasetFormatError(
+                f"{path}: shard is missing (deleted or never copied); restore it or re-run prepare"
+            ) from None
+        if size != entry[0]:
+            raise DatasetFormatError(
+                f"{path}: shard changed since prepare (size {entry[0]} -> {size} bytes); its "
+                "index may no longer match it: re-run prepare"
+            )
+        idx = root / (name + IDX_SUFFIX)
+        try:
+            idx_size = ops.size(idx)
+        except DatasetFormatError:
+            raise DatasetFormatError(f"{idx}: missing tar index; re-run prepare") from None
+        if idx_size != (counts[name] + 1) * 8:
+            raise DatasetFormatError(
+                f"{idx}: has {idx_size} bytes, expected {(counts[name] + 1) * 8} for "
+                f"{counts[name]} samples; re-run prepare"
+            )
+
+
+def content_identity(root: StoragePath, names: list[str]) -> str:
+    """For datasets without a record: sizes and both ends (4 KiB) of each shard and index
+    (the same for a local folder and its remote copy)."""
     digest = hashlib.blake2b(digest_size=16)
     for name in names:
+        if isinstance(root, RemotePath):
+            for remote in (root / name, root / (name + IDX_SUFFIX)):
+                digest.update(_remote_edges(remote))
+            continue
         for path in (root / name, Path(str(root / name) + IDX_SUFFIX)):
             try:
                 with open(path, "rb") as file:
@@ -131,3 +198,16 @@ def content_identity(root: Path, names: list[str]) -> str:
             except FileNotFoundError:
                 digest.update(b"missing")
     return digest.hexdigest()
+
+
+def _remote_edges(path: RemotePath) -> bytes:
+    """What ``content_identity`` hashes of a local file, read with ranged GETs."""
+    try:
+        size = ops.size(path)
+    except DatasetFormatError:
+        return b"missing"
+    data = f"{size}:".encode() + (ops.read_range(path, 0, _EDGE) if size else b"")
+    if size > _EDGE:
+        start = max(_EDGE, size - _EDGE)
+        data += ops.read_range(path, start, start + _EDGE)
+    return data

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Iterator
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from energon_lite.errors import DatasetFormatError, short_repr
 
@@ -88,13 +88,22 @@ def parse_sample(buf: bytes | memoryview, base: int, where: str) -> tuple[str, d
     return key, parts
 
 
-def first_member_name(fd: int, offset: int, where: str) -> str:
-    """The path of the first regular member whose headers start at ``offset`` (headers only)."""
+class _Shard(Protocol):
+    @property
+    def size(self) -> int: ...
+
+    def pread(self, size: int, offset: int) -> bytes: ...
+
+
+def first_member_name(fd: int | _Shard, offset: int, where: str) -> str:
+    """The path of the first regular member whose headers start at ``offset`` (headers only);
+    ``fd`` is a file descriptor or a shard with ``pread(size, offset)`` and ``size`` (remote)."""
 
     def read(at: int, size: int) -> bytes:
-        return os.pread(fd, size, at)
+        return os.pread(fd, size, at) if isinstance(fd, int) else fd.pread(size, at)
 
-    for member in _walk(read, offset, os.fstat(fd).st_size, where, data=False):
+    stop = os.fstat(fd).st_size if isinstance(fd, int) else fd.size
+    for member in _walk(read, offset, stop, where, data=False):
         return member.name
     raise DatasetFormatError(f"{where}: no tar member at byte {offset}")
 

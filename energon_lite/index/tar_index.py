@@ -12,12 +12,13 @@ import mmap
 import os
 from array import array
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
 from energon_lite.errors import DatasetFormatError, short_repr
 from energon_lite.index.tar import iter_members, split_name
+from energon_lite.storage import StoragePath, as_path
+from energon_lite.storage.ops import local_copy, write_atomic
 
 IDX_SUFFIX = ".idx"
 EDGE = 1 << 16  # bytes at each end of a shard hashed into its content digest
@@ -124,25 +125,25 @@ def _is_utf8(name: str) -> bool:
     return True
 
 
-def write_index(shard_path: str | os.PathLike[str], offsets: np.ndarray) -> Path:
-    """Write ``<shard>.tar.idx`` atomically (temp file + rename)."""
-    target = Path(str(shard_path) + IDX_SUFFIX)
-    tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")  # unique per process
-    try:
-        tmp.write_bytes(np.asarray(offsets, dtype="<u8").tobytes())
-        os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+def write_index(
+    shard_path: str | os.PathLike[str] | StoragePath, offsets: np.ndarray
+) -> StoragePath:
+    """Write ``<shard>.tar.idx`` atomically (``NAME.tmp-PID`` + rename, or one PUT remotely)."""
+    shard = as_path(shard_path)
+    target = shard.with_name(shard.name + IDX_SUFFIX)
+    write_atomic(target, np.asarray(offsets, dtype="<u8").tobytes())
     return target
 
 
-def open_index(shard_path: str | os.PathLike[str], expected_count: int) -> np.ndarray:
-    """Memory-map ``<shard>.tar.idx``; check it has ``expected_count + 1`` entries."""
-    idx_path = str(shard_path) + IDX_SUFFIX
+def open_index(shard_path: str | os.PathLike[str] | StoragePath, expected_count: int) -> np.ndarray:
+    """Memory-map ``<shard>.tar.idx`` (a remote one from its local cached copy); check it has
+    ``expected_count + 1`` entries."""
+    shard = as_path(shard_path)
+    idx_path = shard.with_name(shard.name + IDX_SUFFIX)
     try:
-        nbytes = os.path.getsize(idx_path)
-    except FileNotFoundError:
+        local = local_copy(idx_path)
+        nbytes = os.path.getsize(local)
+    except (FileNotFoundError, DatasetFormatError):
         raise DatasetFormatError(
             f"{idx_path}: missing tar index; run `energon-lite prepare` on the dataset"
         ) from None
@@ -152,4 +153,4 @@ def open_index(shard_path: str | os.PathLike[str], expected_count: int) -> np.nd
             f"{idx_path}: has {nbytes} bytes, expected {(expected_count + 1) * 8} "
             f"({expected_count} samples + 1 end offset from .info.json); re-run prepare"
         )
-    return np.memmap(idx_path, dtype="<u8", mode="r")
+    return np.memmap(local, dtype="<u8", mode="r")

@@ -29,6 +29,7 @@ from energon_lite.cache.key_index import load_key_index
 from energon_lite.errors import DatasetFormatError
 from energon_lite.index.dataset import PreparedDataset
 from energon_lite.index.meta import load_info
+from energon_lite.storage import local_only
 
 _SHIFT = 40
 
@@ -93,8 +94,8 @@ class JoinedSource:
             match = np.load(path, mmap_mode="r")
             if len(match) == total:
                 return match
-        ours = load_key_index(self.datasets[0].root)
-        theirs = load_key_index(self.datasets[partner].root)
+        ours = load_key_index(local_only(self.datasets[0].root, "join:"))
+        theirs = load_key_index(local_only(self.datasets[partner].root, "join:"))
         where = np.searchsorted(theirs["hash"], ours["hash"])
         where = np.minimum(where, max(0, len(theirs) - 1))
         found = (len(theirs) > 0) & (theirs["hash"][where] == ours["hash"])
@@ -189,4 +190,4 @@ class JoinedSource:
     def as_file_store(self) -> Any:
         from energon_lite.cache.file_store import WebdatasetFileStore
 
-        return WebdatasetFileStore(self.datasets[0].root)
+        return WebdatasetFileStore(local_only(self.datasets[0].root, "join:"))

@@ -16,7 +16,7 @@ import itertools
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -62,7 +62,7 @@ class VideoTextSource(PreparedDataset):
     # arrays are opened lazily so that pickling to worker processes sends only paths
     def _array(self, name: str) -> np.ndarray:
         if self._arrays is None:
-            meta = self.root / META_DIR
+            meta = cast(Path, self.root) / META_DIR  # video-text tables are local folders
             arrays = {
                 name: np.load(meta / f"{name}.npy", mmap_mode="r")
                 for name in ("num_frames", "height", "width", "fps", "offsets")

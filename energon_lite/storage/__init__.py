@@ -1,0 +1,31 @@
+"""Where dataset files live: local folders, S3 (``s3://``), MSC profiles (``msc://``), HTTP.
+
+The dataset code names files with ``as_path(...)`` (a ``pathlib.Path`` or a ``RemotePath``)
+and reads them through ``ops`` and ``ShardFile``; nothing above the dataset (the Reader, the
+stages, the loader) knows where the bytes come from. See docs/remote.md.
+"""
+
+from __future__ import annotations
+
+from energon_lite.storage.path import (
+    RemotePath,
+    StoragePath,
+    as_path,
+    is_remote,
+    is_url,
+    local_only,
+)
+from energon_lite.storage.ranged import ShardFile
+from energon_lite.storage.retry import STATS, scrub
+
+__all__ = [
+    "STATS",
+    "RemotePath",
+    "ShardFile",
+    "StoragePath",
+    "as_path",
+    "is_remote",
+    "is_url",
+    "local_only",
+    "scrub",
+]

@@ -1,0 +1,135 @@
+"""One fsspec client per store and process: ``s3fs`` for ``s3://``/``msc://``, aiohttp for HTTP.
+
+Clients are opened lazily and keyed by the process id, so a DataLoader worker forked from a
+process that already held one opens its own (a client's connection pool and event loop must
+never be shared across ``fork``). Retries are ours (``retry.py``): botocore's and s3fs's own
+retry loops are set to a single attempt so every retry is counted and backed off in one place.
+
+Endpoint and credentials, for ``s3://``: ``storage_options`` given with the path (s3fs's
+arguments: ``endpoint_url``, ``key``, ``secret``, ``token``, ``profile``, ``region_name``,
+``anon``), else the standard AWS environment (``AWS_ENDPOINT_URL`` / ``AWS_ENDPOINT_URL_S3``,
+``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``, ``AWS_PROFILE``,
+``AWS_DEFAULT_REGION``, ``~/.aws/config``) read by botocore. ``msc://`` takes them from the
+MSC profile (``msc.py``), overridden by ``storage_options``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from energon_lite.errors import ConfigError
+from energon_lite.storage.msc import MscProfile, load_profile
+from energon_lite.storage.path import RemotePath
+
+DEFAULT_TIMEOUT = 30.0  # seconds per request (connect and read)
+
+_ENV = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_DEFAULT_REGION", "MSC_CONFIG")  # fmt: skip
+_pid = os.getpid()
+_clients: dict[tuple[Any, ...], Any] = {}
+_profiles: dict[tuple[str, str], MscProfile] = {}
+
+
+@dataclass(frozen=True)
+class Target:
+    """A client and the path to hand it for one RemotePath."""
+
+    fs: Any  # an fsspec AbstractFileSystem
+    path: str  # "bucket/key" for S3, the URL for HTTP, a local path for msc file profiles
+    secrets: tuple[str, ...]  # values to scrub from any message
+
+
+def _freeze(options: dict[str, Any]) -> tuple[Any, ...]:
+    return tuple(sorted((k, repr(v)) for k, v in options.items()))
+
+
+def _need(module: str) -> Any:
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise ConfigError(f"remote paths need {module}: pip install 'energon-lite[s3]'") from None
+
+
+def _s3_client(options: dict[str, Any]) -> Any:
+    s3fs = _need("s3fs")
+
+    options = dict(options)
+    timeout = float(options.pop("timeout", DEFAULT_TIMEOUT))
+    region = options.pop("region_name", None) or os.environ.get("AWS_DEFAULT_REGION")
+    client_kwargs = dict(options.pop("client_kwargs", {}) or {})
+    if region:
+        client_kwargs.setdefault("region_name", region)
+    endpoint = options.pop("endpoint_url", None) or os.environ.get(
+        "AWS_ENDPOINT_URL_S3", os.environ.get("AWS_ENDPOINT_URL")
+    )
+    config_kwargs = {
+        "retries": {"total_max_attempts": 1, "mode": "standard"},
+        "connect_timeout": timeout,
+        "read_timeout": timeout,
+        **(options.pop("config_kwargs", {}) or {}),
+    }
+    fs = s3fs.S3FileSystem(
+        endpoint_url=endpoint,
+        client_kwargs=client_kwargs,
+        config_kwargs=config_kwargs,
+        skip_instance_cache=True,
+        **options,
+    )
+    fs.retries = 1  # s3fs's own retry loop: one attempt, ours counts and backs off
+    return fs
+
+
+def _http_client(options: dict[str, Any]) -> Any:
+    aiohttp = _need("aiohttp")
+    HTTPFileSystem = _need("fsspec.implementations.http").HTTPFileSystem
+
+    options = dict(options)
+    timeout = float(options.pop("timeout", DEFAULT_TIMEOUT))
+    client_kwargs = {
+        "timeout": aiohttp.ClientTimeout(total=None, connect=timeout, sock_read=timeout),
+        **(options.pop("client_kwargs", {}) or {}),
+    }
+    return HTTPFileSystem(skip_instance_cache=True, client_kwargs=client_kwargs, **options)
+
+
+def _secrets(options: dict[str, Any]) -> tuple[str, ...]:
+    values = [options.get(k) for k in ("key", "secret", "token", "password")]
+    values += [os.environ.get(k) for k in ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")]
+    values.append(os.environ.get("AWS_ACCESS_KEY_ID"))
+    headers = options.get("headers") or {}
+    values += [str(v) for v in headers.values()]
+    return tuple(v for v in values if isinstance(v, str) and len(v) >= 4)
+
+
+def target(path: RemotePath) -> Target:
+    """The client for ``path`` in this process (opened on first use after a fork)."""
+    global _pid
+    if os.getpid() != _pid:
+        _clients.clear()
+        _pid = os.getpid()
+    options = dict(path.storage_options)
+    if path.scheme == "msc":
+        named = (path.netloc, os.environ.get("MSC_CONFIG", ""))  # read once per config file
+        profile = _profiles.get(named)
+        if profile is None:
+            profile = _profiles[named] = load_profile(path.netloc)
+        if profile.kind == "file":
+            from fsspec.implementations.local import LocalFileSystem
+
+            return Target(LocalFileSystem(), os.path.join(profile.base, path.key), ())
+        options = {**profile.options, **options}
+        where = f"{profile.base}/{path.key}".rstrip("/")
+        scheme = "s3"
+    elif path.scheme == "s3":
+        where, scheme = f"{path.netloc}/{path.key}".rstrip("/"), "s3"
+    else:
+        where, scheme = path.url, "http"
+    env = tuple(os.environ.get(k) for k in _ENV)  # a changed environment gets a new client
+    key = (scheme, _freeze(options), env)
+    fs = _clients.get(key)
+    if fs is None:
+        fs = _clients[key] = _s3_client(options) if scheme == "s3" else _http_client(options)
+    return Target(fs, where, _secrets(options))

@@ -1,0 +1,199 @@
+"""``RemotePath``: a pathlib-like name for an object under ``s3://``, ``msc://`` or ``http(s)://``.
+
+Local paths stay ``pathlib.Path``; ``as_path`` turns a string or path-like into one of the
+two. A ``RemotePath`` supports what the dataset code uses of ``pathlib.Path``: ``/``,
+``name``, ``suffix``, ``stem``, ``parent``, ``with_name``, ``resolve`` and the I/O calls
+``exists``, ``is_file``, ``is_dir``, ``read_bytes``, ``read_text`` (which go through
+``energon_lite.storage.ops``). ``str()`` is the URL without user info or query string, so
+a path can be printed in errors and logs without leaking a credential or a signature.
+
+``storage_options`` (endpoint, credentials, profile...) ride along with the path, are
+handed to the client library, and never appear in ``str``/``repr``; they take no part in
+equality, so a dataset is the same dataset whichever credentials open it.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from energon_lite.errors import ConfigError
+
+SCHEMES = ("s3", "msc", "http", "https")
+
+
+def is_url(value: object) -> bool:
+    """True for a string (or RemotePath) naming an object under a remote scheme."""
+    if isinstance(value, RemotePath):
+        return True
+    if not isinstance(value, str):
+        return False
+    scheme, sep, _ = value.partition("://")
+    return bool(sep) and scheme.lower() in SCHEMES
+
+
+class RemotePath:
+    """An object or prefix in a remote store, e.g. ``s3://bucket/datasets/laion``."""
+
+    __slots__ = ("_query", "_userinfo", "key", "netloc", "scheme", "storage_options")
+
+    def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None) -> None:
+        parts = urlsplit(url)
+        scheme = parts.scheme.lower()
+        if scheme not in SCHEMES or not parts.hostname:
+            raise ConfigError(
+                f"{redact_url(url)!r} is not a remote path; allowed: s3://bucket/prefix, "
+                "msc://profile/prefix, http(s)://host/path"
+            )
+        self.scheme = scheme
+        host = parts.hostname if scheme in ("http", "https") else parts.netloc.rpartition("@")[2]
+        self.netloc = f"{host}:{parts.port}" if scheme in ("http", "https") and parts.port else host
+        self._userinfo = parts.netloc.rpartition("@")[0] if "@" in parts.netloc else ""
+        self._query = parts.query
+        self.key = posixpath.normpath(parts.path).strip("/") if parts.path.strip("/") else ""
+        if self.key == ".":
+            self.key = ""
+        self.storage_options = dict(storage_options or {})
+
+    def _with_key(self, key: str) -> RemotePath:
+        new = object.__new__(RemotePath)
+        new.scheme, new.netloc, new._userinfo = self.scheme, self.netloc, self._userinfo
+        new._query = ""  # a query (signature) belongs to one object only
+        new.key = key
+        new.storage_options = self.storage_options
+        return new
+
+    # pure path operations ----------------------------------------------------------------
+
+    def __truediv__(self, other: str | os.PathLike[str]) -> RemotePath:
+        text = os.fspath(other)
+        if is_url(text):
+            return RemotePath(text, self.storage_options)
+        joined = posixpath.normpath(posixpath.join("/" + self.key, text)).lstrip("/")
+        return self._with_key("" if joined == "." else joined)
+
+    @property
+    def name(self) -> str:
+        return posixpath.basename(self.key)
+
+    @property
+    def suffix(self) -> str:
+        name = self.name
+        dot = name.rfind(".")
+        return name[dot:] if 0 < dot < len(name) - 1 else ""
+
+    @property
+    def stem(self) -> str:
+        suffix = self.suffix
+        return self.name[: -len(suffix)] if suffix else self.name
+
+    @property
+    def parent(self) -> RemotePath:
+        return self._with_key(posixpath.dirname(self.key))
+
+    def with_name(self, name: str) -> RemotePath:
+        return self._with_key(posixpath.join(posixpath.dirname(self.key), name))
+
+    def resolve(self) -> RemotePath:
+        return self
+
+    def relative_to(self, other: RemotePath) -> str:
+        prefix = other.key + "/" if other.key else ""
+        if (self.scheme, self.netloc) != (other.scheme, other.netloc) or not self.key.startswith(
+            prefix
+        ):
+            raise ConfigError(f"{self} is not under {other}")
+        return self.key[len(prefix) :]
+
+    @property
+    def url(self) -> str:
+        """The full URL for the client library (user info and query string included)."""
+        auth = self._userinfo + "@" if self._userinfo else ""
+        query = "?" + self._query if self._query else ""
+        return f"{self.scheme}://{auth}{self.netloc}/{self.key}{query}"
+
+    def __str__(self) -> str:
+        return f"{self.scheme}://{self.netloc}/{self.key}"
+
+    def __repr__(self) -> str:
+        return f"RemotePath({str(self)!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RemotePath) and (self.scheme, self.netloc, self.key) == (
+            other.scheme,
+            other.netloc,
+            other.key,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.scheme, self.netloc, self.key))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (RemotePath, (self.url, self.storage_options))
+
+    # I/O (see ops.py) ------------------------------------------------------------------------
+
+    def exists(self) -> bool:
+        from energon_lite.storage import ops
+
+        return ops.exists(self)
+
+    def is_file(self) -> bool:
+        from energon_lite.storage import ops
+
+        return ops.is_file(self)
+
+    def is_dir(self) -> bool:
+        from energon_lite.storage import ops
+
+        return ops.is_dir(self)
+
+    def read_bytes(self) -> bytes:
+        from energon_lite.storage import ops
+
+        return ops.read_bytes(self)
+
+    def read_text(self, encoding: str = "utf-8") -> str:
+        return self.read_bytes().decode(encoding)
+
+
+StoragePath = Path | RemotePath
+
+
+def as_path(
+    value: str | os.PathLike[str] | RemotePath, storage_options: Mapping[str, Any] | None = None
+) -> StoragePath:
+    """A ``RemotePath`` for a URL (or a RemotePath, kept), else a ``pathlib.Path``."""
+    if isinstance(value, RemotePath):
+        if storage_options:
+            return RemotePath(value.url, {**value.storage_options, **storage_options})
+        return value
+    if isinstance(value, str) and is_url(value):
+        return RemotePath(value, storage_options)
+    return Path(value)
+
+
+def is_remote(path: object) -> bool:
+    return isinstance(path, RemotePath)
+
+
+def local_only(path: StoragePath, what: str) -> Path:
+    """``path`` if it is local; remote stores hold prepared tar folders only, so JSONL,
+    joins, ``aux:`` and reading by file name (cache pool, cookers) refuse them."""
+    if isinstance(path, RemotePath):
+        raise ConfigError(f"{path}: {what} needs a local path; remote stores are read as prepared tar folders only")  # fmt: skip
+    return path
+
+
+def redact_url(text: str) -> str:
+    """A URL without user info and query string (where signatures and tokens live)."""
+    try:
+        parts = urlsplit(text)
+    except ValueError:
+        return "<unparsable url>"
+    host = parts.netloc.rpartition("@")[2]
+    return f"{parts.scheme}://{host}{parts.path}" if parts.scheme else text.split("?", 1)[0]

@@ -1,0 +1,151 @@
+"""``ShardFile``: ``pread`` on a shard, local (one system call) or remote (windows with read-ahead).
+
+When a remote read fails for good (``RemoteStorageError``: the retries are spent), the
+dataset returns ``unreadable_samples``: one stand-in per sample, keyed
+``<unreadable: URL bytes a-b>`` and with no parts, so that the Encode stage fails it, logs it
+and counts it against ``failure_tolerance`` like any other bad sample (and a store that stays
+down stops the run with ``TooManyFailuresError``). The failure is logged here too, with the
+object and byte range.
+
+A remote ``pread(n, offset)`` that misses the windows already fetched issues one ranged GET
+of ``max(n, READAHEAD)`` bytes from ``offset``: the Reader asks for a chunk of consecutive
+samples at a time, and the window covers the chunks that follow, so a slice of a shard costs
+one or two requests, never one per sample. Windows are kept in a small per-process LRU
+(``READAHEAD * WINDOWS`` bytes at most), dropped after a fork with the rest of the client.
+Once a read passes the middle of a window, the next window is fetched by a background
+thread (sequential read-ahead, at most two in flight), so a long slice does not wait for
+its second request; a failed background fetch is simply done again in the foreground.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from energon_lite.errors import DatasetFormatError, RemoteStorageError, logger
+from energon_lite.storage import ops
+from energon_lite.storage.path import RemotePath, StoragePath
+
+READAHEAD = int(os.environ.get("ENERGON_LITE_READAHEAD_BYTES", str(1 << 20)))
+WINDOWS = 8
+
+_windows: OrderedDict[tuple[RemotePath, int], bytes] = OrderedDict()
+_pending: dict[tuple[RemotePath, int], Future[bytes]] = {}
+_pool: ThreadPoolExecutor | None = None
+_pid = os.getpid()
+
+
+class ShardFile:
+    """Random reads of one shard; open it per process (local files hold a descriptor)."""
+
+    def __init__(self, path: StoragePath) -> None:
+        self.path = path
+        self._fd: int | None = None
+        self._size: int | None = None
+        if isinstance(path, Path):
+            try:
+                self._fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:
+                raise DatasetFormatError(
+                    f"{path}: shard is missing (deleted, moved or a dangling link); restore it "
+                    "or re-run prepare"
+                ) from None
+            except OSError as exc:
+                raise DatasetFormatError(f"{path}: cannot open shard: {exc.strerror}") from None
+
+    @property
+    def size(self) -> int:
+        """The shard's length in bytes (a remote one's from the folder listing)."""
+        if self._size is None:
+            self._size = os.fstat(self._fd).st_size if self._fd is not None else ops.size(self.path)
+        return self._size
+
+    def pread(self, size: int, offset: int) -> bytes:
+        if self._fd is not None:
+            return os.pread(self._fd, size, offset)
+        assert isinstance(self.path, RemotePath)  # no descriptor: a remote shard
+        return _remote_pread(self.path, size, offset)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _remote_pread(path: RemotePath, size: int, offset: int) -> bytes:
+    global _pid, _pool
+    if os.getpid() != _pid:  # a forked worker: its own windows, requests and thread
+        _windows.clear()
+        _pending.clear()
+        _pool, _pid = None, os.getpid()
+    for (win_path, start), data in reversed(_windows.items()):
+        if win_path != path or not start <= offset < start + len(data):
+            continue
+        _windows.move_to_end((win_path, start))
+        end = start + len(data)
+        if offset + size - start > len(data) // 2:
+            _prefetch(path, end, len(data))
+        if offset + size <= end:
+            return data[offset - start : offset + size - start]
+        if len(data) < READAHEAD:
+            break  # the object ends here; a short read is the caller's to judge
+        # the read runs past this window: its tail comes from the next one
+        return data[offset - start :] + _remote_pread(path, offset + size - end, end)
+    window = _take_pending(path, offset, size)
+    if window is None:
+        window = (offset, ops.read_range(path, offset, offset + max(size, READAHEAD)))
+        _keep(path, *window)
+    start, data = window
+    return data[offset - start : offset + size - start]
+
+
+def _keep(path: RemotePath, start: int, data: bytes) -> None:
+    _windows[(path, start)] = data
+    while len(_windows) > WINDOWS:
+        _windows.popitem(last=False)
+
+
+def _prefetch(path: RemotePath, start: int, previous: int) -> None:
+    """Fetch the window after a half-read one in the background (sequential read-ahead)."""
+    global _pool
+    if previous < READAHEAD or (path, start) in _windows or (path, start) in _pending:
+        return  # the object ended within the last window, or it is on its way
+    if len(_pending) >= 2:
+        return
+    if _pool is None:
+        _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="energon-lite-readahead")
+    _pending[(path, start)] = _pool.submit(ops.read_range, path, start, start + READAHEAD)
+
+
+def _take_pending(path: RemotePath, offset: int, size: int) -> tuple[int, bytes] | None:
+    """The background window that holds ``[offset, offset + size)``, once it arrived."""
+    for (win_path, start), future in list(_pending.items()):
+        if win_path != path or not start <= offset < start + READAHEAD:
+            continue
+        del _pending[(win_path, start)]
+        try:
+            data = future.result()
+        except Exception:  # fetched again in the foreground, with its own retries
+            return None
+        _keep(path, start, data)
+        if offset + size <= start + len(data):
+            return start, data
+    return None
+
+
+def unreadable_samples(
+    where: str, bounds: list[int], exc: RemoteStorageError
+) -> list[tuple[str, dict[str, Any]]]:
+    """Stand-ins for samples whose bytes could not be fetched (see the module doc)."""
+    logger.warning(
+        "skipping: read failed at object=%r, bytes=%d-%d (%d samples): %s",
+        where, bounds[0], bounds[-1], len(bounds) - 1, exc,
+    )  # fmt: skip
+    return [
+        (f"<unreadable: {where} bytes {a}-{b}>", {"__read_error__": str(exc)})
+        for a, b in itertools.pairwise(bounds)
+    ]
