@@ -162,6 +162,12 @@ class SavableLoader:
             return self.virtual_epoch_length
         return self.dataset.pipeline.batches_per_epoch(self.worker_config, self._epoch)
 
+    def close(self) -> None:
+        """Shut the worker processes down now instead of when the loader is garbage
+        collected. A savable loader's next pass continues after the last batch received;
+        a ``get_loader`` loader (no state) starts its epoch over."""
+        self._stop_stream()
+
     def _stop_stream(self) -> None:
         if self._running is not None:
             self._running.close()  # shuts the workers down

@@ -176,13 +176,21 @@ def assert_loader_resumes(
             break
         reference.append(key(next(iterator)))
     del iterator
+    _close(loader)  # its workers would otherwise live (and prefetch) until it is collected
     for point in save_points:
         resumed = make_loader()
         resumed.restore_state_rank(decode_state(saved[point]))
         rest = [key(b) for b in take(resumed, total - point)]
+        _close(resumed)
         if rest != reference[point:]:
             _diverged(f"loader resumed after batch {point}", point, rest, reference[point:])
     return reference
+
+
+def _close(loader: Any) -> None:
+    close = getattr(loader, "close", None)
+    if callable(close):
+        close()
 
 
 def make_reader(dataset: Source, **options: Any) -> Reader:
