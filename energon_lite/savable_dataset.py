@@ -14,6 +14,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from energon_lite.errors import ConfigError
 from energon_lite.pipeline import Pipeline
+from energon_lite.stage_probe import ChainProbe
 from energon_lite.transport import check_sendable
 from energon_lite.watchdog import Watchdog
 from energon_lite.worker import WorkerConfig
@@ -50,8 +51,10 @@ class SavableDataset(IterableDataset):
         epoch: int,
         save_states: bool = True,
         watchdog: tuple[float, float | None] | None = None,
-    ) -> Iterator[tuple[int, Any, Any]]:
-        """Run the chain of the calling worker; yield ``(logical worker, batch, state)``.
+        stats: bool = False,
+    ) -> Iterator[tuple[Any, ...]]:
+        """Run the chain of the calling worker; yield ``(logical worker, batch, state)``,
+        plus a :class:`~energon_lite.stage_probe.ChainProbe` snapshot when ``stats``.
 
         In a worker process every batch is test-pickled first (an unpicklable batch would
         hang torch's queue) and ``watchdog=(timeout, initial_timeout)`` starts a
@@ -67,8 +70,11 @@ class SavableDataset(IterableDataset):
         )
         try:
             chain = self.pipeline.build(self.worker_config.slot(logical, epoch))
+            probe = ChainProbe(chain, logical) if stats else None
             chain.restore_state(states[logical] if states is not None else None)
             while True:
+                if probe is not None:
+                    probe.resume()
                 try:
                     batch = chain.next()
                 except StopIteration:
@@ -77,7 +83,11 @@ class SavableDataset(IterableDataset):
                     check_sendable(batch, logical)
                 if dog is not None:
                     dog.beat()
-                yield logical, batch, chain.save_state() if save_states else None
+                state = chain.save_state() if save_states else None
+                if probe is not None:
+                    yield logical, batch, state, probe.snapshot()
+                else:
+                    yield logical, batch, state
         finally:
             if dog is not None:
                 dog.stop()

@@ -11,6 +11,7 @@ logical worker ids rotate so that the torch DataLoader's first worker is the sav
 
 from __future__ import annotations
 
+import time
 from collections.abc import Generator, Iterator
 from typing import Any
 
@@ -18,6 +19,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from energon_lite.errors import ConfigError, StateError, WorkerTimeoutError, short_repr
+from energon_lite.loader_stats import LoaderStats
 from energon_lite.savable_dataset import SavableDataset
 from energon_lite.state import STATE_VERSION, check_same_config, check_state_shape, state_digest
 
@@ -31,14 +33,16 @@ class _StatefulView(IterableDataset):
         epoch: int,
         save: bool,
         watchdog: tuple[float, float | None] | None,
+        stats: bool = False,
     ) -> None:
         super().__init__()
         self.dataset, self.states, self.rotation = dataset, states, rotation
         self.epoch, self.save, self.watchdog = epoch, save, watchdog
+        self.stats = stats
 
-    def __iter__(self) -> Iterator[tuple[int, Any, Any]]:
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
         return self.dataset.iter_with_state(
-            self.states, self.rotation, self.epoch, self.save, self.watchdog
+            self.states, self.rotation, self.epoch, self.save, self.watchdog, self.stats
         )
 
 
@@ -59,6 +63,7 @@ class SavableLoader:
         timeout_seconds: float | None = None,
         watchdog_timeout_seconds: float | None = 60.0,
         watchdog_initial_timeout_seconds: float | None = None,
+        stats: bool = False,
     ) -> None:
         if not isinstance(dataset, SavableDataset):
             raise ConfigError(
@@ -91,6 +96,7 @@ class SavableLoader:
         self._running: Generator[Any, None, None] | None = (
             None  # the live stream, kept across passes
         )
+        self._stats = LoaderStats() if stats else None  # loader.stats()
 
     @property
     def virtual_epoch_length(self) -> int | None:
@@ -123,6 +129,7 @@ class SavableLoader:
             self._epoch,
             self.track_state,
             self.watchdog,
+            self._stats is not None,
         )
         loader = DataLoader(
             view,
@@ -135,10 +142,13 @@ class SavableLoader:
             timeout=self.timeout_seconds if wc.num_workers > 0 and self.timeout_seconds else 0,
         )
         n = wc.workers_per_rank
+        if self._stats is not None:
+            self._stats.begin_stream()
         batches = iter(loader)
         while True:
+            asked = time.perf_counter_ns()
             try:
-                logical, batch, state = next(batches)
+                logical, batch, state, *probe = next(batches)
             except StopIteration:
                 break
             except RuntimeError as exc:
@@ -151,6 +161,8 @@ class SavableLoader:
                 ) from exc
             self._states[logical] = state
             self._next_worker = (logical + 1) % n
+            if self._stats is not None:
+                self._stats.received(probe[0] if probe else None, time.perf_counter_ns() - asked)
             yield batch
         # the epoch ran out on every worker (finite datasets): the next pass starts the next one
         self._states = [None] * n
@@ -161,6 +173,17 @@ class SavableLoader:
         if self.virtual_epoch_length is not None:
             return self.virtual_epoch_length
         return self.dataset.pipeline.batches_per_epoch(self.worker_config, self._epoch)
+
+    def stats(self) -> dict[str, Any]:
+        """Where the loader's time goes, over the batches received so far: per-stage time and
+        item counts, buffer fill, worker busy/idle, samples/s (``docs/performance.md``).
+        Needs ``get_savable_loader(dataset, stats=True)`` (or ``get_loader``)."""
+        if self._stats is None:
+            raise ConfigError(
+                "this loader was made without stats; pass stats=True to "
+                "get_savable_loader()/get_loader() (overhead < 1%, see docs/performance.md)"
+            )
+        return self._stats.summary()
 
     def close(self) -> None:
         """Shut the worker processes down now instead of when the loader is garbage
