@@ -1,4 +1,4 @@
-"""``energon-lite``: prepare | info | preview | lint | checkpoint info | demo."""
+"""``energon-lite``: prepare | info | preview | lint | bench | checkpoint info | demo."""
 
 from __future__ import annotations
 
@@ -139,10 +139,18 @@ def cmd_info(args: argparse.Namespace) -> int:
 def cmd_preview(args: argparse.Namespace) -> int:
     from energon_lite.cli.info import preview
 
+    if args.grid:
+        from energon_lite.cli.grid import preview_grid
+
+        shown, width, height = preview_grid(
+            args.path, args.grid, args.split_part, args.num or 16, args.columns, args.cell
+        )
+        print(f"wrote {args.grid}: {shown} samples of split {args.split_part}, {width}x{height}")
+        return 0
     for split_part in _split_list(args.split_parts) or [args.split_part]:
         if args.split_parts:
             print(f"== {split_part}")
-        for line in preview(args.path, split_part, args.num):
+        for line in preview(args.path, split_part, args.num or 5):
             print(line)
     return 0
 
@@ -181,6 +189,22 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     ok = run_demo(args.dir, num_samples=args.samples, steps=args.steps, num_workers=args.workers)
     return 0 if ok else 1
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from energon_lite.cli.bench import load_task_encoder, run_bench
+
+    te = load_task_encoder(args.task_encoder) if args.task_encoder else None
+    run_bench(
+        args.path,
+        task_encoder=te,
+        num_workers=args.num_workers,
+        seconds=args.seconds,
+        batch_size=args.batch_size,
+        split_part=args.split_part,
+        out=args.out,
+    )
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -265,7 +289,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("path", help="a prepared dataset folder (any kind prepare makes)")
     p.add_argument("--split-part", default="train", help="the split to show (default: train)")
     p.add_argument("--split-parts", help="comma-separated splits, e.g. train,val (Energon's)")
-    p.add_argument("-n", "--num", type=int, default=5, help="how many samples (default: 5)")
+    p.add_argument("-n", "--num", type=int, help="how many samples (default: 5, with --grid 16)")
+    p.add_argument("--grid", metavar="OUT.png", help="write a picture grid with captions")
+    p.add_argument("--columns", type=int, default=4, help="grid columns (default: 4)")
+    p.add_argument("--cell", type=int, default=160, help="grid cell size in pixels (default: 160)")
     p.set_defaults(fn=cmd_preview)
 
     p = sub.add_parser("lint", help="decode every sample and report the ones that fail")
@@ -273,6 +300,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--split-parts", help="comma-separated splits to check (default: all)")
     p.set_defaults(fn=cmd_lint)
+
+    p = sub.add_parser("bench", help="run the training pipeline a while; show where time goes")
+    p.add_argument("path", help="a prepared dataset folder or a metadataset YAML")
+    p.add_argument("--task-encoder", help="module:Class of your TaskEncoder (your code runs)")
+    p.add_argument("--num-workers", type=int, default=2, help="worker processes (default: 2)")
+    p.add_argument("--seconds", type=float, default=10.0, help="how long (default: 10)")
+    p.add_argument("--batch-size", type=int, default=32, help="batch size (default: 32)")
+    p.add_argument("--split-part", default="train", help="the split (default: train)")
+    p.add_argument(
+        "--out",
+        default="energon-lite-bench",
+        help="folder for stats.json and the PNG plots (default: ./energon-lite-bench)",
+    )
+    p.set_defaults(fn=cmd_bench)
 
     p = sub.add_parser("checkpoint", help="inspect a saved loader state")
     csub = p.add_subparsers(dest="action", required=True, metavar="ACTION")

@@ -1,0 +1,191 @@
+"""``energon-lite bench PATH``: run the real training pipeline for a while and show where the time goes.
+
+Builds ``get_train_dataset`` + ``get_savable_loader(stats=True)`` with the given task
+encoder and workers, takes batches as fast as they come for ``--seconds``, then prints
+``loader.stats()`` (per-stage time, samples/s, worker busy time), the bottleneck stage and a
+hint, and writes ``stats.json``, ``throughput.png`` (samples/s over time) and
+``stages.png`` (each stage's share of worker time) to ``--out``. The plots need matplotlib
+(``pip install 'energon-lite[plot]'``); without it the command prints the same and says so.
+
+``--task-encoder module:Class`` imports your module (trusted code, as your training script
+is; see docs/safety.md) from the current directory or the environment.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from energon_lite.errors import ConfigError
+from energon_lite.loader import get_savable_loader, get_train_dataset
+from energon_lite.stats_report import bottleneck, format_stats, hint, label
+from energon_lite.task_encoder import TaskEncoder
+from energon_lite.worker import WorkerConfig
+
+PLOT_EXTRA = "pip install 'energon-lite[plot]'  (matplotlib)"
+
+
+def load_task_encoder(spec: str) -> TaskEncoder:
+    """``module:Class`` -> ``Class()``: the user's own code, named on the command line."""
+    module_name, sep, class_name = spec.partition(":")
+    if not sep or not module_name or not class_name:
+        raise ConfigError(f"--task-encoder {spec!r}: expected module:Class, e.g. my_task:MyEncoder")
+    if "" not in sys.path and os.getcwd() not in sys.path:  # as `python -m` finds modules
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"--task-encoder {spec!r}: cannot import {module_name!r}: {exc}") from exc
+    cls = getattr(module, class_name, None)
+    if not (isinstance(cls, type) and issubclass(cls, TaskEncoder)):
+        raise ConfigError(
+            f"--task-encoder {spec!r}: {module_name}.{class_name} is not a TaskEncoder subclass"
+        )
+    try:
+        return cls()
+    except TypeError as exc:
+        raise ConfigError(
+            f"--task-encoder {spec!r}: {class_name}() needs arguments ({exc}); give it defaults "
+            "or a subclass that sets them"
+        ) from exc
+
+
+def _batch_size(batch: Any) -> int:
+    keys = getattr(batch, "__key__", None)
+    if isinstance(keys, (list, tuple)):
+        return len(keys)
+    if isinstance(batch, dict) and isinstance(batch.get("__key__"), (list, tuple)):
+        return len(batch["__key__"])
+    return 1
+
+
+def throughput(timeline: list[tuple[float, int]], bins: int = 40) -> list[tuple[float, float]]:
+    """``(time, samples so far)`` per batch -> ``(window middle, samples/s)`` in equal windows
+    from the first batch to the last."""
+    bins = min(bins, len(timeline) // 2)
+    if bins < 1:
+        return []
+    start, end = timeline[0][0], timeline[-1][0]
+    width = max((end - start) / bins, 1e-9)
+    counts = [0] * bins
+    previous = timeline[0][1]
+    for t, samples in timeline[1:]:
+        counts[min(int((t - start) / width), bins - 1)] += samples - previous
+        previous = samples
+    return [(start + (k + 0.5) * width, count / width) for k, count in enumerate(counts)]
+
+
+def run_bench(
+    path: str | os.PathLike[str],
+    *,
+    task_encoder: TaskEncoder | None = None,
+    num_workers: int = 2,
+    seconds: float = 10.0,
+    batch_size: int = 32,
+    shuffle_buffer_size: int | None = 100,
+    max_samples_per_sequence: int | None = 100,
+    split_part: str = "train",
+    out: str | os.PathLike[str] | None = None,
+    print_fn: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Run the pipeline ``seconds`` long; print the report; write the plots. Returns the stats
+    plus ``first_batch_s``, ``throughput`` points and ``bottleneck``/``hint``."""
+    if seconds <= 0:
+        raise ConfigError(f"--seconds {seconds}: must be > 0")
+    begin = time.perf_counter()
+    dataset = get_train_dataset(
+        path,
+        worker_config=WorkerConfig(rank=0, world_size=1, num_workers=num_workers),
+        batch_size=batch_size,
+        shuffle_buffer_size=shuffle_buffer_size,
+        max_samples_per_sequence=max_samples_per_sequence,
+        split_part=split_part,
+        task_encoder=task_encoder,
+    )
+    loader = get_savable_loader(dataset, stats=True)
+    timeline: list[tuple[float, int]] = []
+    samples, first = 0, None
+    try:
+        for batch in loader:
+            now = time.perf_counter() - begin
+            first = now if first is None else first
+            samples += _batch_size(batch)
+            timeline.append((now, samples))
+            if now - first >= seconds:
+                break
+        stats = loader.stats()
+    finally:
+        loader.close()
+    name, share = bottleneck(stats)
+    report = {
+        **stats,
+        "first_batch_s": first,
+        "throughput": throughput(timeline),
+        "bottleneck": name,
+        "bottleneck_fraction": share,
+        "hint": hint(stats, num_workers),
+    }
+    print_fn(
+        f"energon-lite bench {path}: {num_workers} workers, batch {batch_size}, "
+        + (type(task_encoder).__name__ if task_encoder else "default TaskEncoder")
+    )
+    print_fn(f"first batch after {first or 0:.2f} s")
+    for line in format_stats(stats):
+        print_fn(line)
+    print_fn(f"bottleneck: {name}, {100 * share:.0f}% of worker time")
+    print_fn(f"hint: {report['hint']}")
+    if out is not None:
+        folder = Path(out)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "stats.json").write_text(json.dumps(report, indent=1) + "\n")
+        written = _plots(report, folder)
+        if written:
+            print_fn("wrote " + ", ".join(str(p) for p in [folder / "stats.json", *written]))
+        else:
+            print_fn(f"wrote {folder / 'stats.json'}; for the plots: {PLOT_EXTRA}")
+    return report
+
+
+def _plots(report: dict[str, Any], folder: Path) -> list[Path]:
+    """throughput.png and stages.png, or [] without matplotlib (no global state touched)."""
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError:
+        return []
+    paths = [folder / "throughput.png", folder / "stages.png"]
+    fig = Figure(figsize=(8, 4), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    points = report["throughput"]
+    if points:
+        ax.plot([t for t, _ in points], [r for _, r in points], marker=".", color="tab:blue")
+    ax.axhline(report["samples_per_s"], color="tab:gray", linestyle="--", label="mean")
+    ax.set_xlabel("seconds since the loader was built")
+    ax.set_ylabel("samples/s")
+    ax.set_ylim(bottom=0)
+    ax.set_title(f"throughput: {report['samples_per_s']:,.0f} samples/s")
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(paths[0])
+
+    stages = [*report["stages"], {"name": "other", "fraction": report["other"]["fraction"]}]
+    names = [label(s) if s["name"] != "other" else "other (state, transport)" for s in stages]
+    shares = [100 * s["fraction"] for s in stages]
+    fig = Figure(figsize=(8, 0.5 * len(stages) + 1.5), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    bars = ax.barh(names[::-1], shares[::-1], color="tab:orange")
+    ax.bar_label(bars, labels=[f"{v:.1f}%" for v in shares[::-1]], padding=3)
+    ax.set_xlabel("share of the workers' busy time (%)")
+    ax.set_xlim(0, max([100.0, *shares]) * 1.1)
+    ax.set_title(f"where the time goes (bottleneck: {report['bottleneck']})")
+    fig.tight_layout()
+    fig.savefig(paths[1])
+    return paths
