@@ -1,0 +1,127 @@
+"""``energon-lite bench`` and ``energon-lite preview --grid``: what they print and the PNGs."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from energon_lite import prepare_dataset
+from energon_lite.cli import main
+from energon_lite.cli.grid import CAPTION_HEIGHT
+from energon_lite.synth.shards import write_captioning_shards
+
+
+@pytest.fixture(scope="module")
+def captions(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("observe") / "captions"
+    write_captioning_shards(root, 120, 20, image_size=(24, 24))
+    prepare_dataset(
+        root,
+        split_ratio=[("train", 1)],
+        sample_type="CaptioningSample",
+        field_map={"image": "jpg", "caption": "txt"},
+        progress=False,
+    )
+    return root
+
+
+def _png(path: Path) -> Image.Image:
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with Image.open(path) as image:
+        image.verify()
+    image = Image.open(path)
+    image.load()
+    return image
+
+
+def test_bench_reports_and_plots(
+    captions: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    (tmp_path / "my_task.py").write_text(
+        textwrap.dedent(
+            """
+            from energon_lite import TaskEncoder
+
+            class Flip(TaskEncoder):
+                def encode_sample(self, sample):
+                    sample.image = sample.image.flip(-1)
+                    return sample
+            """
+        )
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "report"
+    args = ["bench", str(captions), "--task-encoder", "my_task:Flip", "--num-workers", "0"]
+    assert main([*args, "--seconds", "0.5", "--batch-size", "8", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "samples/s" in text and "bottleneck: " in text and "hint: " in text
+    for stage in ("read (Reader)", "shuffle (ShuffleBuffer)", "decode (Encode)", "encode_sample"):
+        assert stage in text
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["samples"] > 0 and stats["samples"] == 8 * stats["batches"]
+    assert stats["bottleneck"] in text and stats["hint"].endswith("use num_workers >= 2")
+    assert stats["throughput"] and all(rate >= 0 for _, rate in stats["throughput"])
+    throughput = _png(out / "throughput.png")
+    assert throughput.size == (800, 400)
+    stages = _png(out / "stages.png")  # one bar per stage + "other"
+    assert stages.width == 800 and stages.height == 100 * (0.5 * 6 + 1.5)
+    pixels = np.asarray(stages.convert("RGB"))
+    assert (np.abs(pixels.astype(int) - (255, 127, 14)).sum(axis=2) < 30).sum() > 500  # bars
+
+    # without matplotlib the report is the same and says how to get the plots
+    for module in ("matplotlib", "matplotlib.figure", "matplotlib.backends.backend_agg"):
+        monkeypatch.setitem(sys.modules, module, None)  # as if not installed
+    bare = tmp_path / "bare"
+    assert main([*args[:2], "--num-workers", "0", "--seconds", "0.2", "--out", str(bare)]) == 0
+    assert "energon-lite[plot]" in capsys.readouterr().out
+    assert (bare / "stats.json").is_file() and not (bare / "stages.png").exists()
+
+
+def test_bench_refuses_what_is_not_a_task_encoder(captions: Path, capsys) -> None:
+    assert main(["bench", str(captions), "--task-encoder", "json:JSONDecoder"]) == 1
+    assert "not a TaskEncoder subclass" in capsys.readouterr().err
+    assert main(["bench", str(captions), "--task-encoder", "no_such_module_here:X"]) == 1
+    assert "cannot import 'no_such_module_here'" in capsys.readouterr().err
+
+
+def test_preview_grid_of_images(captions: Path, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "grid.png"
+    args = ["--columns", "4", "--cell", "64"]
+    assert main(["preview", str(captions), "--grid", str(out), "-n", "6", *args]) == 0
+    assert "6 samples" in capsys.readouterr().out
+    grid = _png(out)
+    assert grid.size == (4 * 64, 2 * (64 + CAPTION_HEIGHT))
+    pixels = np.asarray(grid.convert("RGB")).astype(int)
+    row_two = 64 + CAPTION_HEIGHT
+    for number in range(6):  # a picture in each of the 6 cells, not the grey background
+        x, y = (number % 4) * 64 + 32, (number // 4) * row_two + 32
+        assert tuple(pixels[y, x]) != (64, 64, 64)
+    assert (pixels[row_two : row_two + 64, 2 * 64 :] == 255).all()  # two empty cells: white
+    assert (pixels[64 : 64 + CAPTION_HEIGHT, :64] < 100).any()  # caption text under cell 0
+
+
+def test_preview_grid_of_videos_shows_first_frames(tmp_path: Path, capsys) -> None:
+    from energon_lite.flavors.video_text.prepare import prepare_video_text
+    from energon_lite.synth.av import read_frame_index
+    from energon_lite.synth.video_text import make_media, write_table
+
+    csv_path = write_table(tmp_path / "videos.csv", make_media(tmp_path), 4)
+    prepare_video_text(csv_path, progress=False)
+    out = tmp_path / "videos.png"
+    assert main(["preview", str(csv_path), "--grid", str(out), "--columns", "2"]) == 0
+    assert "4 samples" in capsys.readouterr().out
+    grid = np.asarray(_png(out).convert("RGB"))
+    assert grid.shape == (2 * (160 + CAPTION_HEIGHT), 2 * 160, 3)
+    # the first frame of wide.mp4 (64x48, frame 0 draws index 0), fitted at the cell's middle
+    scale = 156 / 64
+    height, width = round(48 * scale), round(64 * scale)
+    top, left = (160 - height) // 2, (160 - width) // 2
+    assert read_frame_index(grid[top : top + height, left : left + width]) == 0
+    assert tuple(grid[2, 80]) == (64, 64, 64)  # the letterbox around it is the background
