@@ -3,13 +3,16 @@
 W1: 256x256 JPEG + caption (``bench_pipeline.py``'s dataset), batch 32, shuffle buffer 100,
 max_samples_per_sequence 100, default TaskEncoder (float CHW images).
 
-Three measurements, each A/B-alternated:
+Three measurements, each A/B-alternated. The figure compared is **CPU time per sample**
+(user + system, of the process and its DataLoader workers, from psutil), next to wall-clock
+samples/s: on a shared machine with a load of 4 per core, wall-clock rates of two identical
+runs differ by tens of percent, while the CPU a run spends per sample moves by a few.
 
 * ``in-process``: one process, 0 workers, two loaders (stats off and on) over the same
   dataset; rounds of ``--batches`` batches from each, the order alternating every round.
   Same process, same warm page cache, so drift of the shared machine mostly cancels.
 * ``2 workers``: a fresh child process per run (stats off / on alternating, as in
-  ``bench_pipeline.py``), samples/s over ``--batches`` batches after a warm-up.
+  ``bench_pipeline.py``), ``--batches`` x 2 batches after a warm-up.
 * ``per call``: the cost of one timed ``next()`` against a bare one, on a stage that does
   nothing (what the probe adds per item per stage), times the timed calls per sample of the
   W1 chain (Reader, ShuffleBuffer, Encode, 1/32 Batch), as a share of the measured time
@@ -21,6 +24,7 @@ Three measurements, each A/B-alternated:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -49,14 +53,30 @@ def loader(root: Path, workers: int, stats: bool) -> Any:
     return el.get_savable_loader(ds, stats=stats)
 
 
-def rate(iterator: Any, batches: int) -> float:
-    samples, start = 0, time.perf_counter()
+def cpu_seconds() -> float:
+    """User + system CPU of this process and its (worker) children so far."""
+    import psutil
+
+    me = psutil.Process()
+    total = time.process_time()  # ns resolution; psutil's figures are in clock ticks
+    for child in me.children(recursive=True):
+        with contextlib.suppress(psutil.Error):  # a worker that just ended
+            total += sum(child.cpu_times()[:2])
+    return total
+
+
+def rate(iterator: Any, batches: int) -> dict[str, float]:
+    """samples/s (wall) and CPU microseconds per sample over ``batches`` batches."""
+    samples, start, cpu = 0, time.perf_counter(), cpu_seconds()
     for _ in range(batches):
         samples += len(next(iterator).__key__)
-    return samples / (time.perf_counter() - start)
+    return {
+        "rate": samples / (time.perf_counter() - start),
+        "cpu_us": 1e6 * (cpu_seconds() - cpu) / samples,
+    }
 
 
-def in_process(root: Path, rounds: int, batches: int) -> list[dict[str, float]]:
+def in_process(root: Path, rounds: int, batches: int) -> list[dict[str, Any]]:
     """Rounds of (stats off, stats on) samples/s in one process, 0 workers."""
     import torch
 
@@ -66,7 +86,7 @@ def in_process(root: Path, rounds: int, batches: int) -> list[dict[str, float]]:
         rate(it, 5)  # warm-up: buffers full, files open
     out = []
     for r in range(rounds):
-        result: dict[str, float] = {}
+        result: dict[str, Any] = {}
         for flag in ab_order([False, True], r):
             result["on" if flag else "off"] = rate(its[flag], batches)
         out.append(result)
@@ -80,7 +100,7 @@ def child(root: Path, workers: int, stats: bool, batches: int) -> dict[str, floa
     torch.set_num_threads(1)
     it = iter(loader(root, workers, stats))
     rate(it, 10)
-    result = {"samples_per_s": rate(it, batches)}
+    result = rate(it, batches)
     print(MARK, flush=True)
     return result
 
@@ -117,7 +137,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, help="a prepared W1 folder (default: build one)")
     parser.add_argument("--samples", type=int, default=20_000, help="W1 size when building")
-    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=8, help="2-worker A/B rounds")
+    parser.add_argument("--local-rounds", type=int, default=24, help="in-process A/B rounds")
     parser.add_argument("--batches", type=int, default=60, help="timed batches per run")
     parser.add_argument("--child", choices=("off", "on"), help=argparse.SUPPRESS)
     parser.add_argument("--workers", type=int, default=2, help=argparse.SUPPRESS)
@@ -132,8 +153,8 @@ def main(argv: list[str] | None = None) -> None:
         args.data = build_dataset(args.samples)
     started = time.perf_counter()
     calls = per_call()
-    local = in_process(args.data, args.rounds, args.batches)
-    runs: list[dict[str, float]] = []
+    local = in_process(args.data, args.local_rounds, args.batches // 3)
+    runs: list[dict[str, Any]] = []
     for r in range(args.rounds):
         result = {}
         for flag in ab_order(["off", "on"], r):
@@ -143,23 +164,29 @@ def main(argv: list[str] | None = None) -> None:
             lines = [line for line in run.lines if line.startswith(RESULT)]
             if run.returncode != 0 or not lines:
                 raise RuntimeError(f"stats={flag} failed:\n{run.stderr[-3000:]}")
-            result[flag] = json.loads(lines[-1][len(RESULT) :])["samples_per_s"]
+            result[flag] = json.loads(lines[-1][len(RESULT) :])
         runs.append(result)
         print(f"2 workers round {r + 1}: {result}", file=sys.stderr, flush=True)
 
     rows = []
     for label, rounds in (("0 workers, in-process", local), ("2 workers, child processes", runs)):
-        overheads = [1 - r["on"] / r["off"] for r in rounds]
-        rows.append(
-            [
-                label,
-                fmt_num(median([r["off"] for r in rounds])),
-                fmt_num(median([r["on"] for r in rounds])),
-                fmt_num(100 * (median(overheads) or 0), 2, " %"),
-                f"{100 * min(overheads):+.1f} .. {100 * max(overheads):+.1f} %",
-            ]
-        )
-    per_sample_ns = 1e9 / (median([r["off"] for r in local]) or 1)
+        for key, name in (("cpu_us", "CPU us/sample"), ("rate", "samples/s (wall)")):
+            # overhead > 0: stats cost something (more CPU per sample, fewer samples/s)
+            if key == "cpu_us":
+                overheads = [r["on"][key] / r["off"][key] - 1 for r in rounds]
+            else:
+                overheads = [1 - r["on"][key] / r["off"][key] for r in rounds]
+            rows.append(
+                [
+                    label,
+                    name,
+                    fmt_num(median([r["off"][key] for r in rounds])),
+                    fmt_num(median([r["on"][key] for r in rounds])),
+                    fmt_num(100 * (median(overheads) or 0), 2, " %"),
+                    f"{100 * min(overheads):+.1f} .. {100 * max(overheads):+.1f} %",
+                ]
+            )
+    per_sample_ns = 1e3 * (median([r["off"]["cpu_us"] for r in local]) or 1)
     added = calls["timed_ns"] - calls["bare_ns"]
     timed_per_sample = 3 + 1 / 32
     print(
@@ -169,14 +196,15 @@ def main(argv: list[str] | None = None) -> None:
     )
     print(
         markdown_table(
-            ["run", "stats off", "stats on", "overhead (median)", "per-round spread"], rows
+            ["run", "figure", "stats off", "stats on", "overhead (median)", "per-round spread"],
+            rows,
         )
     )
     print(
         f"\nper call: bare next() {calls['bare_ns']:.0f} ns, timed {calls['timed_ns']:.0f} ns "
         f"(+{added:.0f} ns); {timed_per_sample:.2f} timed calls per sample x {added:.0f} ns = "
         f"{timed_per_sample * added / 1e3:.2f} us per sample, {100 * timed_per_sample * added / per_sample_ns:.3f} % "
-        f"of the {per_sample_ns / 1e3:.0f} us a sample takes at 0 workers"
+        f"of the {per_sample_ns / 1e3:.0f} us of CPU a sample takes at 0 workers"
     )
 
 
