@@ -83,7 +83,9 @@ def hint(stats: dict[str, Any], num_workers: int, cpus: int | None = None) -> st
         )
     elif kind in ("Batch", "GroupBatch"):
         text = (
-            f"batching is {percent}%: collate once per batch (torch.stack) and keep "
+            f"batching is {percent}%: stacking copies every byte of the batch (into shared "
+            "memory with workers), so uint8 images "
+            '(SampleDecoder(image_decode="torchrgb8")) copy a quarter of float ones; keep '
             f"per-sample Python work out of batch(); or {more_workers}"
         )
     elif kind == "Map":
