@@ -12,6 +12,7 @@ logical worker ids rotate so that the torch DataLoader's first worker is the sav
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Generator, Iterator
 from typing import Any
 
@@ -48,6 +49,65 @@ class _StatefulView(IterableDataset):
 
 def _identity(item: Any) -> Any:
     return item
+
+
+def _stream(
+    loader: SavableLoader, dataset: SavableDataset, stats: LoaderStats | None
+) -> Generator[Any, None, None]:
+    """The live stream of one pass, as a module-level generator that holds the loader only
+    through the weak proxy it is given: a loader that the trainer drops is freed at once by reference
+    counting, so its workers get the shutdown message (a reference cycle would leave them to
+    the garbage collector, which finalises the DataLoader's queues first and makes shutdown
+    wait out torch's join timeout, 5 s per worker)."""
+    wc = dataset.worker_config
+    view = _StatefulView(
+        dataset,
+        list(loader._states),
+        loader._next_worker,
+        loader._epoch,
+        loader.track_state,
+        loader.watchdog,
+        stats is not None,
+    )
+    timeout = loader.timeout_seconds
+    batches = iter(
+        DataLoader(
+            view,
+            batch_size=None,
+            num_workers=wc.num_workers,
+            collate_fn=_identity,
+            pin_memory=loader.pin_memory,
+            prefetch_factor=loader.prefetch_factor if wc.num_workers > 0 else None,
+            persistent_workers=False,
+            timeout=timeout if wc.num_workers > 0 and timeout else 0,
+        )
+    )
+    n = wc.workers_per_rank
+    if stats is not None:
+        stats.begin_stream()
+    while True:
+        asked = time.perf_counter_ns()
+        try:
+            logical, batch, state, *probe = next(batches)
+        except StopIteration:
+            break
+        except RuntimeError as exc:
+            if "timed out" not in str(exc):
+                raise
+            raise WorkerTimeoutError(
+                f"rank {wc.rank}: worker {loader._next_worker} (logical id) timed out: no batch for "
+                f"{timeout} s (fail_on_timeout); the worker's log shows its "
+                "stage, sample key and stack"
+            ) from exc
+        loader._states[logical] = state
+        loader._next_worker = (logical + 1) % n
+        if stats is not None:
+            stats.received(probe[0] if probe else None, time.perf_counter_ns() - asked)
+        yield batch
+    # the epoch ran out on every worker (finite datasets): the next pass starts the next one
+    loader._states = [None] * n
+    loader._next_worker = 0
+    loader._epoch += 1
 
 
 class SavableLoader:
@@ -121,53 +181,7 @@ class SavableLoader:
 
     def _stream(self) -> Generator[Any, None, None]:
         """Batches from the worker chains, from the saved states to the end of the epoch."""
-        wc = self.worker_config
-        view = _StatefulView(
-            self.dataset,
-            list(self._states),
-            self._next_worker,
-            self._epoch,
-            self.track_state,
-            self.watchdog,
-            self._stats is not None,
-        )
-        loader = DataLoader(
-            view,
-            batch_size=None,
-            num_workers=wc.num_workers,
-            collate_fn=_identity,
-            pin_memory=self.pin_memory,
-            prefetch_factor=self.prefetch_factor if wc.num_workers > 0 else None,
-            persistent_workers=False,
-            timeout=self.timeout_seconds if wc.num_workers > 0 and self.timeout_seconds else 0,
-        )
-        n = wc.workers_per_rank
-        if self._stats is not None:
-            self._stats.begin_stream()
-        batches = iter(loader)
-        while True:
-            asked = time.perf_counter_ns()
-            try:
-                logical, batch, state, *probe = next(batches)
-            except StopIteration:
-                break
-            except RuntimeError as exc:
-                if "timed out" not in str(exc):
-                    raise
-                raise WorkerTimeoutError(
-                    f"rank {wc.rank}: worker {self._next_worker} (logical id) timed out: no batch for "
-                    f"{self.timeout_seconds} s (fail_on_timeout); the worker's log shows its "
-                    "stage, sample key and stack"
-                ) from exc
-            self._states[logical] = state
-            self._next_worker = (logical + 1) % n
-            if self._stats is not None:
-                self._stats.received(probe[0] if probe else None, time.perf_counter_ns() - asked)
-            yield batch
-        # the epoch ran out on every worker (finite datasets): the next pass starts the next one
-        self._states = [None] * n
-        self._next_worker = 0
-        self._epoch += 1
+        return _stream(weakref.proxy(self), self.dataset, self._stats)
 
     def __len__(self) -> int:
         if self.virtual_epoch_length is not None:

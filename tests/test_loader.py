@@ -471,3 +471,22 @@ def test_energons_older_decoder_arguments_warn_and_map(train_ds: Path) -> None:
     with pytest.warns(FutureWarning):
         _train(train_ds, 0, task_encoder=raw, auto_decode=False, handler=print)
     assert raw.decoder is None
+
+
+def test_a_dropped_loader_shuts_its_workers_down_at_once(train_ds: Path) -> None:
+    """Dropping a loader mid-pass frees it by reference counting, so its workers get the
+    shutdown message at once (in a reference cycle, the garbage collector would finalise the
+    DataLoader's queues first and shutdown would wait out torch's 5 s join per worker)."""
+    import gc
+    import multiprocessing
+
+    gc.disable()
+    try:
+        loader = get_savable_loader(_train(train_ds, num_workers=2))
+        batches = iter(loader)
+        next(batches)
+        assert len(multiprocessing.active_children()) == 2
+        del batches, loader
+        assert multiprocessing.active_children() == []
+    finally:
+        gc.enable()
