@@ -37,7 +37,7 @@ from energon_lite.restore_key import SampleKey, from_plain, sample_keys
 from energon_lite.state import STATE_VERSION, check_same_config, state_count, state_digest
 
 LAYOUT = ("rank", "world_size", "num_workers")
-_FRESH = {  # the own fields of a stage starting over on the new layout
+_FRESH: dict[str, dict[str, Any]] = {  # the own fields of a stage starting over on the new layout
     "ShuffleBuffer": {"keys": [], "rng": 0},
     "Encode": {"pending": []},
     "Pack": {"buffer": [], "pending": []},

@@ -44,6 +44,7 @@ class Reader(Stage):
     _open: list[list[int]]  # [slice_id, next sample] of each open slice
     _perm_cycle: int | None
     _perm: Permutation
+    _left: Leftover | None  # an elastic restore's leftover work, delivered first
 
     def __init__(
         self,
@@ -158,9 +159,9 @@ class Reader(Stage):
     def next(self) -> dict[str, Any]:
         self._start_if_fresh()
         if self._left is not None:  # an elastic restore's leftover comes first
-            left = self._left.next_sample()
-            if left is not None:
-                return left
+            owed = self._left.next_sample()
+            if owed is not None:
+                return owed
             self._left = None
         while True:
             count = self.worker_slice_count()
@@ -236,7 +237,7 @@ class Reader(Stage):
         self._chunks: dict[tuple[int, int], tuple[str, dict[str, Any]]] = {}
         self._epoch, self._next, self._open, self._done = self.start_epoch, 0, [], False
         self._rng = CounterRng(self.seed, "interleave", self.leaf_id, self.worker_index)
-        self._left: Leftover | None = None
+        self._left = None
 
     def _save(self) -> dict[str, Any]:
         state = {

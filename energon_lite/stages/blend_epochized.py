@@ -40,6 +40,7 @@ class EpochizedBlend(Stage):
     _passes: list[list[int]]  # [pass, taken in that pass] per leaf
     _done: bool
     _epoch: int
+    _left: list[int] | None  # per-leaf leftover counts of an elastic restore
 
     def __init__(
         self,
@@ -137,7 +138,7 @@ class EpochizedBlend(Stage):
     def _reset(self) -> None:
         self._rng = CounterRng(self.seed, "blend", self.global_worker_id)
         self._done = False
-        self._left: list[int] | None = None
+        self._left = None
         self._begin_epoch(self.sources[0].start_epoch)
 
     def _save(self) -> dict[str, Any]:
