@@ -310,3 +310,52 @@ def test_checkpoint_redist_cli_matches_in_process_restore(data, tmp_path, capsys
     assert "3 ranks x 1 workers" in text and "leftover" in text
     assert main(["checkpoint", "info", str(ckpt)]) == 0
     assert "buffered samples" in capsys.readouterr().out
+
+
+def _gloo_rank(rank: int, world: int, path: str, port: int, out: str) -> None:
+    import torch.distributed as dist
+
+    from energon_lite.state import decode_state
+
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
+    )
+    try:
+        data = {"a": Path(path)}
+        if world == 2:  # the old job: deliver some batches, save every rank on rank 0
+            old = loader(data, "shuffle", rank, 2, 0)
+            before = [k for batch in take(old, 3 + 2 * rank) for k in keys(batch)]
+            states = old.save_state_global(global_dst_rank=0)
+            if rank == 0:
+                Path(out, "states.msgpack").write_bytes(encode_state(states))
+            Path(out, f"before{rank}.json").write_text(json.dumps(before))
+        else:  # the new job: only rank 0 reads the checkpoint
+            states = decode_state(Path(out, "states.msgpack").read_bytes()) if rank == 0 else None
+            new = loader(data, "shuffle", rank, 3, 0)
+            new.restore_state_global(states, src_rank=0)
+            after = [k for batch in new for k in keys(batch)]
+            Path(out, f"after{rank}.json").write_text(json.dumps(after))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.timeout(240)
+def test_gloo_two_ranks_save_three_ranks_restore(data, tmp_path):
+    import socket
+
+    import torch.multiprocessing as mp
+
+    for world in (2, 3):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        mp.start_processes(
+            _gloo_rank,
+            args=(world, str(data["a"]), port, str(tmp_path)),
+            nprocs=world,
+            start_method="fork",
+        )
+    before = [k for r in range(2) for k in json.loads((tmp_path / f"before{r}.json").read_text())]
+    after = [json.loads((tmp_path / f"after{r}.json").read_text()) for r in range(3)]
+    assert all(after)  # every new rank got a share of the rest
+    assert Counter(before + [k for rank in after for k in rank]) == expected_epoch("shuffle")
