@@ -22,6 +22,9 @@ worker was in. Refused, naming the case: states of different loaders or passes, 
 loaders (their slices depend on the layout), ``limit=``, a generator ``encode_sample`` part-way
 through its outputs (or its outputs in a buffer), and a state still delivering the leftover
 of an earlier elastic restore.
+
+(Over 300 lines: the checks, the walk over old states, the segments and the new states are
+one algorithm, read top to bottom.)
 """
 
 from __future__ import annotations
@@ -151,14 +154,14 @@ def _check_old(states: Any) -> tuple[dict[str, Any], int]:
     return first, epochs.pop()
 
 
-def _walk(tree: Any) -> Iterator[dict[str, Any]]:
+def walk_states(tree: Any) -> Iterator[dict[str, Any]]:
     """Every stage level of a worker state, parents after children's order: depth first."""
     if isinstance(tree, dict):
         yield tree
         if "source" in tree:
-            yield from _walk(tree["source"])
+            yield from walk_states(tree["source"])
         for child in tree.get("sources") or []:
-            yield from _walk(child)
+            yield from walk_states(child)
 
 
 class _Redistribution:
@@ -169,11 +172,13 @@ class _Redistribution:
         self.reader_repeat = bool(config["repeat"]) and not self.epochized
         self.repeat = bool(config["repeat"])
         self.template = next(w for w in old if w is not None)
-        self.num_leaves = sum(1 for level in _walk(self.template) if level.get("type") == "Reader")
+        self.num_leaves = sum(
+            1 for level in walk_states(self.template) if level.get("type") == "Reader"
+        )
         reps = config.get("weights") or []
         self.reps = [exact_repetitions(r or 0) for r in reps] if self.epochized else []
         for g, tree in enumerate(old):
-            for level in _walk(tree):
+            for level in walk_states(tree):
                 if "left" in level:
                     raise StateError(
                         f"old global worker {g}: its {level.get('type')} is still delivering "
@@ -187,11 +192,11 @@ class _Redistribution:
         tree = self.old[g]
         if tree is None:
             return [None] * self.num_leaves
-        return [level for level in _walk(tree) if level.get("type") == "Reader"]
+        return [level for level in walk_states(tree) if level.get("type") == "Reader"]
 
     def _blend(self, g: int) -> dict[str, Any]:
         tree = self.old[g]
-        found = [lv for lv in _walk(tree) if lv.get("type") == "EpochizedBlend"]
+        found = [lv for lv in walk_states(tree) if lv.get("type") == "EpochizedBlend"]
         if found:
             return found[0]
         return {"epoch": self.epoch, "passes": [[0, 0]] * self.num_leaves, "done": False}
@@ -199,7 +204,7 @@ class _Redistribution:
     def _buffered(self, g: int) -> list[SampleKey]:
         """The samples in old worker ``g``'s buffers, in stage order."""
         keys: list[Any] = []
-        for level in _walk(self.old[g]):
+        for level in walk_states(self.old[g]):
             kind = level.get("type")
             if kind == "ShuffleBuffer":
                 keys += level["keys"]
@@ -340,49 +345,3 @@ def _has_sub(plain: Any) -> bool:
     if isinstance(plain, list) and plain:
         return plain[0] == "sub" or any(_has_sub(x) for x in plain[1:])
     return False
-
-
-# what ``energon-lite checkpoint info`` shows ------------------------------------------------
-
-
-def describe_layout(states: list[Any]) -> str:
-    """``"N ranks x M workers, pass E"`` for a list of rank states (empty if not states)."""
-    first = states[0] if states else None
-    if not isinstance(first, dict) or not isinstance(first.get("config"), dict):
-        return ""
-    config = first["config"]
-    return (
-        f"layout: {len(states)} ranks x {config.get('num_workers')} workers "
-        f"(saved with world_size={config.get('world_size')}), pass {first.get('epoch')}\n\n"
-    )
-
-
-def describe_work(tree: Any) -> str:
-    """One worker state in a line: fresh, or its buffered samples and any leftover."""
-    if tree is None:
-        return "fresh"
-    try:
-        buffered = 0
-        left = []
-        for level in _walk(tree):
-            for name in ("keys", "buffer"):
-                if level.get("type") in ("ShuffleBuffer", "Pack") and name in level:
-                    buffered += sum(len(sample_keys(from_plain(k))) for k in level[name])
-            if level.get("type") == "Pack":
-                buffered += sum(
-                    len(sample_keys(from_plain(k))) for g in level["pending"] for k in g
-                )
-            if level.get("type") == "GroupBatch":
-                buffered += sum(
-                    len(sample_keys(from_plain(k))) for b in level["buckets"] for k in b
-                )
-            if level.get("type") == "Reader" and isinstance(level.get("left"), dict):
-                lv = level["left"]
-                left.append(
-                    f"leftover of an elastic restore: {len(lv['keys']) - lv['k']} samples to "
-                    f"replay, {len(lv['segs']) - lv['s']} unfinished epoch segment(s) of "
-                    f"{lv['G']} old workers"
-                )
-        return "; ".join([f"buffered samples: {buffered}", *left])
-    except (StateError, KeyError, TypeError, AttributeError):
-        return "(unreadable buffers)"

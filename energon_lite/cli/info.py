@@ -192,7 +192,7 @@ def lint(
 def describe_state(state: Any) -> str:
     """A readable summary of a loader state (one rank's, or a list of ranks')."""
     if isinstance(state, list):  # one level only: a crafted file may nest lists deeply
-        from energon_lite.elastic import describe_layout
+        from energon_lite.cli.checkpoint_info import describe_layout
 
         return describe_layout(state) + "\n\n".join(
             f"rank {i}:\n{_describe_rank(s)}" if not isinstance(s, list) else f"rank {i}: a list"
@@ -212,7 +212,7 @@ def _describe_rank(state: Any) -> str:
         f"energon_lite loader state v{state.get('version')}, epoch pass {state.get('epoch')}, next worker {state.get('next_worker')}"
     ]
     lines.extend(f"  {k}: {short_repr(v)}" for k, v in config.items())
-    from energon_lite.elastic import describe_work
+    from energon_lite.cli.checkpoint_info import describe_work
 
     for worker, worker_state in enumerate(workers):
         lines.append(f"  worker {worker}: " + describe_work(worker_state))
