@@ -34,6 +34,8 @@ class Node:
 
     def shape(self) -> dict[str, Any]:
         shape: dict[str, Any] = {"type": self.cls.__name__, "keys": list(self.cls.STATE_KEYS)}
+        if self.cls.OPTIONAL_KEYS:
+            shape["optional"] = list(self.cls.OPTIONAL_KEYS)
         if self.several:
             shape["sources"] = [parent.shape() for parent in self.parents]
         elif self.parents:

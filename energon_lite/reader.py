@@ -13,7 +13,9 @@ epochs (each slice exactly m times per m epochs); -1 draws slices with replaceme
 keeps the slices in order.
 
 State: the epoch, the next position, the open slices as ``[slice_id, next_sample]``, the
-random counter and a done flag: O(open_slices) integers whatever the dataset size.
+random counter and a done flag: O(open_slices) integers whatever the dataset size. After an
+elastic restore (another number of ranks or workers) the state also carries ``left``: the
+old layout's unfinished work this reader delivers first (:mod:`energon_lite.leftover`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from energon_lite.errors import StateError, short_repr
+from energon_lite.leftover import Leftover
 from energon_lite.restore_key import SampleKey
 from energon_lite.rng import CounterRng, Permutation, derive_seed, mix_draws
 from energon_lite.source import Source
@@ -36,10 +39,12 @@ class Reader(Stage):
     """Raw samples ``{__key__, __restore_key__, __shard__, <part>: bytes}`` of one leaf."""
 
     STATE_KEYS = ("epoch", "next", "open", "rng", "done")
+    OPTIONAL_KEYS = ("left",)  # only after an elastic restore, until that work is done
 
     _open: list[list[int]]  # [slice_id, next sample] of each open slice
     _perm_cycle: int | None
     _perm: Permutation
+    _left: Leftover | None  # an elastic restore's leftover work, delivered first
 
     def __init__(
         self,
@@ -117,22 +122,31 @@ class Reader(Stage):
         permutation = self._permutation(epoch // m, n * m)
         return permutation.many((epoch % m) * n + positions) % n
 
-    def samples_per_worker(self, epoch: int) -> np.ndarray:
-        """Samples each of the ``num_workers`` global workers reads in ``epoch`` (vectorised)."""
+    def slice_extents(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """First and end sample of each slice in ``ids`` (``slice_bounds``, vectorised)."""
+        ids = np.asarray(ids, dtype=np.int64)
+        run = np.searchsorted(self.run_slices, ids, side="right") - 1
+        ds = self.dataset
+        starts = ds.run_start[run] + (ids - self.run_slices[run]) * self.slice_len
+        return starts, np.minimum(starts + self.slice_len, ds.run_end[run])
+
+    def samples_per_worker(self, epoch: int, num_workers: int | None = None) -> np.ndarray:
+        """Samples each of the ``num_workers`` global workers reads in ``epoch`` (vectorised);
+        ``num_workers`` defaults to this layout's."""
+        num_workers = num_workers or self.num_workers
         positions = np.arange(self.num_slices, dtype=np.int64)
         ids = self.slice_ids(epoch, positions)
         run = np.searchsorted(self.run_slices, ids, side="right") - 1
         lengths = (self.dataset.run_end - self.dataset.run_start)[run]
         sizes = np.minimum(self.slice_len, lengths - (ids - self.run_slices[run]) * self.slice_len)
-        counts = np.bincount(
-            positions % self.num_workers, weights=sizes, minlength=self.num_workers
-        )
+        counts = np.bincount(positions % num_workers, weights=sizes, minlength=num_workers)
         return counts.astype(np.int64)
 
     def restart(self, epoch: int) -> None:
         """Start over at the beginning of ``epoch``, keeping the random stream's position."""
         self._epoch, self._next, self._open, self._done = epoch, 0, [], False
         self._chunks.clear()
+        self._left = None
 
     def _permutation(self, cycle: int, size: int) -> Permutation:
         if self._perm_cycle != cycle:
@@ -144,6 +158,11 @@ class Reader(Stage):
 
     def next(self) -> dict[str, Any]:
         self._start_if_fresh()
+        if self._left is not None:  # an elastic restore's leftover comes first
+            owed = self._left.next_sample()
+            if owed is not None:
+                return owed
+            self._left = None
         while True:
             count = self.worker_slice_count()
             while len(self._open) < self.open_slices and self._next < count:
@@ -175,7 +194,13 @@ class Reader(Stage):
             self._open.pop(choice)
         return sample
 
-    def _read(self, shard_id: int, position: int, end: int) -> dict[str, Any]:
+    def left_total(self) -> int:
+        """Samples of an elastic restore's leftover this reader delivers (0 without one)."""
+        return 0 if self._left is None else self._left.total()
+
+    def _read(
+        self, shard_id: int, position: int, end: int, epoch: int | None = None
+    ) -> dict[str, Any]:
         chunk = self._chunks.get((shard_id, position))
         if chunk is None:
             stop = min(end, position + _CHUNK)
@@ -185,7 +210,7 @@ class Reader(Stage):
             chunk = self._chunks[(shard_id, position)]
         del self._chunks[(shard_id, position)]
         key, parts = chunk
-        return self._raw(key, parts, shard_id, position, self._epoch)
+        return self._raw(key, parts, shard_id, position, self._epoch if epoch is None else epoch)
 
     def _raw(
         self, key: str, parts: dict[str, bytes], shard_id: int, index: int, epoch: int
@@ -212,15 +237,19 @@ class Reader(Stage):
         self._chunks: dict[tuple[int, int], tuple[str, dict[str, Any]]] = {}
         self._epoch, self._next, self._open, self._done = self.start_epoch, 0, [], False
         self._rng = CounterRng(self.seed, "interleave", self.leaf_id, self.worker_index)
+        self._left = None
 
     def _save(self) -> dict[str, Any]:
-        return {
+        state = {
             "epoch": self._epoch,
             "next": self._next,
             "open": [list(entry) for entry in self._open],
             "rng": self._rng.counter,
             "done": self._done,
         }
+        if self._left is not None:
+            state["left"] = self._left.save()
+        return state
 
     def _restore(self, state: dict[str, Any]) -> None:
         self._reset()
@@ -253,3 +282,7 @@ class Reader(Stage):
                     f"Reader: position {position} outside slice {slice_id} [{start}, {end})"
                 )
             self._open.append([slice_id, position])
+        if state.get("left") is not None:
+            self._left = Leftover(self, state["left"])
+            if self._done:  # the leftover is all this reader still delivers
+                self._next = self.worker_slice_count()

@@ -293,21 +293,40 @@ class SavableLoader:
     def restore_state_global(
         self, states: list[dict[str, Any]] | None, *, src_rank: int | None = None
     ) -> None:
-        """Restore every rank: each rank passes the full list, or only ``src_rank`` does."""
+        """Restore every rank: each rank passes the full list, or only ``src_rank`` does.
+
+        States saved with another number of ranks or workers are redistributed over this
+        layout (:func:`energon_lite.elastic.redistribute`): the rest of their epoch is
+        delivered exactly once, then later epochs are partitioned over this layout."""
         import torch.distributed as dist
 
         rank = self.worker_config.rank
         if src_rank is not None and dist.is_available() and dist.is_initialized():
             group = self.worker_config.data_parallel_group
             received: list[Any] = [None]
+            if dist.get_rank() == src_rank:  # another layout: src redistributes for all ranks
+                states = self._for_this_layout(states)
             dist.scatter_object_list(
                 received, states if dist.get_rank() == src_rank else None, src=src_rank, group=group
             )
             self.restore_state_rank(received[0])
             return
+        states = self._for_this_layout(states)
         if states is None or len(states) != self.worker_config.world_size:
             raise StateError(
                 f"restore_state_global needs one state per rank ({self.worker_config.world_size}), "
                 f"got {None if states is None else len(states)}"
             )
         self.restore_state_rank(states[rank])
+
+    def _for_this_layout(self, states: Any) -> Any:
+        """``states`` as they are, or redistributed when they were saved with another
+        number of ranks or workers (elastic resume, :mod:`energon_lite.elastic`)."""
+        from energon_lite.elastic import redistribute, same_layout
+
+        wc = self.worker_config
+        if not isinstance(states, list) or not states:
+            return states
+        if same_layout(states, wc.world_size, wc.num_workers):
+            return states
+        return redistribute(states, wc.world_size, wc.num_workers, self.dataset.config())

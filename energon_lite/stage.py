@@ -34,6 +34,8 @@ class Stage:
     """Base class of all stages. Subclasses set ``source`` (or ``sources``) and override."""
 
     STATE_KEYS: ClassVar[tuple[str, ...]] = ()  # the stage's own state fields
+    # fields a state may carry but need not (an elastic restore's leftover work)
+    OPTIONAL_KEYS: ClassVar[tuple[str, ...]] = ()
     source: Stage | None = None
     sources: list[Any] | None = None  # stages with several parents
     _started: bool = False
@@ -58,7 +60,9 @@ class Stage:
                 parent.restore_state(None)
             self._reset()
         else:
-            check_level(type(self).__name__, self.STATE_KEYS, self._parent_key(), state)
+            check_level(
+                type(self).__name__, self.STATE_KEYS, self._parent_key(), state, self.OPTIONAL_KEYS
+            )
             self._validate(state)
             if self.source is not None:
                 self.source.restore_state(state["source"])

@@ -78,9 +78,16 @@ def state_count(value: Any, what: str) -> int:
     return value
 
 
-def check_level(name: str, keys: Sequence[str], parents: str | None, state: Any) -> dict[str, Any]:
+def check_level(
+    name: str,
+    keys: Sequence[str],
+    parents: str | None,
+    state: Any,
+    optional: Sequence[str] = (),
+) -> dict[str, Any]:
     """Check one stage's level of a state: a dict of stage ``name`` with exactly its
-    declared ``keys`` and its parents' entry (``"source"``/``"sources"``/None)."""
+    declared ``keys`` (plus any of ``optional``) and its parents' entry
+    (``"source"``/``"sources"``/None)."""
     if not isinstance(state, dict):
         raise StateError(f"{name}: state must be a dict, got {type(state).__name__}; it is corrupt")
     if state.get("type") != name:
@@ -89,7 +96,8 @@ def check_level(name: str, keys: Sequence[str], parents: str | None, state: Any)
             "was it saved by a loader with other stages (packing, grouping, blend)?"
         )
     expected = {"type", *keys, *([parents] if parents else [])}
-    missing, extra = sorted(expected - set(state)), sorted(set(state) - expected)
+    missing = sorted(expected - set(state))
+    extra = sorted(set(state) - expected - set(optional))
     if missing or extra:
         problem = f"is missing {missing}" if missing else f"has unknown fields {extra}"
         raise StateError(f"{name}: state {problem}; it is truncated or corrupt")
@@ -102,7 +110,7 @@ def check_state_shape(shape: dict[str, Any], state: Any) -> None:
     """Check a saved chain against a declared shape ``{"type", "keys", "source"|"sources"}``
     (``Pipeline.state_shape``): the same stages, each with its declared fields. No I/O."""
     parents = "source" if "source" in shape else "sources" if "sources" in shape else None
-    check_level(shape["type"], shape["keys"], parents, state)
+    check_level(shape["type"], shape["keys"], parents, state, shape.get("optional", ()))
     if parents == "source":
         check_state_shape(shape["source"], state["source"])
     elif parents == "sources":

@@ -192,7 +192,9 @@ def lint(
 def describe_state(state: Any) -> str:
     """A readable summary of a loader state (one rank's, or a list of ranks')."""
     if isinstance(state, list):  # one level only: a crafted file may nest lists deeply
-        return "\n\n".join(
+        from energon_lite.cli.checkpoint_info import describe_layout
+
+        return describe_layout(state) + "\n\n".join(
             f"rank {i}:\n{_describe_rank(s)}" if not isinstance(s, list) else f"rank {i}: a list"
             for i, s in enumerate(state)
         )
@@ -210,8 +212,10 @@ def _describe_rank(state: Any) -> str:
         f"energon_lite loader state v{state.get('version')}, epoch pass {state.get('epoch')}, next worker {state.get('next_worker')}"
     ]
     lines.extend(f"  {k}: {short_repr(v)}" for k, v in config.items())
+    from energon_lite.cli.checkpoint_info import describe_work
+
     for worker, worker_state in enumerate(workers):
-        lines.append(f"  worker {worker}: " + ("fresh" if worker_state is None else ""))
+        lines.append(f"  worker {worker}: " + describe_work(worker_state))
         node, depth = worker_state, 2
         while isinstance(node, dict):
             fields = {k: v for k, v in node.items() if k not in ("type", "source", "sources")}

@@ -1,4 +1,4 @@
-"""``energon-lite``: prepare | info | preview | lint | bench | checkpoint info | demo."""
+"""``energon-lite``: prepare | info | preview | lint | bench | checkpoint info/redist | demo."""
 
 from __future__ import annotations
 
@@ -180,7 +180,28 @@ def _load_checkpoint(path: Path) -> Any:
 def cmd_checkpoint(args: argparse.Namespace) -> int:
     from energon_lite.cli.info import describe_state
 
+    if Path(args.file).is_dir():  # a folder of per-rank files
+        from energon_lite.cli.checkpoint_files import read_checkpoint
+
+        print(describe_state(read_checkpoint(Path(args.file)).states))
+        return 0
     print(describe_state(_load_checkpoint(Path(args.file))))
+    return 0
+
+
+def cmd_checkpoint_redist(args: argparse.Namespace) -> int:
+    from energon_lite.cli.checkpoint_files import read_checkpoint, write_checkpoint
+    from energon_lite.elastic import redistribute
+
+    old = read_checkpoint(Path(args.path))
+    new = redistribute(old.states, args.world_size, args.num_workers)
+    written = write_checkpoint(old, new, Path(args.output))
+    config = old.states[0]["config"]
+    print(
+        f"redistributed {len(old.states)} ranks x {config['num_workers']} workers -> "
+        f"{args.world_size} ranks x {args.num_workers} workers: "
+        + ", ".join(str(p) for p in written)
+    )
     return 0
 
 
@@ -320,8 +341,21 @@ def build_parser() -> argparse.ArgumentParser:
     c = csub.add_parser(
         "info", help="summarise a state file (msgpack, JSON or torch.save; never unpickled)"
     )
-    c.add_argument("file", help="a file written from save_state_rank()/save_state_global()")
+    c.add_argument(
+        "file",
+        help="a file written from save_state_rank()/save_state_global(), or a folder of "
+        "per-rank files",
+    )
     c.set_defaults(fn=cmd_checkpoint)
+    c = csub.add_parser(
+        "redist",
+        help="redistribute a checkpoint over another number of ranks and workers (elastic)",
+    )
+    c.add_argument("path", help="a folder of per-rank state files, or one file of all ranks")
+    c.add_argument("--world-size", type=int, required=True, help="the new number of ranks")
+    c.add_argument("--num-workers", type=int, required=True, help="the new loader workers per rank")
+    c.add_argument("-o", "--output", required=True, help="the folder to write the new states to")
+    c.set_defaults(fn=cmd_checkpoint_redist)
 
     p = sub.add_parser("demo", help="prepare a small dataset, train, checkpoint and resume")
     p.add_argument("--dir", help="where to write the dataset (default: a temporary folder)")

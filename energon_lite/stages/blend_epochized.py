@@ -12,7 +12,9 @@ After the quotas the blend ends (``repeat=False``) or starts epoch ``E + 1``.
 
 State: the sources' states, the random counter, the epoch, ``[pass, taken]`` per leaf and a
 done flag: O(leaves) integers. The epoch plan is recomputed on restore (one vectorised walk
-over each leaf's slice list).
+over each leaf's slice list). After an elastic restore the state also carries ``left``: per
+leaf, the samples its reader's leftover delivers (the old layout's remaining quota); that
+epoch's plan is just those counts, then the next epoch is planned over the new layout.
 """
 
 from __future__ import annotations
@@ -32,11 +34,13 @@ from energon_lite.state import state_count
 
 class EpochizedBlend(Stage):
     STATE_KEYS = ("rng", "epoch", "passes", "done")
+    OPTIONAL_KEYS = ("left",)  # True (count on restore) or per-leaf leftover counts
     sources: list[Reader]  # built with repeat=False: this stage moves them through epochs
     _plan: list[list[int]]  # samples this worker emits per pass of each leaf, this epoch
     _passes: list[list[int]]  # [pass, taken in that pass] per leaf
     _done: bool
     _epoch: int
+    _left: list[int] | None  # per-leaf leftover counts of an elastic restore
 
     def __init__(
         self,
@@ -65,6 +69,13 @@ class EpochizedBlend(Stage):
             if self._done:
                 raise StopIteration
             remaining = [self._remaining(i) for i in range(len(self.sources))]
+            if sum(remaining) == 0 and self._left is not None:  # the leftover epoch is over
+                self._left = None
+                if not self.repeat:
+                    self._done = True
+                    raise StopIteration
+                self._begin_epoch(self._epoch + 1)
+                continue
             if sum(remaining) == 0:
                 # a worker without any sample of this epoch must not spin through epochs
                 if not self.repeat or not any(sum(plan) for plan in self._plan):
@@ -127,15 +138,19 @@ class EpochizedBlend(Stage):
     def _reset(self) -> None:
         self._rng = CounterRng(self.seed, "blend", self.global_worker_id)
         self._done = False
+        self._left = None
         self._begin_epoch(self.sources[0].start_epoch)
 
     def _save(self) -> dict[str, Any]:
-        return {
+        state = {
             "rng": self._rng.counter,
             "epoch": self._epoch,
             "passes": [list(p) for p in self._passes],
             "done": self._done,
         }
+        if self._left is not None:
+            state["left"] = list(self._left)
+        return state
 
     def _restore(self, state: dict[str, Any]) -> None:
         self._rng = CounterRng(self.seed, "blend", self.global_worker_id)
@@ -147,7 +162,17 @@ class EpochizedBlend(Stage):
             raise StateError(
                 f"EpochizedBlend: {len(self.sources)} [pass, taken] pairs expected, got {saved!r}"
             )
-        self._make_plan()
+        left = state.get("left")
+        self._left = None
+        if left is True:  # the readers (restored first) know their leftovers
+            left = [source.left_total() for source in self.sources]
+        if left is not None:
+            if not isinstance(left, list) or len(left) != len(self.sources):
+                raise StateError(f"EpochizedBlend: leftover counts {left!r}; the state is corrupt")
+            self._left = [state_count(n, "EpochizedBlend leftover") for n in left]
+            self._plan = [[n] for n in self._left]
+        else:
+            self._make_plan()
         self._passes = []
         for index, entry in enumerate(saved):
             if not isinstance(entry, list) or len(entry) != 2:

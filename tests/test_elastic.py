@@ -1,0 +1,361 @@
+"""Elastic resume: states saved on one (ranks x workers) layout restored on another.
+
+Ranks are simulated in one process (``WorkerConfig(rank, world_size)`` per loader, real
+worker processes where the layout has them); every check is the union of what the old
+layout delivered before the save and the new layout after it: every sample of the epoch
+exactly once (with ``blend_epochized``: the epoch's quota exactly), whatever sat in shuffle,
+packing or grouping buffers.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from energon_lite import (
+    Sample,
+    StateError,
+    TaskEncoder,
+    WorkerConfig,
+    get_savable_loader,
+    get_train_dataset,
+    get_val_dataset,
+    prepare_dataset,
+)
+from energon_lite.cli.main import main
+from energon_lite.cli.state_file import read_state_file
+from energon_lite.elastic import redistribute
+from energon_lite.state import encode_state
+from energon_lite.synth.shards import write_captioning_shards
+from energon_lite.testing import take
+
+A, B = 120, 80  # samples of the two leaves
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("elastic")
+    for name, count in (("a", A), ("b", B)):
+        write_captioning_shards(
+            root / name, count, 20, image_size=(8, 8), key_format=name + "{:05d}"
+        )
+        prepare_dataset(
+            root / name,
+            split_ratio=[("train", 1)],
+            sample_type="TextSample",
+            field_map={"text": "txt"},
+            progress=False,
+        )
+    head = "__module__: energon_lite\n__class__: MetadatasetV2\nsplits:\n  train:\n"
+    (root / "weighted.yaml").write_text(
+        head + "    blend:\n      - {weight: 2, path: a}\n      - {weight: 1, path: b}\n"
+    )
+    (root / "epochized.yaml").write_text(
+        head + "    blend_epochized:\n      - {repetitions: 1, path: a}\n"
+        "      - {repetitions: 0.5, path: b}\n"
+    )
+    return {
+        "a": root / "a",
+        "weighted": root / "weighted.yaml",
+        "epochized": root / "epochized.yaml",
+    }
+
+
+@dataclass
+class Packed(Sample):
+    members: list[str] = field(default_factory=list)
+
+
+class PackGroupEncoder(TaskEncoder):
+    """Packs samples in pairs, then batches packs in buckets by the first member's parity."""
+
+    def preencode_sample(self, sample: Any) -> Packed:
+        return Packed.derive_from(sample, members=[sample.__key__])
+
+    def select_samples_to_pack(self, samples: list[Packed]) -> list[list[Packed]]:
+        return [samples[i : i + 2] for i in range(0, len(samples), 2)]
+
+    def postencode_sample(self, sample: Packed) -> Packed:
+        return sample
+
+    def pack_selected_samples(self, samples: list[Packed]) -> Packed:
+        return Packed.derive_from(samples[0], members=[m for s in samples for m in s.members])
+
+    def batch_group_criterion(self, sample: Packed) -> tuple[str, int]:
+        return ("even" if int(sample.members[0][1:]) % 2 == 0 else "odd"), 3
+
+    def batch(self, samples: list[Packed]) -> dict[str, Any]:
+        return {"members": [m for s in samples for m in s.members]}
+
+
+class GenEncoder(TaskEncoder):
+    """A generator encode_sample: three outputs per sample."""
+
+    def encode_sample(self, sample: Any) -> Any:
+        for n in range(3):
+            yield Packed.derive_from(sample, members=[f"{sample.__key__}/{n}"])
+
+    def batch(self, samples: list[Packed]) -> dict[str, Any]:
+        return {"members": [m for s in samples for m in s.members]}
+
+
+CHAINS: dict[str, dict[str, Any]] = {
+    "shuffle": dict(path="a", shuffle_buffer_size=8),
+    "weighted": dict(path="weighted", shuffle_buffer_size=8),
+    "epochized": dict(path="epochized", shuffle_buffer_size=8),
+    "pack_group": dict(path="a", shuffle_buffer_size=8, packing_buffer_size=6, te=PackGroupEncoder),
+    "weighted_pack_group": dict(
+        path="weighted", shuffle_buffer_size=4, packing_buffer_size=5, te=PackGroupEncoder
+    ),
+}
+
+
+def loader(data: dict[str, Path], chain: str, rank: int, world: int, workers: int, **over: Any):
+    options = {**CHAINS[chain], **over}
+    te = options.pop("te", TaskEncoder)
+    dataset = get_train_dataset(
+        data[options.pop("path")],
+        worker_config=WorkerConfig(rank, world, workers),
+        batch_size=4,
+        max_samples_per_sequence=5,
+        repeat=options.pop("repeat", False),
+        task_encoder=te(),
+        **options,
+    )
+    return get_savable_loader(dataset)
+
+
+def keys(batch: Any) -> list[str]:
+    return list(batch["members"] if isinstance(batch, dict) else batch.__key__)
+
+
+def save_old(data, chain: str, world: int, workers: int, steps: list[int], **over: Any):
+    """Each old rank delivers ``steps[rank]`` batches, then saves; (delivered, states)."""
+    delivered, states = [], []
+    for rank in range(world):
+        old = loader(data, chain, rank, world, workers, **over)
+        delivered += [k for batch in take(old, steps[rank % len(steps)]) for k in keys(batch)]
+        states.append(old.save_state_rank())
+        old.close()
+    return delivered, states
+
+
+def rest_of_epoch(data, chain: str, states, world: int, workers: int, rank: int) -> list[str]:
+    new = loader(data, chain, rank, world, workers)
+    new.restore_state_global(states)
+    out = [k for batch in new for k in keys(batch)]
+    new.close()
+    return out
+
+
+def expected_epoch(chain: str) -> Counter:
+    a = Counter(f"a{i:05d}" for i in range(A))
+    if chain in ("shuffle", "pack_group"):
+        return a
+    return a + Counter(f"b{i:05d}" for i in range(B))
+
+
+@pytest.mark.parametrize(
+    ("chain", "old", "new", "steps"),
+    [
+        ("shuffle", (2, 2), (1, 3), [3, 5]),
+        ("weighted", (1, 4), (2, 1), [7]),
+        ("epochized", (4, 1), (3, 2), [2, 4, 1, 3]),
+        ("pack_group", (2, 0), (2, 2), [2, 3]),
+        ("shuffle", (1, 2), (4, 0), [6]),
+        ("weighted_pack_group", (3, 2), (2, 2), [2, 1, 3]),
+    ],
+)
+def test_every_sample_exactly_once_across_the_layout_change(data, chain, old, new, steps):
+    before, states = save_old(data, chain, *old, steps)
+    after = [k for rank in range(new[0]) for k in rest_of_epoch(data, chain, states, *new, rank)]
+    delivered = Counter(before + after)
+    assert before and after
+    if chain == "epochized":  # all of a once, and exactly half of b (repetitions 0.5) once
+        assert max(delivered.values()) == 1
+        assert sum(1 for k in delivered if k[0] == "a") == A
+        assert sum(1 for k in delivered if k[0] == "b") == B // 2
+    else:
+        assert delivered == expected_epoch(chain)
+
+
+def test_buffered_samples_move_and_the_result_is_deterministic(data):
+    _, states = save_old(data, "pack_group", 2, 1, [2, 3])
+    buffered = {
+        k[0]
+        for state in states
+        for level in _levels(state["workers"][0])
+        for k in level.get("keys", []) + level.get("buffer", [])
+    }
+    assert buffered  # the save really had samples in the shuffle/packing buffers
+    first, second = redistribute(states, 3, 1), redistribute(states, 3, 1)
+    assert first == second
+    streams = [rest_of_epoch(data, "pack_group", states, 3, 1, rank=1) for _ in range(2)]
+    assert streams[0] == streams[1] and streams[0]
+
+
+def _levels(state: Any) -> list[dict[str, Any]]:
+    out = []
+    while isinstance(state, dict):
+        out.append(state)
+        state = state.get("source")
+    return out
+
+
+def test_same_layout_is_unchanged_and_rank_restore_refuses_another_layout(data):
+    _, states = save_old(data, "shuffle", 2, 0, [2, 3])
+    same = loader(data, "shuffle", 1, 2, 0)
+    same.restore_state_global(states)
+    assert same.save_state_rank() == states[1]  # exactly the saved state, no redistribution
+    other = loader(data, "shuffle", 0, 3, 0)
+    with pytest.raises(StateError, match="world_size"):
+        other.restore_state_rank(states[0])
+    moved = redistribute(states, 3, 0)
+    reader = _levels(moved[0]["workers"][0])[-1]  # Batch <- Encode <- ShuffleBuffer <- Reader
+    assert reader["type"] == "Reader" and reader["left"]["segs"]
+    other.restore_state_rank(moved[0])
+
+
+def test_foreign_and_unsupported_states_are_refused(data):
+    _, states = save_old(data, "shuffle", 2, 0, [2, 3])
+    for over, name in (
+        (dict(shuffle_buffer_size=4), "shuffle_buffer_size"),
+        (dict(path="weighted"), "datasets"),
+    ):
+        foreign = loader(data, "shuffle", 0, 3, 0, **over)
+        with pytest.raises(StateError, match=name):
+            foreign.restore_state_global(states)
+    with pytest.raises(StateError, match="rank order"):
+        redistribute(states[::-1], 3, 0)
+    with pytest.raises(StateError, match="world_size=2"):
+        redistribute(states[:1], 3, 0)
+    # a generator encode_sample part-way through its outputs cannot be split exactly
+    gen = get_savable_loader(
+        get_train_dataset(
+            data["a"],
+            worker_config=WorkerConfig(0, 1, 0),
+            batch_size=4,
+            shuffle_buffer_size=None,
+            max_samples_per_sequence=5,
+            repeat=False,
+            task_encoder=GenEncoder(),
+        )
+    )
+    take(gen, 1)  # 4 of a sample's 3 outputs: the second sample's generator is mid-way
+    with pytest.raises(StateError, match="generator encode_sample"):
+        redistribute([gen.save_state_rank()], 2, 0)
+    val = get_savable_loader(
+        get_val_dataset(
+            data["a"], worker_config=WorkerConfig(0, 1, 0), batch_size=4, split_part="train"
+        )
+    )
+    take(val, 1)
+    with pytest.raises(StateError, match="validation"):
+        redistribute([val.save_state_rank()], 2, 0)
+
+
+def test_repeat_true_old_epochs_then_a_full_new_epoch(data):
+    """Old rank 0 is in epoch 1, rank 1 still in epoch 0: each one's rest is delivered
+    once, then every new rank starts epoch 2, which covers every sample exactly once."""
+    over = dict(repeat=True, shuffle_buffer_size=None)
+    before, states = [], []
+    for rank, steps in ((0, 18), (1, 5)):  # 15 batches of 4 per rank and epoch
+        old = loader(data, "shuffle", rank, 2, 0, **over)
+        before += [
+            (k, r.epoch) for b in take(old, steps) for k, r in zip(b.__key__, b.__restore_key__)
+        ]
+        states.append(old.save_state_rank())
+    after = []
+    for rank in range(3):
+        new = loader(data, "shuffle", rank, 3, 0, **over)
+        new.restore_state_global(states)
+        for batch in take(new, 60):
+            after += [(k, r.epoch) for k, r in zip(batch.__key__, batch.__restore_key__)]
+            if after[-1][1] == 3:
+                break
+    by_epoch = Counter(e for _, e in before + after)
+    seen = Counter(before + after)
+    assert max(seen.values()) == 1  # nothing twice within an epoch
+    assert by_epoch[0] == A  # rank 1's rest of epoch 0 came back exactly
+    assert {k for k, e in seen if e == 2} == {f"a{i:05d}" for i in range(A)}
+    assert by_epoch[1] == A // 2  # only old rank 0 was in epoch 1
+
+
+def test_checkpoint_redist_cli_matches_in_process_restore(data, tmp_path, capsys):
+    _, states = save_old(data, "weighted", 2, 1, [3, 2])
+    ckpt, out = tmp_path / "ckpt", tmp_path / "ckpt3"
+    ckpt.mkdir()
+    for rank, state in enumerate(states):
+        (ckpt / f"state_rank_{rank}.msgpack").write_bytes(encode_state(state))
+    argv = ["checkpoint", "redist", str(ckpt), "--world-size", "3", "--num-workers", "1"]
+    assert main([*argv, "-o", str(out)]) == 0
+    files = sorted(out.iterdir())
+    assert [f.name for f in files] == [f"state_rank_{r}.msgpack" for r in range(3)]
+    written = [read_state_file(f) for f in files]
+    assert json.loads(json.dumps(written)) == json.loads(json.dumps(redistribute(states, 3, 1)))
+    for rank in (0, 2):
+        offline = loader(data, "weighted", rank, 3, 1)
+        offline.restore_state_rank(written[rank])
+        from_cli = [k for batch in offline for k in keys(batch)]
+        offline.close()
+        assert from_cli == rest_of_epoch(data, "weighted", states, 3, 1, rank)
+    capsys.readouterr()
+    assert main(["checkpoint", "info", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "3 ranks x 1 workers" in text and "leftover" in text
+    assert main(["checkpoint", "info", str(ckpt)]) == 0
+    assert "buffered samples" in capsys.readouterr().out
+
+
+def _gloo_rank(rank: int, world: int, path: str, port: int, out: str) -> None:
+    import torch.distributed as dist
+
+    from energon_lite.state import decode_state
+
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
+    )
+    try:
+        data = {"a": Path(path)}
+        if world == 2:  # the old job: deliver some batches, save every rank on rank 0
+            old = loader(data, "shuffle", rank, 2, 0)
+            before = [k for batch in take(old, 3 + 2 * rank) for k in keys(batch)]
+            states = old.save_state_global(global_dst_rank=0)
+            if rank == 0:
+                Path(out, "states.msgpack").write_bytes(encode_state(states))
+            Path(out, f"before{rank}.json").write_text(json.dumps(before))
+        else:  # the new job: only rank 0 reads the checkpoint
+            states = decode_state(Path(out, "states.msgpack").read_bytes()) if rank == 0 else None
+            new = loader(data, "shuffle", rank, 3, 0)
+            new.restore_state_global(states, src_rank=0)
+            after = [k for batch in new for k in keys(batch)]
+            Path(out, f"after{rank}.json").write_text(json.dumps(after))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.timeout(240)
+def test_gloo_two_ranks_save_three_ranks_restore(data, tmp_path):
+    import socket
+
+    import torch.multiprocessing as mp
+
+    for world in (2, 3):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        mp.start_processes(
+            _gloo_rank,
+            args=(world, str(data["a"]), port, str(tmp_path)),
+            nprocs=world,
+            start_method="fork",
+        )
+    before = [k for r in range(2) for k in json.loads((tmp_path / f"before{r}.json").read_text())]
+    after = [json.loads((tmp_path / f"after{r}.json").read_text()) for r in range(3)]
+    assert all(after)  # every new rank got a share of the rest
+    assert Counter(before + [k for rank in after for k in rank]) == expected_epoch("shuffle")
