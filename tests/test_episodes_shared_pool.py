@@ -52,9 +52,11 @@ def test_frames_are_bit_identical_read_only_and_stored_once(folder):
     assert np.array_equal(
         shared.build(1, 2)["observations"]["images"], plain.build(1, 2)["observations"]["images"]
     )
-    # the file holds at most the decoded pool (sparse: pages only for frames written)
+    # the file holds at most the decoded pool, each frame on its own pages (sparse: pages
+    # only for the frames written), plus a page of flags
     path = store.path
-    assert path.stat().st_blocks * 512 <= 4096 + store.frames * FRAME + 4096
+    pages = -(-FRAME // 4096)
+    assert path.stat().st_blocks * 512 <= 4096 * (1 + store.filled() * pages)
     # a second process-like reader of the same pool sees the frames already filled
     other = TransitionBuilder(index, CAMS, norm, 3)
     other.shared_dir = shared.shared_dir
@@ -88,6 +90,13 @@ def test_qc_dataset_workers_fill_one_shared_copy(folder):
     drawn = {k for b in batches for k in b["__key__"]}
     assert store.misses == 0  # the parent decoded nothing into it ...
     assert store.filled() >= len(drawn) // 2  # ... the workers filled it, and the parent sees it
+    # the dataset's frames are writable copy-on-write views: a write stays in this process
+    item = ds[0]
+    path, start = item["__key__"].rsplit("/", 1)
+    episode = [str(p) for p in plain.index.paths].index(path)
+    item["observations"]["images"][:] = 7
+    shared_view = store.get(episode, int(start), lambda: pytest.fail("decoded again"))
+    assert np.array_equal(shared_view, plain.build(episode, int(start))["observations"]["images"])
     old = store.path
     ds.refresh_epoch(2)
     assert not old.exists() and ds.builder._shared is not None

@@ -80,6 +80,7 @@ class QCSimpleDatasetV3(Dataset):
             frame_cache_bytes=frame_cache_bytes, shared_pool=shared_pool,
         )  # fmt: skip
         self.index = self.builder.index
+        self.builder.writable_frames = True  # default_collate needs writable arrays: no copy
         self.dataset_type = dataset_type
         self.episodes_per_epoch = episodes_per_epoch
         self.positive_ratio = positive_ratio

@@ -18,6 +18,11 @@ maps the file), and every worker of the rank reads it:
   it remembers it and reads the frame with no system call.
 * Frames come back as read-only views of the shared pages: nothing can change what another
   draw returns, and batching copies them (as it copies the decode-everything pool's views).
+  For a plain ``DataLoader`` (whose ``default_collate`` warns on read-only arrays) they can
+  come as writable views of a private copy-on-write mapping of the same pages instead: no
+  copy per draw, and a write stays in the writing process (as a write to the forked
+  decode-everything pool does). Each frame starts on a page boundary, so a frame's pages
+  hold nothing else.
 * Files live in a directory made by :class:`SharedPoolDir` in the main process and removed
   when that object is collected or the process exits. A process entering a new pool drops
   its mapping of the previous one and deletes pool files two pools old; a lagging worker
@@ -93,11 +98,12 @@ class SharedFramePool:
         n = int(self._first[-1])
         self._flags_at = 0
         data_at = -(-n // _HEADER_ALIGN) * _HEADER_ALIGN
-        size = data_at + n * self.frame_bytes
+        stride = -(-self.frame_bytes // _HEADER_ALIGN) * _HEADER_ALIGN  # a frame owns its pages
+        size = data_at + n * stride
         self._fd = self._open(size)
-        self._map = np.memmap(
-            path, dtype=np.uint8, mode="r+", offset=data_at, shape=(n, self.frame_bytes)
-        )
+        self._map = np.memmap(path, dtype=np.uint8, mode="r+", offset=data_at, shape=(n, stride))
+        # the same pages, copy-on-write: writable views whose writes stay in this process
+        self._private = np.memmap(path, dtype=np.uint8, mode="c", offset=data_at, shape=(n, stride))
         self._seen = np.zeros(n, dtype=bool)  # flags this process has already seen set
         self.hits = self.misses = 0
 
@@ -127,8 +133,19 @@ class SharedFramePool:
     def frames(self) -> int:
         return len(self._seen)
 
-    def get(self, episode: int, frame: int, decode: Callable[[], np.ndarray]) -> np.ndarray:
-        """Frame ``frame`` of ``episode`` (a pool member), decoding and storing it on a miss."""
+    def get(
+        self,
+        episode: int,
+        frame: int,
+        decode: Callable[[], np.ndarray],
+        writable: bool = False,
+    ) -> np.ndarray:
+        """Frame ``frame`` of ``episode`` (a pool member), decoding and storing it on a miss.
+
+        A read-only view of the shared pages; ``writable=True``: a view of this process's
+        copy-on-write mapping of them (a write copies the touched pages into this process
+        and changes its later reads of that frame, never the pool or another process).
+        """
         i = int(self._first[self._slot[int(episode)]]) + int(frame)
         if not self._seen[i]:
             if os.pread(self._fd, 1, self._flags_at + i) == b"\x01":
@@ -139,12 +156,14 @@ class SharedFramePool:
                 decoded = decode()
                 if decoded.dtype != np.uint8 or decoded.shape != self.frame_shape:
                     return decoded  # not of the pool's layout: returned, never stored
-                self._map[i] = decoded.reshape(-1)
+                self._map[i, : self.frame_bytes] = decoded.reshape(-1)
                 os.pwrite(self._fd, b"\x01", self._flags_at + i)
                 self._seen[i] = True
         else:
             self.hits += 1
-        view = self._map[i].reshape(self.frame_shape)
+        if writable:
+            return self._private[i, : self.frame_bytes].reshape(self.frame_shape)
+        view = self._map[i, : self.frame_bytes].reshape(self.frame_shape)
         view.flags.writeable = False
         return view
 
@@ -157,4 +176,4 @@ class SharedFramePool:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
-        del self._map  # views handed out keep the pages mapped until they are freed
+        del self._map, self._private  # views handed out keep the pages mapped until they are freed

@@ -126,6 +126,9 @@ class TransitionBuilder:
             self.shared_dir = SharedPoolDir(None if shared_pool is True else shared_pool)
         self._shared: SharedFramePool | None = None
         self._shared_spec: tuple[tuple[int, ...], int] | None = None
+        self.writable_frames = (
+            False  # shared pool frames as copy-on-write views (QCSimpleDatasetV3)
+        )
 
     def frame_rewards(self, episode: int) -> np.ndarray:
         low = self.reader.low_dim(episode)
@@ -196,7 +199,7 @@ class TransitionBuilder:
             shared = self._open_shared(False)  # unpickled in a spawned worker: reopen
         if shared is not None and episode in shared:
             decode = partial(self.reader._stack, episode, start, self.camera_names, "images")
-            return shared.get(episode, start, decode)
+            return shared.get(episode, start, decode, self.writable_frames)
         return self.reader.frame(episode, start, self.camera_names)
 
     def prefill(self, episodes: list[int]) -> int:
