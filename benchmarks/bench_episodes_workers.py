@@ -28,7 +28,8 @@ for the shared pool the bytes the ``/dev/shm`` file really occupies, ``st_blocks
 workers at the end of the epoch (shared pages counted once in total: COW pool pages and
 the shared file alike), which also holds torch and the batches in flight. Rounds alternate
 the loaders (``common.ab_order``); medians with the min-max. Usage:
-``python benchmarks/bench_episodes_workers.py [--workers 2 --draws-per-frame 50 --rounds 3]``.
+``python benchmarks/bench_episodes_workers.py [--workers 2 --draws-per-frame 50 --rounds 3
+--dtypes uint8 float32]``.
 """
 
 from __future__ import annotations
@@ -164,7 +165,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--draws-per-frame", type=float, default=50.0)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--float", action="store_true", help="also the float32 pair")
+    parser.add_argument("--dtypes", nargs="+", default=["uint8"], choices=["uint8", "float32"],
+                        help="uint8: the uint8 loaders; float32: the float32 pair")  # fmt: skip
     parser.add_argument("--dir", type=Path, default=None)
     args = parser.parse_args()
     folder = args.dir or Path(tempfile.mkdtemp(prefix="bench_episodes_"))
@@ -181,12 +183,12 @@ def main() -> None:
         return QCSimpleDatasetV3(folder, CAMS, norm, args.chunk, episodes_per_epoch=args.pool,
                                  positive_ratio=0.5, shared_pool=True, normalize_images=normalize)  # fmt: skip
 
-    loaders: dict[str, Any] = {
-        "decode-all uint8": DecodeAllV3(index, norm, args.chunk, args.pool, False),
-        "QCSimpleDatasetV3, shared pool": ours(False),
-        "create_qc_dataloader_v3, shared pool": None,
-    }
-    if args.float:
+    loaders: dict[str, Any] = {}
+    if "uint8" in args.dtypes:
+        loaders["decode-all uint8"] = DecodeAllV3(index, norm, args.chunk, args.pool, False)
+        loaders["QCSimpleDatasetV3, shared pool"] = ours(False)
+        loaders["create_qc_dataloader_v3, shared pool"] = None
+    if "float32" in args.dtypes:
         loaders["decode-all float32"] = DecodeAllV3(index, norm, args.chunk, args.pool, True)
         loaders["QCSimpleDatasetV3, shared pool, float32 out"] = ours(True)
     results: dict[str, list[dict]] = {name: [] for name in loaders}
