@@ -67,6 +67,7 @@ def create_qc_dataloader_v3(
     pin_memory: bool | None = None,
     failure_tolerance: int = 10,
     frame_cache_bytes: int = 0,
+    shared_pool: bool = False,
 ) -> tuple[EpisodeDataset, SavableLoader]:
     """Build ``(dataset, loader)`` over the HDF5 episodes in ``dataset_dir``.
 
@@ -79,6 +80,9 @@ def create_qc_dataloader_v3(
     the pool); a warning names both numbers (this rank's first pool) when it does not hold.
     ``frame_cache_bytes`` > 0 keeps decoded camera frames in each worker, LRU, up to that
     many bytes (see ``frame_cache``): repeated draws of a frame skip its JPEG decode.
+    ``shared_pool=True`` instead keeps one decoded copy of the rank's pool in shared memory
+    (``/dev/shm``), filled by the workers' draws and read by all of them (see
+    ``shared_pool``): the decode-everything loader's speed with its memory held once.
     """
     train = dataset_type == "train"
     index = open_episode_index(dataset_dir)
@@ -86,7 +90,7 @@ def create_qc_dataloader_v3(
         index, camera_names, norm_stats, chunk_size,
         discount=discount, include_depth=include_depth, normalize_actions=normalize_actions,
         normalize_images=normalize_images, failure_tolerance=failure_tolerance,
-        frame_cache_bytes=frame_cache_bytes,
+        frame_cache_bytes=frame_cache_bytes, shared_pool=shared_pool,
     )  # fmt: skip
     pipeline = EpisodePipeline(
         builder,

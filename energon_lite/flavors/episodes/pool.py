@@ -124,6 +124,7 @@ class EpisodePool(EpochCursor):
         self._pool = self.pool(epoch)
         if self.builder.reader.frame_cache is not None:  # memory follows the pool
             self.builder.reader.frame_cache.retain(self._pool.tolist())
+        self.builder.enter_pool(self._pool.tolist(), epoch)  # with shared_pool: one copy per rank
         self._cum = np.cumsum(self.index.lengths[self._pool])
         self._rng = CounterRng(
             self.seed, "pool-draws", epoch, self.global_worker_id, counter=position

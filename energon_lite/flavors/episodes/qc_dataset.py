@@ -7,7 +7,8 @@ to put in a plain ``DataLoader(dataset, batch_size, shuffle=True, num_workers=..
   (``round(episodes_per_epoch * positive_ratio)`` positive) for ``epoch_seed`` and loads
   their low-dimensional arrays (qpos, action, reward) into ``loaded_episodes``; camera
   frames stay compressed on disk and are decoded per draw (kept, LRU, up to
-  ``frame_cache_bytes`` per process). The pool is :func:`choose_pool` of
+  ``frame_cache_bytes`` per process; or, with ``shared_pool=True``, decoded once into one
+  shared-memory copy of the pool that every DataLoader worker reads and fills). The pool is :func:`choose_pool` of
   ``(seed, epoch_seed, rank)``: hashed, so ranks and epochs never share a stream (the
   document's ``epoch_seed + rank * 1000`` made rank 1 of epoch 0 equal rank 0 of epoch 1000).
 * ``len(dataset) == total_starts``, the sum of the pool's episode lengths.
@@ -65,6 +66,7 @@ class QCSimpleDatasetV3(Dataset):
         normalize_actions: bool = True,
         normalize_images: bool = False,
         frame_cache_bytes: int = 0,
+        shared_pool: bool = False,
         failure_tolerance: int = 10,
     ) -> None:
         if dataset_type not in DATASET_TYPES:
@@ -75,9 +77,10 @@ class QCSimpleDatasetV3(Dataset):
             open_episode_index(Path(dataset_dir)), camera_names, norm_stats, chunk_size,
             discount=discount, include_depth=include_depth, normalize_actions=normalize_actions,
             normalize_images=normalize_images, failure_tolerance=failure_tolerance,
-            frame_cache_bytes=frame_cache_bytes,
+            frame_cache_bytes=frame_cache_bytes, shared_pool=shared_pool,
         )  # fmt: skip
         self.index = self.builder.index
+        self.builder.writable_frames = True  # default_collate needs writable arrays: no copy
         self.dataset_type = dataset_type
         self.episodes_per_epoch = episodes_per_epoch
         self.positive_ratio = positive_ratio
@@ -104,6 +107,8 @@ class QCSimpleDatasetV3(Dataset):
         reader.cache_episodes = max(reader.cache_episodes, len(pool))
         if reader.frame_cache is not None:
             reader.frame_cache.retain(pool.tolist())
+        # workers forked after this share the pool file; the previous pool's file is deleted
+        self.builder.enter_pool(pool.tolist(), self.epoch_seed, drop_others=True)
         self.loaded_episodes = []
         for episode in pool.tolist():
             low = reader.low_dim(episode)

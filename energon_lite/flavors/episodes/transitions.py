@@ -23,8 +23,10 @@ is frame t of each camera in ``camera_names`` order, ``(n_cam, H, W, 3)`` uint8 
 
 from __future__ import annotations
 
+import hashlib
+import os
 from collections import OrderedDict
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -33,6 +35,7 @@ from energon_lite.errors import ConfigError, DatasetFormatError, FailureTracker,
 from energon_lite.flavors.episodes.frame_cache import FrameCache
 from energon_lite.flavors.episodes.index import EpisodeIndex
 from energon_lite.flavors.episodes.reader import EpisodeReader
+from energon_lite.flavors.episodes.shared_pool import SharedFramePool, SharedPoolDir
 
 NORM_KEYS = ("qpos_mean", "qpos_std", "action_mean", "action_std")
 
@@ -85,6 +88,7 @@ class TransitionBuilder:
         normalize_images: bool = False,
         failure_tolerance: int = 10,
         frame_cache_bytes: int = 0,
+        shared_pool: bool | str | os.PathLike[str] = False,
     ) -> None:
         if chunk_size < 1:
             raise ConfigError(f"{chunk_size=} must be >= 1")
@@ -116,6 +120,15 @@ class TransitionBuilder:
         cache = FrameCache(frame_cache_bytes) if frame_cache_bytes else None
         self.reader = EpisodeReader(self.index, frame_cache=cache)
         self._normalised: OrderedDict[int, _Normalised] = OrderedDict()
+        # the pool's decoded frames in shared memory, one copy for all workers (shared_pool.py)
+        self.shared_dir: SharedPoolDir | None = None
+        if shared_pool:
+            self.shared_dir = SharedPoolDir(None if shared_pool is True else shared_pool)
+        self._shared: SharedFramePool | None = None
+        self._shared_spec: tuple[tuple[int, ...], int] | None = None
+        self.writable_frames = (
+            False  # shared pool frames as copy-on-write views (QCSimpleDatasetV3)
+        )
 
     def frame_rewards(self, episode: int) -> np.ndarray:
         low = self.reader.low_dim(episode)
@@ -145,21 +158,64 @@ class TransitionBuilder:
         return cached
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_normalised": OrderedDict()}  # recomputed where used
+        # recomputed / reopened where used
+        return {**self.__dict__, "_normalised": OrderedDict(), "_shared": None}
+
+    def enter_pool(self, episodes: list[int], epoch: int, *, drop_others: bool = False) -> None:
+        """With ``shared_pool``: draws of ``episodes`` read (and fill) epoch ``epoch``'s shared pool.
+
+        Pool files two or more epochs older (``drop_others``: all others) are deleted; see
+        :mod:`energon_lite.flavors.episodes.shared_pool`. Without ``shared_pool`` a no-op.
+        """
+        if self.shared_dir is None:
+            return
+        spec = (tuple(int(e) for e in episodes), int(epoch))
+        if spec == self._shared_spec and self._shared is not None:
+            return
+        self._shared_spec = spec
+        self._open_shared(drop_others)
+
+    def _open_shared(self, drop_others: bool) -> SharedFramePool | None:
+        assert self.shared_dir is not None and self._shared_spec is not None
+        episodes, epoch = self._shared_spec
+        if self._shared is not None:
+            self._shared.close()
+            self._shared = None
+        if not episodes:
+            return None
+        digest = hashlib.sha1(repr((episodes, self.camera_names)).encode()).hexdigest()[:16]
+        path = self.shared_dir.path / f"pool_{epoch}_{digest}.bin"
+        for old in self.shared_dir.path.glob("pool_*_*.bin"):
+            if old != path and (drop_others or int(old.name.split("_")[1]) < epoch - 1):
+                old.unlink(missing_ok=True)
+        shape = self.reader._stack(episodes[0], 0, self.camera_names, "images").shape
+        lengths = self.index.lengths[list(episodes)].astype(int).tolist()
+        self._shared = SharedFramePool(path, list(episodes), lengths, shape)
+        return self._shared
+
+    def _images(self, episode: int, start: int) -> np.ndarray:
+        shared = self._shared
+        if shared is None and self._shared_spec is not None:
+            shared = self._open_shared(False)  # unpickled in a spawned worker: reopen
+        if shared is not None and episode in shared:
+            decode = partial(self.reader._stack, episode, start, self.camera_names, "images")
+            return shared.get(episode, start, decode, self.writable_frames)
+        return self.reader.frame(episode, start, self.camera_names)
 
     def prefill(self, episodes: list[int]) -> int:
         """Decode every frame of ``episodes`` into the frame cache now; returns frames decoded.
 
         What the decode-everything loader does at pool load, within the cache's budget
-        (frames past it evict earlier ones). Without a frame cache this does nothing.
+        (frames past it evict earlier ones); with ``shared_pool``, into the shared pool
+        (``enter_pool`` first). Without either this does nothing.
         """
-        if self.reader.frame_cache is None:
+        if self.reader.frame_cache is None and self._shared is None:
             return 0
         done = 0
         for episode in episodes:
             self._episode(episode)
             for frame in range(int(self.index.lengths[episode])):
-                self.reader.frame(episode, frame, self.camera_names)
+                self._images(episode, frame)
                 done += 1
         return done
 
@@ -173,7 +229,7 @@ class TransitionBuilder:
         actions = np.zeros((self.chunk_size, low.action.shape[1]), dtype=np.float32)
         actions[:n] = low.action[start : start + n]
         qpos = low.qpos[start].copy()
-        images = self.reader.frame(episode, start, self.camera_names)
+        images = self._images(episode, start)
         if self.normalize_images:
             images = images.astype(np.float32) / 255.0
         depth = None
