@@ -16,14 +16,21 @@ The metadata is written with energon_lite's own writers (``write_info``, ``write
 ``make_record``), what ``prepare`` writes, without the 100 GB scan. A 1M-sample copy (100
 links) shows what grows with the dataset.
 
-Per (size, max_samples_per_sequence) a fresh process imports energon_lite and torch, then
-takes the private memory (USS, psutil) as its baseline and, sampling USS every 5 ms in a
-thread for the peak, does what one DataLoader worker does for its first sample: opens the
-split, builds the pipeline for global worker 0 of 2 (train: shuffled slice order, shuffle
-buffer 100, batch 1), ``len()`` of the loader (the trainer's epoch-length path, all workers
-of the rank), and takes the first sample. Reported: seconds for that, and the USS growth
-(peak and after) over the baseline. A second row per size runs the whole thing with
-``get_savable_loader`` and 2 real worker processes: time to first batch and each worker's USS.
+Per (size, mode, max_samples_per_sequence) a fresh process imports energon_lite and torch
+and runs the same steps once on a one-shard dataset (so that no module import, which this
+machine pays in full with ``PYTHONDONTWRITEBYTECODE=1``, is counted as plan building). Then:
+
+* **plan**: the parent reads the child's private memory (USS, psutil) as the baseline and
+  samples it every 10 ms while the child opens the split, builds the pipeline (2 workers
+  per rank, train: shuffled slice order, shuffle buffer 100, batch 1), computes ``len()`` of
+  the loader (the trainer's epoch-length path: every worker's sample count) and takes the
+  first sample of worker 0's chain in-process, as that worker runs it. Reported: seconds,
+  of which ``len()``, and the peak USS growth over the baseline.
+* **loader**: ``get_savable_loader`` with 2 real worker processes: seconds to the first
+  batch (``len()`` included) and the largest worker USS after it.
+
+``--baseline TREE`` adds the plan rows at 100M for another checkout (e.g. before a change),
+alternated in the same rounds.
 
     python benchmarks/bench_epoch_plan.py [--rounds 3]
 """
@@ -71,7 +78,7 @@ def build(num_shards: int) -> Path:
     from energon_lite.index.shard_record import make_record, write_record
     from energon_lite.index.tar_index import scan_shard
 
-    root = DATA / f"text_{num_shards * PER_SHARD // 1_000_000}M"
+    root = DATA / f"text_{num_shards}x{PER_SHARD}"
     meta = root / ".nv-meta"
     if (meta / ".info.json").exists():
         return root
@@ -99,11 +106,14 @@ CHILD = r"""
 import json, sys, time
 import psutil, torch
 from energon_lite import WorkerConfig, get_savable_loader, get_train_dataset
-path, mode, msps = sys.argv[1], sys.argv[2], sys.argv[3]
+path, mode, msps, warm = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 msps = None if msps == "none" else int(msps)
-def dataset(workers):
-    return get_train_dataset(path, worker_config=WorkerConfig(rank=0, world_size=1, num_workers=workers),
+def dataset(workers, where=path):
+    return get_train_dataset(where, worker_config=WorkerConfig(rank=0, world_size=1, num_workers=workers),
                              batch_size=1, shuffle_buffer_size=100, max_samples_per_sequence=msps)
+warmup = dataset(2, warm)  # a one-shard dataset: imports every module the path needs, once
+len(get_savable_loader(warmup)), next(iter(warmup))
+del warmup
 print("ready", flush=True)
 sys.stdin.readline()  # the parent has read the baseline USS and samples from now on
 if mode == "plan":
@@ -138,12 +148,13 @@ def measure(path: Path, mode: str, msps: int | None, tree: Path | None = None) -
     import psutil
 
     child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(path), mode, str(msps).lower()],
+        [sys.executable, "-c", CHILD, str(path), mode, str(msps).lower(), str(build(1))],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONPATH": str(tree or HERE.parent)},
+        cwd=str(tree or HERE.parent),  # "-c" puts the working folder first on sys.path
     )
     assert child.stdin is not None and child.stdout is not None
     if child.stdout.readline().strip() != "ready":
@@ -187,6 +198,7 @@ def main() -> None:
         "--baseline", type=Path, help="another checkout: its plan rows at 100M, same rounds"
     )
     args = parser.parse_args()
+    build(1)
     sizes = {"1M": build(100), "100M": build(10_000)}
     runs: list[tuple[str, str, int | None, str]] = [
         (size, mode, msps, "this tree")

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import io
+import os
+import tarfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
 
+from energon_lite import prepare_dataset
 from energon_lite.errors import DatasetFormatError
 from energon_lite.index.bounded import expand_bounded
 from energon_lite.index.dataset import PreparedDataset
@@ -107,3 +111,81 @@ def test_split_yaml_edited_by_hand_still_loads(train_ds: Path, tmp_path: Path) -
     assert load_split(edited).split_parts == {"train": names}
     with pytest.raises(DatasetFormatError, match="more than 2 shards"):
         expand_bounded(["a.tar", "b.tar", "c.tar"], 2, "shards", "split.yaml: train")
+
+
+def _write_text_shards(root: Path, shards: int, per_shard: int) -> None:
+    for s in range(shards):
+        folder = root / f"part-{s // 100}"
+        folder.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(folder / f"shard-{s:04d}.tar", "w") as tar:
+            for i in range(per_shard):
+                for ext, text in (("txt", f"caption {s}/{i}"), ("json", f'{{"id": {i}}}')):
+                    info = tarfile.TarInfo(f"{s:04d}_{i:02d}.{ext}")
+                    info.size = len(text.encode())
+                    tar.addfile(info, io.BytesIO(text.encode()))
+
+
+def _prepared_files(root: Path) -> dict[str, bytes]:
+    files = [*root.rglob("*.tar.idx"), *(root / ".nv-meta").iterdir()]
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in files}
+
+
+def test_prepare_with_two_workers_writes_the_same_files(tmp_path: Path) -> None:
+    """300 small shards prepared with 1 and with 2 worker processes: every ``.tar.idx`` and
+    every ``.nv-meta`` file is the same byte for byte (the second folder hard-links the
+    first's shards, so sizes and mtimes in the shard record agree too)."""
+    one, two = tmp_path / "one", tmp_path / "two"
+    _write_text_shards(one, 300, 3)
+    for tar in one.rglob("*.tar"):
+        (two / tar.relative_to(one)).parent.mkdir(parents=True, exist_ok=True)
+        os.link(tar, two / tar.relative_to(one))
+    reports = [
+        prepare_dataset(
+            root,
+            split_ratio=[("train", 8), ("val", 1), ("test", 1)],
+            sample_type="TextSample",
+            field_map={"text": "txt"},
+            num_workers=workers,
+            progress=False,
+        )
+        for root, workers in ((one, 1), (two, 2))
+    ]
+    assert reports[0].shard_counts == reports[1].shard_counts == [3] * 300
+    first, second = _prepared_files(one), _prepared_files(two)
+    assert len(first) == 300 + 4  # the indexes, .info.json, split.yaml, dataset.yaml, record
+    assert first == second
+
+
+def test_pin_memory_pins_batches_or_warns_without_an_accelerator(train_ds: Path) -> None:
+    """``pin_memory=True``: with an accelerator the batch tensors come out pinned; without
+    one (this CPU machine) torch's DataLoader says so once and the batches are the same as
+    with ``pin_memory=False``."""
+    import torch
+
+    from energon_lite import WorkerConfig, get_savable_loader, get_train_dataset
+
+    def batches(pin: bool) -> list:
+        dataset = get_train_dataset(
+            train_ds,
+            worker_config=WorkerConfig(rank=0, world_size=1, num_workers=0),
+            batch_size=8,
+            shuffle_buffer_size=None,
+            max_samples_per_sequence=None,
+        )
+        loader = get_savable_loader(dataset, pin_memory=pin)
+        iterator = iter(loader)
+        taken = [next(iterator) for _ in range(2)]
+        loader.close()
+        return taken
+
+    plain = batches(False)
+    assert not plain[0].image.is_pinned()
+    if torch.accelerator.is_available():
+        pinned = batches(True)
+        assert all(batch.image.is_pinned() for batch in pinned)
+    else:
+        with pytest.warns(UserWarning, match="pin_memory.*no accelerator"):
+            pinned = batches(True)
+        assert not pinned[0].image.is_pinned()
+    for a, b in zip(plain, pinned):
+        assert a.__key__ == b.__key__ and torch.equal(a.image, b.image)
