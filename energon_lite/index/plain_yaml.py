@@ -33,7 +33,7 @@ _resolver = yaml.resolver.Resolver()
 
 
 def _is_str(value: str) -> bool:
-    return _resolver.resolve(yaml.ScalarNode, value, (True, False)) == _STR  # type: ignore[no-any-return]
+    return _resolver.resolve(yaml.ScalarNode, value, (True, False)) == _STR
 
 
 def parse_plain_lists(text: str) -> dict[str, Any] | None:
