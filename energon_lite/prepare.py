@@ -105,7 +105,9 @@ def scan_shards(
                 bar.update()
             return
         with ProcessPoolExecutor(max_workers=num_workers) as pool:
-            for scan in pool.map(_scan, jobs, chunksize=1):
+            # a few shards per task: one round trip per shard costs as much as a small scan
+            chunk = max(1, min(16, len(jobs) // (num_workers * 8)))
+            for scan in pool.map(_scan, jobs, chunksize=chunk):
                 yield scan
                 bar.update()
     finally:

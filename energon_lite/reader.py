@@ -131,16 +131,56 @@ class Reader(Stage):
         return starts, np.minimum(starts + self.slice_len, ds.run_end[run])
 
     def samples_per_worker(self, epoch: int, num_workers: int | None = None) -> np.ndarray:
-        """Samples each of the ``num_workers`` global workers reads in ``epoch`` (vectorised);
-        ``num_workers`` defaults to this layout's."""
-        num_workers = num_workers or self.num_workers
-        positions = np.arange(self.num_slices, dtype=np.int64)
-        ids = self.slice_ids(epoch, positions)
-        run = np.searchsorted(self.run_slices, ids, side="right") - 1
-        lengths = (self.dataset.run_end - self.dataset.run_start)[run]
-        sizes = np.minimum(self.slice_len, lengths - (ids - self.run_slices[run]) * self.slice_len)
-        counts = np.bincount(positions % num_workers, weights=sizes, minlength=num_workers)
-        return counts.astype(np.int64)
+        """Samples each of the ``num_workers`` global workers (default: this layout's) reads
+        in ``epoch``.
+
+        O(runs), not O(slices): every slice holds ``slice_len`` samples except the last one
+        of a run (its tail), so a worker's count is ``slice_len`` times its slices minus what
+        the tails it gets lack; where a tail lands in the epoch's order comes from the
+        inverse permutation. With replacement (multiplier -1) there is no inverse: the draws
+        are counted in chunks (bounded memory, O(slices) time).
+        """
+        n, workers, per_slice = self.num_slices, num_workers or self.num_workers, self.slice_len
+        if self.multiplier == -1:
+            return self._drawn_samples_per_worker(epoch, workers)
+        first = np.arange(workers, dtype=np.int64)
+        counts = np.maximum(0, -(-(n - first) // workers)) * per_slice
+        lengths = self.dataset.run_end - self.dataset.run_start
+        short = (lengths % per_slice) > 0
+        tail_ids = self.run_slices[1:][short] - 1
+        missing = per_slice - lengths[short] % per_slice
+        if tail_ids.size == 0:
+            return counts
+        m = self.multiplier
+        if m is None:
+            positions, lacking = tail_ids, missing
+        else:  # the cycle of m epochs holds each slice m times: keep the ones in this epoch
+            permutation = self._permutation(epoch // m, n * m)
+            cycle = permutation.inverse_many(np.concatenate([tail_ids + k * n for k in range(m)]))
+            positions = cycle - (epoch % m) * n
+            inside = (positions >= 0) & (positions < n)
+            positions, lacking = positions[inside], np.tile(missing, m)[inside]
+        counts -= np.bincount(positions % workers, weights=lacking, minlength=workers).astype(
+            np.int64
+        )
+        return counts
+
+    def _drawn_samples_per_worker(
+        self, epoch: int, workers: int, chunk: int = 1 << 18
+    ) -> np.ndarray:
+        counts = np.zeros(workers, dtype=np.int64)
+        lengths = self.dataset.run_end - self.dataset.run_start
+        for begin in range(0, self.num_slices, chunk):
+            positions = np.arange(begin, min(begin + chunk, self.num_slices), dtype=np.int64)
+            ids = self.slice_ids(epoch, positions)
+            run = np.searchsorted(self.run_slices, ids, side="right") - 1
+            sizes = np.minimum(
+                self.slice_len, lengths[run] - (ids - self.run_slices[run]) * self.slice_len
+            )
+            counts += np.bincount(positions % workers, weights=sizes, minlength=workers).astype(
+                np.int64
+            )
+        return counts
 
     def restart(self, epoch: int) -> None:
         """Start over at the beginning of ``epoch``, keeping the random stream's position."""

@@ -129,6 +129,27 @@ class Permutation:
             todo, current = todo[~done], current[~done]
         return out.astype(np.int64)
 
+    def inverse_many(self, values: np.ndarray) -> np.ndarray:
+        """The positions ``i`` with ``perm(i) == v`` for every ``v`` in ``values`` (the Feistel
+        rounds run backwards, with the same cycle walking)."""
+        values = np.asarray(values, dtype=np.int64)
+        if values.size and (values.min() < 0 or values.max() >= self.n):
+            raise IndexError(f"permutation values outside [0, {self.n})")
+        out = np.empty(values.shape, dtype=np.uint64)
+        todo = np.arange(values.size)
+        current = values.astype(np.uint64).ravel()
+        flat = out.ravel()
+        half, mask = np.uint64(self._half), np.uint64(self._mask)
+        while todo.size:
+            left, right = current >> half, current & mask
+            for key in reversed(self._round_keys):
+                left, right = right ^ (_mix64_array(left ^ np.uint64(key)) & mask), left
+            current = (left << half) | right
+            done = current < np.uint64(self.n)
+            flat[todo[done]] = current[done]
+            todo, current = todo[~done], current[~done]
+        return out.astype(np.int64)
+
     def __call__(self, i: int) -> int:
         if not 0 <= i < self.n:
             raise IndexError(f"permutation index {i} outside [0, {self.n})")

@@ -30,6 +30,7 @@ MAX_PATTERN_CHARS = 4096
 _INT_RANGE = re.compile(r"^(-?\d{1,18})\.\.(-?\d{1,18})(?:\.\.-?(\d{1,18}))?$")
 _ANY_INT_RANGE = re.compile(r"^(-?\d+)\.\.(-?\d+)(?:\.\.-?(\d+))?$")
 _CHAR_RANGE = re.compile(r"^([A-Za-z])\.\.([A-Za-z])(?:\.\.-?(\d{1,18}))?$")
+_SPECIAL = re.compile(r"[{}\\]")  # what braceexpand interprets
 _ALPHABET = string.ascii_uppercase + string.ascii_lowercase
 
 
@@ -193,6 +194,9 @@ def expand_bounded(patterns: list[str] | str, limit: int, what: str, where: str)
     for pattern in patterns:
         if not isinstance(pattern, str):
             raise DatasetFormatError(f"{where}: {short_repr(pattern)} is not a name (a string)")
+        if not _SPECIAL.search(pattern) and len(pattern) <= MAX_PATTERN_CHARS and len(out) < limit:
+            out.append(pattern)  # a plain name (the usual case): itself, nothing to count
+            continue
         try:
             count = count_names(pattern)
         except ValueError as exc:

@@ -13,6 +13,7 @@ import yaml
 
 from energon_lite.errors import DatasetFormatError, short_repr, unknown_keys
 from energon_lite.index.bounded import YAMLBoundError, expand_bounded, load_bounded_yaml
+from energon_lite.index.plain_yaml import parse_plain_lists
 from energon_lite.storage import RemotePath, StoragePath, as_path
 from energon_lite.storage.ops import write_atomic
 
@@ -21,9 +22,10 @@ INFO_JSON = ".info.json"
 INFO_YAML = ".info.yaml"
 
 
-def load_yaml(path: str | os.PathLike[str] | RemotePath) -> Any:
+def load_yaml(path: str | os.PathLike[str] | RemotePath, plain_lists: bool = False) -> Any:
     """Parse a YAML (or JSON) file within bounds (``index/bounded.py``: no alias bombs, no
-    deep nesting); a syntax error names the file and line."""
+    deep nesting); a syntax error names the file and line. ``plain_lists``: try the fast
+    reader of ``index/plain_yaml.py`` first (split.yaml's usual shape)."""
     where_file = as_path(path)
     try:
         text = where_file.read_text(encoding="utf-8")
@@ -33,6 +35,9 @@ def load_yaml(path: str | os.PathLike[str] | RemotePath) -> Any:
         raise DatasetFormatError(f"{where_file}: not UTF-8 text (byte {exc.start})") from None
     except OSError as exc:
         raise DatasetFormatError(f"{where_file}: cannot read: {exc.strerror or exc}") from None
+    fast = parse_plain_lists(text) if plain_lists else None
+    if fast is not None:
+        return fast
     try:
         return load_bounded_yaml(text)
     except yaml.YAMLError as exc:
@@ -128,7 +133,7 @@ def load_split(root: str | os.PathLike[str] | RemotePath, name: str = "split.yam
     path = meta / name
     if not path.is_file() and name == "split.yaml" and (meta / "split.json").is_file():
         path = meta / "split.json"
-    data = load_yaml(path)
+    data = load_yaml(path, plain_lists=True)
     if isinstance(data, dict):
         unknown = unknown_keys(data, _SPLIT_KEYS)
         if unknown:
