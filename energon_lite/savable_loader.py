@@ -85,25 +85,33 @@ def _stream(
     n = wc.workers_per_rank
     if stats is not None:
         stats.begin_stream()
-    while True:
-        asked = time.perf_counter_ns()
-        try:
-            logical, batch, state, *probe = next(batches)
-        except StopIteration:
-            break
-        except RuntimeError as exc:
-            if "timed out" not in str(exc):
-                raise
-            raise WorkerTimeoutError(
-                f"rank {wc.rank}: worker {loader._next_worker} (logical id) timed out: no batch for "
-                f"{timeout} s (fail_on_timeout); the worker's log shows its "
-                "stage, sample key and stack"
-            ) from exc
-        loader._states[logical] = state
-        loader._next_worker = (logical + 1) % n
-        if stats is not None:
-            stats.received(probe[0] if probe else None, time.perf_counter_ns() - asked)
-        yield batch
+    try:
+        while True:
+            asked = time.perf_counter_ns()
+            try:
+                logical, batch, state, *probe = next(batches)
+            except StopIteration:
+                break
+            except RuntimeError as exc:
+                if "timed out" not in str(exc):
+                    raise
+                raise WorkerTimeoutError(
+                    f"rank {wc.rank}: worker {loader._next_worker} (logical id) timed out: no batch for "
+                    f"{timeout} s (fail_on_timeout); the worker's log shows its "
+                    "stage, sample key and stack"
+                ) from exc
+            loader._states[logical] = state
+            loader._next_worker = (logical + 1) % n
+            if stats is not None:
+                stats.received(probe[0] if probe else None, time.perf_counter_ns() - asked)
+            yield batch
+    except BaseException:
+        # the traceback keeps torch's iterator alive (its frames hold it), and a collector's
+        # later cleanup would wait out the join timeout: shut the workers down now
+        shutdown = getattr(batches, "_shutdown_workers", None)
+        if shutdown is not None:
+            shutdown()
+        raise
     # the epoch ran out on every worker (finite datasets): the next pass starts the next one
     loader._states = [None] * n
     loader._next_worker = 0
