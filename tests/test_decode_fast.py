@@ -96,3 +96,14 @@ def test_image_size_tensor_modes_and_no_enlarging() -> None:
     for bad in ((0, 5), (5,), "big", (2.5, 3)):
         with pytest.raises(ConfigError, match="image_size"):
             SampleDecoder(image_size=bad)  # type: ignore[arg-type]
+
+
+def test_image_draft_factor() -> None:
+    data = photo_jpeg(4, (512, 512))
+    exact = SampleDecoder(image_decode="rgb8", image_size=128, image_draft=False)
+    fast = SampleDecoder(image_decode="rgb8", image_size=128, image_draft=1.0)
+    a, b = (d.decode_part("jpg", data).astype(np.float64) for d in (exact, fast))
+    assert a.shape == b.shape == (128, 128, 3)
+    assert 0.0 < float(np.sqrt(((a - b) ** 2).mean())) < 5.0  # the 1/4 scale, still close
+    with pytest.raises(ConfigError, match="image_draft"):
+        SampleDecoder(image_size=128, image_draft=0.5)

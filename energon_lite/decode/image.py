@@ -61,28 +61,32 @@ def cover_size(width: int, height: int, size: tuple[int, int]) -> tuple[int, int
     return max(size[1], round(width * scale)), max(size[0], round(height * scale))
 
 
-def _draft_request(source: tuple[int, int], target: tuple[int, int]) -> tuple[int, int]:
-    """The size to ask Pillow's ``draft`` for: ``DRAFT_FACTOR`` x the target, and at least a
+def _draft_request(
+    source: tuple[int, int], target: tuple[int, int], factor: float
+) -> tuple[int, int]:
+    """The size to ask Pillow's ``draft`` for: ``factor`` x the target, and at least a
     quarter of the source (the 1/8 DCT scale keeps only block means: 1.1 grey levels RMS
     from the full path at 1024 -> 64 against 0.6-0.8 for the 1/2 and 1/4 scales)."""
     return (
-        max(int(target[0] * DRAFT_FACTOR), -(-source[0] // 4)),
-        max(int(target[1] * DRAFT_FACTOR), -(-source[1] // 4)),
+        max(int(target[0] * factor), -(-source[0] // 4)),
+        max(int(target[1] * factor), -(-source[1] // 4)),
     )
 
 
 def decode_image(
-    data: bytes, mode: str, size: tuple[int, int] | None = None, draft: bool = True
+    data: bytes, mode: str, size: tuple[int, int] | None = None, draft: bool | float = True
 ) -> Any:
     """Decode image bytes: numpy layouts are HWC, torch layouts CHW; floats lie in [0, 1].
 
     ``size`` = (H, W): resize to cover it (see the module text); ``draft=False`` decodes the
-    full image before that resize (the reference the drafted output is compared with)."""
+    full image before that resize (the reference the drafted output is compared with), a
+    number >= 1 drafts to that many times the target instead of ``DRAFT_FACTOR``."""
     pil_mode, kind = IMAGE_MODES[mode]
     with Image.open(io.BytesIO(data)) as opened:
         target = None if size is None else cover_size(opened.width, opened.height, size)
         if target is not None and draft and opened.format == "JPEG":
-            opened.draft(None, _draft_request(opened.size, target))
+            factor = DRAFT_FACTOR if draft is True else float(draft)
+            opened.draft(None, _draft_request(opened.size, target, factor))
         opened.load()
         img: Image.Image = opened
         if pil_mode is not None and img.mode != pil_mode:
