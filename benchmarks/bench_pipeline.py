@@ -192,15 +192,17 @@ def _limit_process(root: Path, indices: list[int], warmup: int, barrier: Any, re
     for index in indices[:warmup]:
         one(index)
     barrier.wait()
-    start = time.perf_counter()
+    start = time.monotonic()  # CLOCK_MONOTONIC: comparable across processes on Linux
     for index in indices[warmup:]:
         one(index)
-    results.put((len(indices) - warmup, time.perf_counter() - start))
+    results.put((len(indices) - warmup, start, time.monotonic()))
 
 
 def measure_limit(root: Path, workers: int, batches: int, warmup: int) -> dict[str, Any]:
     """``max(1, workers)`` processes that only read and decode (to float CHW, as the
-    loaders do) the samples the loaders read: samples/s = the sum of their rates."""
+    loaders do) the samples the loaders read: samples/s = all their samples over the span
+    from the first start to the last end (a sum of rates would overcount a process that
+    ran alone on a core after the other finished)."""
     import multiprocessing
     import random
 
@@ -226,11 +228,12 @@ def measure_limit(root: Path, workers: int, batches: int, warmup: int) -> dict[s
     ]
     for child in children:
         child.start()
-    rates = [count / seconds for count, seconds in (results.get() for _ in children)]
+    done = [results.get() for _ in children]
     for child in children:
         child.join()
     print(MARK, flush=True)
-    return {"lib": "limit", "workers": workers, "samples_per_s": sum(rates)}
+    span = max(end for _, _, end in done) - min(start for _, start, _ in done)
+    return {"lib": "limit", "workers": workers, "samples_per_s": sum(c for c, _, _ in done) / span}
 
 
 class Peer:
