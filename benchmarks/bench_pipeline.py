@@ -12,6 +12,11 @@ written with ``energon_lite.synth`` and prepared once (``.nv-meta``, ``.tar.idx`
   ``__getitem__`` with ``os.pread`` at the ``.tar.idx`` offsets, decodes the JPEG with
   Pillow into a float CHW tensor in [0, 1], in a ``DataLoader(batch_size=32, shuffle=True)``.
 
+Extra rows (issue 17): ``energon_lite_u8`` (``SampleDecoder(image_decode="torchrgb8")``:
+uint8 batches), ``energon_lite_u8n`` (the same, normalised with ``normalize_batch`` on the
+CPU in the trainer) and ``limit``: as many processes as workers (one for 0) that only read
+and decode the same samples, the decoder's limit on the machine.
+
 Settings: batch 32, shuffle buffer 100, max_samples_per_sequence 100, num_workers 0 and 2.
 
 Each measurement runs in a fresh child process (so memory peaks and first batches do not
