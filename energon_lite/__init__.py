@@ -18,7 +18,7 @@ from energon_lite.cache import (
 )
 from energon_lite.collate import batch_list, batch_pad_stack, batch_stack
 from energon_lite.crude import CrudeSample, CrudeWebdataset, cooker
-from energon_lite.decode import SampleDecoder
+from energon_lite.decode import SampleDecoder, normalize_batch
 from energon_lite.edataclass import edataclass
 from energon_lite.error_handlers import log_exception, reraise_exception
 from energon_lite.errors import (
@@ -120,6 +120,7 @@ __all__ = [
     "SourceInfo",
     "cooker",
     "edataclass",
+    "normalize_batch",
     "CaptioningSample",
     "CaptioningWebdataset",
     "ConfigError",
