@@ -12,6 +12,7 @@ from typing import Any
 
 from torch.utils.data import IterableDataset, get_worker_info
 
+from energon_lite.error_handlers import restoring
 from energon_lite.errors import ConfigError
 from energon_lite.pipeline import Pipeline
 from energon_lite.transport import check_sendable
@@ -67,7 +68,8 @@ class SavableDataset(IterableDataset):
         )
         try:
             chain = self.pipeline.build(self.worker_config.slot(logical, epoch))
-            chain.restore_state(states[logical] if states is not None else None)
+            with restoring(self.worker_config.restore_error_handler):
+                chain.restore_state(states[logical] if states is not None else None)
             while True:
                 try:
                     batch = chain.next()

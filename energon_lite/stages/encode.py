@@ -67,9 +67,10 @@ class Encode(Stage):
         leaf = self.leaves[restore_key.leaf]
         te = self.task_encoder
         te._set_sample_context(self.seed, restore_key)
-        sample = leaf.factory.build(raw, te.decoder, leaf.subflavors)
+        self._subject = raw  # what an error handler gets: the raw sample until it is built
+        sample = self._subject = leaf.factory.build(raw, te.decoder, leaf.subflavors)
         if leaf.factory.crude and self.cook:
-            sample = te.cook_crude_sample(sample)
+            sample = self._subject = te.cook_crude_sample(sample)
         if self.hook is not None:
             sample = self.hook(sample)
         return sample
@@ -83,19 +84,33 @@ class Encode(Stage):
                     return out
                 continue
             raw = self.source.next()
-            sample = guarded(self.failures, "encode_sample", _where, self.encode, raw)
+            sample = guarded(
+                self.failures, "encode_sample", _where, self.encode, raw, subject=self._failed
+            )
             if isinstance(sample, types.GeneratorType):
                 self._outputs, self._parent, self._sub = sample, raw["__restore_key__"], 0
                 continue
             if sample is not SKIPPED:
                 return sample
 
+    def _failed(self) -> Any:
+        """The sample an error handler is given: the typed sample the hook was called with."""
+        return getattr(self, "_subject", None)
+
     def _next_output(self) -> Any:
         """The generator hook's next output with its SubKey; SKIPPED when it ended or failed."""
         assert self._outputs is not None and self._parent is not None
         self.task_encoder._set_sample_context(self.seed, self._parent)
         where = {"key": self._parent}
-        out = guarded(self.failures, "encode_sample", lambda *_: where, next, self._outputs, _END)
+        out = guarded(
+            self.failures,
+            "encode_sample",
+            lambda *_: where,
+            next,
+            self._outputs,
+            _END,
+            subject=self._failed,
+        )
         if out is SKIPPED or isinstance(out, _Ended):
             self._outputs = self._parent = None
             return SKIPPED
