@@ -173,7 +173,8 @@ class DatasetPipeline:
         hook = "encode_sample"
         if opts.packing_buffer_size and not te.overrides("encode_sample"):
             hook = "preencode_sample"
-        then(Encode, lambda s: Encode(s, self.specs, te, slot.seed, failures(), hook))
+        counts = opts.batch_size is None and not te.overrides("batch_group_criterion")
+        then(Encode, lambda s: Encode(s, self.specs, te, slot.seed, failures(), hook, counts))
         if opts.packing_buffer_size:
             size = opts.packing_buffer_size
             then(Pack, lambda s: Pack(s, size, te, slot.seed, failures()))

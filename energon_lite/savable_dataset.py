@@ -14,6 +14,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from energon_lite.error_handlers import restoring
 from energon_lite.errors import ConfigError
+from energon_lite.hook_index import INDEX
 from energon_lite.pipeline import Pipeline
 from energon_lite.transport import check_sendable
 from energon_lite.watchdog import Watchdog
@@ -68,9 +69,11 @@ class SavableDataset(IterableDataset):
         )
         try:
             chain = self.pipeline.build(self.worker_config.slot(logical, epoch))
+            INDEX.worker, INDEX.workers = logical, n
             with restoring(self.worker_config.restore_error_handler):
                 chain.restore_state(states[logical] if states is not None else None)
             while True:
+                INDEX.worker, INDEX.workers = logical, n  # current_batch_index's spread
                 try:
                     batch = chain.next()
                 except StopIteration:
