@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from energon_lite.error_handlers import current_restore_handler
 from energon_lite.errors import ConfigError, StateError, short_repr
 from energon_lite.restore_key import RestoreKey, from_plain, to_plain
 from energon_lite.stage import Stage
@@ -60,9 +61,32 @@ def check_held(what: str, groups: list[Any], capacity: int | None, knob: str = "
 
 def fetch_keys(keys: Any, fetch: Callable[[RestoreKey], Any], what: str) -> list[Any]:
     """The items of saved plain ``keys``, fetched again; StateError for a malformed list."""
+    return fetch_kept(keys, fetch, what)[0]
+
+
+def fetch_kept(
+    keys: Any, fetch: Callable[[RestoreKey], Any], what: str
+) -> tuple[list[Any], list[Any]]:
+    """The items of saved plain ``keys`` and the keys kept. A fetch that fails goes to
+    Energon's ``WorkerConfig.restore_error_handler`` (default: raise); if the handler
+    returns, that item is left out of the restored buffer."""
     if not isinstance(keys, list):
         raise StateError(f"{what}: saved keys must be a list, got {short_repr(keys)}")
-    return [fetch(from_plain(key)) for key in keys]
+    handler = current_restore_handler()
+    items, kept = [], []
+    for plain in keys:
+        key = from_plain(plain)
+        try:
+            items.append(fetch(key))
+        except (StateError, ConfigError):
+            raise
+        except Exception as exc:
+            if handler is None:
+                raise
+            handler(exc, key, None)
+            continue
+        kept.append(plain)
+    return items, kept
 
 
 class KeyedBuffer:
@@ -122,6 +146,5 @@ class KeyedBuffer:
         return list(self.keys)
 
     def restore(self, keys: Any, fetch: Callable[[RestoreKey], Any]) -> None:
-        self.items = fetch_keys(keys, fetch, self.what)
-        self.keys = list(keys)
+        self.items, self.keys = fetch_kept(keys, fetch, self.what)
         self.source_done = False

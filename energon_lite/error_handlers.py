@@ -7,7 +7,8 @@ A handler is called as ``handler(exception, sample_or_batch, sources)``: it may 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from energon_lite.errors import logger
@@ -53,3 +54,24 @@ def log_exception(exc: Exception, sample: Any, sources: Sequence[Any] | None = N
 def reraise_exception(exc: Exception, _sample: Any, _sources: Sequence[Any] | None = None) -> None:
     """Raise ``exc`` again: the first failure stops the run."""
     raise exc
+
+
+_restore_handler: list[Callable[..., Any] | None] = [None]
+
+
+@contextmanager
+def restoring(handler: Callable[..., Any] | None) -> Iterator[None]:
+    """While a worker's chain restores its state, buffered items that fail to be fetched
+    again go to ``handler`` (``WorkerConfig.restore_error_handler``; ``reraise_exception``,
+    the default, and None raise)."""
+    previous = _restore_handler[0]
+    _restore_handler[0] = None if handler is reraise_exception else handler
+    try:
+        yield
+    finally:
+        _restore_handler[0] = previous
+
+
+def current_restore_handler() -> Callable[..., Any] | None:
+    """The handler set by :func:`restoring`, or None (raise)."""
+    return _restore_handler[0]

@@ -96,20 +96,30 @@ class FailureTracker:
     ``tolerance=0`` re-raises the first failure (strict mode, useful in tests).
     """
 
-    __slots__ = ("consecutive", "tolerance", "total")
+    __slots__ = ("consecutive", "handler", "tolerance", "total")
 
-    def __init__(self, tolerance: int) -> None:
+    def __init__(self, tolerance: int, handler: Callable[..., Any] | None = None) -> None:
         if tolerance < 0:
             raise ConfigError(f"{tolerance=} must be >= 0")
         self.tolerance = tolerance
+        # Energon's WorkerConfig.global_error_handler: called as handler(exc, sample, sources)
+        # for every failure, before counting; it may raise to stop the run (None: log a warning)
+        self.handler = handler
         self.consecutive = 0
         self.total = 0
 
     def ok(self) -> None:
         self.consecutive = 0
 
-    def failed(self, what: str, where: dict[str, Any], exc: BaseException) -> None:
-        """Record a failure of ``what`` at ``where`` (key, shard...); raise when over tolerance."""
+    def failed(
+        self, what: str, where: dict[str, Any], exc: BaseException, sample: Any = None
+    ) -> None:
+        """Record a failure of ``what`` at ``where`` (key, shard...); raise when over tolerance.
+
+        With a ``handler``, it is called first with ``(exc, sample, sample.__sources__)``;
+        an exception it raises propagates (e.g. ``reraise_exception``)."""
+        if self.handler is not None and isinstance(exc, Exception):
+            self.handler(exc, sample, _sources_of(sample))
         self.consecutive += 1
         self.total += 1
         place = ", ".join(f"{k}={v!r}" for k, v in where.items())
@@ -118,7 +128,17 @@ class FailureTracker:
                 f"{self.consecutive} consecutive failures (failure_tolerance={self.tolerance}); "
                 f"last: {what} failed at {place}: {type(exc).__name__}: {exc}"
             ) from exc
-        logger.warning("skipping: %s failed at %s: %s: %s", what, place, type(exc).__name__, exc)
+        if self.handler is None:
+            logger.warning(
+                "skipping: %s failed at %s: %s: %s", what, place, type(exc).__name__, exc
+            )
+
+
+def _sources_of(sample: Any) -> Any:
+    """``sample.__sources__`` (a list of SourceInfo), of a sample or of a raw dict; else None."""
+    if isinstance(sample, dict):
+        return sample.get("__sources__")
+    return getattr(sample, "__sources__", None)
 
 
 SKIPPED = object()  # what guarded() returns when the call was skipped
@@ -130,13 +150,15 @@ def guarded(
     where: Callable[..., dict[str, Any]],
     fn: Callable[..., Any],
     *args: Any,
+    subject: Callable[[], Any] | None = None,
 ) -> Any:
     """``fn(*args)`` under the bad-sample policy: the result, or ``SKIPPED``.
 
     ``SkipSample`` skips silently; a ``ConfigError`` (a mistake in the setup, not in this
     sample) propagates at once; any other exception is logged with ``where(*args)`` (keys, shard)
     and counted, and raises ``TooManyFailuresError`` past the tolerance. A success resets
-    the stage's failure streak.
+    the stage's failure streak. The failure tracker's handler gets ``subject()`` as the
+    failed sample (default: the first argument).
     """
     try:
         result = fn(*args)
@@ -145,7 +167,8 @@ def guarded(
     except ConfigError:
         raise
     except Exception as exc:
-        failures.failed(what, where(*args), exc)
+        item = subject() if subject is not None else (args[0] if args else None)
+        failures.failed(what, where(*args), exc, item)
         return SKIPPED
     failures.ok()
     return result

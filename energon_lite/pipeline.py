@@ -17,6 +17,7 @@ from functools import partial
 from typing import Any, Protocol
 
 from energon_lite.decode.decoder import require_av
+from energon_lite.error_handlers import log_exception
 from energon_lite.errors import ConfigError, FailureTracker
 from energon_lite.index.meta import META_DIR
 from energon_lite.kinds import open_source
@@ -85,6 +86,10 @@ class DatasetPipeline:
         self.blend_mode = blend_mode
         self.task_encoder = task_encoder
         self.options = options
+        # Energon's WorkerConfig.global_error_handler; the default (log_exception) is our own
+        # warning per skipped sample, so only a user's handler is passed to the stages
+        handler = worker_config.global_error_handler
+        self.error_handler = None if handler is log_exception else handler
         self.datasets = [open_source(leaf) for leaf in leaves]
         self.specs = [  # dataset.yaml subflavors, overridden by the metadataset's
             LeafSpec(
@@ -149,7 +154,7 @@ class DatasetPipeline:
 
         def failures() -> FailureTracker:
             # one per stage: a success in one stage must not reset another's failure streak
-            return FailureTracker(opts.failure_tolerance)
+            return FailureTracker(opts.failure_tolerance, self.error_handler)
 
         readers = self._reader_nodes(slot)
         # several leaves, or quotas (which need the blend even for one leaf): a blend
@@ -168,7 +173,8 @@ class DatasetPipeline:
         hook = "encode_sample"
         if opts.packing_buffer_size and not te.overrides("encode_sample"):
             hook = "preencode_sample"
-        then(Encode, lambda s: Encode(s, self.specs, te, slot.seed, failures(), hook))
+        counts = opts.batch_size is None and not te.overrides("batch_group_criterion")
+        then(Encode, lambda s: Encode(s, self.specs, te, slot.seed, failures(), hook, counts))
         if opts.packing_buffer_size:
             size = opts.packing_buffer_size
             then(Pack, lambda s: Pack(s, size, te, slot.seed, failures()))

@@ -270,7 +270,10 @@ class Reader(Stage):
         shard_id, index = restore_key.shard, restore_key.sample
         if not 0 <= shard_id < len(self.dataset.shard_names):
             raise StateError(f"Reader(leaf {self.leaf_id}): no shard {shard_id} in {restore_key}")
-        key, parts = self.dataset.read(shard_id, index)
+        try:
+            key, parts = self.dataset.read(shard_id, index)
+        except IndexError as exc:  # a key no reader of this dataset can have made
+            raise StateError(f"Reader(leaf {self.leaf_id}): {restore_key}: {exc}") from None
         return self._raw(key, parts, shard_id, index, restore_key.epoch)
 
     def _reset(self) -> None:

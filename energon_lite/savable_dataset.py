@@ -12,7 +12,9 @@ from typing import Any
 
 from torch.utils.data import IterableDataset, get_worker_info
 
+from energon_lite.error_handlers import restoring
 from energon_lite.errors import ConfigError
+from energon_lite.hook_index import INDEX
 from energon_lite.pipeline import Pipeline
 from energon_lite.stage_probe import ChainProbe
 from energon_lite.transport import check_sendable
@@ -71,8 +73,11 @@ class SavableDataset(IterableDataset):
         try:
             chain = self.pipeline.build(self.worker_config.slot(logical, epoch))
             probe = ChainProbe(chain, logical) if stats else None
-            chain.restore_state(states[logical] if states is not None else None)
+            INDEX.worker, INDEX.workers = logical, n
+            with restoring(self.worker_config.restore_error_handler):
+                chain.restore_state(states[logical] if states is not None else None)
             while True:
+                INDEX.worker, INDEX.workers = logical, n  # current_batch_index's spread
                 if probe is not None:
                     probe.resume()
                 try:

@@ -223,6 +223,24 @@ class TaskEncoder(Generic[T_sample, T_encoded_sample, T_raw_batch, T_batch]):
             self._torch_cache = torch_generator_for(self._rng_seed, "sample", self._rng_key)
         return self._torch_cache
 
+    # Energon's indices (energon_lite/hook_index.py) -----------------------------------------
+
+    @property
+    def current_batch_index(self) -> int:
+        """The index of the batch being made by this rank (unique and increasing per rank, in
+        the order the loader hands batches out); restored exactly with the loader state."""
+        from energon_lite.hook_index import INDEX
+
+        return INDEX.spread(INDEX.batch, "current_batch_index")
+
+    @property
+    def current_sample_index(self) -> int:
+        """How many times the running hook (``encode_sample``, ``batch``, ``encode_batch``)
+        was called before on this rank's worker, spread over the workers (unique per rank)."""
+        from energon_lite.hook_index import INDEX
+
+        return INDEX.spread(INDEX.sample, "current_sample_index")
+
     # introspection ----------------------------------------------------------------------
 
     def overrides(self, hook: str) -> bool:

@@ -1,7 +1,7 @@
 """``Batch``: groups ``batch_size`` consecutive items and collates them.
 
-A batch is assembled inside one ``next()`` call, so between calls the stage holds nothing:
-its state is its source's. The last, partial batch of a finite stream is emitted unless
+A batch is assembled inside one ``next()`` call, so between calls the stage holds nothing
+but ``batches``, the count of batches made (``current_batch_index``, see ``hook_index.py``). The last, partial batch of a finite stream is emitted unless
 ``drop_last``. A collate function raising ``SkipSample`` drops that batch; any other error
 is logged and the batch dropped, counted by the failure tracker.
 """
@@ -12,8 +12,10 @@ from collections.abc import Callable
 from typing import Any
 
 from energon_lite.errors import SKIPPED, ConfigError, FailureTracker, guarded
+from energon_lite.hook_index import INDEX
 from energon_lite.samples import basic_sample_keys
 from energon_lite.stage import Stage
+from energon_lite.state import state_count
 
 
 def collate_or_skip(
@@ -28,6 +30,7 @@ def _where(items: list[Any]) -> dict[str, Any]:
 
 
 class Batch(Stage):
+    STATE_KEYS = ("batches",)
     source: Stage  # always set: this stage has one parent
 
     def __init__(
@@ -47,7 +50,9 @@ class Batch(Stage):
         self.failures = failures or FailureTracker(0)
 
     def next(self) -> Any:
+        self._start_if_fresh()
         while True:
+            INDEX.batch = INDEX.sample = self._batches  # while its samples are encoded
             items = []
             for _ in range(self.batch_size):
                 try:
@@ -56,6 +61,17 @@ class Batch(Stage):
                     break
             if not items or (self.drop_last and len(items) < self.batch_size):
                 raise StopIteration
+            INDEX.batch = INDEX.sample = self._batches
             batch = collate_or_skip(self.collate, items, self.failures)
             if batch is not SKIPPED:
+                self._batches += 1  # INDEX keeps this batch's index for encode_batch
                 return batch
+
+    def _reset(self) -> None:
+        self._batches = 0
+
+    def _save(self) -> dict[str, Any]:
+        return {"batches": self._batches}
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        self._batches = state_count(state["batches"], "Batch batches")

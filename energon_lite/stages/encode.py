@@ -12,7 +12,8 @@ A hook may be a generator yielding several samples per input (Energon allows it)
 hook again and takes its ``n``-th output.
 
 State: ``pending``: ``[]``, or the input key and the next output number while a generator
-hook is part-way through its outputs (a restore re-runs it and skips what was handed out).
+hook is part-way through its outputs (a restore re-runs it and skips what was handed out);
+``calls``: inputs taken so far, the hook's ``current_sample_index`` (``hook_index.py``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from energon_lite.errors import SKIPPED, FailureTracker, StateError, guarded, short_repr
+from energon_lite.hook_index import INDEX
 from energon_lite.restore_key import RestoreKey, SampleKey, SubKey, from_plain, to_plain
 from energon_lite.sample_factory import SampleFactory
 from energon_lite.stage import Stage
@@ -39,7 +41,7 @@ class LeafSpec:
 
 
 class Encode(Stage):
-    STATE_KEYS = ("pending",)
+    STATE_KEYS = ("pending", "calls")
     source: Stage  # always set: this stage has one parent
     _outputs: Iterator[Any] | None  # the running generator hook
     _parent: RestoreKey | None
@@ -53,6 +55,7 @@ class Encode(Stage):
         seed: int,
         failures: FailureTracker,
         hook: str = "encode_sample",
+        counts_batches: bool = False,
     ) -> None:
         self.source = source
         self.leaves = list(leaves)
@@ -61,15 +64,17 @@ class Encode(Stage):
         self.failures = failures
         self.hook = getattr(task_encoder, hook) if task_encoder.overrides(hook) else None
         self.cook = task_encoder.overrides("cook_crude_sample") or bool(task_encoder.cookers)
+        self.counts_batches = counts_batches  # no batching stage: each sample is a "batch"
 
     def encode(self, raw: dict[str, Any]) -> Any:
         restore_key: SampleKey = raw["__restore_key__"]
         leaf = self.leaves[restore_key.leaf]
         te = self.task_encoder
         te._set_sample_context(self.seed, restore_key)
-        sample = leaf.factory.build(raw, te.decoder, leaf.subflavors)
+        self._subject = raw  # what an error handler gets: the raw sample until it is built
+        sample = self._subject = leaf.factory.build(raw, te.decoder, leaf.subflavors)
         if leaf.factory.crude and self.cook:
-            sample = te.cook_crude_sample(sample)
+            sample = self._subject = te.cook_crude_sample(sample)
         if self.hook is not None:
             sample = self.hook(sample)
         return sample
@@ -83,19 +88,42 @@ class Encode(Stage):
                     return out
                 continue
             raw = self.source.next()
-            sample = guarded(self.failures, "encode_sample", _where, self.encode, raw)
+            self._calls += 1
+            self._set_index()
+            sample = guarded(
+                self.failures, "encode_sample", _where, self.encode, raw, subject=self._failed
+            )
             if isinstance(sample, types.GeneratorType):
                 self._outputs, self._parent, self._sub = sample, raw["__restore_key__"], 0
                 continue
             if sample is not SKIPPED:
                 return sample
 
+    def _set_index(self) -> None:
+        """The hook's index: the input being encoded (a generator's outputs share it)."""
+        INDEX.sample = self._calls - 1
+        if self.counts_batches:
+            INDEX.batch = self._calls - 1
+
+    def _failed(self) -> Any:
+        """The sample an error handler is given: the typed sample the hook was called with."""
+        return getattr(self, "_subject", None)
+
     def _next_output(self) -> Any:
         """The generator hook's next output with its SubKey; SKIPPED when it ended or failed."""
         assert self._outputs is not None and self._parent is not None
         self.task_encoder._set_sample_context(self.seed, self._parent)
+        self._set_index()
         where = {"key": self._parent}
-        out = guarded(self.failures, "encode_sample", lambda *_: where, next, self._outputs, _END)
+        out = guarded(
+            self.failures,
+            "encode_sample",
+            lambda *_: where,
+            next,
+            self._outputs,
+            _END,
+            subject=self._failed,
+        )
         if out is SKIPPED or isinstance(out, _Ended):
             self._outputs = self._parent = None
             return SKIPPED
@@ -120,20 +148,23 @@ class Encode(Stage):
 
     def _reset(self) -> None:
         self._outputs, self._parent, self._sub = None, None, 0
+        self._calls = 0
 
     def _save(self) -> dict[str, Any]:
         if self._outputs is None or self._parent is None:
-            return {"pending": []}
-        return {"pending": [to_plain(self._parent), self._sub]}
+            return {"pending": [], "calls": self._calls}
+        return {"pending": [to_plain(self._parent), self._sub], "calls": self._calls}
 
     def _restore(self, state: dict[str, Any]) -> None:
         self._reset()
+        self._calls = state_count(state["calls"], "Encode calls")
         pending = state["pending"]
         if pending == []:
             return
         if not isinstance(pending, list) or len(pending) != 2:
             raise StateError(f"Encode: pending {short_repr(pending)} is not [key, output]")
         parent, sub = from_plain(pending[0]), state_count(pending[1], "Encode pending output")
+        self._set_index()
         outputs = self.encode(self.source.fetch(parent))
         if not isinstance(outputs, types.GeneratorType):
             raise StateError(

@@ -28,6 +28,7 @@ from typing import Any
 
 from energon_lite.buffer import check_held, fetch_keys, keys_of
 from energon_lite.errors import SKIPPED, ConfigError, FailureTracker, StateError, guarded
+from energon_lite.hook_index import INDEX
 from energon_lite.samples import basic_sample_keys
 from energon_lite.stage import Stage
 from energon_lite.stages.batch import collate_or_skip
@@ -60,6 +61,7 @@ class GroupBatch(Stage):
     def next(self) -> Any:
         self._start_if_fresh()
         while True:
+            INDEX.batch = INDEX.sample = self._emitted  # current_batch_index (hook_index.py)
             target = None if self.sync is None else self._target(self.sync)
             full = self._fill(target)
             if full is None:
@@ -73,6 +75,7 @@ class GroupBatch(Stage):
                 self._buckets[full] = (batch_size, rest)
             else:
                 del self._buckets[full]
+            INDEX.batch = INDEX.sample = self._emitted
             batch = collate_or_skip(self.collate, items, self.failures)
             if batch is SKIPPED:
                 continue

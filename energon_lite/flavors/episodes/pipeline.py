@@ -86,10 +86,12 @@ class EpisodePipeline:
 
     def state_shape(self, slot: WorkerSlot) -> dict[str, Any]:
         """The shape of a saved chain state (checked in the trainer; nothing is built)."""
+        from energon_lite.stages.batch import Batch
+
         sampler = EpisodeSweep if self.mode == "full" else EpisodePool
         return {
             "type": "Batch",
-            "keys": [],
+            "keys": list(Batch.STATE_KEYS),
             "source": {"type": sampler.__name__, "keys": list(sampler.STATE_KEYS)},
         }
 
