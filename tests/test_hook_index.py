@@ -90,3 +90,28 @@ def test_indices_outside_a_loader_are_refused() -> None:
 
     with pytest.raises(ConfigError, match="only set while a loader runs"):
         HookIndex().spread(None, "current_batch_index")
+
+
+def test_a_state_saved_before_the_counters_existed_still_restores(train_ds: Path) -> None:
+    """States of the previous release have no ``calls`` / ``batches``: they restore, with
+    the counters from 0, and the data stream continues exactly."""
+    from energon_lite.state import state_digest
+
+    loader = _loader(train_ds, TaskEncoder(), 0, 3)
+    list(itertools.islice(loader, 2))
+    state = loader.save_state_rank()
+    expected = [b.__key__ for b in itertools.islice(loader, 3)]
+
+    def strip(level: dict) -> None:
+        level.pop({"Encode": "calls", "Batch": "batches"}.get(level.get("type"), ""), None)
+        if isinstance(level.get("source"), dict):
+            strip(level["source"])
+
+    old = {**state, "workers": [dict(w) for w in state["workers"]]}
+    for worker in old["workers"]:
+        strip(worker)
+    assert "batches" not in old["workers"][0]
+    old["digest"] = state_digest({k: v for k, v in old.items() if k != "digest"})
+    resumed = _loader(train_ds, TaskEncoder(), 0, 3)
+    resumed.restore_state_rank(old)
+    assert [b.__key__ for b in itertools.islice(resumed, 3)] == expected

@@ -30,7 +30,8 @@ def _where(items: list[Any]) -> dict[str, Any]:
 
 
 class Batch(Stage):
-    STATE_KEYS = ("batches",)
+    STATE_KEYS = ()
+    OPTIONAL_KEYS = ("batches",)  # absent in states saved before the hook indices: 0
     source: Stage  # always set: this stage has one parent
 
     def __init__(
@@ -74,4 +75,4 @@ class Batch(Stage):
         return {"batches": self._batches}
 
     def _restore(self, state: dict[str, Any]) -> None:
-        self._batches = state_count(state["batches"], "Batch batches")
+        self._batches = state_count(state.get("batches", 0), "Batch batches")

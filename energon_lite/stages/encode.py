@@ -41,7 +41,8 @@ class LeafSpec:
 
 
 class Encode(Stage):
-    STATE_KEYS = ("pending", "calls")
+    STATE_KEYS = ("pending",)
+    OPTIONAL_KEYS = ("calls",)  # absent in states saved before the hook indices: 0
     source: Stage  # always set: this stage has one parent
     _outputs: Iterator[Any] | None  # the running generator hook
     _parent: RestoreKey | None
@@ -157,7 +158,7 @@ class Encode(Stage):
 
     def _restore(self, state: dict[str, Any]) -> None:
         self._reset()
-        self._calls = state_count(state["calls"], "Encode calls")
+        self._calls = state_count(state.get("calls", 0), "Encode calls")
         pending = state["pending"]
         if pending == []:
             return

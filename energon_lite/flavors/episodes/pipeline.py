@@ -92,6 +92,7 @@ class EpisodePipeline:
         return {
             "type": "Batch",
             "keys": list(Batch.STATE_KEYS),
+            "optional": list(Batch.OPTIONAL_KEYS),
             "source": {"type": sampler.__name__, "keys": list(sampler.STATE_KEYS)},
         }
 
