@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from energon_lite import SavableLoader
+
 DOCS = sorted((Path(__file__).resolve().parent.parent / "docs").glob("*.md"))
 
 
@@ -23,9 +25,18 @@ def test_guide_code_runs(doc: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPa
     module = types.ModuleType("__docs__")
     monkeypatch.setitem(sys.modules, "__docs__", module)
     namespace = module.__dict__
-    for number, block in enumerate(blocks):
-        # dont_inherit: the guide's code must not run under this file's __future__ imports
-        exec(compile(block, f"{doc.name}[block {number}]", "exec", dont_inherit=True), namespace)
+    try:
+        for number, block in enumerate(blocks):
+            # dont_inherit: the guide's code must not run under this file's __future__ imports
+            exec(
+                compile(block, f"{doc.name}[block {number}]", "exec", dont_inherit=True), namespace
+            )
+    finally:
+        # a script's loaders end with the script; this namespace lives in a reference cycle
+        # (its functions hold it), so close them rather than leave them to the collector
+        for value in list(namespace.values()):
+            if isinstance(value, SavableLoader):
+                value.close()
 
 
 def test_readme_commands_are_the_ci_commands() -> None:
