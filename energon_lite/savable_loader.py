@@ -51,14 +51,31 @@ def _identity(item: Any) -> Any:
     return item
 
 
+def _shut_down(running: list[Any]) -> None:
+    """Shut down the workers of torch's iterator in ``running`` (if the stream made one)."""
+    for batches in running:
+        shutdown = getattr(batches, "_shutdown_workers", None)
+        if shutdown is not None:
+            shutdown()
+    running.clear()
+
+
 def _stream(
-    loader: SavableLoader, dataset: SavableDataset, stats: LoaderStats | None
+    loader: SavableLoader,
+    dataset: SavableDataset,
+    stats: LoaderStats | None,
+    running: list[Any],
 ) -> Generator[Any, None, None]:
-    """The live stream of one pass, as a module-level generator that holds the loader only
-    through the weak proxy it is given: a loader that the trainer drops is freed at once by reference
-    counting, so its workers get the shutdown message (a reference cycle would leave them to
-    the garbage collector, which finalises the DataLoader's queues first and makes shutdown
-    wait out torch's join timeout, 5 s per worker)."""
+    """The live stream of one pass.
+
+    Shutting workers down needs torch's iterator *and its queues* intact. The generator
+    holds the loader only through the weak proxy it is given, so a loader the trainer drops
+    is freed at once by reference counting. A loader caught in someone's reference cycle is
+    freed by the garbage collector, which finalises everything in the cycle's garbage in no
+    set order; a queue finalised first would make torch's shutdown wait out its join timeout
+    (5 s per worker). So the iterator is kept in ``running``, which a ``weakref.finalize`` on
+    this generator holds: it is never part of the garbage, and the finalizer shuts it down.
+    """
     wc = dataset.worker_config
     view = _StatefulView(
         dataset,
@@ -82,6 +99,7 @@ def _stream(
             timeout=timeout if wc.num_workers > 0 and timeout else 0,
         )
     )
+    running.append(batches)
     n = wc.workers_per_rank
     if stats is not None:
         stats.begin_stream()
@@ -106,12 +124,11 @@ def _stream(
                 stats.received(probe[0] if probe else None, time.perf_counter_ns() - asked)
             yield batch
     except BaseException:
-        # the traceback keeps torch's iterator alive (its frames hold it), and a collector's
-        # later cleanup would wait out the join timeout: shut the workers down now
-        shutdown = getattr(batches, "_shutdown_workers", None)
-        if shutdown is not None:
-            shutdown()
+        # an error's traceback keeps torch's iterator alive (its frames hold it): shut the
+        # workers down now rather than whenever the traceback is dropped
+        _shut_down(running)
         raise
+    _shut_down(running)  # torch has shut the workers down: release its iterator
     # the epoch ran out on every worker (finite datasets): the next pass starts the next one
     loader._states = [None] * n
     loader._next_worker = 0
@@ -189,7 +206,10 @@ class SavableLoader:
 
     def _stream(self) -> Generator[Any, None, None]:
         """Batches from the worker chains, from the saved states to the end of the epoch."""
-        return _stream(weakref.proxy(self), self.dataset, self._stats)
+        running: list[Any] = []  # torch's iterator, once the stream has made it
+        stream = _stream(weakref.proxy(self), self.dataset, self._stats, running)
+        weakref.finalize(stream, _shut_down, running)
+        return stream
 
     def __len__(self) -> int:
         if self.virtual_epoch_length is not None:
