@@ -135,3 +135,16 @@ def test_packed_and_bucketed_batches(text_ds: Path) -> None:
         again = loader.restore_sample(batch.__restore_key__)
         assert again.text == batch.text and " + " in again.text[0]
         assert again.__restore_key__ == batch.__restore_key__
+
+
+def test_restoring_between_batches_leaves_the_stream_and_its_state_alone(train_ds: Path) -> None:
+    plain = list(islice(_loader(train_ds, 0), 5))
+    loader = _loader(train_ds, 0)
+    stream = iter(loader)
+    first = next(stream)
+    state = loader.save_state_rank()
+    loader.restore_sample(plain[3].__restore_key__)
+    assert loader.save_state_rank() == state
+    rest = [next(stream) for _ in range(4)]
+    for got, expected in zip([first, *rest], plain):
+        _assert_same(got, expected)
