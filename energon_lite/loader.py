@@ -17,6 +17,7 @@ from energon_lite.errors import ConfigError
 from energon_lite.kinds import resolve_path
 from energon_lite.leaf import Leaf
 from energon_lite.pipeline import DatasetPipeline, PipelineOptions
+from energon_lite.sample_type_check import check_sample_type
 from energon_lite.savable_dataset import SavableDataset
 from energon_lite.savable_loader import SavableLoader
 from energon_lite.stages.bucket_sync import BucketSync
@@ -168,12 +169,16 @@ def _dataset(
         raise ConfigError(f"failure_tolerance={options['failure_tolerance']!r} must be >= 0")
     te = task_encoder if task_encoder is not None else DefaultTaskEncoder()
     _map_deprecated_decoder_kwargs(kwargs, te)
+    sample_type = kwargs.pop("sample_type", None)  # Energon's: checked, not converted
     leaves, mode = _leaves_for(path, split_part, kwargs)
     _check_kwargs(kwargs)
     if not options["training"] and len(leaves) > 1:
         mode = "concat"  # val/test: every dataset once, in order
     virtual_epoch_length = options.pop("virtual_epoch_length", None)
     pipeline = DatasetPipeline(leaves, mode, te, PipelineOptions(**options), worker_config)
+    check_sample_type(
+        sample_type, [(str(lf.path), sp.factory) for lf, sp in zip(leaves, pipeline.specs)]
+    )
     return SavableDataset(pipeline, worker_config, virtual_epoch_length)
 
 

@@ -227,6 +227,20 @@ class SavableLoader:
             )
         return self._stats.summary()
 
+    def can_restore_sample(self) -> bool:
+        """Whether :meth:`restore_sample` works for this loader's pipeline (Energon's name)."""
+        from energon_lite.restore_sample import can_restore_sample
+
+        return can_restore_sample(self.dataset)
+
+    def restore_sample(self, restore_key: Any) -> Any:
+        """The batch (or sample) with this ``__restore_key__``, made again in this process
+        (Energon's name; for debugging a batch seen in training). A key of another dataset
+        is a StateError naming it. See :mod:`energon_lite.restore_sample`."""
+        from energon_lite.restore_sample import restore_sample
+
+        return restore_sample(self.dataset, restore_key)
+
     def close(self) -> None:
         """Shut the worker processes down now instead of when the loader is garbage
         collected. A savable loader's next pass continues after the last batch received;

@@ -25,6 +25,14 @@ def collate_or_skip(
     return guarded(failures, "batch", _where, collate, items)
 
 
+def fetch_batch(source: Stage, collate: Callable[[list[Any]], Any], restore_key: Any) -> Any:
+    """A batch again from its ``__restore_key__`` (the list of its items' keys); a single
+    item's key gives that item as it entered the batcher (``restore_sample``)."""
+    if isinstance(restore_key, list):
+        return collate([source.fetch(key) for key in restore_key])
+    return source.fetch(restore_key)
+
+
 def _where(items: list[Any]) -> dict[str, Any]:
     return {"keys": [basic_sample_keys(item)["__key__"] for item in items]}
 
@@ -67,6 +75,9 @@ class Batch(Stage):
             if batch is not SKIPPED:
                 self._batches += 1  # INDEX keeps this batch's index for encode_batch
                 return batch
+
+    def fetch(self, restore_key: Any) -> Any:
+        return fetch_batch(self.source, self.collate, restore_key)
 
     def _reset(self) -> None:
         self._batches = 0

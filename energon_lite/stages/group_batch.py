@@ -31,7 +31,7 @@ from energon_lite.errors import SKIPPED, ConfigError, FailureTracker, StateError
 from energon_lite.hook_index import INDEX
 from energon_lite.samples import basic_sample_keys
 from energon_lite.stage import Stage
-from energon_lite.stages.batch import collate_or_skip
+from energon_lite.stages.batch import collate_or_skip, fetch_batch
 from energon_lite.stages.bucket_sync import BucketSync, choose_bucket
 from energon_lite.state import state_count
 
@@ -82,6 +82,9 @@ class GroupBatch(Stage):
             # Counted only when emitted: a dropped batch does not shift the step schedule.
             self._emitted += 1
             return batch
+
+    def fetch(self, restore_key: Any) -> Any:
+        return fetch_batch(self.source, self.collate, restore_key)
 
     def _target(self, sync: BucketSync) -> Hashable:
         step = self._emitted * sync.num_workers + sync.worker_id
