@@ -39,22 +39,18 @@ def keys_of(items: Iterable[Any], what: str) -> list[Any]:
 
 
 def check_held(what: str, groups: list[Any], capacity: int | None, knob: str = "") -> None:
-    """Refuse saved key lists that are not lists, hold a key twice (a sample would repeat)
-    or hold more than ``capacity`` keys."""
-    seen: set[str] = set()
+    """Refuse saved key lists that are not lists or hold more than ``capacity`` keys.
+
+    A key may appear twice: with ``shuffle_over_epochs_multiplier`` > 1 (or -1) one epoch can
+    read a slice twice, so the same sample, with the same key, can sit in a buffer twice."""
+    held = 0
     for group in groups:
         if not isinstance(group, list):
             raise StateError(f"{what}: saved keys must be a list, got {short_repr(group)}")
-        for key in group:
-            text = repr(key)
-            if text in seen:
-                raise StateError(
-                    f"{what}: the state holds restore key {short_repr(key)} twice; it is corrupt"
-                )
-            seen.add(text)
-    if capacity is not None and len(seen) > capacity:
+        held += len(group)
+    if capacity is not None and held > capacity:
         raise StateError(
-            f"{what}: state holds {len(seen)} keys but the buffer size is {capacity}; "
+            f"{what}: state holds {held} keys but the buffer size is {capacity}; "
             f"was it saved with another {knob}?"
         )
 
