@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import make_dataset
 
 from energon_lite import (
     CaptioningSample,
@@ -13,10 +14,8 @@ from energon_lite import (
     get_loader,
     get_savable_loader,
     get_train_dataset,
-    prepare_dataset,
 )
 from energon_lite.errors import ConfigError
-from energon_lite.synth.shards import write_captioning_shards
 
 
 class CaptionLength(TaskEncoder):
@@ -29,16 +28,7 @@ class CaptionLength(TaskEncoder):
 
 @pytest.fixture(scope="module")
 def dataset_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("stats") / "captions"
-    write_captioning_shards(root, 200, 25, image_size=(16, 16))
-    prepare_dataset(
-        root,
-        split_ratio=[("train", 1)],
-        sample_type="CaptioningSample",
-        field_map={"image": "jpg", "caption": "txt"},
-        progress=False,
-    )
-    return root
+    return make_dataset(tmp_path_factory.mktemp("stats") / "captions", 200, 25)
 
 
 def _dataset(root: Path, workers: int, **kwargs):
