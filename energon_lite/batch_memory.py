@@ -168,4 +168,4 @@ def pooled_empty(like: torch.Tensor, shape: Sequence[int]) -> torch.Tensor | Non
     segment = pool.take(nbytes)
     if segment is None:
         return None
-    return torch.empty(0, dtype=like.dtype).set_(segment, 0, tuple(shape))
+    return torch.empty(0, dtype=like.dtype).set_(segment)[:numel].view(tuple(shape))
