@@ -10,7 +10,9 @@ default TaskEncoder with float images (25 MB batches) and with ``torchrgb8`` (6 
 
 Each run builds a new dataset and loader (new worker processes) in this process, takes
 ``--warmup`` batches, then times ``--batches`` batches; the trainer reads every batch once
-(``batch.image.sum()``, as a copy to the GPU would). Memory: the proportional set size (PSS,
+(``batch.image.sum()``, as a copy to the GPU would). Worker CPU is the user + system time of
+the worker processes over the timed batches per sample received (steadier than samples/s
+on a shared machine: other jobs' load does not enter it). Memory: the proportional set size (PSS,
 shared pages counted once) summed over this process and its workers, the largest seen after
 each batch (read from ``/proc/*/smaps_rollup``). Rounds alternate
 the order of reuse/fresh (A/B); the table shows medians and the per-round ratio's spread.
@@ -69,6 +71,7 @@ def run(root: Any, mode: str, reuse: bool, workers: int, batches: int, warmup: i
     for _ in range(warmup):
         next(batches_iter).image.sum()
     peak, samples = 0, 0
+    workers_cpu = _workers_cpu()
     start = time.perf_counter()
     for _ in range(batches):
         batch = next(batches_iter)
@@ -77,8 +80,25 @@ def run(root: Any, mode: str, reuse: bool, workers: int, batches: int, warmup: i
         del batch
         peak = max(peak, _tree_pss())
     seconds = time.perf_counter() - start
+    workers_cpu = _workers_cpu() - workers_cpu
     loader.close()
-    return {"samples_per_s": samples / seconds, "pss_peak": peak}
+    return {
+        "samples_per_s": samples / seconds,
+        "pss_peak": peak,
+        "worker_cpu_ms": 1e3 * workers_cpu / samples,
+    }
+
+
+def _workers_cpu() -> float:
+    """CPU seconds (user + system) the loader's worker processes have used so far."""
+    total = 0.0
+    for child in psutil.Process().children(recursive=True):
+        try:
+            times = child.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
 
 
 def main() -> None:
@@ -93,6 +113,7 @@ def main() -> None:
     torch.set_num_threads(1)
     results: dict[tuple[str, bool], list[dict]] = {(m, r): [] for m in MODES for r in (True, False)}
     ratios: dict[str, list[float]] = {m: [] for m in MODES}
+    cpu_ratios: dict[str, list[float]] = {m: [] for m in MODES}
     loads = []
     for round_index in range(args.rounds):
         for mode in MODES:
@@ -105,20 +126,29 @@ def main() -> None:
                 print(
                     f"round {round_index + 1}/{args.rounds} load {loads[-1]:.1f} {mode:5} "
                     f"{'reuse' if reuse else 'fresh'}: {got[reuse]['samples_per_s']:,.0f} "
-                    f"samples/s, PSS peak {got[reuse]['pss_peak'] / 2**20:,.0f} MiB",
+                    f"samples/s, {got[reuse]['worker_cpu_ms']:.2f} worker CPU ms/sample, PSS peak {got[reuse]['pss_peak'] / 2**20:,.0f} MiB",
                     flush=True,
                 )
             ratios[mode].append(got[True]["samples_per_s"] / got[False]["samples_per_s"])
+            cpu_ratios[mode].append(got[False]["worker_cpu_ms"] / got[True]["worker_cpu_ms"])
     rows = []
     for mode in MODES:
         for reuse in (True, False):
             runs = results[mode, reuse]
             rate = [r["samples_per_s"] for r in runs]
+            cpu = [r["worker_cpu_ms"] for r in runs]
             rows.append(
                 [
                     mode,
                     "reuse" if reuse else "fresh",
                     f"{median(rate):,.0f} ({min(rate):,.0f}-{max(rate):,.0f})",
+                    f"{median(cpu):.2f} ({min(cpu):.2f}-{max(cpu):.2f})",
+                    (
+                        f"{median(cpu_ratios[mode]):.2f}x ({min(cpu_ratios[mode]):.2f}-"
+                        f"{max(cpu_ratios[mode]):.2f})"
+                        if reuse
+                        else "1.00x"
+                    ),
                     f"{median([r['pss_peak'] for r in runs]) / 2**20:,.0f}",
                     (
                         f"{median(ratios[mode]):.2f}x ({min(ratios[mode]):.2f}-"
@@ -140,8 +170,10 @@ def main() -> None:
                 "images",
                 "batch memory",
                 "samples/s (min-max)",
+                "worker CPU ms per sample (min-max)",
+                "fresh / reuse CPU",
                 "PSS peak, all processes (MiB)",
-                "vs fresh",
+                "samples/s vs fresh",
             ],
             rows,
         )
