@@ -19,17 +19,31 @@ indices are ignored, as the document's ``__getitem__`` ignores them; a
   ``normalize_images=True`` it hands out the same float32 frames as ``decode-all float32``
   from the uint8 pool;
 * ``create_qc_dataloader_v3, shared pool`` - energon_lite's exactly resumable loader
-  (``SavableLoader``, its own pools per epoch) with the same shared pool.
+  (``SavableLoader``, its own pools per epoch) with the same shared pool;
+* ``QCSimpleDatasetV3, shared pool, uint8 out (normalise on the device)`` - in the float32
+  group: the uint8 frames of the shared pool, to be divided by 255 on the GPU (what
+  robot_episodes.md advises when memory matters).
+
+Every run (loader x round) is a **fresh process** (this script with ``--one``): the tree
+measured holds that loader only. (Run in one process, the decode-everything loader's
+pool - 158 MiB of numpy arrays in the main process - stayed alive while the energon_lite
+loaders ran after it and was counted in their PSS; smaps showed it there.)
 
 Per loader and round: epoch time = refresh (pool load) + all batches; transitions/s =
-draws / epoch time; **pool memory** = the bytes holding the decoded pool (numpy ``nbytes``;
-for the shared pool the bytes the ``/dev/shm`` file really occupies, ``st_blocks``);
-**PSS of all processes** = proportional set size summed over the main process and its
-workers at the end of the epoch (shared pages counted once in total: COW pool pages and
-the shared file alike), which also holds torch and the batches in flight. Rounds alternate
-the loaders (``common.ab_order``); medians with the min-max. Usage:
-``python benchmarks/bench_episodes_workers.py [--workers 2 --draws-per-frame 50 --rounds 3
---dtypes uint8 float32]``.
+draws / epoch time; **pool memory** = the bytes holding the decoded pool at the end
+(numpy ``nbytes``; for the shared pool the bytes the ``/dev/shm`` files occupy,
+``st_blocks``). Memory is sampled at 8 points through the epoch from
+``/proc/PID/smaps`` of the main process and its workers (``smaps.py``: PSS per kind of
+mapping - heap, decoded pool, pool file, torch shared-memory batches, libraries -
+shared pages counted once in total; the pool file counted by its allocated bytes, which
+also covers pages no process maps any more). **Held by the loader** = everything but the
+batches in flight, at the sample where it is largest; **batches in flight** (torch
+shared-memory tensors collated by the workers and not yet taken; up to ``prefetch_factor x
+workers`` batches, the same bytes per batch for every loader of a group, and how many
+are in flight at a sample depends on timing) are reported apart, and the whole PSS and
+USS maxima beside them. Rounds alternate the loaders (``common.ab_order``); medians
+with the min-max. Usage: ``python benchmarks/bench_episodes_workers.py [--workers 2
+--draws-per-frame 50 --rounds 3 --dtypes uint8 float32]``.
 """
 
 from __future__ import annotations
@@ -185,13 +199,17 @@ def run_resumable(
     return {"load": 0.0, "epoch": t2 - t0, "pool": held, **mem}
 
 
-LOADERS = (
+UINT8_GROUP = (
     "decode-all uint8",
     "QCSimpleDatasetV3, shared pool",
     "create_qc_dataloader_v3, shared pool",
+)
+FLOAT32_GROUP = (  # compared with decode-all float32
     "decode-all float32",
     "QCSimpleDatasetV3, shared pool, float32 out",
+    "QCSimpleDatasetV3, shared pool, uint8 out (normalise on the device)",
 )
+LOADERS = UINT8_GROUP + FLOAT32_GROUP
 
 
 def run_one(name: str, r: int, folder: Path, args: argparse.Namespace, steps: int) -> dict:
@@ -237,9 +255,8 @@ def main() -> None:
         write_dataset(folder, [args.frames] * args.episodes, cameras=tuple(CAMS), images="jpeg",
                       image_size=(args.height, args.width), qpos_dim=14, action_dim=14, texture=True)  # fmt: skip
         prepare_episodes(folder)
-    names = [n for n in LOADERS if ("float32" in n) == ("float32" in args.dtypes)]
-    if "uint8" in args.dtypes and "float32" in args.dtypes:
-        names = list(LOADERS)
+    names = [*(UINT8_GROUP if "uint8" in args.dtypes else ()),
+             *(FLOAT32_GROUP if "float32" in args.dtypes else ())]  # fmt: skip
     results: dict[str, list[dict]] = {name: [] for name in names}
     loads = []
     for r in range(args.rounds):
@@ -267,8 +284,7 @@ def print_tables(results: dict[str, list[dict]], draws: int) -> None:
     mib = 2**20
     rows = []
     for name, runs in results.items():
-        float_run = name.endswith("float32") or name.endswith("float32 out")
-        ref = "decode-all float32" if float_run else "decode-all uint8"
+        ref = "decode-all float32" if name in FLOAT32_GROUP else "decode-all uint8"
         ref_runs = results.get(ref, runs)
         rates = [draws / run["epoch"] for run in runs]
         ref_rate = median([draws / run["epoch"] for run in ref_runs]) or 1.0

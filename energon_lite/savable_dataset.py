@@ -89,10 +89,11 @@ class SavableDataset(IterableDataset):
                 if dog is not None:
                     dog.beat()
                 state = chain.save_state() if save_states else None
+                out: list[tuple[Any, ...]] = [(logical, batch, state)]
                 if probe is not None:
-                    yield logical, batch, state, probe.snapshot()
-                else:
-                    yield logical, batch, state
+                    out[0] += (probe.snapshot(),)
+                del batch  # while suspended this frame holds no batch: a worker builds the
+                yield out.pop()  # next one without keeping the last one sent (shared memory)
         finally:
             if dog is not None:
                 dog.stop()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 import pytest
 import torch
@@ -10,6 +12,7 @@ from torch.utils.data import DataLoader, Dataset
 from energon_lite.flavors.episodes import (
     TransitionBuilder,
     compute_norm_stats,
+    create_qc_dataloader_v3,
     open_episode_index,
 )
 from energon_lite.flavors.episodes.collate import collate_transitions
@@ -88,3 +91,19 @@ def test_collate_stacks_into_shared_memory_in_a_worker(folder):
     assert item["stacked_shared"] is True
     assert item["images"].dtype == torch.uint8
     assert np.array_equal(item["images"].numpy(), expected)
+
+
+@pytest.mark.filterwarnings("ignore:steps_per_epoch=")
+def test_a_worker_chain_keeps_no_batch_it_has_handed_over(folder):
+    dataset, _ = create_qc_dataloader_v3(folder, CAMS, compute_norm_stats(folder), 3,
+                                         episodes_per_epoch=4, batch_size=3, positive_ratio=0.5,
+                                         steps_per_epoch=4, num_workers=0)  # fmt: skip
+    chain = dataset.iter_with_state(None, 0, 0)
+    for _ in range(3):
+        _, batch, state = next(chain)
+        assert batch["observations"]["images"].shape == (3, 2, 12, 16, 3) and state is not None
+        images = weakref.ref(batch["observations"]["images"])
+        del batch
+        # in a worker this is a batch-sized shared-memory segment, sent and not needed again
+        assert images() is None
+    chain.close()
