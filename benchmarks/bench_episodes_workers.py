@@ -38,9 +38,11 @@ mapping - heap, decoded pool, pool file, torch shared-memory batches, libraries 
 shared pages counted once in total; the pool file counted by its allocated bytes, which
 also covers pages no process maps any more). **Held by the loader** = everything but the
 batches in flight, at the sample where it is largest; **batches in flight** (torch
-shared-memory tensors collated by the workers and not yet taken; up to ``prefetch_factor x
-workers`` batches, the same bytes per batch for every loader of a group, and how many
-are in flight at a sample depends on timing) are reported apart, and the whole PSS and
+shared-memory segments alive in any of the processes, found through mappings and open
+descriptors and each counted once at full size: a queued batch is in no PSS until the
+main process reads it; up to ``prefetch_factor x workers`` batches plus those being
+built, the same bytes per batch for every loader of a group, how many at a sample
+depending on timing) are reported apart, and the whole PSS and
 USS maxima beside them. Rounds alternate the loaders (``common.ab_order``); medians
 with the min-max. Usage: ``python benchmarks/bench_episodes_workers.py [--workers 2
 --draws-per-frame 50 --rounds 3 --dtypes uint8 float32]``.
@@ -67,7 +69,7 @@ from torch.utils.data import DataLoader, Dataset, RandomSampler
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_episodes import CAMS, baseline_transition, decode_all_pool
 from common import ab_order, markdown_table, median
-from smaps import KINDS, process_breakdown
+from smaps import KINDS, process_breakdown, torch_shm_bytes
 
 from energon_lite.flavors.episodes import (
     QCSimpleDatasetV3,
@@ -138,6 +140,8 @@ def sample(ranges: list[tuple[int, int]], shared_dir: Path | None) -> dict[str, 
     total = {k: sum(r[k] for r in roles.values()) for k in KINDS}
     pss = sum(total.values())
     total["pool file"] = files
+    # batches queued in torch's shared memory are in no PSS until the main process reads them
+    total["batches (torch shm)"] = torch_shm_bytes(p.pid for p in procs)
     return {"roles": roles, "kinds": total, "pss": pss, "uss": uss,
             "held": sum(v for k, v in total.items() if k != "batches (torch shm)"),
             "batches": total["batches (torch shm)"]}  # fmt: skip
@@ -309,13 +313,14 @@ def print_tables(results: dict[str, list[dict]], draws: int) -> None:
                           "USS all processes, max (MiB)"], rows))  # fmt: skip
     print(
         "\nWhere the memory is (MiB, median over rounds of the sample holding the most; "
-        "main process / workers; pool file = its allocated bytes, counted once):\n"
+        "main process / workers; pool file = its allocated bytes and batches = torch's "
+        "shared-memory segments alive, each counted once):\n"
     )
     rows = []
     for name, runs in results.items():
         cells = []
         for kind in KINDS:
-            if kind == "pool file":
+            if kind in ("pool file", "batches (torch shm)"):  # counted once, not per process
                 cells.append(f"{median([r['kinds'][kind] for r in runs]) / mib:,.0f}")
                 continue
             m = median([r["roles"]["main"][kind] for r in runs]) or 0.0

@@ -21,6 +21,7 @@ Linux only (the benchmarks that use it run there).
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 from collections.abc import Iterable, Sequence
 
@@ -81,3 +82,29 @@ def breakdown(pids: Iterable[int], pool_ranges: Sequence[tuple[int, int]] = ()) 
         for kind, value in process_breakdown(pid, pool_ranges).items():
             total[kind] += value
     return total
+
+
+def torch_shm_bytes(pids: Iterable[int]) -> int:
+    """Bytes of torch shared-memory segments alive in these processes, each counted once.
+
+    A batch a worker has sent and the main process has not yet touched is in no one's PSS
+    (the worker has unmapped it; the main process has mapped it but faulted no page in), yet
+    its pages are RAM: segments are found through both the mappings and the open file
+    descriptors (the queue passes them as descriptors) and counted once each, at full size.
+    """
+    sizes: dict[int, int] = {}
+    for pid in pids:
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/maps") as f:
+            for line in f:
+                parts = line.split(maxsplit=5)
+                if len(parts) == 6 and "/torch_" in parts[5]:
+                    lo, hi = (int(x, 16) for x in parts[0].split("-"))
+                    inode = int(parts[4])
+                    sizes[inode] = max(sizes.get(inode, 0), hi - lo)
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    if "/torch_" in os.readlink(f"/proc/{pid}/fd/{fd}"):
+                        st = os.stat(f"/proc/{pid}/fd/{fd}")
+                        sizes[st.st_ino] = max(sizes.get(st.st_ino, 0), st.st_size)
+    return sum(sizes.values())
