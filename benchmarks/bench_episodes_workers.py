@@ -157,9 +157,10 @@ def drain(batches: Any, steps: int, ranges: list, shared_dir: Path | None) -> di
     samples = []
     it = iter(batches)
     for step in range(steps):
-        next(it)
+        batch = next(it)  # held until the next one, as a training loop holds it
         if step in points:
             samples.append(sample(ranges, shared_dir))
+        del batch
     del it
     worst = max(samples, key=lambda s: s["held"])
     return {**worst, "batches": max(s["batches"] for s in samples),
