@@ -22,7 +22,9 @@ indices are ignored, as the document's ``__getitem__`` ignores them; a
   (``SavableLoader``, its own pools per epoch) with the same shared pool;
 * ``QCSimpleDatasetV3, shared pool, uint8 out (normalise on the device)`` - in the float32
   group: the uint8 frames of the shared pool, to be divided by 255 on the GPU (what
-  robot_episodes.md advises when memory matters).
+  robot_episodes.md advises when memory matters); ``create_qc_dataloader_v3, shared pool,
+  float32 out``: the resumable loader with ``normalize_images=True`` (its collate converts
+  the uint8 frames while stacking the batch).
 
 Every run (loader x round) is a **fresh process** (this script with ``--one``): the tree
 measured holds that loader only. (Run in one process, the decode-everything loader's
@@ -188,13 +190,13 @@ def shm_bytes(shared_dir: Path) -> int:
 
 
 def run_resumable(
-    folder: Path, norm: dict, seed: int, args: argparse.Namespace, steps: int
+    folder: Path, norm: dict, seed: int, args: argparse.Namespace, steps: int, floats: bool
 ) -> dict:
     t0 = time.perf_counter()
     ds, loader = create_qc_dataloader_v3(
         folder, CAMS, norm, args.chunk, episodes_per_epoch=args.pool, batch_size=args.batch,
         epoch_seed=seed, positive_ratio=0.5, steps_per_epoch=steps, num_workers=args.workers,
-        pin_memory=False, shared_pool=True,
+        pin_memory=False, shared_pool=True, normalize_images=floats,
     )  # fmt: skip
     shared = ds.pipeline.builder.shared_dir.path
     mem = drain(loader, steps, [], shared)
@@ -213,6 +215,7 @@ FLOAT32_GROUP = (  # compared with decode-all float32
     "decode-all float32",
     "QCSimpleDatasetV3, shared pool, float32 out",
     "QCSimpleDatasetV3, shared pool, uint8 out (normalise on the device)",
+    "create_qc_dataloader_v3, shared pool, float32 out",
 )
 LOADERS = UINT8_GROUP + FLOAT32_GROUP
 
@@ -225,7 +228,7 @@ def run_one(name: str, r: int, folder: Path, args: argparse.Namespace, steps: in
         ds = DecodeAllV3(index, norm, args.chunk, args.pool, name.endswith("float32"))
         return run_map(ds, r, args, steps)
     if name.startswith("create_qc"):
-        return run_resumable(folder, norm, r, args, steps)
+        return run_resumable(folder, norm, r, args, steps, name.endswith("float32 out"))
     ours = QCSimpleDatasetV3(folder, CAMS, norm, args.chunk, episodes_per_epoch=args.pool,
                              positive_ratio=0.5, shared_pool=True,
                              normalize_images=name.endswith("float32 out"))  # fmt: skip

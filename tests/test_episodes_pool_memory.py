@@ -107,3 +107,38 @@ def test_a_worker_chain_keeps_no_batch_it_has_handed_over(folder):
         # in a worker this is a batch-sized shared-memory segment, sent and not needed again
         assert images() is None
     chain.close()
+
+
+@pytest.mark.filterwarnings("ignore:steps_per_epoch=")
+def test_float_frames_are_made_while_collating_not_kept_per_draw(folder):
+    norm = compute_norm_stats(folder)
+    args = {"episodes_per_epoch": 4, "batch_size": 3, "positive_ratio": 0.5,
+            "steps_per_epoch": 4, "pin_memory": False, "normalize_images": True}  # fmt: skip
+    dataset, loader = create_qc_dataloader_v3(folder, CAMS, norm, 3, num_workers=2, **args)
+    reference = TransitionBuilder(open_episode_index(folder), CAMS, norm, 3, normalize_images=True)
+    paths = [str(p) for p in reference.index.paths]
+    it = iter(loader)
+    batches = [next(it) for _ in range(5)]
+    state = loader.save_state_rank()
+    tail = [next(it) for _ in range(3)]
+    for batch in batches + tail:
+        images = batch["observations"]["images"]
+        assert images.dtype == torch.float32
+        for key, got in zip(batch["__key__"], images):
+            path, start = key.rsplit("/", 1)
+            expected = reference.build(paths.index(path), int(start))["observations"]["images"]
+            assert np.array_equal(got.numpy(), expected)  # bit-identical to per-draw division
+    _, again = create_qc_dataloader_v3(folder, CAMS, norm, 3, num_workers=2, **args)
+    again.restore_state_rank(state)
+    assert torch.equal(
+        next(iter(again))["observations"]["images"], tail[0]["observations"]["images"]
+    )
+    # the sampler hands the collate uint8 frames: no float32 copy per draw waits for a batch
+    chain = dataset.pipeline.build(dataset.worker_config.slot(0, 0))
+    assert chain.source.next()["observations"]["images"].dtype == np.uint8
+    # a batch fetched again by its items' keys (float32 frames from fetch) is the same too
+    keys = tail[0]["__restore_key__"]
+    assert torch.equal(
+        chain.fetch(keys)["observations"]["images"], tail[0]["observations"]["images"]
+    )
+    assert chain.fetch(keys[0])["observations"]["images"].dtype == np.float32  # one sample: float

@@ -221,8 +221,13 @@ class TransitionBuilder:
                 done += 1
         return done
 
-    def build(self, episode: int, start: int) -> dict[str, Any]:
-        """The transition for ``start`` frame of ``episode`` (see the module docstring)."""
+    def build(self, episode: int, start: int, *, raw_images: bool = False) -> dict[str, Any]:
+        """The transition for ``start`` frame of ``episode`` (see the module docstring).
+
+        ``raw_images=True`` leaves ``images`` uint8 even with ``normalize_images``: for a
+        collate that converts while it stacks (``collate_transitions(normalize_images=True)``),
+        so no float32 copy of each frame waits in the worker for its batch.
+        """
         length = int(self.index.lengths[episode])
         if not 0 <= start < length:
             raise IndexError(f"start frame {start} outside episode {episode} of {length} frames")
@@ -232,7 +237,7 @@ class TransitionBuilder:
         actions[:n] = low.action[start : start + n]
         qpos = low.qpos[start].copy()
         images = self._images(episode, start)
-        if self.normalize_images:  # one float32 array, no uint8-to-float32 temporary
+        if self.normalize_images and not raw_images:  # one float32 array, no temporary
             images = np.divide(images, np.float32(255.0), dtype=np.float32)
         depth = None
         if self.include_depth:
@@ -252,10 +257,12 @@ class TransitionBuilder:
             "final_reward": float(fields["rewards"][-1]),
         }
 
-    def try_build(self, episode: int, start: int, tracker: FailureTracker) -> dict[str, Any] | None:
+    def try_build(
+        self, episode: int, start: int, tracker: FailureTracker, *, raw_images: bool = False
+    ) -> dict[str, Any] | None:
         """``build``, or None after logging a bad file/frame (raises past the failure limit)."""
         try:
-            item = self.build(episode, start)
+            item = self.build(episode, start, raw_images=raw_images)
         except (OSError, DatasetFormatError, MediaDecodeError) as exc:
             where = {"file": str(self.index.path(episode)), "frame": start}
             tracker.failed("episode transition", where, exc)
