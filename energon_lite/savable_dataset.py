@@ -99,7 +99,9 @@ class SavableDataset(IterableDataset):
                 extra: tuple[Any, ...] = () if probe is None else (probe.snapshot(),)
                 if memory is not None:
                     extra += (pool.collect() if pool is not None else Held(physical, []),)
-                yield (logical, batch, state, *extra)
+                out = [(logical, batch, state, *extra)]
+                del batch  # while suspended this frame holds no batch: a worker builds the
+                yield out.pop()  # next one without keeping the last one sent (shared memory)
         finally:
             if dog is not None:
                 dog.stop()
