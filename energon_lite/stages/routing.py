@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from energon_lite.errors import StateError, short_repr
@@ -19,3 +19,19 @@ def fetch_by_leaf(stage: str, by_leaf: Mapping[int, Stage], restore_key: Any) ->
             f"(leaves {sorted(by_leaf)})"
         )
     return source.fetch(restore_key)
+
+
+def by_leaf(sources: Sequence[Stage]) -> dict[int, Stage]:
+    """Each leaf id to the source whose chain reads it: a Reader is its own leaf; a chain
+    built by a wrapper (``energon_lite.wrappers``) holds the Readers of its leaves below."""
+    routes: dict[int, Stage] = {}
+    for source in sources:
+        pending = [source]
+        while pending:
+            stage = pending.pop()
+            leaf = getattr(stage, "leaf_id", None)
+            if leaf is not None:
+                routes[leaf] = source
+            else:
+                pending.extend(stage._parents())
+    return routes
