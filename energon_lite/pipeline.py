@@ -176,7 +176,9 @@ class DatasetPipeline:
         counts = opts.batch_size is None and not te.overrides("batch_group_criterion")
         then(
             Encode,
-            lambda s: Encode(s, self.specs, te, slot.seed, failures(), hook, counts, slot.leaf_base),
+            lambda s: Encode(
+                s, self.specs, te, slot.seed, failures(), hook, counts, slot.leaf_base
+            ),
         )
         if opts.packing_buffer_size:
             size = opts.packing_buffer_size
