@@ -4,6 +4,7 @@ both libraries give the same items, and compositions resume exactly through the 
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -218,9 +219,9 @@ def test_mix_batch_concatenates_and_resumes(data: Path) -> None:
 def test_hand_composed_pipeline_resumes_with_workers(data: Path) -> None:
     """Batch(Map(Packing(ShuffleBuffer(Blend of two unbatched datasets)))) with 2 workers:
     the shuffle and packing buffers refetch through the blend on restore."""
-    wc = el.WorkerConfig(rank=0, world_size=1, num_workers=2)
 
-    def make() -> el.SavableLoader:
+    def make(workers: int = 2) -> el.SavableLoader:
+        wc = el.WorkerConfig(rank=0, world_size=1, num_workers=workers)
         blend = el.BlendDataset(
             (_train(data, wc, None), 1), (_train(data, wc, None), 2), worker_config=wc
         )
@@ -230,10 +231,16 @@ def test_hand_composed_pipeline_resumes_with_workers(data: Path) -> None:
         return el.get_savable_loader(el.BatchDataset(mapped, 3, el.generic_batch, worker_config=wc))
 
     reference = assert_loader_resumes(make, 24, [0, 7, 13, 22])
-    leaves = {
-        key.split("leaf=")[1][0] for _, key, _ in reference for key in key.split("SampleKey(")[1:]
-    }
+    leaves = {leaf for _, key, _ in reference for leaf in re.findall(r"SampleKey\(leaf=(\d)", key)}
     assert leaves == {"0", "1"}  # both datasets, each with its own leaf id
+    # another number of workers: refused by name rather than redistributed wrongly
+    loader = make()
+    batches = iter(loader)
+    next(batches)
+    state = loader.save_state_rank()
+    loader.close()
+    with pytest.raises(StateError, match="BatchDataset composition"):
+        make(1).restore_state_global([state])
 
 
 def test_stream_functions_resume_inside_their_groups(data: Path) -> None:
