@@ -281,6 +281,21 @@ def test_epochize_continues_the_stream_across_passes(data: Path) -> None:
     assert_loader_resumes(make, 5, [0, 2, 4])
 
 
+def test_a_new_sample_from_map_fn_gets_its_inputs_restore_key(data: Path) -> None:
+    """Energon sets a mapped sample's restore key; a buffer above must be able to save it."""
+    wc = el.WorkerConfig(rank=0, world_size=1, num_workers=0)
+
+    def fresh(s: Any) -> Any:
+        return el.TextSample(__key__=s.__key__, __restore_key__=(), text=s.caption.upper())
+
+    def make() -> el.SavableLoader:
+        mapped = el.MapDataset(_train(data, wc, None), fresh, worker_config=wc)
+        return el.get_savable_loader(el.ShuffleBufferDataset(mapped, 5, worker_config=wc))
+
+    reference = assert_loader_resumes(make, 12, [0, 4, 9])
+    assert all(key.startswith("SampleKey(") for _, key, _ in reference)
+
+
 def test_wrappers_refuse_what_they_cannot_do(data: Path) -> None:
     wc = el.WorkerConfig(rank=0, world_size=1, num_workers=0)
     other = el.WorkerConfig(rank=0, world_size=1, num_workers=1)

@@ -42,6 +42,19 @@ def fn_name(fn: Any) -> str | None:
     return f"{getattr(fn, '__module__', '')}.{name}"
 
 
+def set_restore_key(item: Any, key: Any) -> Any:
+    """Give a wrapper's output the restore key that makes it again (a mapped sample: its
+    input's; a batch: its samples' keys), as Energon sets it; an output that cannot carry
+    one (a tuple, a list) stays as it is. Returns ``item``."""
+    if key is None or item is None:
+        return item
+    if isinstance(item, dict):
+        item["__restore_key__"] = key
+    elif hasattr(item, "__restore_key__"):
+        item.__restore_key__ = key
+    return item
+
+
 def leaf_count(pipeline: Any) -> int:
     """How many leaf ids a pipeline's chain uses (0 for a pipeline without leaves)."""
     return len(getattr(pipeline, "leaves", None) or ())

@@ -13,6 +13,7 @@ from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
 from energon_lite.errors import ConfigError, FailureTracker
+from energon_lite.samples import basic_sample_keys
 from energon_lite.savable_dataset import SavableDataset
 from energon_lite.stage import Stage
 from energon_lite.stages.batch import Batch
@@ -21,26 +22,24 @@ from energon_lite.stages.iter_map import IterMap
 from energon_lite.stages.pack import Pack
 from energon_lite.task_encoder import TaskEncoder
 from energon_lite.worker import WorkerConfig
-from energon_lite.wrappers.base import MakeTop, WrapperDataset, failures, fn_name
+from energon_lite.wrappers.base import (
+    MakeTop,
+    WrapperDataset,
+    failures,
+    fn_name,
+    set_restore_key,
+)
 
 
 def keyed_batcher(batcher: Callable[[list[Any]], Any]) -> Callable[[list[Any]], Any]:
-    """``batcher`` whose batch gets its samples' restore keys when it has none (Energon
-    sets a batch's restore key), so ``restore_sample`` can make it again."""
+    """``batcher`` whose batch carries its samples' restore keys (``Batch.fetch`` makes it
+    again from them), as Energon sets a batch's key."""
 
     def batch(items: list[Any]) -> Any:
-        out = batcher(items)
-        if isinstance(out, dict) and out.get("__restore_key__") is None:
-            out["__restore_key__"] = [_key(item) for item in items]
-        elif hasattr(out, "__restore_key__") and out.__restore_key__ is None:
-            out.__restore_key__ = [_key(item) for item in items]
-        return out
+        keys = [basic_sample_keys(item)["__restore_key__"] for item in items]
+        return set_restore_key(batcher(items), None if None in keys else keys)
 
     return batch
-
-
-def _key(item: Any) -> Any:
-    return item.get("__restore_key__") if isinstance(item, dict) else item.__restore_key__
 
 
 def check_size(name: str, value: Any, what: str) -> None:

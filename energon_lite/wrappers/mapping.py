@@ -17,24 +17,15 @@ from energon_lite.stages.filter import Filter
 from energon_lite.stages.iter_map import IterMap
 from energon_lite.stages.map import Map
 from energon_lite.worker import WorkerConfig
-from energon_lite.wrappers.base import WrapperDataset, failures, fn_name
+from energon_lite.wrappers.base import WrapperDataset, failures, fn_name, set_restore_key
 
 
 def keep_restore_key(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    """``fn`` whose output inherits the input's ``__restore_key__`` when it has none, as
-    Energon sets it on a mapped sample (a buffer above must be able to save the sample)."""
+    """``fn`` whose output carries its input's ``__restore_key__`` (``Map.fetch`` makes it
+    again from that key), so a buffer above can save it."""
 
     def mapped(item: Any) -> Any:
-        out = fn(item)
-        key = basic_sample_keys(item)["__restore_key__"]
-        if key is None or out is None:
-            return out
-        if isinstance(out, dict):
-            if out.get("__restore_key__") is None:
-                out["__restore_key__"] = key
-        elif hasattr(out, "__restore_key__") and out.__restore_key__ is None:
-            out.__restore_key__ = key
-        return out
+        return set_restore_key(fn(item), basic_sample_keys(item)["__restore_key__"])
 
     return mapped
 
