@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+import zlib
 from collections.abc import Callable, Iterator
 from typing import NamedTuple, Protocol
 
@@ -190,13 +191,20 @@ def _check_fits(data_start: int, size: int, stop: int, pos: int, where: str) -> 
         )
 
 
+def _byte_sum(header: bytes) -> int:
+    """The tar checksum: the header's bytes summed with the checksum field read as spaces.
+
+    In C: Adler-32's low half is 1 + the bytes' sum modulo 65521, which is the exact sum for
+    runs of at most 256 bytes (<= 65280); three runs cover the header (~0.7 us against ~4 us
+    for Python's ``sum`` over 512 bytes, twice per sample)."""
+    view = memoryview(header)
+    runs = (view[:148], view[156:356], view[356:BLOCK])
+    return sum((zlib.adler32(run) & 0xFFFF) - 1 for run in runs) + 8 * 32
+
+
 def _check_checksum(header: bytes, pos: int, where: str) -> None:
     stored = header[148:156].replace(b"\0", b" ").strip()
-    if (
-        not stored
-        or not _OCTAL.fullmatch(stored)
-        or int(stored, 8) != sum(header[:148]) + 8 * 32 + sum(header[156:])
-    ):
+    if not stored or not _OCTAL.fullmatch(stored) or int(stored, 8) != _byte_sum(header):
         raise DatasetFormatError(
             f"{where}: invalid tar header at byte {pos} (bad checksum): "
             "the file is not a tar archive or is corrupt"
