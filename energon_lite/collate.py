@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from energon_lite.batch_memory import pooled_empty
+from energon_lite.batch_slab import claim
 
 KEY_FIELDS = ("__key__", "__restore_key__", "__subflavors__")
 
@@ -44,8 +45,12 @@ def _batch_tensor(first: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
 
 
 def batch_stack(values: Sequence[torch.Tensor]) -> torch.Tensor:
-    """Stack tensors of one shape."""
+    """Stack tensors of one shape (images decoded into their batch's slab, see
+    ``energon_lite/batch_slab.py``, are that slab already: nothing is copied)."""
     values = list(values)
+    slab = claim(values)
+    if slab is not None:
+        return slab
     return torch.stack(values, out=_batch_tensor(values[0], (len(values), *values[0].shape)))
 
 

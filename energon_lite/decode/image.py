@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from energon_lite.batch_slab import slot
 from energon_lite.errors import ConfigError
 
 # mode -> (Pillow mode or None to keep, output kind)
@@ -110,7 +111,10 @@ def _planar_tensor(img: Image.Image, as_uint8: bool) -> torch.Tensor:
     change costs no strided copy, and uint8 -> float and the scaling happen in one pass."""
     bands = img.split()
     height, width = img.height, img.width
-    out = torch.empty((len(bands), height, width), dtype=torch.uint8 if as_uint8 else torch.float32)
+    dtype, shape = torch.uint8 if as_uint8 else torch.float32, (len(bands), height, width)
+    out = slot(dtype, shape)  # a row of the batch being made (energon_lite/batch_slab.py)
+    if out is None:
+        out = torch.empty(shape, dtype=dtype)
     view = out.numpy()
     for channel, band in enumerate(bands):
         plane = np.frombuffer(band.tobytes(), dtype=np.uint8).reshape(height, width)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from energon_lite.batch_slab import SlabScope
 from energon_lite.errors import SKIPPED, ConfigError, FailureTracker, guarded
 from energon_lite.hook_index import INDEX
 from energon_lite.samples import basic_sample_keys
@@ -57,21 +58,23 @@ class Batch(Stage):
         self.collate = collate
         self.drop_last = drop_last
         self.failures = failures or FailureTracker(0)
+        self._slabs = SlabScope(batch_size)
 
     def next(self) -> Any:
         self._start_if_fresh()
         while True:
             INDEX.batch = INDEX.sample = self._batches  # while its samples are encoded
             items = []
-            for _ in range(self.batch_size):
-                try:
-                    items.append(self.source.next())
-                except StopIteration:
-                    break
-            if not items or (self.drop_last and len(items) < self.batch_size):
-                raise StopIteration
-            INDEX.batch = INDEX.sample = self._batches
-            batch = collate_or_skip(self.collate, items, self.failures)
+            with self._slabs:  # images decode straight into the batch (batch_slab.py)
+                for _ in range(self.batch_size):
+                    try:
+                        items.append(self.source.next())
+                    except StopIteration:
+                        break
+                if not items or (self.drop_last and len(items) < self.batch_size):
+                    raise StopIteration
+                INDEX.batch = INDEX.sample = self._batches
+                batch = collate_or_skip(self.collate, items, self.failures)
             if batch is not SKIPPED:
                 self._batches += 1  # INDEX keeps this batch's index for encode_batch
                 return batch
