@@ -11,9 +11,10 @@ segments it was built in (:class:`Held`), and the loader puts a ``weakref.finali
 one's storage there. torch maps a received segment once per process and hands every tensor
 over it the same storage object, which lives as long as any tensor or view of it does; when
 the last one goes, the finalizer marks the segment free in a small flag table in shared
-memory, and only then may the worker write into it again. A batch the trainer keeps (a list
-of batches, a pending asynchronous copy) keeps its segment busy; the worker then allocates a
-fresh one, as before, once its ``slots`` are all busy.
+memory. The worker writes into it again only when, besides, no tensor in the worker refers
+to it (a sample decoded into its batch's memory may still sit in a packing buffer). A batch
+the trainer keeps (a list of batches, a pending asynchronous copy) keeps its segment busy;
+the worker then allocates a fresh one, as before, once its ``slots`` are all busy.
 
 Only tensors of at least :data:`MIN_BYTES` use the pool (page faults of small ones do not
 matter). In the trainer's own process (``num_workers=0``) nothing changes.
@@ -84,7 +85,11 @@ class BatchMemoryPool:
             return None
         row = self.flags[self._worker]
         for slot, segment in enumerate(self._segments):
-            if row[slot] == _FREE and nbytes <= segment.nbytes() <= 2 * nbytes:
+            if (
+                row[slot] == _FREE
+                and nbytes <= segment.nbytes() <= 2 * nbytes
+                and _only_pool_uses(segment)
+            ):
                 return self._hand_out(slot, segment)
         if len(self._segments) < self.slots:
             size = -(-nbytes // _PAGE) * _PAGE
@@ -144,6 +149,17 @@ def _tensors(value: Any, depth: int) -> Iterator[torch.Tensor]:
     elif dataclasses.is_dataclass(value):
         for field in dataclasses.fields(value):
             yield from _tensors(getattr(value, field.name, None), depth - 1)
+
+
+_USE_COUNT = getattr(torch._C, "_storage_Use_Count", None)
+
+
+def _only_pool_uses(segment: torch.UntypedStorage) -> bool:
+    """Whether no tensor of this worker refers to ``segment`` any more: a sample decoded into a
+    batch's memory (``energon_lite.batch_slab``) may wait in a packing or grouping buffer after
+    its batch went out, and user code may keep a batch. Without torch's use count (a private
+    function) a segment is never reused: fresh memory, as without the pool."""
+    return _USE_COUNT is not None and _USE_COUNT(segment._cdata) == 1
 
 
 def _release(flags: torch.Tensor, worker: int, slot: int) -> None:

@@ -106,6 +106,39 @@ def test_without_reuse_every_batch_is_built_in_fresh_memory(loader_ds: Any) -> N
     assert not any(batch["pooled"] for batch in batches)
 
 
+class RetainingEncoder(BigEncoder):
+    """Keeps (in the worker) a view of one of its batches, as a packing buffer keeps samples
+    decoded into their batch's memory; checks the kept view at every later batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.kept: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def batch(self, samples: list[dict[str, Any]]) -> dict[str, Any]:
+        out = super().batch(samples)
+        out["worker_overwrites"] = sum(not torch.equal(view, want) for view, want in self.kept)
+        if not self.kept and sum(ord(c) for c in out["keys"][0]) % 3 == 0:
+            self.kept.append((out["big"][1:3, 5], out["big"][1:3, 5].clone()))
+        return out
+
+
+def test_memory_a_worker_still_uses_is_not_reused(train_ds: Path) -> None:
+    dataset = get_train_dataset(
+        train_ds,
+        batch_size=8,
+        worker_config=WorkerConfig(0, 1, 2),
+        task_encoder=RetainingEncoder(),
+        shuffle_buffer_size=None,
+        max_samples_per_sequence=None,
+    )
+    loader = get_savable_loader(dataset)
+    seen = [(_intact(b), b["pooled"], b["worker_overwrites"]) for _, b in zip(range(40), loader)]
+    loader.close()
+    assert all(intact for intact, _, _ in seen)
+    assert sum(pooled for _, pooled, _ in seen) >= 20  # the pool still works
+    assert [overwrites for _, _, overwrites in seen] == [0] * 40
+
+
 def test_the_pool_turns_itself_off_if_storages_are_not_shared_objects() -> None:
     """The finalizers rely on torch giving every tensor over a received segment the same
     storage object; the first batch of a stream checks it and turns reuse off if not."""
