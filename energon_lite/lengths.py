@@ -20,8 +20,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from energon_lite.quotas import exact_repetitions, pass_quotas, passes
 
 if TYPE_CHECKING:
@@ -32,13 +30,17 @@ if TYPE_CHECKING:
 
 def dealt_samples(reader: Reader) -> int:
     """Samples of the reader's leaf that its worker owns in the unshuffled slice order
-    (positions ``worker, worker + G, ...``), whatever the epoch and multiplier."""
-    first, step, n = reader.worker_index, reader.num_workers, reader.num_slices
-    if first >= n:
-        return 0
-    ids = np.arange(first, n, step, dtype=np.int64)
-    starts, ends = reader.slice_extents(ids)
-    return int((ends - starts).sum())
+    (positions ``worker, worker + G, ...``), whatever the epoch and multiplier.
+
+    O(runs): ``slice_len`` per slice, less what the short last slice of each run lacks.
+    """
+    g, workers, per_slice = reader.worker_index, reader.num_workers, reader.slice_len
+    count = max(0, -(-(reader.num_slices - g) // workers)) * per_slice
+    lengths = reader.dataset.run_end - reader.dataset.run_start
+    short = (lengths % per_slice) > 0
+    tails = reader.run_slices[1:][short] - 1
+    missing = per_slice - lengths[short] % per_slice
+    return int(count - missing[tails % workers == g].sum())
 
 
 def epochized_samples(reader: Reader, repetitions: float, epoch: int) -> int:
