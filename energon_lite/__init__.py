@@ -96,6 +96,23 @@ from energon_lite.webdataset_factories import (
     VQAWebdataset,
 )
 from energon_lite.worker import WorkerConfig
+from energon_lite.wrappers import (
+    BatchDataset,
+    BlendDataset,
+    ConcatDataset,
+    EpochizeDataset,
+    FilterDataset,
+    GcDataset,
+    GroupBatchDataset,
+    IterMapDataset,
+    LimitDataset,
+    LogSampleDataset,
+    MapDataset,
+    MixBatchDataset,
+    PackingDataset,
+    RepeatDataset,
+    ShuffleBufferDataset,
+)
 
 __version__ = "0.1.0"
 
@@ -191,6 +208,22 @@ __all__ = [
     "reraise_exception",
     "stateless",
     "traverse_metadataset",
+    # Energon's dataset wrapper classes (energon_lite/wrappers/)
+    "BatchDataset",
+    "BlendDataset",
+    "ConcatDataset",
+    "EpochizeDataset",
+    "FilterDataset",
+    "GcDataset",
+    "GroupBatchDataset",
+    "IterMapDataset",
+    "LimitDataset",
+    "LogSampleDataset",
+    "MapDataset",
+    "MixBatchDataset",
+    "PackingDataset",
+    "RepeatDataset",
+    "ShuffleBufferDataset",
 ]
 
 

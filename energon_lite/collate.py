@@ -8,6 +8,8 @@ from typing import Any
 
 import torch
 
+from energon_lite.batch_memory import pooled_empty
+
 KEY_FIELDS = ("__key__", "__restore_key__", "__subflavors__")
 
 
@@ -21,8 +23,13 @@ def _batch_tensor(first: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
     """An uninitialised tensor for a batch; in a loader worker, in shared memory.
 
     A worker's batch is pickled to the trainer process through shared memory. Allocating it
-    there from the start (as torch's own collate does) saves copying every batch once more.
+    there from the start (as torch's own collate does) saves copying every batch once more;
+    reusing a segment the trainer has let go of saves faulting in fresh pages
+    (:mod:`energon_lite.batch_memory`).
     """
+    pooled = pooled_empty(first, shape)  # a segment the trainer has let go of
+    if pooled is not None:
+        return pooled
     numel = 1
     for size in shape:
         numel *= size

@@ -144,6 +144,11 @@ def _check_old(states: Any) -> tuple[dict[str, Any], int]:
             f"the old ranks are in different passes {sorted(epochs)}; save every rank at the "
             "same step (save_state_global)"
         )
+    if "wrapper" in first:  # energon_lite.wrappers: a chain composed by hand
+        raise StateError(
+            f"elastic restore of a {first['wrapper']} composition is not supported; restore "
+            "it on the old number of ranks and workers, or start it over"
+        )
     if not first.get("training"):
         raise StateError(
             "elastic restore of a validation/test loader is not supported: its slices are cut "

@@ -248,7 +248,7 @@ def _loader_options(dataset: SavableDataset, options: dict[str, Any]) -> dict[st
     for name in _MOOT_ENERGON_OPTIONS & set(options):
         options.pop(name)
     known = {"pin_memory", "prefetch_factor", "timeout_seconds", "watchdog_timeout_seconds",
-             "watchdog_initial_timeout_seconds", "stats"}  # fmt: skip
+             "watchdog_initial_timeout_seconds", "stats", "reuse_batch_memory"}  # fmt: skip
     unknown = sorted(set(options) - known)
     if unknown:
         raise ConfigError(f"unknown loader arguments {unknown}")
@@ -268,6 +268,9 @@ def get_savable_loader(dataset: SavableDataset, **options: Any) -> SavableLoader
     ``cache_pool`` (a ``FileStoreCachePool``) is what cookers get as ``cache``.
     ``stats=True`` makes ``loader.stats()`` report where the time goes (per-stage time and
     counts, buffer fill, worker busy/idle, samples/s; overhead < 1%, docs/performance.md).
+    ``reuse_batch_memory`` (True): workers build batches in shared-memory buffers they reuse
+    once the trainer has dropped every tensor of a batch, instead of fresh ones per batch
+    (:mod:`energon_lite.batch_memory`; False gives torch's behaviour).
     """
     return SavableLoader(dataset, **_loader_options(dataset, options))
 

@@ -132,7 +132,7 @@ class DatasetPipeline:
         nodes = []
         for i, (dataset, leaf) in enumerate(zip(self.datasets, self.leaves)):
             settings: dict[str, Any] = {
-                "leaf_id": i,
+                "leaf_id": slot.leaf_base + i,
                 "seed": slot.seed,
                 "worker_index": slot.global_worker_id,
                 "num_workers": slot.num_global_workers,
@@ -175,7 +175,12 @@ class DatasetPipeline:
         if opts.packing_buffer_size and not te.overrides("encode_sample"):
             hook = "preencode_sample"
         counts = opts.batch_size is None and not te.overrides("batch_group_criterion")
-        then(Encode, lambda s: Encode(s, self.specs, te, slot.seed, failures(), hook, counts))
+        then(
+            Encode,
+            lambda s: Encode(
+                s, self.specs, te, slot.seed, failures(), hook, counts, slot.leaf_base
+            ),
+        )
         if opts.packing_buffer_size:
             size = opts.packing_buffer_size
             then(Pack, lambda s: Pack(s, size, te, slot.seed, failures()))

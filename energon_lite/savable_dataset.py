@@ -12,6 +12,7 @@ from typing import Any
 
 from torch.utils.data import IterableDataset, get_worker_info
 
+from energon_lite.batch_memory import BatchMemoryPool, Held
 from energon_lite.error_handlers import restoring
 from energon_lite.errors import ConfigError
 from energon_lite.hook_index import INDEX
@@ -54,9 +55,12 @@ class SavableDataset(IterableDataset):
         save_states: bool = True,
         watchdog: tuple[float, float | None] | None = None,
         stats: bool = False,
+        memory: BatchMemoryPool | None = None,
     ) -> Iterator[tuple[Any, ...]]:
         """Run the chain of the calling worker; yield ``(logical worker, batch, state)``,
-        plus a :class:`~energon_lite.stage_probe.ChainProbe` snapshot when ``stats``.
+        plus a :class:`~energon_lite.stage_probe.ChainProbe` snapshot when ``stats``, plus
+        the batch's :class:`~energon_lite.batch_memory.Held` segments when ``memory`` is
+        given (in a worker process, batches are then built in that pool's segments).
 
         In a worker process every batch is test-pickled first (an unpicklable batch would
         hang torch's queue) and ``watchdog=(timeout, initial_timeout)`` starts a
@@ -70,6 +74,9 @@ class SavableDataset(IterableDataset):
         dog = (
             Watchdog(watchdog[0], logical, watchdog[1]).start() if in_worker and watchdog else None
         )
+        pool = memory if in_worker else None
+        if pool is not None:
+            pool.activate(physical)
         try:
             chain = self.pipeline.build(self.worker_config.slot(logical, epoch))
             probe = ChainProbe(chain, logical) if stats else None
@@ -89,10 +96,12 @@ class SavableDataset(IterableDataset):
                 if dog is not None:
                     dog.beat()
                 state = chain.save_state() if save_states else None
-                if probe is not None:
-                    yield logical, batch, state, probe.snapshot()
-                else:
-                    yield logical, batch, state
+                extra: tuple[Any, ...] = () if probe is None else (probe.snapshot(),)
+                if memory is not None:
+                    extra += (pool.collect() if pool is not None else Held(physical, []),)
+                out = [(logical, batch, state, *extra)]
+                del batch  # while suspended this frame holds no batch: a worker builds the
+                yield out.pop()  # next one without keeping the last one sent (shared memory)
         finally:
             if dog is not None:
                 dog.stop()

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
+from energon_lite.batch_memory import BatchMemoryPool
 from energon_lite.errors import ConfigError, StateError, WorkerTimeoutError, short_repr
 from energon_lite.loader_stats import LoaderStats
 from energon_lite.savable_dataset import SavableDataset
@@ -35,15 +36,22 @@ class _StatefulView(IterableDataset):
         save: bool,
         watchdog: tuple[float, float | None] | None,
         stats: bool = False,
+        memory: BatchMemoryPool | None = None,
     ) -> None:
         super().__init__()
         self.dataset, self.states, self.rotation = dataset, states, rotation
         self.epoch, self.save, self.watchdog = epoch, save, watchdog
-        self.stats = stats
+        self.stats, self.memory = stats, memory
 
     def __iter__(self) -> Iterator[tuple[Any, ...]]:
         return self.dataset.iter_with_state(
-            self.states, self.rotation, self.epoch, self.save, self.watchdog, self.stats
+            self.states,
+            self.rotation,
+            self.epoch,
+            self.save,
+            self.watchdog,
+            self.stats,
+            self.memory,
         )
 
 
@@ -77,6 +85,13 @@ def _stream(
     this generator holds: it is never part of the garbage, and the finalizer shuts it down.
     """
     wc = dataset.worker_config
+    # batch buffers the workers reuse once this process has let go of them: one per batch
+    # a worker may have queued (prefetch_factor), the one the trainer holds, the one in making
+    memory = (
+        BatchMemoryPool(wc.num_workers, (loader.prefetch_factor or 2) + 2)
+        if wc.num_workers > 0 and loader.reuse_batch_memory
+        else None
+    )
     view = _StatefulView(
         dataset,
         list(loader._states),
@@ -85,6 +100,7 @@ def _stream(
         loader.track_state,
         loader.watchdog,
         stats is not None,
+        memory,
     )
     timeout = loader.timeout_seconds
     batches = iter(
@@ -107,7 +123,7 @@ def _stream(
         while True:
             asked = time.perf_counter_ns()
             try:
-                logical, batch, state, *probe = next(batches)
+                logical, batch, state, *extra = next(batches)
             except StopIteration:
                 break
             except RuntimeError as exc:
@@ -118,10 +134,12 @@ def _stream(
                     f"{timeout} s (fail_on_timeout); the worker's log shows its "
                     "stage, sample key and stack"
                 ) from exc
+            if memory is not None:
+                memory.received(batch, extra.pop())
             loader._states[logical] = state
             loader._next_worker = (logical + 1) % n
             if stats is not None:
-                stats.received(probe[0] if probe else None, time.perf_counter_ns() - asked)
+                stats.received(extra[0] if extra else None, time.perf_counter_ns() - asked)
             yield batch
     except BaseException:
         # an error's traceback keeps torch's iterator alive (its frames hold it): shut the
@@ -149,6 +167,7 @@ class SavableLoader:
         watchdog_timeout_seconds: float | None = 60.0,
         watchdog_initial_timeout_seconds: float | None = None,
         stats: bool = False,
+        reuse_batch_memory: bool = True,
     ) -> None:
         if not isinstance(dataset, SavableDataset):
             raise ConfigError(
@@ -182,6 +201,7 @@ class SavableLoader:
             None  # the live stream, kept across passes
         )
         self._stats = LoaderStats() if stats else None  # loader.stats()
+        self.reuse_batch_memory = reuse_batch_memory
 
     @property
     def virtual_epoch_length(self) -> int | None:

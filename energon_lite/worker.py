@@ -91,6 +91,7 @@ class WorkerSlot:
     num_workers: int  # pipelines per rank (>= 1)
     seed: int
     epoch: int = 0
+    leaf_base: int = 0  # first leaf id of this chain (a wrapper composing several datasets)
 
     @property
     def global_worker_id(self) -> int:

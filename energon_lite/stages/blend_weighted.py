@@ -16,10 +16,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from energon_lite.errors import ConfigError, StateError
-from energon_lite.reader import Reader
 from energon_lite.rng import CounterRng
 from energon_lite.stage import Stage
-from energon_lite.stages.routing import fetch_by_leaf
+from energon_lite.stages.routing import by_leaf, fetch_by_leaf
 from energon_lite.state import state_count
 
 
@@ -35,11 +34,16 @@ def draw(rng: CounterRng, weights: Sequence[float]) -> int:
 
 class WeightedBlend(Stage):
     STATE_KEYS = ("rng", "exhausted")
-    sources: list[Reader]
+    sources: list[Stage]  # Readers, or chains a wrapper composes
     _exhausted: list[bool]
 
     def __init__(
-        self, sources: Sequence[Reader], weights: Sequence[float], seed: int, global_worker_id: int
+        self,
+        sources: Sequence[Stage],
+        weights: Sequence[float],
+        seed: int,
+        global_worker_id: int,
+        *rng_keys: Any,  # more keys for the random stream (a BlendDataset inside another)
     ) -> None:
         weights = [float(w) for w in weights]
         if not sources or len(weights) != len(sources) or not all(w >= 0 for w in weights):
@@ -53,7 +57,8 @@ class WeightedBlend(Stage):
         self.weights = weights
         self.seed = seed
         self.global_worker_id = global_worker_id
-        self._by_leaf = {source.leaf_id: source for source in self.sources}
+        self.rng_keys = rng_keys
+        self._by_leaf = by_leaf(self.sources)
 
     def next(self) -> Any:
         self._start_if_fresh()
@@ -71,7 +76,7 @@ class WeightedBlend(Stage):
         return fetch_by_leaf("WeightedBlend", self._by_leaf, restore_key)
 
     def _reset(self) -> None:
-        self._rng = CounterRng(self.seed, "blend", self.global_worker_id)
+        self._rng = CounterRng(self.seed, "blend", self.global_worker_id, *self.rng_keys)
         self._exhausted = [False] * len(self.sources)
 
     def _save(self) -> dict[str, Any]:

@@ -9,21 +9,20 @@ from collections.abc import Sequence
 from typing import Any
 
 from energon_lite.errors import ConfigError, StateError
-from energon_lite.reader import Reader
 from energon_lite.stage import Stage
-from energon_lite.stages.routing import fetch_by_leaf
+from energon_lite.stages.routing import by_leaf, fetch_by_leaf
 from energon_lite.state import state_count
 
 
 class Concat(Stage):
     STATE_KEYS = ("current",)
-    sources: list[Reader]
+    sources: list[Stage]  # Readers, or chains a wrapper composes
 
-    def __init__(self, sources: Sequence[Reader]) -> None:
+    def __init__(self, sources: Sequence[Stage]) -> None:
         if not sources:
             raise ConfigError("Concat needs at least one source")
         self.sources = list(sources)
-        self._by_leaf = {source.leaf_id: source for source in self.sources}
+        self._by_leaf = by_leaf(self.sources)
 
     def next(self) -> Any:
         self._start_if_fresh()

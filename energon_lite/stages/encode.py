@@ -57,6 +57,7 @@ class Encode(Stage):
         failures: FailureTracker,
         hook: str = "encode_sample",
         counts_batches: bool = False,
+        leaf_base: int = 0,  # the leaf id of leaves[0] (datasets composed by a wrapper)
     ) -> None:
         self.source = source
         self.leaves = list(leaves)
@@ -66,10 +67,14 @@ class Encode(Stage):
         self.hook = getattr(task_encoder, hook) if task_encoder.overrides(hook) else None
         self.cook = task_encoder.overrides("cook_crude_sample") or bool(task_encoder.cookers)
         self.counts_batches = counts_batches  # no batching stage: each sample is a "batch"
+        self.leaf_base = leaf_base
 
     def encode(self, raw: dict[str, Any]) -> Any:
         restore_key: SampleKey = raw["__restore_key__"]
-        leaf = self.leaves[restore_key.leaf]
+        index = restore_key.leaf - self.leaf_base
+        if not 0 <= index < len(self.leaves):
+            raise StateError(f"Encode: restore key {short_repr(restore_key)} names no leaf of mine")
+        leaf = self.leaves[index]
         te = self.task_encoder
         te._set_sample_context(self.seed, restore_key)
         self._subject = raw  # what an error handler gets: the raw sample until it is built

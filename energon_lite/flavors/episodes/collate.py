@@ -5,6 +5,12 @@ Arrays are stacked into one tensor per field (``actions`` (B, chunk_size, A),
 becomes a bool tensor and ``final_reward`` a float32 tensor of shape (B,); a field that is
 None in every transition (``depth_images`` without depth) stays None; ``__key__`` and
 ``__restore_key__`` become lists.
+
+In a DataLoader worker an array field is stacked straight into shared memory (as torch's
+``default_collate`` does): the batch crosses to the main process without a second copy,
+and the worker's heap never holds a batch-sized array (stacking into the heap made
+``Tensor`` pickling copy every batch again, into shared memory, and left a batch of
+frames in each worker's heap).
 """
 
 from __future__ import annotations
@@ -15,14 +21,17 @@ import numpy as np
 import torch
 
 
-def _collate(values: list[Any]) -> Any:
+def _collate(values: list[Any], to_float: bool = False, path: str = "") -> Any:
     first = values[0]
     if isinstance(first, dict):
-        return {k: _collate([v[k] for v in values]) for k in first}
+        return {
+            k: _collate([v[k] for v in values], to_float, f"{path}.{k}" if path else k)
+            for k in first
+        }
     if first is None:
         return None
     if isinstance(first, np.ndarray):
-        return torch.from_numpy(np.stack(values))
+        return _stack(values, to_float and path == "observations.images")
     if isinstance(first, bool):
         return torch.tensor(values, dtype=torch.bool)
     if isinstance(first, float):
@@ -30,8 +39,44 @@ def _collate(values: list[Any]) -> Any:
     return list(values)
 
 
-def collate_transitions(transitions: list[dict[str, Any]]) -> dict[str, Any]:
-    """Batch a list of transitions (see the module docstring)."""
+def _stack(values: list[np.ndarray], to_float: bool = False) -> torch.Tensor:
+    """``np.stack(values)`` as a tensor; in a DataLoader worker, into shared memory.
+
+    ``to_float``: float32, uint8 values divided by 255 on the way (the same float32
+    division as ``TransitionBuilder``'s ``normalize_images``; float values are copied).
+    """
+    first = values[0]
+    in_worker = torch.utils.data.get_worker_info() is not None
+    if not to_float and (not in_worker or first.dtype.hasobject):
+        return torch.from_numpy(np.stack(values))
+    dtype = np.dtype(np.float32) if to_float else first.dtype
+    shape = (len(values), *first.shape)
+    if in_worker:
+        storage = torch.UntypedStorage._new_shared(int(np.prod(shape)) * dtype.itemsize)
+        tdtype = torch.from_numpy(np.empty(0, dtype)).dtype
+        out = torch.empty(0, dtype=tdtype).set_(storage).view(shape)
+    else:
+        out = torch.from_numpy(np.empty(shape, dtype))
+    array = out.numpy()
+    if not to_float:
+        np.stack(values, out=array)
+        return out
+    for i, value in enumerate(values):
+        if value.dtype == np.uint8:
+            np.divide(value, np.float32(255.0), out=array[i], dtype=np.float32)
+        else:
+            array[i] = value
+    return out
+
+
+def collate_transitions(
+    transitions: list[dict[str, Any]], normalize_images: bool = False
+) -> dict[str, Any]:
+    """Batch a list of transitions (see the module docstring).
+
+    ``normalize_images=True``: ``observations.images`` becomes float32 in [0, 1], uint8
+    frames divided by 255 while they are stacked (frames already float32 are kept).
+    """
     if not transitions:
         raise ValueError("collate_transitions needs at least one transition")
-    return _collate(transitions)
+    return _collate(transitions, normalize_images)

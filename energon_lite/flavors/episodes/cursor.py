@@ -20,6 +20,8 @@ class EpochCursor(Stage):
     first_epoch: int
     epoch: int
     mismatch_hint = "the state was saved with other settings"
+    # uint8 frames even with normalize_images: the pipeline's collate converts them (collate.py)
+    raw_images = False
 
     def _enter(self, epoch: int, position: int) -> None:
         raise NotImplementedError

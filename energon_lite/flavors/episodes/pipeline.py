@@ -9,10 +9,12 @@ reader with no open files, so each worker opens the HDF5 files itself.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from energon_lite.errors import ConfigError
 from energon_lite.flavors.episodes.collate import collate_transitions
+from energon_lite.flavors.episodes.cursor import EpochCursor
 from energon_lite.flavors.episodes.pool import EpisodePool, choose_pool, pool_stats
 from energon_lite.flavors.episodes.sweep import EpisodeSweep
 from energon_lite.flavors.episodes.transitions import TransitionBuilder
@@ -82,7 +84,12 @@ class EpisodePipeline:
     def build(self, slot: WorkerSlot) -> Stage:
         from energon_lite.stages.batch import Batch
 
-        return Batch(self.sampler(slot), self.batch_size, collate_transitions, self.drop_last)
+        sampler = self.sampler(slot)
+        assert isinstance(sampler, EpochCursor)
+        # with normalize_images the collate converts each uint8 frame as it stacks the batch
+        sampler.raw_images = self.builder.normalize_images
+        collate = partial(collate_transitions, normalize_images=self.builder.normalize_images)
+        return Batch(sampler, self.batch_size, collate, self.drop_last)
 
     def state_shape(self, slot: WorkerSlot) -> dict[str, Any]:
         """The shape of a saved chain state (checked in the trainer; nothing is built)."""

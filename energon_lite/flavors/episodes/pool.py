@@ -143,7 +143,9 @@ class EpisodePool(EpochCursor):
             draw = self._rng.integers(int(self._cum[-1]))
             slot = int(np.searchsorted(self._cum, draw, side="right"))
             start = draw - (int(self._cum[slot]) - int(self.index.lengths[self._pool[slot]]))
-            item = self.builder.try_build(int(self._pool[slot]), start, self._tracker)
+            item = self.builder.try_build(
+                int(self._pool[slot]), start, self._tracker, raw_images=self.raw_images
+            )
             if item is not None:
                 return item
 

@@ -25,9 +25,14 @@ maps the file), and every worker of the rank reads it:
   hold nothing else.
 * Files live in a directory made by :class:`SharedPoolDir` in the main process and removed
   when that object is collected or the process exits. A process entering a new pool drops
-  its mapping of the previous one and deletes pool files two pools old; a lagging worker
-  that finds its pool deleted rebuilds it (decodes again, same bytes), so deletion never
-  changes a transition.
+  its mapping of the previous one and deletes the files of earlier pools: a worker still
+  drawing from one keeps its mapping (an unlinked tmpfs file lives while it is mapped), so
+  the old pool's RAM goes when the last worker leaves it and at most one full pool plus
+  the part of the next one that the leading workers have filled is held. (Keeping a pool
+  file until the pool after next held two whole pools through every epoch of an exactly
+  resumable loader whose workers prefetch across the epoch boundary.) A lagging worker that
+  finds its pool deleted before it opened it rebuilds it (decodes again, same bytes), so
+  deletion never changes a transition.
 """
 
 from __future__ import annotations

@@ -87,7 +87,9 @@ class EpisodeSweep(EpochCursor):
                 continue
             episode, start = self.index.locate(self._start(self.position))
             self.position += 1
-            item = self.builder.try_build(int(episode), int(start), self._tracker)
+            item = self.builder.try_build(
+                int(episode), int(start), self._tracker, raw_images=self.raw_images
+            )
             if item is not None:
                 return item
 

@@ -164,8 +164,10 @@ class TransitionBuilder:
     def enter_pool(self, episodes: list[int], epoch: int, *, drop_others: bool = False) -> None:
         """With ``shared_pool``: draws of ``episodes`` read (and fill) epoch ``epoch``'s shared pool.
 
-        Pool files two or more epochs older (``drop_others``: all others) are deleted; see
-        :mod:`energon_lite.flavors.episodes.shared_pool`. Without ``shared_pool`` a no-op.
+        Pool files of earlier epochs (``drop_others``: all others) are deleted: a worker still
+        drawing from one keeps its pages mapped until it moves on, and the RAM is freed when
+        the last one does (see :mod:`energon_lite.flavors.episodes.shared_pool`). Without
+        ``shared_pool`` a no-op.
         """
         if self.shared_dir is None:
             return
@@ -186,7 +188,7 @@ class TransitionBuilder:
         digest = hashlib.sha1(repr((episodes, self.camera_names)).encode()).hexdigest()[:16]
         path = self.shared_dir.path / f"pool_{epoch}_{digest}.bin"
         for old in self.shared_dir.path.glob("pool_*_*.bin"):
-            if old != path and (drop_others or int(old.name.split("_")[1]) < epoch - 1):
+            if old != path and (drop_others or int(old.name.split("_")[1]) < epoch):
                 old.unlink(missing_ok=True)
         shape = self.reader._stack(episodes[0], 0, self.camera_names, "images").shape
         lengths = self.index.lengths[list(episodes)].astype(int).tolist()
@@ -219,8 +221,13 @@ class TransitionBuilder:
                 done += 1
         return done
 
-    def build(self, episode: int, start: int) -> dict[str, Any]:
-        """The transition for ``start`` frame of ``episode`` (see the module docstring)."""
+    def build(self, episode: int, start: int, *, raw_images: bool = False) -> dict[str, Any]:
+        """The transition for ``start`` frame of ``episode`` (see the module docstring).
+
+        ``raw_images=True`` leaves ``images`` uint8 even with ``normalize_images``: for a
+        collate that converts while it stacks (``collate_transitions(normalize_images=True)``),
+        so no float32 copy of each frame waits in the worker for its batch.
+        """
         length = int(self.index.lengths[episode])
         if not 0 <= start < length:
             raise IndexError(f"start frame {start} outside episode {episode} of {length} frames")
@@ -230,8 +237,8 @@ class TransitionBuilder:
         actions[:n] = low.action[start : start + n]
         qpos = low.qpos[start].copy()
         images = self._images(episode, start)
-        if self.normalize_images:
-            images = images.astype(np.float32) / 255.0
+        if self.normalize_images and not raw_images:  # one float32 array, no temporary
+            images = np.divide(images, np.float32(255.0), dtype=np.float32)
         depth = None
         if self.include_depth:
             depth = self.reader.frame(episode, start, self.camera_names, group="depth")
@@ -250,10 +257,12 @@ class TransitionBuilder:
             "final_reward": float(fields["rewards"][-1]),
         }
 
-    def try_build(self, episode: int, start: int, tracker: FailureTracker) -> dict[str, Any] | None:
+    def try_build(
+        self, episode: int, start: int, tracker: FailureTracker, *, raw_images: bool = False
+    ) -> dict[str, Any] | None:
         """``build``, or None after logging a bad file/frame (raises past the failure limit)."""
         try:
-            item = self.build(episode, start)
+            item = self.build(episode, start, raw_images=raw_images)
         except (OSError, DatasetFormatError, MediaDecodeError) as exc:
             where = {"file": str(self.index.path(episode)), "frame": start}
             tracker.failed("episode transition", where, exc)

@@ -1,0 +1,247 @@
+"""``WrapperPipeline`` and ``WrapperDataset``: Energon's wrapper classes as adapters over stages.
+
+A wrapper is a :class:`~energon_lite.savable_dataset.SavableDataset` whose pipeline builds
+the wrapped datasets' chains for the same worker slot and puts one stage on top. Nothing
+runs twice: ``BatchDataset(ds, 4, ...)`` is ``ds``'s chain followed by the ``Batch`` stage,
+exactly as ``get_train_dataset(batch_size=4)`` would wire it.
+
+* The state of a wrapper's chain is the stage's state with its parents' below it, so the
+  loader saves and restores a composition exactly like any other chain, and the trainer
+  checks a saved state's shape against ``plan(slot).shape()`` before any worker starts.
+* The fingerprint nests the wrapped datasets' fingerprints under the wrapper's own settings
+  (functions by their qualified names): a state saved with another composition is refused.
+* Each wrapped dataset's leaves get their own leaf ids (``WorkerSlot.leaf_base``), so that
+  restore keys stay unique across the composition and a blend routes them home.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from energon_lite.error_handlers import log_exception
+from energon_lite.errors import ConfigError, FailureTracker
+from energon_lite.pipeline import Pipeline
+from energon_lite.plan import Node
+from energon_lite.savable_dataset import SavableDataset
+from energon_lite.stage import Stage
+from energon_lite.worker import WorkerConfig, WorkerSlot
+
+# make(slot) -> the function that makes the top stage from the built parent(s)
+MakeTop = Callable[[WorkerSlot], Callable[..., Stage]]
+# per-worker item counts of the wrapped datasets -> this wrapper's
+CountItems = Callable[[list[list[int]], WorkerConfig], list[int]]
+
+
+def fn_name(fn: Any) -> str | None:
+    """A function's name for a fingerprint (qualified; a callable object by its class)."""
+    if fn is None:
+        return None
+    name = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+    return f"{getattr(fn, '__module__', '')}.{name}"
+
+
+def set_restore_key(item: Any, key: Any) -> Any:
+    """Give a wrapper's output the restore key that makes it again (a mapped sample: its
+    input's; a batch: its samples' keys), as Energon sets it; an output that cannot carry
+    one (a tuple, a list) stays as it is. Returns ``item``."""
+    if key is None or item is None:
+        return item
+    if isinstance(item, dict):
+        item["__restore_key__"] = key
+    elif hasattr(item, "__restore_key__"):
+        item.__restore_key__ = key
+    return item
+
+
+def leaf_count(pipeline: Any) -> int:
+    """How many leaf ids a pipeline's chain uses (0 for a pipeline without leaves)."""
+    return len(getattr(pipeline, "leaves", None) or ())
+
+
+def per_worker(pipeline: Any, wc: WorkerConfig, epoch: int = 0) -> list[int]:
+    """Items each worker of this rank yields per epoch: exact for a wrapper's pipeline and an
+    unbatched dataset, else the rank's count spread round robin."""
+    if isinstance(pipeline, WrapperPipeline):
+        return pipeline.items_per_worker(wc, epoch)
+    n = wc.workers_per_rank
+    opts = getattr(pipeline, "options", None)
+    samples = getattr(pipeline, "samples_per_epoch", None)
+    if (
+        samples is not None
+        and opts is not None
+        and opts.batch_size is None
+        and opts.limit is None
+        and getattr(pipeline, "blend_mode", None) != "epochized"
+    ):
+        return list(samples(wc, epoch))
+    total = pipeline.batches_per_epoch(wc, epoch)
+    return [total // n + (1 if w < total % n else 0) for w in range(n)]
+
+
+def nesting(datasets: Sequence[Any]) -> int:
+    """How deep a wrapper sits over its datasets: a key for its random streams, so that a
+    shuffle or blend wrapped around another draws a stream of its own."""
+    return 1 + max((getattr(ds, "wrapper_depth", 0) for ds in datasets), default=0)
+
+
+def split_count(total: int, wc: WorkerConfig) -> list[int]:
+    """Energon's per-worker share of a rank-wide count (``LimitDataset``, ``EpochizeDataset``)."""
+    n = wc.workers_per_rank
+    return [total // n + (1 if w < total % n else 0) for w in range(n)]
+
+
+def failures(tolerance: int, wc: WorkerConfig) -> Callable[[], FailureTracker]:
+    """A fresh failure tracker per stage, with the worker config's error handler."""
+    if isinstance(tolerance, bool) or not isinstance(tolerance, int) or tolerance < 0:
+        raise ConfigError(f"failure_tolerance={tolerance!r} must be an integer >= 0")
+    # log_exception is our own per-sample warning; only a user's handler goes to the stages
+    handler = None if wc.global_error_handler is log_exception else wc.global_error_handler
+    return lambda: FailureTracker(tolerance, handler)
+
+
+class _Opaque(Node):
+    """A wrapped pipeline that plans no nodes (e.g. robot episodes): built and shaped whole."""
+
+    def __init__(self, pipeline: Pipeline, slot: WorkerSlot) -> None:
+        super().__init__(Stage, lambda: pipeline.build(slot))
+        self.pipeline, self.slot = pipeline, slot
+
+    def shape(self) -> dict[str, Any]:
+        return self.pipeline.state_shape(self.slot)
+
+
+def child_node(pipeline: Any, slot: WorkerSlot) -> Node:
+    plan = getattr(pipeline, "plan", None)
+    return plan(slot) if plan is not None else _Opaque(pipeline, slot)
+
+
+class WrapperPipeline:
+    """The wrapped datasets' chains for one worker slot, with one stage on top."""
+
+    def __init__(
+        self,
+        wrapper: str,
+        children: Sequence[Any],
+        top: type[Stage],
+        make: MakeTop,
+        settings: dict[str, Any],
+        count: CountItems,
+        several: bool = False,
+    ) -> None:
+        self.wrapper = wrapper
+        self.children = list(children)
+        self.top = top
+        self.make = make
+        self.settings = settings
+        self.count = count
+        self.several = several
+        self.leaves = [leaf for child in self.children for leaf in getattr(child, "leaves", ())]
+        # get_loader(cache_pool=...) hands the pool to the (first) task encoder
+        self.task_encoder = next(
+            (c.task_encoder for c in self.children if hasattr(c, "task_encoder")), None
+        )
+
+    def child_nodes(self, slot: WorkerSlot) -> list[Node]:
+        """The wrapped datasets' plans, each with its own range of leaf ids."""
+        nodes, base = [], slot.leaf_base
+        for child in self.children:
+            nodes.append(child_node(child, dataclasses.replace(slot, leaf_base=base)))
+            base += leaf_count(child)
+        return nodes
+
+    def plan(self, slot: WorkerSlot) -> Node:
+        return Node(self.top, self.make(slot), self.child_nodes(slot), self.several)
+
+    def build(self, slot: WorkerSlot) -> Stage:
+        return self.plan(slot).build()
+
+    def state_shape(self, slot: WorkerSlot) -> dict[str, Any]:
+        return self.plan(slot).shape()
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {
+            "wrapper": self.wrapper,
+            **self.settings,
+            "datasets": [child.fingerprint() for child in self.children],
+        }
+
+    def items_per_worker(self, wc: WorkerConfig, epoch: int = 0) -> list[int]:
+        return self.count([per_worker(child, wc, epoch) for child in self.children], wc)
+
+    def batches_per_epoch(self, wc: WorkerConfig, epoch: int = 0) -> int:
+        return sum(self.items_per_worker(wc, epoch))
+
+
+def same(counts: list[list[int]], wc: WorkerConfig) -> list[int]:
+    """The wrapped dataset's counts unchanged (map, filter, shuffle ...)."""
+    return counts[0]
+
+
+def summed(counts: list[list[int]], wc: WorkerConfig) -> list[int]:
+    """Per worker, the sum over the wrapped datasets (blend, concat)."""
+    return [sum(column) for column in zip(*counts)]
+
+
+class WrapperDataset(SavableDataset):
+    """Base of Energon's wrapper classes: the wrapped datasets and a WrapperPipeline."""
+
+    def __init__(
+        self,
+        datasets: Sequence[Any],
+        worker_config: WorkerConfig,
+        top: type[Stage],
+        make: MakeTop,
+        settings: dict[str, Any],
+        count: CountItems = same,
+        several: bool = False,
+        virtual_epoch_length: int | None = None,
+    ) -> None:
+        name = type(self).__name__
+        if not isinstance(worker_config, WorkerConfig):
+            raise ConfigError(
+                f"{name}: worker_config must be a WorkerConfig, got {type(worker_config).__name__}"
+            )
+        if not datasets:
+            raise ConfigError(f"{name}: needs at least one dataset")
+        for ds in datasets:
+            check_wrapped(name, ds, worker_config)
+        self.datasets = tuple(datasets)
+        self.wrapper_depth = nesting(datasets)
+        pipeline = WrapperPipeline(
+            name, [ds.pipeline for ds in datasets], top, make, settings, count, several
+        )
+        super().__init__(pipeline, worker_config, virtual_epoch_length)
+
+    @property
+    def dataset(self) -> SavableDataset:
+        """The wrapped dataset (Energon's ``BaseWrapperDataset.dataset``)."""
+        if len(self.datasets) != 1:
+            raise ConfigError(f"{type(self).__name__} wraps {len(self.datasets)} datasets")
+        return self.datasets[0]
+
+    def __len__(self) -> int:
+        if self.virtual_epoch_length is not None:
+            return self.virtual_epoch_length
+        return super().__len__()
+
+
+def check_wrapped(name: str, dataset: Any, worker_config: WorkerConfig) -> None:
+    """A wrapped dataset must be ours, share the worker config and have no virtual epoch."""
+    if not isinstance(dataset, SavableDataset):
+        raise ConfigError(
+            f"{name}: wraps datasets from get_train_dataset / get_val_dataset or other "
+            f"wrappers, got {type(dataset).__name__}"
+        )
+    if dataset.worker_config != worker_config:
+        raise ConfigError(
+            f"{name}: the wrapped dataset's worker_config {dataset.worker_config} differs from "
+            f"the wrapper's {worker_config}; pass the same one"
+        )
+    if dataset.virtual_epoch_length is not None:
+        raise ConfigError(
+            f"{name}: the wrapped dataset has virtual_epoch_length="
+            f"{dataset.virtual_epoch_length} (EpochizeDataset); a virtual epoch is counted by "
+            "the loader, so EpochizeDataset must be the outermost wrapper"
+        )

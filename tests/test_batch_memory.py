@@ -1,0 +1,125 @@
+"""Workers reuse a batch's shared memory only after the trainer has dropped the batch."""
+
+from __future__ import annotations
+
+import zlib
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import get_worker_info
+
+from energon_lite import (
+    CaptioningSample,
+    DefaultTaskEncoder,
+    WorkerConfig,
+    batch_memory,
+    batch_stack,
+    get_savable_loader,
+    get_train_dataset,
+)
+from energon_lite.batch_memory import MIN_BYTES, BatchMemoryPool, Held, _shares_storages
+
+ROWS = 4096  # 4096 x 8 float32 = 128 KiB per sample, 1 MiB per batch of 8: above MIN_BYTES
+
+
+def _value(key: str) -> float:
+    return float(zlib.crc32(key.encode()) % 100_000)
+
+
+class BigEncoder(DefaultTaskEncoder):
+    """Per sample a large tensor filled with a number derived from its key; the batch says
+    which worker built it and whether in one of its pool's segments."""
+
+    def encode_sample(self, sample: CaptioningSample) -> dict[str, Any]:
+        return {"key": sample.__key__, "big": torch.full((ROWS, 8), _value(sample.__key__))}
+
+    def batch(self, samples: list[dict[str, Any]]) -> dict[str, Any]:
+        big = batch_stack([s["big"] for s in samples])
+        info = get_worker_info()
+        pool = batch_memory._ACTIVE
+        segments = pool._segments if pool is not None else []
+        return {
+            "keys": [s["key"] for s in samples],
+            "big": big,
+            "worker": info.id if info else -1,
+            "pooled": any(big.untyped_storage() is segment for segment in segments),
+        }
+
+
+def _intact(batch: dict[str, Any]) -> bool:
+    want = torch.tensor([_value(key) for key in batch["keys"]])
+    return bool(torch.equal(batch["big"][:, :, 0].amin(dim=1), want)) and bool(
+        torch.equal(batch["big"][:, :, -1].amax(dim=1), want)
+    )
+
+
+@pytest.fixture(scope="module")
+def loader_ds(train_ds: Path) -> Any:
+    def make(**options: Any) -> Any:
+        dataset = get_train_dataset(
+            train_ds,
+            batch_size=8,
+            worker_config=WorkerConfig(0, 1, 2),
+            task_encoder=BigEncoder(),
+            shuffle_buffer_size=None,
+            max_samples_per_sequence=None,
+        )
+        return get_savable_loader(dataset, **options)
+
+    return make
+
+
+def test_kept_batches_stay_intact_and_dropped_ones_are_reused(loader_ds: Any) -> None:
+    assert 8 * ROWS * 8 * 4 >= MIN_BYTES
+    loader = loader_ds()
+    kept, pooled = [], defaultdict(int)
+    for i, batch in zip(range(45), loader):
+        assert _intact(batch)
+        pooled[batch["worker"]] += batch["pooled"]
+        if i in (0, 1, 6):
+            kept.append(batch)  # the trainer holds on to a few batches
+    loader.close()
+    # a kept batch's memory was never written again
+    assert len(kept) == 3 and all(_intact(batch) for batch in kept)
+    # each worker built its ~22 batches in its (prefetch 2 + 2) segments, less the ones the
+    # kept batches hold: fresh memory only when all of them were in use
+    assert sorted(pooled) == [0, 1] and all(count >= 14 for count in pooled.values()), pooled
+
+
+def test_a_trainer_keeping_every_batch_gets_fresh_memory_for_each(loader_ds: Any) -> None:
+    loader = loader_ds()
+    kept = [batch for _, batch in zip(range(24), loader)]
+    loader.close()
+    assert all(_intact(batch) for batch in kept)  # nothing was written twice
+    for worker in (0, 1):  # each segment of a worker's pool was handed out once
+        assert sum(b["pooled"] for b in kept if b["worker"] == worker) == 4
+
+
+def test_without_reuse_every_batch_is_built_in_fresh_memory(loader_ds: Any) -> None:
+    loader = loader_ds(reuse_batch_memory=False)
+    batches = [batch for _, batch in zip(range(12), loader)]
+    loader.close()
+    assert all(_intact(batch) for batch in batches)
+    assert not any(batch["pooled"] for batch in batches)
+
+
+def test_the_pool_turns_itself_off_if_storages_are_not_shared_objects() -> None:
+    """The finalizers rely on torch giving every tensor over a received segment the same
+    storage object; the first batch of a stream checks it and turns reuse off if not."""
+    segment = torch.UntypedStorage._new_shared(MIN_BYTES)
+    tensor = torch.empty(0).set_(segment, 0, (MIN_BYTES // 4,))
+    assert _shares_storages({"x": [tensor[1:]]}, Held(0, [(0, segment)]))
+    # the same memory through another storage object (numpy in between)
+    twin = torch.from_numpy(tensor.numpy())
+    assert twin.untyped_storage() is not segment
+    assert twin.untyped_storage().data_ptr() == segment.data_ptr()
+    assert not _shares_storages({"x": [twin]}, Held(0, [(0, segment)]))
+    pool = BatchMemoryPool(num_workers=1, slots=2)
+    pool.flags[0, 0] = 1  # taken by the worker for this batch
+    pool.received({"x": twin}, Held(0, [(0, segment)]))
+    assert pool.enabled[0] == 0  # workers allocate fresh memory from now on
+    del twin, tensor, segment
+    assert pool.flags[0, 0] == 1  # and the segment is never handed out again
