@@ -16,6 +16,7 @@ from energon_lite.cache import (
     PrimaryFileStore,
     SystemFileStore,
 )
+from energon_lite.cache.file_store_decoder import FileStoreDecoder
 from energon_lite.collate import batch_list, batch_pad_stack, batch_stack
 from energon_lite.crude import CrudeSample, CrudeWebdataset, cooker
 from energon_lite.decode import SampleDecoder, normalize_batch
@@ -36,6 +37,7 @@ from energon_lite.generic_collate import (
     generic_concat,
     homogeneous_concat_mix,
 )
+from energon_lite.joined_factory import JoinedWebdatasetFactory
 from energon_lite.loader import (
     SavableDataset,
     SavableLoader,
@@ -129,6 +131,7 @@ __all__ = [
     "FileCacheLazy",
     "FileStore",
     "FileStoreCachePool",
+    "FileStoreDecoder",
     "Lazy",
     "MockLazy",
     "NoCachePool",
@@ -155,6 +158,7 @@ __all__ = [
     "ImageWebdataset",
     "InterleavedSample",
     "InterleavedWebdataset",
+    "JoinedWebdatasetFactory",
     "MediaDecodeError",
     "Metadataset",
     "MetadatasetV2",

@@ -6,7 +6,6 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 import torch
 
 from energon_lite.batch_memory import pooled_empty
@@ -73,19 +72,27 @@ def batch_list(values: Sequence[Any]) -> list[Any]:
 
 
 def collate_values(values: Sequence[Any]) -> Any:
-    """One field across a batch: tensors and arrays pad-stacked, numbers tensored, rest listed."""
+    """One field across a batch, by Energon's default rule (``generic_batch``): tensors
+    pad-stacked, dicts, dataclasses and named tuples collated field by field (a dataclass
+    with ``from_samples`` builds itself), everything else (numbers, strings, NumPy arrays,
+    None) listed as it is."""
     first = values[0]
     if isinstance(first, torch.Tensor) and all(isinstance(v, torch.Tensor) for v in values):
         return batch_pad_stack(values)
-    numeric_arrays = all(isinstance(v, np.ndarray) and v.dtype.kind in "biuf" for v in values)
-    if numeric_arrays:
-        return batch_pad_stack([torch.from_numpy(v) for v in values])
-    if isinstance(first, (bool, int, float)) and all(type(v) is type(first) for v in values):
-        return torch.tensor(values)
     if isinstance(first, dict) and all(isinstance(v, dict) for v in values):
         return {
             k: collate_values([v[k] for v in values]) for k in first if all(k in v for v in values)
         }
+    if all(type(v) is type(first) for v in values):
+        if dataclasses.is_dataclass(first) and not isinstance(first, type):
+            if hasattr(first, "from_samples"):
+                return first.from_samples(list(values))
+            names = [f.name for f in dataclasses.fields(first)]
+            return type(first)(
+                **{n: collate_values([getattr(v, n) for v in values]) for n in names}
+            )
+        if isinstance(first, tuple) and hasattr(first, "_fields"):  # a NamedTuple
+            return type(first)(*(collate_values(list(column)) for column in zip(*values)))
     return list(values)
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
 
+from energon_lite import lengths
 from energon_lite.decode.decoder import require_av
 from energon_lite.error_handlers import log_exception
 from energon_lite.errors import ConfigError, FailureTracker
@@ -288,21 +289,9 @@ class DatasetPipeline:
         return counts
 
     def batches_per_epoch(self, wc: WorkerConfig, epoch: int = 0) -> int:
-        """Batches this rank yields per epoch (exact for one dataset; a blend is estimated)."""
-        per_worker = self.samples_per_epoch(wc, epoch)
-        if self.blend_mode == "epochized":
-            scale = sum(
-                (leaf.repetitions or 0) * len(ds) for leaf, ds in zip(self.leaves, self.datasets)
-            )
-            total = sum(len(ds) for ds in self.datasets)
-            per_worker = [round(n * scale / max(1, total)) for n in per_worker]
-        bs = self.options.batch_size
-        if bs is None:
-            batches = sum(per_worker)
-        elif self.options.batch_drop_last:
-            batches = sum(n // bs for n in per_worker)
-        else:
-            batches = sum(-(-n // bs) for n in per_worker)
+        """Batches this rank counts per epoch, by Energon's rules (:mod:`energon_lite.lengths`)."""
+        per_worker = lengths.samples_per_worker(self, wc, epoch)
+        batches = lengths.batches(per_worker, self.options.batch_size, self.options.batch_drop_last)
         if self.options.limit is not None:
             batches = min(batches, self.options.limit)
         return batches

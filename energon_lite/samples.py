@@ -93,7 +93,7 @@ class Batch:
     def from_samples(cls: type[Any], samples: list[Any], **fields: Any) -> Any:
         """A batch of ``samples``: key lists from the samples, the given ``fields``, and every
         other field of ``cls`` collated from the samples' field of that name (tensors padded
-        and stacked, numbers tensored, the rest listed), as Energon's ``Batch.from_samples``."""
+        and stacked, numbers and the rest listed), as Energon's ``Batch.from_samples``."""
         keys = [basic_sample_keys(s) for s in samples]
         for name in (f.name for f in dataclasses.fields(cls)):
             if name in fields or name.startswith("__"):

@@ -107,6 +107,8 @@ class SavableDataset(IterableDataset):
                 dog.stop()
 
     def __len__(self) -> int:
+        if self.virtual_epoch_length is not None:  # Energon's EpochizeDataset length
+            return self.virtual_epoch_length
         return self.pipeline.batches_per_epoch(self.worker_config)
 
     def config(self) -> dict[str, Any]:

@@ -87,7 +87,7 @@ def _train(path: Path, workers: int = 0, **kwargs: object):
 def test_every_line_once_per_epoch(lines: Path) -> None:
     dataset = _train(lines / "ds1.jsonl")
     assert len(dataset) == 55
-    seen = [i for _, batch in zip(range(55 * 4), get_loader(dataset)) for i in batch.idx.tolist()]
+    seen = [i for _, batch in zip(range(55 * 4), get_loader(dataset)) for i in batch.idx]
     for epoch in range(4):
         assert sorted(seen[epoch * 55 : (epoch + 1) * 55]) == list(range(55))
     assert seen[:55] != list(range(55))  # shuffled
@@ -105,7 +105,7 @@ def test_cooked_samples_carry_key_sources_and_text(lines: Path) -> None:
 
 def test_blend_with_subflavors_and_subset(lines: Path) -> None:
     batches = get_loader(_train(lines / "blend.yaml", batch_size=5))
-    pairs = [(s, i) for _, b in zip(range(60), batches) for s, i in zip(b.source, b.idx.tolist())]
+    pairs = [(s, i) for _, b in zip(range(60), batches) for s, i in zip(b.source, b.idx)]
     count = Counter(s for s, _ in pairs)
     assert set(count) == {"one", "two"} and min(count.values()) > 80
     assert max(i for s, i in pairs if s == "two") < 15  # subset [0%, 50%] of 30 lines
@@ -129,7 +129,7 @@ def test_ranks_and_workers_split_one_file_exactly(lines: Path) -> None:
             task_encoder=TextEncoder(),
             repeat=False,
         )
-        seen.update(i for batch in get_loader(dataset) for i in batch.idx.tolist())
+        seen.update(i for batch in get_loader(dataset) for i in batch.idx)
     assert seen == Counter(range(55))
 
 
@@ -140,7 +140,7 @@ def test_val_reads_lines_in_order(lines: Path) -> None:
         batch_size=4,
         task_encoder=TextEncoder(),
     )
-    assert [i for b in get_loader(dataset) for i in b.idx.tolist()] == list(range(20))
+    assert [i for b in get_loader(dataset) for i in b.idx] == list(range(20))
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -201,7 +201,7 @@ def test_meta_list_with_media_root_through_the_pipeline(tmp_path: Path) -> None:
     assert keys == list(range(30))
     for batch in batches:
         assert batch.image.shape == (5, 3, 16, 16)
-        assert [int(k) % 10 for k in batch.__key__] == batch.label.tolist()
+        assert [int(k) % 10 for k in batch.__key__] == batch.label
         assert {s.file_names[0] for s in batch.__sources__} >= {
             names[int(k) % 12] for k in batch.__key__
         }
@@ -233,7 +233,7 @@ def test_jsonl_leaf_with_aux_folder(tmp_path: Path) -> None:
         repeat=False,
     )
     batches = list(get_loader(dataset))
-    assert sorted(i for b in batches for i in b.label.tolist()) == list(range(16))
+    assert sorted(i for b in batches for i in b.label) == list(range(16))
     assert all(b.image.shape == (4, 3, 16, 16) for b in batches)
 
 

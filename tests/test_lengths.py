@@ -1,0 +1,101 @@
+"""``len()`` of datasets and loaders by Energon's rules (megatron.energon as the oracle where
+installed): a blend counts every leaf's samples once (weights and
+``shuffle_over_epochs_multiplier`` left out), ``blend_epochized`` counts its epoch's quotas
+with fractional repetitions rounded down, ``virtual_epoch_length`` is the length."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from energon_lite import WorkerConfig, get_loader, get_train_dataset, prepare_dataset
+from energon_lite.synth.shards import write_captioning_shards
+
+BLEND = """__module__: megatron.energon
+__class__: MetadatasetV2
+splits:
+  train:
+    blend:
+      - weight: 1
+        path: ds1
+        shuffle_over_epochs_multiplier: 3
+      - weight: 2
+        path: ds2
+"""
+EPOCHIZED = """__module__: megatron.energon
+__class__: MetadatasetV2
+splits:
+  train:
+    blend_epochized:
+      - repetitions: 0.7
+        path: ds1
+      - repetitions: 1.5
+        path: ds2
+"""
+
+
+@pytest.fixture(scope="module")
+def two_leaves(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two text datasets of 55 samples in shards of 10, and both metadatasets over them."""
+    root = tmp_path_factory.mktemp("lengths")
+    for name in ("ds1", "ds2"):
+        write_captioning_shards(root / name, 55, 10, image_size=(8, 8), key_format=name + "{:04d}")
+        prepare_dataset(
+            root / name,
+            split_ratio=[("train", 1)],
+            sample_type="TextSample",
+            field_map={"text": "txt"},
+            progress=False,
+        )
+    (root / "blend.yaml").write_text(BLEND)
+    (root / "epochized.yaml").write_text(EPOCHIZED)
+    return root
+
+
+def _lens(lib: object, path: Path, **kwargs: object) -> tuple[int, int]:
+    kwargs.setdefault("worker_config", lib.WorkerConfig(rank=0, world_size=1, num_workers=0))  # type: ignore[attr-defined]
+    dataset = lib.get_train_dataset(  # type: ignore[attr-defined]
+        path, shuffle_buffer_size=None, max_samples_per_sequence=None, **kwargs
+    )
+    return len(dataset), len(lib.get_loader(dataset))  # type: ignore[attr-defined]
+
+
+CASES = [
+    ("blend.yaml", {"batch_size": 10}, (11, 11)),  # (55 + 55) / 10, weights left out
+    ("blend.yaml", {"batch_size": 7}, (16, 16)),
+    ("epochized.yaml", {"batch_size": 1}, (120, 120)),  # 38 + 55 + 27
+    ("epochized.yaml", {"batch_size": 4, "batch_drop_last": True}, (30, 30)),
+    ("blend.yaml", {"batch_size": 3, "virtual_epoch_length": 12}, (12, 12)),
+]
+
+
+@pytest.mark.parametrize(("name", "kwargs", "expected"), CASES)
+def test_len_as_energon_counts(two_leaves: Path, name: str, kwargs: dict, expected: tuple) -> None:
+    import energon_lite
+
+    assert _lens(energon_lite, two_leaves / name, **kwargs) == expected
+
+
+def test_len_matches_energon(two_leaves: Path) -> None:
+    energon = pytest.importorskip("megatron.energon")
+    for name, kwargs, expected in CASES:
+        assert _lens(energon, two_leaves / name, **kwargs) == expected, (name, kwargs)
+
+
+def test_epochized_len_is_the_epoch_delivered(two_leaves: Path) -> None:
+    """Fractions round down per leaf (0.7 x 55 -> 38, 0.5 x 55 -> 27) and len() is exact."""
+    for workers in (0, 2):
+        dataset = get_train_dataset(
+            two_leaves / "epochized.yaml",
+            worker_config=WorkerConfig(rank=0, world_size=1, num_workers=workers),
+            batch_size=1,
+            shuffle_buffer_size=None,
+            max_samples_per_sequence=None,
+            repeat=False,
+        )
+        batches = list(get_loader(dataset))
+        assert len(batches) == len(dataset) == 120
+        keys = [key for batch in batches for key in batch.__key__]
+        assert sum(k.startswith("ds1") for k in keys) == 38
+        assert sum(k.startswith("ds2") for k in keys) == 55 + 27
