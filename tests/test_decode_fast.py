@@ -107,3 +107,39 @@ def test_image_draft_factor() -> None:
     assert 0.0 < float(np.sqrt(((a - b) ** 2).mean())) < 5.0  # the 1/4 scale, still close
     with pytest.raises(ConfigError, match="image_draft"):
         SampleDecoder(image_size=128, image_draft=0.5)
+
+
+@pytest.mark.parametrize("mode", ["RGB", "L", "RGBA"])
+@pytest.mark.parametrize(("source", "target"), [((1024, 768), (256, 192)), ((333, 517), (97, 150))])
+def test_resize_is_pillows_bicubic(
+    mode: str, source: tuple[int, int], target: tuple[int, int]
+) -> None:
+    """The numpy/torch layouts resize with torch's antialiased bicubic: Pillow's filter, so
+    every pixel is within one grey level of ``Image.resize(..., BICUBIC)``."""
+    from PIL import Image
+
+    from energon_lite.decode.resize import resize_uint8
+
+    img = Image.open(__import__("io").BytesIO(photo_jpeg(5, source))).convert(mode)
+    ours = resize_uint8(img, target).permute(1, 2, 0).numpy().astype(np.int16)
+    pillow = np.array(img.resize(target, Image.Resampling.BICUBIC)).astype(np.int16)
+    if pillow.ndim == 2:
+        pillow = pillow[:, :, None]
+    assert ours.shape == pillow.shape == (target[1], target[0], len(mode))
+    assert int(np.abs(ours - pillow).max()) <= 1
+    assert float(np.sqrt(((ours - pillow) ** 2).mean())) < 0.1
+
+
+def test_resized_layouts_agree() -> None:
+    """Every layout of one resized JPEG holds the same pixels; ``pil`` is Pillow's own resize."""
+    data = photo_jpeg(6, (640, 480))
+    u8 = decode_image(data, "torchrgb8", (120, 120))
+    assert u8.shape == (3, 120, 160) and u8.is_contiguous()
+    assert torch.equal(decode_image(data, "torchrgb", (120, 120)), normalize_batch(u8))
+    hwc = decode_image(data, "rgb8", (120, 120))
+    assert np.array_equal(hwc, u8.permute(1, 2, 0).numpy())
+    assert np.array_equal(decode_image(data, "rgb", (120, 120)), hwc.astype(np.float32) / 255)
+    pil = np.array(decode_image(data, "pilrgb", (120, 120))).astype(np.int16)
+    assert pil.shape == hwc.shape and int(np.abs(pil - hwc.astype(np.int16)).max()) <= 1
+    grey = decode_image(data, "torchl8", (120, 120))
+    assert grey.shape == (1, 120, 160) and grey.dtype == torch.uint8
