@@ -5,8 +5,12 @@ shading, 1/f texture, hard edges; quality 90, ~210 KB) + captions, tar shards pr
 under ``benchmarks/data/`` (git-ignored). The task needs 256x256 uint8 images
 (``SampleDecoder(image_decode="torchrgb8", image_size=256)``). Variants:
 
-* ``full``: ``image_draft=False``: the full 1024x1024 decode, then Pillow's bicubic resize
-  to 256x256 (the reference path);
+* ``pillow``: the conventional path: the full 1024x1024 decode, Pillow's bicubic resize
+  (what torchvision's ``Resize`` does to a PIL image, and what energon_lite did before its
+  resize moved to torch), then the same CHW uint8 tensor (``SampleDecoder(image_decode=
+  "pilrgb", image_size=256, image_draft=False)`` + ``pil_to_chw``);
+* ``full``: ``image_draft=False``: the full 1024x1024 decode, then energon_lite's resize
+  (Pillow's bicubic filter computed by torch: ``energon_lite/decode/resize.py``);
 * ``draft``: the default, ``image_draft=True``: JPEG draft to >= 2x the target (a 512x512
   decode at the 1/2 DCT scale), then the same resize;
 * ``draft1``: ``image_draft=1.0``: draft to the target itself (the 1/4 DCT scale here),
@@ -20,8 +24,10 @@ Two measurements, each in rounds whose order alternates (A/B, rotated and revers
 * ``loader``: the training loader (batch 32, 2 workers, shuffle buffer 100), a fresh
   child process per run, samples/s over ``--batches`` batches after 3 warm-up batches.
 
-Also printed: the RMS difference in grey levels between each variant and ``full`` over the
-data (the tests bound the default's at 1 grey level).
+Ratios are against ``pillow`` and against ``full``. Also printed: the RMS difference in
+grey levels between each variant and ``pillow`` over the data (the tests bound the
+default's against ``full`` at 1 grey level; ``full`` and ``pillow`` differ by <= 1 level
+at any pixel).
 
     python benchmarks/bench_decode_size.py [--samples 256] [--rounds 5]
 """
@@ -42,7 +48,12 @@ from typing import Any
 from common import ab_order, markdown_table, median, run_child
 
 DATA = Path(__file__).resolve().parent / "data"
-VARIANTS = {"full": False, "draft": True, "draft1": 1.0}
+VARIANTS: dict[str, bool | float | None] = {
+    "pillow": None,
+    "full": False,
+    "draft": True,
+    "draft1": 1.0,
+}
 TARGET = 256
 SOURCE = 1024
 RESULT = "RESULT "
@@ -92,54 +103,55 @@ def _jpegs(root: Path) -> list[bytes]:
     return out
 
 
+def pil_to_chw(img: Any) -> Any:
+    """A PIL RGB image as a contiguous (3, H, W) uint8 tensor."""
+    import numpy as np
+    import torch
+
+    return torch.from_numpy(np.array(img)).permute(2, 0, 1).contiguous()
+
+
+def make_decode(name: str) -> Any:
+    """JPEG bytes -> (3, 256, 256) uint8 tensor, the way variant ``name`` decodes."""
+    from energon_lite import SampleDecoder
+
+    draft = VARIANTS[name]
+    if draft is None:
+        pillow = SampleDecoder(image_decode="pilrgb", image_size=TARGET, image_draft=False)
+        return lambda data: pil_to_chw(pillow.decode_part("jpg", data))
+    ours = SampleDecoder(image_decode="torchrgb8", image_size=TARGET, image_draft=draft)
+    return lambda data: ours.decode_part("jpg", data)
+
+
 def decoder_rounds(root: Path, rounds: int) -> dict[str, list[tuple[float, float]]]:
     """Per variant and round: (samples per CPU second, samples per wall second)."""
     import torch
 
-    from energon_lite import SampleDecoder
-
     torch.set_num_threads(1)
     jpegs = _jpegs(root)
-    decoders = {
-        name: SampleDecoder(image_decode="torchrgb8", image_size=TARGET, image_draft=draft)
-        for name, draft in VARIANTS.items()
-    }
+    decoders = {name: make_decode(name) for name in VARIANTS}
     out: dict[str, list[tuple[float, float]]] = {name: [] for name in VARIANTS}
     for r in range(rounds):
         for name in ab_order(list(VARIANTS), r):
             cpu, wall = time.process_time(), time.perf_counter()
             for data in jpegs:
-                decoders[name].decode_part("jpg", data)
+                decoders[name](data)
             cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
             out[name].append((len(jpegs) / cpu, len(jpegs) / wall))
     return out
 
 
-def rms_errors(root: Path) -> dict[str, float]:
-    import numpy as np
-
-    from energon_lite import SampleDecoder
-
+def rms_errors(root: Path, reference: str) -> dict[str, float]:
+    """Per variant: the worst RMS difference (grey levels) from ``reference`` over 32 JPEGs."""
     jpegs = _jpegs(root)[:32]
-    full = SampleDecoder(image_decode="rgb8", image_size=TARGET, image_draft=False)
+    ref = make_decode(reference)
+    refs = [ref(d).double() for d in jpegs]
     worst: dict[str, float] = {}
-    for name, draft in VARIANTS.items():
-        decoder = SampleDecoder(image_decode="rgb8", image_size=TARGET, image_draft=draft)
-        errors = [
-            float(
-                np.sqrt(
-                    (
-                        (
-                            decoder.decode_part("jpg", d).astype(np.float64)
-                            - full.decode_part("jpg", d).astype(np.float64)
-                        )
-                        ** 2
-                    ).mean()
-                )
-            )
-            for d in jpegs
-        ]
-        worst[name] = max(errors)
+    for name in VARIANTS:
+        decode = make_decode(name)
+        worst[name] = max(
+            float(((decode(d).double() - r) ** 2).mean().sqrt()) for d, r in zip(jpegs, refs)
+        )
     return worst
 
 
@@ -150,11 +162,22 @@ def loader_child(root: Path, variant: str, workers: int, batches: int) -> dict[s
 
     torch.set_num_threads(1)
 
-    class SizedTaskEncoder(el.DefaultTaskEncoder):
-        decoder = el.SampleDecoder(
-            image_decode="torchrgb8", image_size=TARGET, image_draft=VARIANTS[variant]
-        )
+    class PillowTaskEncoder(el.DefaultTaskEncoder):
+        def encode_sample(self, sample: Any) -> Any:
+            sample.image = pil_to_chw(sample.image)
+            return sample
 
+    draft = VARIANTS[variant]
+    if draft is None:
+        encoder: el.DefaultTaskEncoder = PillowTaskEncoder()
+        encoder.decoder = el.SampleDecoder(
+            image_decode="pilrgb", image_size=TARGET, image_draft=False
+        )
+    else:
+        encoder = el.DefaultTaskEncoder()
+        encoder.decoder = el.SampleDecoder(
+            image_decode="torchrgb8", image_size=TARGET, image_draft=draft
+        )
     wc = el.WorkerConfig(rank=0, world_size=1, num_workers=workers)
     ds = el.get_train_dataset(
         root,
@@ -162,7 +185,7 @@ def loader_child(root: Path, variant: str, workers: int, batches: int) -> dict[s
         batch_size=32,
         shuffle_buffer_size=100,
         max_samples_per_sequence=100,
-        task_encoder=SizedTaskEncoder(),
+        task_encoder=encoder,
     )
     loader = el.get_savable_loader(ds)
     iterator = iter(loader)
@@ -190,7 +213,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     load_before = os.getloadavg()
     started = time.perf_counter()
-    errors = rms_errors(root)
+    errors = {base: rms_errors(root, base) for base in ("pillow", "full")}
     dec = decoder_rounds(root, args.rounds)
     loaded: dict[str, list[float]] = {name: [] for name in VARIANTS}
     script = str(Path(__file__).resolve())
@@ -208,18 +231,19 @@ def main(argv: list[str] | None = None) -> None:
                 file=sys.stderr,
             )
 
-    def ratios(values: dict[str, list[float]], name: str) -> tuple[float, float, float]:
-        per_round = [a / b for a, b in zip(values[name], values["full"])]
-        return median(per_round) or 0.0, min(per_round), max(per_round)
+    def ratios(values: dict[str, list[float]], name: str, base: str) -> str:
+        per_round = [a / b for a, b in zip(values[name], values[base])]
+        return f"{median(per_round) or 0.0:.2f}x ({min(per_round):.2f}-{max(per_round):.2f})"
 
     cpu = {n: [v[0] for v in dec[n]] for n in VARIANTS}
     wall = {n: [v[1] for v in dec[n]] for n in VARIANTS}
     rows = []
     for name in VARIANTS:
-        row: list[Any] = [name, f"{errors[name]:.2f}"]
-        for values in (cpu, wall, loaded):
-            mid, low, high = ratios(values, name)
-            row += [f"{median(values[name]):,.0f}", f"{mid:.2f}x ({low:.2f}-{high:.2f})"]
+        row: list[Any] = [name, f"{errors['pillow'][name]:.2f}", f"{errors['full'][name]:.2f}"]
+        row += [f"{median(cpu[name]):,.0f}", ratios(cpu, name, "pillow"), ratios(cpu, name, "full")]
+        row += [f"{median(wall[name]):,.0f}", ratios(wall, name, "pillow")]
+        row += [f"{median(loaded[name]):,.0f}", ratios(loaded, name, "pillow")]
+        row += [ratios(loaded, name, "full")]
         rows.append(row)
     print(
         f"{args.samples} photo-like {SOURCE}x{SOURCE} JPEGs -> {TARGET}x{TARGET} uint8; "
@@ -232,12 +256,15 @@ def main(argv: list[str] | None = None) -> None:
         markdown_table(
             [
                 "variant",
-                "worst RMS vs full (grey levels)",
+                "worst RMS vs pillow",
+                "vs full",
                 "decoder samples/CPU-s",
+                "vs pillow (spread)",
                 "vs full (spread)",
                 "decoder samples/s (wall)",
-                "vs full (spread)",
+                "vs pillow (spread)",
                 "loader samples/s",
+                "vs pillow (spread)",
                 "vs full (spread)",
             ],
             rows,
