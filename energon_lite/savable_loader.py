@@ -207,6 +207,18 @@ class SavableLoader:
     def virtual_epoch_length(self) -> int | None:
         return self.dataset.virtual_epoch_length
 
+    def config(self) -> dict[str, Any]:
+        """The loader's settings and its dataset's ``config()`` (what a saved state must
+        match), as plain values for a training log; the dataset part is energon_lite's own,
+        not Energon's tree of wrapper classes."""
+        return {
+            "type": type(self).__name__,
+            "num_workers": self.worker_config.num_workers,
+            "pin_memory": self.pin_memory,
+            "prefetch_factor": self.prefetch_factor,
+            "dataset": self.dataset.config(),
+        }
+
     def __iter__(self) -> Iterator[Any]:
         """One pass: continues the stream where the last pass stopped (Energon's behaviour:
         ``islice(loader, n)`` twice gives the first 2n batches), up to

@@ -332,6 +332,10 @@ def test_energon_loader_arguments(train_ds: Path) -> None:
     assert dataset.pipeline.task_encoder.cache is pool
     with pytest.raises(ConfigError, match=r"unknown loader arguments \['batch_size'\]"):
         get_loader(dataset, batch_size=3)
+    config = loader.config()  # Energon's SavableDataLoader.config(), for a training log
+    assert config["type"] == "SavableLoader" and config["num_workers"] == 2
+    assert config["prefetch_factor"] == 2 and config["dataset"] == dataset.config()
+    assert config["dataset"]["world_size"] == 1 and config["dataset"]["datasets"]
 
 
 class Stalled(TaskEncoder):
