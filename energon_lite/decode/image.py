@@ -12,7 +12,7 @@ for the ``pil`` layouts, torch's computation of it for the numpy and torch layou
 from __future__ import annotations
 
 import io
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import torch
@@ -94,11 +94,13 @@ def decode_image(
         img: Image.Image = opened
         if pil_mode is not None and img.mode != pil_mode:
             img = img.convert(pil_mode)
-        resize = target is not None and img.size != target
+        if target is not None and img.size != target:
+            if kind == "pil":
+                return img.resize(target, RESAMPLE)
+            # torch's bicubic: Pillow's filter at a third of the time (resize.py)
+            return _from_chw(resize_uint8(img, target), kind)
         if kind == "pil":
-            return img.resize(target, RESAMPLE) if resize else img
-        if resize:  # torch's bicubic: Pillow's filter at a third of the time (resize.py)
-            return _from_chw(resize_uint8(img, cast("tuple[int, int]", target)), kind)
+            return img
         if kind.startswith("torch"):
             return _planar_tensor(img, kind == "torchuint8")
         array = np.array(img)
