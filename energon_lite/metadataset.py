@@ -66,19 +66,24 @@ def load_metadataset(
     path: str | os.PathLike[str] | RemotePath,
     split_part: str,
     shuffle_over_epochs_multiplier: int | None = 1,
+    *,
+    open_leaves: bool = True,
 ) -> tuple[list[Leaf], str]:
     """The leaves of ``split_part`` of a metadataset YAML and the mode: "weights" (``blend``),
     "epochized" (``blend_epochized``) or "single" (one ``path:``).
     ``shuffle_over_epochs_multiplier`` (the loader argument) is the outermost multiplier:
-    every entry's own value composes with it, as nested values compose."""
+    every entry's own value composes with it, as nested values compose.
+    ``open_leaves=False`` reads only the metadataset files (``traverse_metadataset``): a
+    leaf folder need not exist or be prepared yet, and subsets stay unresolved."""
     path = as_path(path).resolve()
     outer = _multiplier(
         {"shuffle_over_epochs_multiplier": shuffle_over_epochs_multiplier},
         1,
         _Where(path, "get_train_dataset(...)"),
     )
-    leaves, mode = _load_file(path, split_part, _Inherited(multiplier=outer), (path,))
-    if mode == "epochized":
+    inherited = _Inherited(multiplier=outer, open_leaves=open_leaves)
+    leaves, mode = _load_file(path, split_part, inherited, (path,))
+    if mode == "epochized" and open_leaves:
         _check_quotas(path, leaves)
     if mode == "epochized" and len(leaves) == 1 and leaves[0].repetitions == 1:
         # one dataset seen once per epoch is a plain dataset: no Blend stage needed
@@ -93,6 +98,7 @@ class _Inherited:
     subflavors: dict[str, Any] | None = None
     relative: tuple[float, float] | None = None  # Energon's DatasetSubset.range
     multiplier: int | None = 1
+    open_leaves: bool = True  # False: read the files only (see load_metadataset)
 
 
 class _Where:
@@ -275,7 +281,7 @@ def _reference(
     multiplier = _multiplier(ref, inherited.multiplier, where)
     nested = target.suffix in (".yaml", ".yml") and target.is_file()
     relative = _merge_subset(ref, inherited, where, folder=not nested)
-    inner = _Inherited(subflavors or None, relative, multiplier)
+    inner = _Inherited(subflavors or None, relative, multiplier, inherited.open_leaves)
     if nested:
         for key in ("dataset_config", "split_config"):
             if key in ref:
@@ -288,6 +294,10 @@ def _reference(
                 f"metadatasets nested more than {MAX_NESTING} files deep (from {stack[0]})"
             )
         return _load_file(target, split_part, inner, (*stack, target))
+    aux = parse_aux(ref.get("aux"), base, where / "aux")
+    if not inherited.open_leaves and target.suffix not in (".yaml", ".yml"):
+        # traversal: the folder as written, not opened (it may not be there yet)
+        return [Leaf(target, split_part, subflavors=inner.subflavors, aux=aux)], "single"
     if not target.exists():
         raise (where / "path").error(
             f"{target} does not exist; a prepared dataset folder or a .yaml"
@@ -307,7 +317,7 @@ def _reference(
         shuffle_over_epochs_multiplier=multiplier,
         split_config=_string(ref, "split_config", where) or "split.yaml",
         dataset_config=_string(ref, "dataset_config", where) or "dataset.yaml",
-        aux=parse_aux(ref.get("aux"), base, where / "aux"),
+        aux=aux,
     )
     leaf.subset = _resolve_subset(leaf, ref, inner.relative, where)
     return [leaf], "single"

@@ -39,7 +39,8 @@ class DatasetBlendMode(Enum):
 
 @dataclass
 class TraversedDatasetReference:
-    """One leaf of a split: its folder, split and the subflavors the metadataset gives it."""
+    """One leaf of a split: its folder, split, auxiliary sources and the subflavors the
+    metadataset gives it."""
 
     path: StoragePath
     split_part: str
@@ -125,10 +126,7 @@ class DatasetLoaderInterface:
     def traverse(self, split_part: str, **_kwargs: Any) -> list[TraversedDatasetReference]:
         """The leaf references of ``split_part`` (metadataset subflavors only)."""
         leaves, _ = self._leaves(split_part)
-        return [
-            TraversedDatasetReference(leaf.path, leaf.split_part, {}, dict(leaf.subflavors or {}))
-            for leaf in leaves
-        ]
+        return [_reference(leaf) for leaf in leaves]
 
 
 class DatasetLoader(DatasetLoaderInterface):
@@ -184,6 +182,20 @@ class MetadatasetV2(DatasetLoaderInterface):
 
     def _leaves(self, split_part: str) -> tuple[list[Leaf], str]:
         return load_metadataset(self.path, split_part)
+
+    def traverse(self, split_part: str, **_kwargs: Any) -> list[TraversedDatasetReference]:
+        """The datasets ``split_part`` refers to, nested files flattened, as written: a leaf
+        folder need not exist or be prepared yet (e.g. to fetch the datasets before training);
+        ``aux`` maps each auxiliary source's name to its path."""
+        leaves, _ = load_metadataset(self.path, split_part, open_leaves=False)
+        return [_reference(leaf) for leaf in leaves]
+
+
+def _reference(leaf: Leaf) -> TraversedDatasetReference:
+    aux = {
+        name: Path(spec.removeprefix("filesystem://")) for name, spec in (leaf.aux or {}).items()
+    }
+    return TraversedDatasetReference(leaf.path, leaf.split_part, aux, dict(leaf.subflavors or {}))
 
 
 class Metadataset(MetadatasetV2):

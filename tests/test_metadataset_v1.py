@@ -198,3 +198,40 @@ def test_prepare_dataset_classmethod_like_energons(tmp_path: Path) -> None:
         el.CaptioningWebdataset(ours, split_part="train", worker_config=el.WorkerConfig(0, 1, 0))
     with pytest.raises(el.ConfigError, match="split_parts_ratio"):
         el.BaseWebdatasetFactory.prepare_dataset(ours, paths)
+
+
+def test_traverse_lists_datasets_that_are_not_there_yet(data: Path) -> None:
+    """traverse_metadataset reads only the metadataset files, as Energon's does (to fetch the
+    datasets it names before training): a missing leaf folder is listed with its aux sources
+    and subflavors; loading the same file still refuses it, naming it."""
+    (data / "later.yaml").write_text(
+        "__module__: megatron.energon\n__class__: MetadatasetV2\nsplits:\n"
+        "  train:\n    blend:\n"
+        "      - {weight: 1, path: a, subflavors: {kind: here}}\n"
+        "      - weight: 2\n        path: not_fetched_yet\n        subflavors: {kind: later}\n"
+        "        aux: {labels: missing_aux, media: 'filesystem://media'}\n"
+    )  # fmt: skip
+    ours = el.traverse_metadataset(data / "later.yaml", split_part="train")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = energon.traverse_metadataset(data / "later.yaml", split_part="train")
+
+    def view(refs: list[Any]) -> list[tuple]:
+        return [
+            (str(r.path), r.split_part, {k: str(v) for k, v in r.aux.items()}, r.subflavors)
+            for r in refs
+        ]
+
+    assert view(ours) == view(theirs)
+    assert view(ours)[1] == (
+        str(data / "not_fetched_yet"), "train",
+        {"labels": str(data / "missing_aux"), "media": str(data / "media")}, {"kind": "later"},
+    )  # fmt: skip
+    with pytest.raises(
+        el.DatasetFormatError, match=r"blend\[1\].path: .*not_fetched_yet does not exist"
+    ):
+        el.get_train_dataset(
+            data / "later.yaml", worker_config=el.WorkerConfig(0, 1, 0), batch_size=None,
+            shuffle_buffer_size=None, max_samples_per_sequence=None,
+        )  # fmt: skip
+    (data / "later.yaml").unlink()
