@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import zlib
 from collections import defaultdict
 from pathlib import Path
@@ -156,3 +157,27 @@ def test_the_pool_turns_itself_off_if_storages_are_not_shared_objects() -> None:
     assert pool.enabled[0] == 0  # workers allocate fresh memory from now on
     del twin, tensor, segment
     assert pool.flags[0, 0] == 1  # and the segment is never handed out again
+
+
+def test_the_trainer_maps_each_segment_once(loader_ds: Any) -> None:
+    """After the first batch built in a segment, batches in it reach the trainer through the
+    mapping it already has (no descriptor passed, no fresh mapping to fault in again); the
+    mappings go with the stream."""
+    before = set(batch_memory._POOLS)
+    loader = loader_ds()
+    addresses, pooled = [], 0
+    for _, batch in zip(range(40), loader):
+        assert _intact(batch)
+        if batch["pooled"]:
+            pooled += 1
+            addresses.append(batch["big"].untyped_storage().data_ptr())
+        del batch
+    (token,) = set(batch_memory._POOLS) - before
+    mapped = batch_memory._POOLS[token]._mapped
+    mapped_at = {torch.frombuffer(m, dtype=torch.uint8).data_ptr() for m in mapped.values()}
+    assert pooled >= 30 and 0 < len(mapped) <= 2 * 4  # workers x (prefetch_factor + 2)
+    assert set(addresses) <= mapped_at  # every pooled batch came through a kept mapping
+    loader.close()
+    del loader, mapped
+    gc.collect()
+    assert token not in batch_memory._POOLS
