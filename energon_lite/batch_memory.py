@@ -22,7 +22,7 @@ matter). In the trainer's own process (``num_workers=0``) nothing changes.
 The trainer maps each segment once. torch sends a shared tensor by passing its file
 descriptor over a socket for every batch (a connection, an authentication round trip and a
 fresh mapping of 25 MB whose pages then fault in again when the trainer reads them: about
-3.5 ms of the trainer's CPU per W1 batch read). A worker sends a segment's descriptor with
+2.7 ms of the trainer's CPU per W1 batch it reads). A worker sends a segment's descriptor with
 the first batch built in it; later batches in the same segment name it by (pool, worker,
 slot), and the trainer makes a new storage object over the mapping it already has
 (:func:`_rebuild_mapped`), so the finalizer above still sees each batch's tensors go. The
