@@ -23,6 +23,11 @@ loaders (their slices depend on the layout), ``limit=``, a generator ``encode_sa
 through its outputs (or its outputs in a buffer), and a state still delivering the leftover
 of an earlier elastic restore.
 
+With as many worker pipelines as before (ranks x workers kept, the only case Energon's
+``redist`` handles), nothing is dealt: pipelines are cut by global worker id, so each
+pipeline's state moves whole to the new rank that has that id and continues its own stream
+exactly.
+
 (Over 300 lines: the checks, the walk over old states, the segments and the new states are
 one algorithm, read top to bottom.)
 """
@@ -79,6 +84,10 @@ def redistribute(
     new_wpr = max(1, num_workers)
     if all(w is None for w in old):  # between passes: every new worker starts fresh
         workers: list[Any] = [None] * (world_size * new_wpr)
+    elif len(old) == world_size * new_wpr:
+        # as many worker pipelines as before (what Energon's redist allows): pipelines are
+        # cut by global worker id, so each moves whole and continues its own stream exactly
+        workers = copy.deepcopy(old)
     else:
         workers = _Redistribution(config, epoch, old, world_size * new_wpr).new_states()
     new_config = {**config, "world_size": world_size, "num_workers": num_workers}

@@ -359,3 +359,54 @@ def test_gloo_two_ranks_save_three_ranks_restore(data, tmp_path):
     after = [json.loads((tmp_path / f"after{r}.json").read_text()) for r in range(3)]
     assert all(after)  # every new rank got a share of the rest
     assert Counter(before + [k for rank in after for k in rank]) == expected_epoch("shuffle")
+
+
+@pytest.mark.parametrize(("old", "new"), [((2, 2), (1, 4)), ((4, 1), (2, 2)), ((2, 0), (1, 2))])
+def test_same_number_of_pipelines_moves_each_one_whole(data, old, new):
+    """Energon's ``redist`` case, ranks x workers kept: every pipeline moves whole and goes on
+    with its own stream, so each window of one batch per pipeline holds the same samples as
+    when the old layout goes on (what Energon's own redist test compares)."""
+    old_wpr, new_wpr = max(1, old[1]), max(1, new[1])
+    states, old_after = [], []
+    for rank in range(old[0]):
+        before = loader(data, "shuffle", rank, *old)
+        take(before, 2 * old_wpr)  # whole cycles over the rank's pipelines
+        states.append(before.save_state_rank())
+        old_after.append([keys(b) for b in take(before, 2 * old_wpr)])
+        before.close()
+    new_after = []
+    for rank in range(new[0]):
+        after = loader(data, "shuffle", rank, *new)
+        after.restore_state_global(states)
+        new_after.append([keys(b) for b in take(after, 2 * new_wpr)])
+        after.close()
+
+    def windows(batches: list[list[list[str]]], wpr: int) -> list[list[str]]:
+        return [
+            sorted(k for rank in batches for b in rank[c * wpr : (c + 1) * wpr] for k in b)
+            for c in range(2)
+        ]
+
+    assert windows(new_after, new_wpr) == windows(old_after, old_wpr)
+    assert all(len(window) == 4 * old[0] * old_wpr for window in windows(old_after, old_wpr))
+
+
+def test_checkpoint_redist_takes_energons_form(data, tmp_path, capsys):
+    """``redist --new-world-size N FILES... OUT`` (Energon's arguments): ranks x workers kept,
+    the same states as restore_state_global; torch.save files in, torch.save files out."""
+    import torch
+
+    _, states = save_old(data, "shuffle", 2, 2, [4, 4])
+    files = []
+    for rank, state in enumerate(states):
+        files.append(tmp_path / f"state_rank{rank}.pt")
+        torch.save(state, files[-1])
+    out = tmp_path / "redist"
+    assert main(["checkpoint", "redist", "--new-world-size", "1", *map(str, files), str(out)]) == 0
+    assert "2 ranks x 2 workers -> 1 ranks x 4 workers" in capsys.readouterr().out
+    written = torch.load(out / "state_rank0.pt", weights_only=False)
+    assert json.loads(json.dumps(written)) == json.loads(json.dumps(redistribute(states, 1, 4)[0]))
+    assert main(["checkpoint", "redist", "--new-world-size", "3", *map(str, files), str(out)]) == 1
+    assert "do not split evenly over 3 ranks" in capsys.readouterr().err
+    assert main(["checkpoint", "redist", str(out)]) == 1
+    assert "--world-size, --num-workers and -o" in capsys.readouterr().err

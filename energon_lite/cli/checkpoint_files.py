@@ -38,9 +38,15 @@ def _format(path: Path) -> str:
     return "json" if head.lstrip()[:1] in (b"{", b"[") else "msgpack"
 
 
-def read_checkpoint(path: str | Path) -> Checkpoint:
-    """A folder of per-rank state files (ordered by the numbers in their names), or one file
-    holding one state or the list of every rank's."""
+def read_checkpoint(path: str | Path | list[Path]) -> Checkpoint:
+    """A folder of per-rank state files (ordered by the numbers in their names), one file
+    holding one state or the list of every rank's, or a list of per-rank files in rank order
+    (Energon's ``redist`` form)."""
+    if isinstance(path, list):
+        states = [read_state_file(f) for f in path]
+        if any(isinstance(s, list) for s in states):
+            raise StateError(f"{path[0]}: one state per rank file expected, found a list of ranks")
+        return Checkpoint(states, [f.name for f in path], _format(path[0]))
     path = Path(path)
     if path.is_dir():
         files = sorted((p for p in path.iterdir() if p.is_file()), key=lambda p: _natural(p.name))

@@ -192,15 +192,51 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
 def cmd_checkpoint_redist(args: argparse.Namespace) -> int:
     from energon_lite.cli.checkpoint_files import read_checkpoint, write_checkpoint
     from energon_lite.elastic import redistribute
+    from energon_lite.errors import ConfigError
 
-    old = read_checkpoint(Path(args.path))
-    new = redistribute(old.states, args.world_size, args.num_workers)
-    written = write_checkpoint(old, new, Path(args.output))
-    config = old.states[0]["config"]
+    paths, output = [Path(p) for p in args.paths], args.output
+    energon_form: int | None = args.new_world_size
+    world: int | None = args.world_size
+    workers: int | None = args.num_workers
+    if energon_form is not None:  # Energon's form: FILES... OUT_DIR --new-world-size N
+        if world is not None or workers is not None or output is not None:
+            raise ConfigError(
+                "checkpoint redist: --new-world-size (Energon's form: old rank files, then the "
+                "output folder) does not combine with --world-size/--num-workers/-o"
+            )
+        if len(paths) < 2:
+            raise ConfigError(
+                "checkpoint redist --new-world-size N: give the old ranks' state files (or "
+                "their folder), then the output folder"
+            )
+        paths, output = paths[:-1], paths[-1]
+    elif world is None or workers is None or output is None:
+        raise ConfigError(
+            "checkpoint redist: give --world-size, --num-workers and -o OUT (or Energon's "
+            "--new-world-size N with the old files and the output folder)"
+        )
+    elif len(paths) != 1:
+        raise ConfigError(
+            f"checkpoint redist: one folder or file of old states, got {len(paths)} paths"
+        )
+    old = read_checkpoint(paths[0]) if len(paths) == 1 else read_checkpoint(paths)
+    config = old.states[0]["config"] if isinstance(old.states[0], dict) else {}
+    if energon_form is not None:  # keeps ranks x workers, as Energon's redist does
+        total = len(old.states) * max(1, int(config.get("num_workers", 0)))
+        if energon_form < 1 or total % energon_form:
+            raise ConfigError(
+                f"checkpoint redist --new-world-size {energon_form}: {len(old.states)} ranks "
+                f"x {config.get('num_workers')} workers = {total} pipelines do not split "
+                f"evenly over {energon_form} ranks; use --world-size W --num-workers N for "
+                "any layout"
+            )
+        world, workers = energon_form, total // energon_form
+    assert world is not None and workers is not None  # checked above
+    new = redistribute(old.states, world, workers)
+    written = write_checkpoint(old, new, Path(output))
     print(
-        f"redistributed {len(old.states)} ranks x {config['num_workers']} workers -> "
-        f"{args.world_size} ranks x {args.num_workers} workers: "
-        + ", ".join(str(p) for p in written)
+        f"redistributed {len(old.states)} ranks x {config.get('num_workers')} workers -> "
+        f"{world} ranks x {workers} workers: " + ", ".join(str(p) for p in written)
     )
     return 0
 
@@ -351,10 +387,22 @@ def build_parser() -> argparse.ArgumentParser:
         "redist",
         help="redistribute a checkpoint over another number of ranks and workers (elastic)",
     )
-    c.add_argument("path", help="a folder of per-rank state files, or one file of all ranks")
-    c.add_argument("--world-size", type=int, required=True, help="the new number of ranks")
-    c.add_argument("--num-workers", type=int, required=True, help="the new loader workers per rank")
-    c.add_argument("-o", "--output", required=True, help="the folder to write the new states to")
+    c.add_argument(
+        "paths",
+        nargs="+",
+        metavar="PATH",
+        help="a folder of per-rank state files, or one file of all ranks; with "
+        "--new-world-size: the old ranks' files (or their folder), then the output folder",
+    )
+    c.add_argument("--world-size", type=int, help="the new number of ranks")
+    c.add_argument("--num-workers", type=int, help="the new loader workers per rank")
+    c.add_argument("-o", "--output", help="the folder to write the new states to")
+    c.add_argument(
+        "--new-world-size",
+        type=int,
+        help="Energon's form: the new number of ranks, keeping ranks x workers (each "
+        "worker pipeline moves whole and continues its own stream)",
+    )
     c.set_defaults(fn=cmd_checkpoint_redist)
 
     p = sub.add_parser("demo", help="prepare a small dataset, train, checkpoint and resume")
