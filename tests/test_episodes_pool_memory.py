@@ -142,3 +142,46 @@ def test_float_frames_are_made_while_collating_not_kept_per_draw(folder):
         chain.fetch(keys)["observations"]["images"], tail[0]["observations"]["images"]
     )
     assert chain.fetch(keys[0])["observations"]["images"].dtype == np.float32  # one sample: float
+
+
+@pytest.mark.filterwarnings("ignore:steps_per_epoch=")
+def test_batches_are_built_in_reused_memory_and_kept_ones_stay_intact(tmp_path):
+    """In the resumable loader's workers the stacked frames go into shared-memory segments
+    the trainer has let go of (energon_lite/batch_memory.py), as image batches do: every
+    batch holds its keys' frames, batches the trainer keeps are never written again."""
+    from energon_lite import batch_memory
+
+    folder = write_dataset(tmp_path, [6, 5, 7, 4], images="jpeg", image_size=(120, 160))
+    norm = compute_norm_stats(folder)
+    before = set(batch_memory._POOLS)
+    _, loader = create_qc_dataloader_v3(folder, CAMS, norm, 3, episodes_per_epoch=4,
+                                        batch_size=4, positive_ratio=0.5, steps_per_epoch=30,
+                                        num_workers=2, pin_memory=False)  # fmt: skip
+    reference = TransitionBuilder(open_episode_index(folder), CAMS, norm, 3)
+    paths = [str(p) for p in reference.index.paths]
+
+    def intact(batch: dict) -> bool:
+        return all(
+            np.array_equal(
+                got.numpy(),
+                reference.build(paths.index(key.rsplit("/", 1)[0]), int(key.rsplit("/", 1)[1]))[
+                    "observations"
+                ]["images"],
+            )
+            for key, got in zip(batch["__key__"], batch["observations"]["images"])
+        )
+
+    kept, addresses = [], []
+    for i, batch in zip(range(24), loader):
+        assert batch["observations"]["images"].nbytes >= batch_memory.MIN_BYTES
+        assert intact(batch)
+        addresses.append(batch["observations"]["images"].untyped_storage().data_ptr())
+        if i in (1, 2, 9):
+            kept.append(batch)
+        del batch
+    (token,) = set(batch_memory._POOLS) - before
+    mapped = batch_memory._POOLS[token]._mapped
+    at = {torch.frombuffer(m, dtype=torch.uint8).data_ptr() for m in mapped.values()}
+    assert sum(address in at for address in addresses) >= 16  # built in reused segments
+    assert all(intact(batch) for batch in kept)  # held batches were not written again
+    loader.close()
