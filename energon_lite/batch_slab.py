@@ -83,9 +83,9 @@ def slot(dtype: torch.dtype, shape: tuple[int, ...]) -> torch.Tensor | None:
     if slab is None:
         return None
     if slab.tensor is None:
-        from energon_lite.collate import _batch_tensor
+        from energon_lite.collate import batch_tensor
 
-        slab.tensor = _batch_tensor(torch.empty(0, dtype=dtype), (slab.rows, *shape))
+        slab.tensor = batch_tensor(torch.empty(0, dtype=dtype), (slab.rows, *shape))
     elif slab.tensor.dtype != dtype or tuple(slab.tensor.shape[1:]) != shape:
         return None
     if slab.handed >= slab.rows:

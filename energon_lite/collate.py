@@ -20,7 +20,7 @@ def _sources(column: Sequence[Any]) -> tuple[Any, ...] | None:
     return merged or None
 
 
-def _batch_tensor(first: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
+def batch_tensor(first: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
     """An uninitialised tensor for a batch; in a loader worker, in shared memory.
 
     A worker's batch is pickled to the trainer process through shared memory. Allocating it
@@ -50,7 +50,7 @@ def batch_stack(values: Sequence[torch.Tensor]) -> torch.Tensor:
     slab = claim(values)
     if slab is not None:
         return slab
-    return torch.stack(values, out=_batch_tensor(values[0], (len(values), *values[0].shape)))
+    return torch.stack(values, out=batch_tensor(values[0], (len(values), *values[0].shape)))
 
 
 def batch_pad_stack(values: Sequence[torch.Tensor], pad_value: float = 0) -> torch.Tensor:
@@ -61,7 +61,7 @@ def batch_pad_stack(values: Sequence[torch.Tensor], pad_value: float = 0) -> tor
     if any(v.dim() != first.dim() for v in values):
         raise ValueError(f"cannot pad-stack tensors of ranks {sorted({v.dim() for v in values})}")
     shape = [max(v.shape[d] for v in values) for d in range(first.dim())]
-    out = _batch_tensor(first, (len(values), *shape)).fill_(pad_value)
+    out = batch_tensor(first, (len(values), *shape)).fill_(pad_value)
     for i, value in enumerate(values):
         out[i][tuple(slice(0, s) for s in value.shape)] = value
     return out

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from energon_lite.batch_memory import pooled_empty
+from energon_lite.collate import batch_tensor
 
 
 def _collate(values: list[Any], to_float: bool = False, path: str = "") -> Any:
@@ -54,18 +54,9 @@ def _stack(values: list[np.ndarray], to_float: bool = False) -> torch.Tensor:
     if not to_float and (not in_worker or first.dtype.hasobject):
         return torch.from_numpy(np.stack(values))
     dtype = np.dtype(np.float32) if to_float else first.dtype
-    shape = (len(values), *first.shape)
-    if in_worker:
-        tdtype = torch.from_numpy(np.empty(0, dtype)).dtype
-        # a segment the trainer has let go of (energon_lite/batch_memory.py), else a fresh one
-        pooled = pooled_empty(torch.empty(0, dtype=tdtype), shape)
-        if pooled is not None:
-            out = pooled
-        else:
-            storage = torch.UntypedStorage._new_shared(int(np.prod(shape)) * dtype.itemsize)
-            out = torch.empty(0, dtype=tdtype).set_(storage).view(shape)
-    else:
-        out = torch.from_numpy(np.empty(shape, dtype))
+    like = torch.from_numpy(np.empty(0, dtype))
+    # in a worker: a shared-memory segment the trainer has let go of, else a fresh one
+    out = batch_tensor(like, (len(values), *first.shape))
     array = out.numpy()
     if not to_float:
         np.stack(values, out=array)
