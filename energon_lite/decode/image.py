@@ -111,15 +111,19 @@ def decode_image(
     return array.astype(np.float32) / 255.0
 
 
+def _output(dtype: torch.dtype, shape: tuple[int, ...]) -> torch.Tensor:
+    """Where a decoded image goes: a row of the batch being made (energon_lite/batch_slab.py)
+    or, outside one, a tensor of its own."""
+    out = slot(dtype, shape)
+    return torch.empty(shape, dtype=dtype) if out is None else out
+
+
 def _from_chw(chw: torch.Tensor, kind: str) -> Any:
     """A resized ``(C, H, W)`` uint8 tensor in the layout ``kind`` names (a torch layout is
     written into the batch being made where there is one, as ``_planar_tensor`` does)."""
     if kind.startswith("torch"):
         as_uint8 = kind == "torchuint8"
-        dtype, shape = torch.uint8 if as_uint8 else torch.float32, tuple(chw.shape)
-        out = slot(dtype, shape)
-        if out is None:
-            out = torch.empty(shape, dtype=dtype)
+        out = _output(torch.uint8 if as_uint8 else torch.float32, tuple(chw.shape))
         if as_uint8:
             out.copy_(chw)
         else:
@@ -134,10 +138,7 @@ def _planar_tensor(img: Image.Image, as_uint8: bool) -> torch.Tensor:
     change costs no strided copy, and uint8 -> float and the scaling happen in one pass."""
     bands = img.split()
     height, width = img.height, img.width
-    dtype, shape = torch.uint8 if as_uint8 else torch.float32, (len(bands), height, width)
-    out = slot(dtype, shape)  # a row of the batch being made (energon_lite/batch_slab.py)
-    if out is None:
-        out = torch.empty(shape, dtype=dtype)
+    out = _output(torch.uint8 if as_uint8 else torch.float32, (len(bands), height, width))
     view = out.numpy()
     for channel, band in enumerate(bands):
         plane = np.frombuffer(band.tobytes(), dtype=np.uint8).reshape(height, width)
