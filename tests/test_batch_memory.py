@@ -59,12 +59,12 @@ def _intact(batch: dict[str, Any]) -> bool:
 
 @pytest.fixture(scope="module")
 def loader_ds(train_ds: Path) -> Any:
-    def make(**options: Any) -> Any:
+    def make(task_encoder: DefaultTaskEncoder | None = None, **options: Any) -> Any:
         dataset = get_train_dataset(
             train_ds,
             batch_size=8,
             worker_config=WorkerConfig(0, 1, 2),
-            task_encoder=BigEncoder(),
+            task_encoder=task_encoder or BigEncoder(),
             shuffle_buffer_size=None,
             max_samples_per_sequence=None,
         )
@@ -123,16 +123,8 @@ class RetainingEncoder(BigEncoder):
         return out
 
 
-def test_memory_a_worker_still_uses_is_not_reused(train_ds: Path) -> None:
-    dataset = get_train_dataset(
-        train_ds,
-        batch_size=8,
-        worker_config=WorkerConfig(0, 1, 2),
-        task_encoder=RetainingEncoder(),
-        shuffle_buffer_size=None,
-        max_samples_per_sequence=None,
-    )
-    loader = get_savable_loader(dataset)
+def test_memory_a_worker_still_uses_is_not_reused(loader_ds: Any) -> None:
+    loader = loader_ds(RetainingEncoder())
     seen = [(_intact(b), b["pooled"], b["worker_overwrites"]) for _, b in zip(range(40), loader)]
     loader.close()
     assert all(intact for intact, _, _ in seen)
