@@ -27,6 +27,16 @@ the first batch built in it; later batches in the same segment name it by (pool,
 slot), and the trainer makes a new storage object over the mapping it already has
 (:func:`_rebuild_mapped`), so the finalizer above still sees each batch's tensors go. The
 mappings live as long as the pool object of the stream in the trainer's process.
+
+That first descriptor travels over a Unix socket pair per worker that the pool opens in the
+trainer's process before the workers fork (:meth:`BatchMemoryPool.reduce_segment` sends it,
+:func:`_rebuild_received` takes it). torch's way, ``multiprocessing``'s resource sharer,
+needs a listener thread in the worker to answer the trainer's connection and its
+authentication round trips while the worker's main thread already decodes its next batch:
+on two busy cores that held the first batch back by 15-20 ms. A descriptor sent over the
+pair is in the trainer's socket before the batch that names it is in its queue. Where the
+pair is not there (a worker started by ``spawn`` gets a pickled pool without it) or the send
+fails, the descriptor goes torch's way as before (:func:`_rebuild_first`).
 """
 
 from __future__ import annotations
@@ -34,6 +44,7 @@ from __future__ import annotations
 import dataclasses
 import mmap
 import os
+import socket
 import weakref
 from collections.abc import Iterator, Sequence
 from multiprocessing.reduction import DupFd, ForkingPickler
@@ -46,6 +57,9 @@ from torch.multiprocessing.reductions import reduce_storage as _torch_reduce_sto
 MIN_BYTES = 256 * 1024
 _PAGE = 4096
 _FREE, _BUSY = 0, 1
+# how long the trainer waits for a segment's descriptor that a worker sent before the batch
+# naming it: it is normally there already; a missing one means the worker failed mid-send
+_RECEIVE_TIMEOUT_S = 60.0
 
 
 class Held:
@@ -79,6 +93,14 @@ class BatchMemoryPool:
         self._sent: set[int] = set()  # worker: slots whose descriptor the trainer has
         # trainer: (worker, slot) -> the segment's mapping, for the stream's lifetime
         self._mapped: dict[tuple[int, int], mmap.mmap] = {}
+        # per worker (trainer's end, worker's end): the first descriptor of each segment;
+        # forked workers inherit them (None in a pickled copy: torch's way is used there)
+        self._channels: list[tuple[socket.socket, socket.socket]] | None = _socket_pairs(
+            num_workers
+        )
+        self._channel: socket.socket | None = None  # worker: its own end
+        self._arrived: dict[tuple[int, int], int] = {}  # trainer: descriptors read ahead
+        self.by_channel = 0  # trainer: segments whose descriptor came over the pair
         self.token = os.urandom(8).hex()
         _POOLS[self.token] = self
 
@@ -95,6 +117,7 @@ class BatchMemoryPool:
         self.token = state["token"]
         self._checked, self._worker, self._segments, self._taken = True, None, [], []
         self._sent, self._mapped = set(), {}
+        self._channels, self._channel, self._arrived, self.by_channel = None, None, {}, 0
 
     # worker side ------------------------------------------------------------------------
 
@@ -103,6 +126,15 @@ class BatchMemoryPool:
         global _ACTIVE
         self._worker = worker
         _ACTIVE = self
+        if self._channels is not None:
+            # keep this worker's end; the trainer's ends and other workers' ends are theirs
+            for index, (trainer_end, worker_end) in enumerate(self._channels):
+                trainer_end.close()
+                if index == worker:
+                    self._channel = worker_end
+                else:
+                    worker_end.close()
+            self._channels = None
         if torch.multiprocessing.get_sharing_strategy() == "file_descriptor":
             # the worker's queue pickles storages with _reduce_storage from now on
             ForkingPickler.register(torch.UntypedStorage, _reduce_storage)
@@ -117,6 +149,13 @@ class BatchMemoryPool:
             return (_rebuild_mapped, (self.token, self._worker, slot))
         fd, size = storage._share_fd_cpu_()
         self._sent.add(slot)
+        if self._channel is not None:
+            try:
+                socket.send_fds(self._channel, [slot.to_bytes(4, "little")], [fd])
+            except OSError:
+                self._channel = None  # e.g. the trainer's end is gone: torch's way from now
+            else:
+                return (_rebuild_received, (self.token, self._worker, slot, size))
         return (_rebuild_first, (self.token, self._worker, slot, DupFd(fd), size))
 
     def take(self, nbytes: int) -> torch.UntypedStorage | None:
@@ -151,6 +190,26 @@ class BatchMemoryPool:
         return Held(self._worker, taken)
 
     # trainer side -----------------------------------------------------------------------
+
+    def receive_fd(self, worker: int, slot: int) -> int:
+        """The descriptor worker ``worker`` sent for its segment ``slot`` over its pair."""
+        if self._channels is None:
+            raise RuntimeError("batch memory: this pool's descriptor channels are closed")
+        channel = self._channels[worker][0]
+        channel.settimeout(_RECEIVE_TIMEOUT_S)
+        while (worker, slot) not in self._arrived:
+            try:
+                message, fds, _, _ = socket.recv_fds(channel, 4, 1)
+            except TimeoutError:
+                raise RuntimeError(
+                    f"batch memory: worker {worker} named segment {slot} but its descriptor "
+                    f"did not arrive within {_RECEIVE_TIMEOUT_S:.0f} s"
+                ) from None
+            if not fds:
+                raise RuntimeError(f"batch memory: worker {worker} sent no descriptor")
+            self._arrived[(worker, int.from_bytes(message, "little"))] = fds[0]
+        self.by_channel += 1
+        return self._arrived.pop((worker, slot))
 
     def received(self, batch: Any, held: Held) -> None:
         """Free each segment of a received batch once nothing in this process uses it."""
@@ -223,8 +282,22 @@ def _reduce_storage(storage: torch.UntypedStorage) -> tuple[Any, tuple[Any, ...]
 def _rebuild_first(
     token: str, worker: int, slot: int, fd_handle: Any, size: int
 ) -> torch.UntypedStorage:
-    """Trainer side: map a segment received for the first time and keep the mapping."""
-    fd = fd_handle.detach()
+    """Trainer side: map a segment received for the first time (its descriptor through
+    ``multiprocessing``'s resource sharer) and keep the mapping."""
+    return _map_first(token, worker, slot, fd_handle.detach(), size)
+
+
+def _rebuild_received(token: str, worker: int, slot: int, size: int) -> torch.UntypedStorage:
+    """Trainer side: the same, the descriptor read from the worker's socket pair."""
+    pool = _POOLS.get(token)
+    if pool is None:
+        raise RuntimeError(
+            f"batch memory: worker {worker} sent a batch of a stream this process no longer has"
+        )
+    return _map_first(token, worker, slot, pool.receive_fd(worker, slot), size)
+
+
+def _map_first(token: str, worker: int, slot: int, fd: int, size: int) -> torch.UntypedStorage:
     try:
         mapped = mmap.mmap(fd, size)
     finally:
@@ -245,6 +318,13 @@ def _rebuild_mapped(token: str, worker: int, slot: int) -> torch.UntypedStorage:
             "process has no mapping of (the stream ended, or its first batch there was lost)"
         )
     return _storage_over(mapped)
+
+
+def _socket_pairs(count: int) -> list[tuple[socket.socket, socket.socket]] | None:
+    """``count`` connected Unix datagram socket pairs, or None where there are none."""
+    if not hasattr(socket, "AF_UNIX") or not hasattr(socket, "send_fds"):
+        return None
+    return [socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM) for _ in range(count)]
 
 
 def _storage_over(mapped: mmap.mmap) -> torch.UntypedStorage:

@@ -173,3 +173,47 @@ def test_the_trainer_maps_each_segment_once(loader_ds: Any) -> None:
     del loader, mapped
     gc.collect()
     assert token not in batch_memory._POOLS
+
+
+def _stream_pool(loader_ds: Any, task_encoder: DefaultTaskEncoder | None = None) -> Any:
+    """Run 20 batches; return (the stream's pool, the worker of each batch) in the trainer."""
+    before = set(batch_memory._POOLS)
+    loader = loader_ds(task_encoder)
+    workers = []
+    for _, batch in zip(range(20), loader):
+        assert _intact(batch)
+        workers.append(batch["worker"])
+        del batch
+    (token,) = set(batch_memory._POOLS) - before
+    pool = batch_memory._POOLS[token]
+    loader.close()
+    return pool, workers
+
+
+def test_segment_descriptors_come_over_the_pools_own_socket_pairs(loader_ds: Any) -> None:
+    """A segment's descriptor reaches the trainer over the socket pair the pool opened before
+    the workers forked, not through multiprocessing's resource sharer, whose listener thread
+    in a busy worker held each first batch back by 15-20 ms."""
+    pool, workers = _stream_pool(loader_ds)
+    assert sorted(set(workers)) == [0, 1]
+    assert pool.by_channel == len(pool._mapped) >= 2  # every mapped segment, both workers
+    assert pool._arrived == {}  # none sent that the trainer did not take
+
+
+class ChannelLossEncoder(BigEncoder):
+    """Worker 1 loses its end of the socket pair before its first batch is sent."""
+
+    def batch(self, samples: list[dict[str, Any]]) -> dict[str, Any]:
+        info = get_worker_info()
+        pool = batch_memory._ACTIVE
+        if info is not None and info.id == 1 and pool is not None and pool._channel is not None:
+            pool._channel.close()
+        return super().batch(samples)
+
+
+def test_a_worker_without_its_socket_pair_sends_descriptors_torchs_way(loader_ds: Any) -> None:
+    pool, workers = _stream_pool(loader_ds, ChannelLossEncoder())
+    assert sorted(set(workers)) == [0, 1]  # and every batch of both arrived intact
+    by_worker = {w: sum(1 for (worker, _) in pool._mapped if worker == w) for w in (0, 1)}
+    assert by_worker[0] >= 1 and by_worker[1] >= 1
+    assert pool.by_channel == by_worker[0]  # worker 1's went through the resource sharer
