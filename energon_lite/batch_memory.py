@@ -101,6 +101,8 @@ class BatchMemoryPool:
         self._channel: socket.socket | None = None  # worker: its own end
         self._arrived: dict[tuple[int, int], int] = {}  # trainer: descriptors read ahead
         self.by_channel = 0  # trainer: segments whose descriptor came over the pair
+        if self._channels is not None:
+            weakref.finalize(self, _close_pairs, self._channels, self._arrived)
         self.token = os.urandom(8).hex()
         _POOLS[self.token] = self
 
@@ -325,6 +327,18 @@ def _socket_pairs(count: int) -> list[tuple[socket.socket, socket.socket]] | Non
     if not hasattr(socket, "AF_UNIX") or not hasattr(socket, "send_fds"):
         return None
     return [socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM) for _ in range(count)]
+
+
+def _close_pairs(
+    pairs: list[tuple[socket.socket, socket.socket]], arrived: dict[tuple[int, int], int]
+) -> None:
+    """A trainer's pool is gone: close its socket pairs and descriptors nobody took."""
+    for pair in pairs:
+        for end in pair:
+            end.close()
+    for fd in arrived.values():
+        os.close(fd)
+    arrived.clear()
 
 
 def _storage_over(mapped: mmap.mmap) -> torch.UntypedStorage:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import warnings
 import zlib
 from collections import defaultdict
 from pathlib import Path
@@ -217,3 +218,15 @@ def test_a_worker_without_its_socket_pair_sends_descriptors_torchs_way(loader_ds
     by_worker = {w: sum(1 for (worker, _) in pool._mapped if worker == w) for w in (0, 1)}
     assert by_worker[0] >= 1 and by_worker[1] >= 1
     assert pool.by_channel == by_worker[0]  # worker 1's went through the resource sharer
+
+
+def test_a_finished_streams_socket_pairs_are_closed(loader_ds: Any) -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        loader = loader_ds()
+        for _, batch in zip(range(6), loader):
+            del batch
+        loader.close()
+        del loader
+        gc.collect()
+    assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []
