@@ -33,10 +33,11 @@ trainer's process before the workers fork (:meth:`BatchMemoryPool.reduce_segment
 :func:`_rebuild_received` takes it). torch's way, ``multiprocessing``'s resource sharer,
 needs a listener thread in the worker to answer the trainer's connection and its
 authentication round trips while the worker's main thread already decodes its next batch:
-on two busy cores that held the first batch back by 15-20 ms. A descriptor sent over the
-pair is in the trainer's socket before the batch that names it is in its queue. Where the
-pair is not there (a worker started by ``spawn`` gets a pickled pool without it) or the send
-fails, the descriptor goes torch's way as before (:func:`_rebuild_first`).
+on two busy cores that held each worker's first batch back by 15-29 ms (11-19 ms this way).
+A descriptor sent over the pair is in the trainer's socket before the batch that names it
+is in its queue. Where the pair is not there (a worker started by ``spawn`` gets a pickled
+pool without it) or the send fails, the descriptor goes torch's way as before
+(:func:`_rebuild_first`).
 """
 
 from __future__ import annotations
