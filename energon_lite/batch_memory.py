@@ -287,7 +287,7 @@ def _rebuild_first(
 ) -> torch.UntypedStorage:
     """Trainer side: map a segment received for the first time (its descriptor through
     ``multiprocessing``'s resource sharer) and keep the mapping."""
-    return _map_first(token, worker, slot, fd_handle.detach(), size)
+    return _map_first(_POOLS.get(token), worker, slot, fd_handle.detach(), size)
 
 
 def _rebuild_received(token: str, worker: int, slot: int, size: int) -> torch.UntypedStorage:
@@ -297,15 +297,17 @@ def _rebuild_received(token: str, worker: int, slot: int, size: int) -> torch.Un
         raise RuntimeError(
             f"batch memory: worker {worker} sent a batch of a stream this process no longer has"
         )
-    return _map_first(token, worker, slot, pool.receive_fd(worker, slot), size)
+    return _map_first(pool, worker, slot, pool.receive_fd(worker, slot), size)
 
 
-def _map_first(token: str, worker: int, slot: int, fd: int, size: int) -> torch.UntypedStorage:
+def _map_first(
+    pool: BatchMemoryPool | None, worker: int, slot: int, fd: int, size: int
+) -> torch.UntypedStorage:
+    """Map ``fd`` (closed here) and keep the mapping in ``pool`` (None: the stream is gone)."""
     try:
         mapped = mmap.mmap(fd, size)
     finally:
         os.close(fd)
-    pool = _POOLS.get(token)
     if pool is not None:
         pool._mapped[(worker, slot)] = mapped
     return _storage_over(mapped)
