@@ -16,6 +16,7 @@ from energon_lite.flavors.episodes import (
     create_qc_dataloader_v3,
     open_episode_index,
 )
+from energon_lite.flavors.episodes.shared_pool import SharedFramePool
 from energon_lite.synth.episodes import write_dataset
 
 LENGTHS = [5, 3, 8, 2, 6, 4]
@@ -68,6 +69,32 @@ def test_frames_are_bit_identical_read_only_and_stored_once(folder):
     assert not path.exists()
     shared.shared_dir.cleanup()
     assert not shared.shared_dir.path.exists()
+
+
+class _UnlinkedOnOpen(SharedFramePool):
+    """A pool whose file another worker deletes the moment after this one opened it."""
+
+    def _open(self, size: int) -> int:
+        fd = super()._open(size)
+        self.path.unlink()
+        return fd
+
+
+def test_a_pool_deleted_right_after_it_was_opened_still_serves_its_frames(tmp_path):
+    # A worker entering the next pool unlinks this one's file; one still entering it must
+    # map what it opened, not look the path up again (a CI run failed with ENOENT there).
+    shape = (2, 12, 16, 3)
+    pool = _UnlinkedOnOpen(tmp_path / "pool_0_x.bin", [7, 9], [2, 1], shape)
+    assert not pool.path.exists()
+    frames = {(e, f): np.full(shape, 10 * e + f, np.uint8) for e, f in [(7, 0), (7, 1), (9, 0)]}
+    for (e, f), frame in frames.items():
+        got = pool.get(e, f, lambda frame=frame: frame)
+        assert np.array_equal(got, frame) and not got.flags.writeable
+        mine = pool.get(e, f, lambda: pytest.fail("decoded twice"), writable=True)
+        mine[...] = 0  # copy-on-write: this process only
+        assert np.array_equal(pool.get(e, f, lambda: pytest.fail("decoded twice")), frame)
+    assert pool.filled() == pool.frames == 3 and pool.misses == 3
+    pool.close()
 
 
 @pytest.mark.filterwarnings("error::UserWarning")  # e.g. torch on a read-only frame

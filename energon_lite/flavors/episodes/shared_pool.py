@@ -37,6 +37,7 @@ maps the file), and every worker of the rank reads it:
 
 from __future__ import annotations
 
+import mmap
 import os
 import shutil
 import tempfile
@@ -48,7 +49,7 @@ import numpy as np
 
 from energon_lite.errors import ConfigError
 
-_HEADER_ALIGN = 4096
+_HEADER_ALIGN = max(4096, mmap.ALLOCATIONGRANULARITY)  # mmap offsets must be multiples of it
 
 
 def _default_root() -> str | None:
@@ -106,9 +107,13 @@ class SharedFramePool:
         stride = -(-self.frame_bytes // _HEADER_ALIGN) * _HEADER_ALIGN  # a frame owns its pages
         size = data_at + n * stride
         self._fd = self._open(size)
-        self._map = np.memmap(path, dtype=np.uint8, mode="r+", offset=data_at, shape=(n, stride))
+        # Mapped from the descriptor, never the path: a worker entering the next pool may
+        # unlink this file at any moment, and the descriptor keeps it alive (see the module).
+        shared = mmap.mmap(self._fd, n * stride, offset=data_at)
+        self._map = np.frombuffer(shared, dtype=np.uint8).reshape(n, stride)
         # the same pages, copy-on-write: writable views whose writes stay in this process
-        self._private = np.memmap(path, dtype=np.uint8, mode="c", offset=data_at, shape=(n, stride))
+        private = mmap.mmap(self._fd, n * stride, access=mmap.ACCESS_COPY, offset=data_at)
+        self._private = np.frombuffer(private, dtype=np.uint8).reshape(n, stride)
         self._seen = np.zeros(n, dtype=bool)  # flags this process has already seen set
         self.hits = self.misses = 0
 
