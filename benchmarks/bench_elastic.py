@@ -62,8 +62,8 @@ def restore_to_first_batch(
 
 
 def main() -> None:
-    from energon_lite.elastic import redistribute
-    from energon_lite.state import encode_state
+    from energon_lite.stages.elastic import redistribute
+    from energon_lite.state.codec import encode_state
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--samples", type=int, default=20_000)

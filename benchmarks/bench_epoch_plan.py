@@ -66,7 +66,7 @@ def _base_shard() -> Path:
             info = tarfile.TarInfo(f"{i:07d}.txt")
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
-    from energon_lite.index.tar_index import scan_shard, write_index
+    from energon_lite.shards.tar_index import scan_shard, write_index
 
     write_index(base, scan_shard(base).offsets)
     return base
@@ -74,9 +74,9 @@ def _base_shard() -> Path:
 
 def build(num_shards: int) -> Path:
     """A prepared dataset of ``num_shards`` hard links to one real 10k-sample shard."""
-    from energon_lite.index.meta import DatasetInfo, write_info, write_split
-    from energon_lite.index.shard_record import make_record, write_record
-    from energon_lite.index.tar_index import scan_shard
+    from energon_lite.shards.meta import DatasetInfo, write_info, write_split
+    from energon_lite.shards.shard_record import make_record, write_record
+    from energon_lite.shards.tar_index import scan_shard
 
     root = DATA / f"text_{num_shards}x{PER_SHARD}"
     meta = root / ".nv-meta"

@@ -45,7 +45,7 @@ def _base_shard(folder: Path) -> Path:
             info = tarfile.TarInfo(f"{i:07d}.txt")
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
-    from energon_lite.index.tar_index import scan_shard, write_index
+    from energon_lite.shards.tar_index import scan_shard, write_index
 
     write_index(base, scan_shard(base).offsets)
     return base

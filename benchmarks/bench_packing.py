@@ -2,11 +2,11 @@
 
 Dataset: ``--samples`` (20,000) text samples in tar shards of 1,000, made once under
 ``benchmarks/data/packing_text_<n>`` (git-ignored). Sample ``i`` is a ``.txt`` of ``L_i``
-one-letter words, ``L_i`` drawn by :func:`energon_lite.packing.long_tailed_lengths`
+one-letter words, ``L_i`` drawn by :func:`energon_lite.task_encoder.packing.long_tailed_lengths`
 (50-2000 tokens, median 300). Both loaders run the same work per sample and pack:
 
 * encode: split the text into words -> an int32 token tensor (one token per word);
-* select: :func:`energon_lite.packing.best_fit` into 4096 tokens over a buffer of
+* select: :func:`energon_lite.task_encoder.packing.best_fit` into 4096 tokens over a buffer of
   ``--buffer`` (1000) samples;
 * pack: concatenate the members and pad to 4096; batch: stack 8 packs.
 
@@ -39,8 +39,8 @@ from typing import Any
 import torch
 from common import ab_order, fmt_num, markdown_table, median, ratio
 
-from energon_lite.packing import best_fit, first_fit_decreasing, long_tailed_lengths
 from energon_lite.rng import rng_for
+from energon_lite.task_encoder.packing import best_fit, first_fit_decreasing, long_tailed_lengths
 
 DATA = Path(__file__).resolve().parent / "data"
 MAX_LENGTH = 4096

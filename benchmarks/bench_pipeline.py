@@ -204,14 +204,14 @@ def _limit_process(
     """Read and decode ``indices`` (after ``warmup`` untimed ones) to image ``mode``:
     the decoder's limit. With ``memory`` (a ``BatchMemoryPool``), every ``BATCH_SIZE``
     images are decoded into the rows of one of its segments, as a loader worker does
-    (``energon_lite.batch_slab``), and a batch's segment is freed ``IN_FLIGHT`` batches
+    (``energon_lite.batching.slab``), and a batch's segment is freed ``IN_FLIGHT`` batches
     later, as the trainer's process frees it."""
     import collections
     import contextlib
 
     import torch
 
-    from energon_lite.batch_slab import SlabScope
+    from energon_lite.batching.slab import SlabScope
     from energon_lite.decode.image import decode_image
 
     torch.set_num_threads(1)
@@ -262,7 +262,7 @@ def measure_limit(lib: str, root: Path, workers: int, batches: int, warmup: int)
     barrier, results = context.Barrier(processes), context.Queue()
     memory = None
     if lib == "limit_mem":
-        from energon_lite.batch_memory import BatchMemoryPool
+        from energon_lite.batching.memory import BatchMemoryPool
 
         memory = BatchMemoryPool(processes, IN_FLIGHT + 1)
     children = [
@@ -306,12 +306,12 @@ class Peer:
         if self.lib.startswith("energon_lite"):
             import energon_lite
             import energon_lite.decode.image
-            import energon_lite.kinds
+            import energon_lite.sources.kinds
             import energon_lite.stages.shuffle
 
             # the first dataset a process opens imports the shipped flavors' kind modules
             # (38 modules; 0.2-0.5 s on this machine, which writes no bytecode caches)
-            energon_lite.kinds.registered_kinds()
+            energon_lite.sources.kinds.registered_kinds()
         elif self.lib == "energon":
             import megatron.energon  # noqa: F401
         else:

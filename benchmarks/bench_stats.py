@@ -107,8 +107,8 @@ def child(root: Path, workers: int, stats: bool, batches: int) -> dict[str, floa
 
 def per_call(repeats: int = 2_000_000) -> dict[str, float]:
     """ns per bare next() and per timed next() of a stage that only counts."""
-    from energon_lite.stage import Stage
-    from energon_lite.stage_probe import ChainProbe
+    from energon_lite.loader.probe import ChainProbe
+    from energon_lite.stages.base import Stage
 
     class Count(Stage):
         def __init__(self) -> None:

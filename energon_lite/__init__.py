@@ -2,7 +2,13 @@
 
 from typing import Any
 
-from energon_lite.augment import AugmentTaskEncoder
+from energon_lite.batching.collate import batch_list, batch_pad_stack, batch_stack
+from energon_lite.batching.generic import (
+    concat_pad,
+    generic_batch,
+    generic_concat,
+    homogeneous_concat_mix,
+)
 from energon_lite.cache import (
     CachePool,
     DecodeFileStore,
@@ -17,36 +23,8 @@ from energon_lite.cache import (
     SystemFileStore,
 )
 from energon_lite.cache.file_store_decoder import FileStoreDecoder
-from energon_lite.collate import batch_list, batch_pad_stack, batch_stack
-from energon_lite.crude import CrudeSample, CrudeWebdataset, cooker
-from energon_lite.decode import SampleDecoder, normalize_batch
-from energon_lite.edataclass import edataclass
-from energon_lite.error_handlers import log_exception, reraise_exception
-from energon_lite.errors import (
-    ConfigError,
-    DatasetFormatError,
-    EnergonLiteError,
-    MediaDecodeError,
-    SkipSample,
-    StateError,
-    TooManyFailuresError,
-)
-from energon_lite.generic_collate import (
-    concat_pad,
-    generic_batch,
-    generic_concat,
-    homogeneous_concat_mix,
-)
-from energon_lite.joined_factory import JoinedWebdatasetFactory
-from energon_lite.loader import (
-    SavableDataset,
-    SavableLoader,
-    get_loader,
-    get_savable_loader,
-    get_train_dataset,
-    get_val_dataset,
-)
-from energon_lite.metadataset_api import (
+from energon_lite.compat.joined_factory import JoinedWebdatasetFactory
+from energon_lite.compat.metadataset_api import (
     DatasetLoader,
     DatasetLoaderInterface,
     Metadataset,
@@ -56,28 +34,8 @@ from energon_lite.metadataset_api import (
     prepare_metadataset,
     traverse_metadataset,
 )
-from energon_lite.prepare import prepare_dataset
-from energon_lite.samples import (
-    Batch,
-    CaptioningSample,
-    ImageClassificationSample,
-    ImageSample,
-    InterleavedSample,
-    MultiChoiceVQASample,
-    OCRSample,
-    Sample,
-    SimilarityInterleavedSample,
-    SourceInfo,
-    TextSample,
-    VidQASample,
-    VQAOCRSample,
-    VQASample,
-    basic_sample_keys,
-)
-from energon_lite.savable_dataloader import SavableDataLoader
-from energon_lite.task_encoder import Cooker, DefaultTaskEncoder, TaskEncoder, stateless
-from energon_lite.type_resolver import allow_sample_type_modules
-from energon_lite.webdataset_factories import (
+from energon_lite.compat.savable_dataloader import SavableDataLoader
+from energon_lite.compat.webdataset_factories import (
     BaseCoreDatasetFactory,
     BaseWebdatasetFactory,
     CaptioningWebdataset,
@@ -95,6 +53,49 @@ from energon_lite.webdataset_factories import (
     VQAOCRWebdataset,
     VQAWebdataset,
 )
+from energon_lite.decode import SampleDecoder, normalize_batch
+from energon_lite.edataclass import edataclass
+from energon_lite.errors import (
+    ConfigError,
+    DatasetFormatError,
+    EnergonLiteError,
+    MediaDecodeError,
+    SkipSample,
+    StateError,
+    TooManyFailuresError,
+    log_exception,
+    reraise_exception,
+)
+from energon_lite.loader.api import (
+    SavableDataset,
+    SavableLoader,
+    get_loader,
+    get_savable_loader,
+    get_train_dataset,
+    get_val_dataset,
+)
+from energon_lite.samples.crude import CrudeSample, CrudeWebdataset, cooker
+from energon_lite.samples.resolver import allow_sample_type_modules
+from energon_lite.samples.types import (
+    Batch,
+    CaptioningSample,
+    ImageClassificationSample,
+    ImageSample,
+    InterleavedSample,
+    MultiChoiceVQASample,
+    OCRSample,
+    Sample,
+    SimilarityInterleavedSample,
+    SourceInfo,
+    TextSample,
+    VidQASample,
+    VQAOCRSample,
+    VQASample,
+    basic_sample_keys,
+)
+from energon_lite.shards.prepare import prepare_dataset
+from energon_lite.task_encoder.augment import AugmentTaskEncoder
+from energon_lite.task_encoder.base import Cooker, DefaultTaskEncoder, TaskEncoder, stateless
 from energon_lite.worker import WorkerConfig
 from energon_lite.wrappers import (
     BatchDataset,
@@ -228,7 +229,7 @@ __all__ = [
 
 
 # Energon's JSONL factory names live in the JSONL flavor; they are looked up on first use so
-# that importing the core does not import a flavor (flavors plug in through energon_lite.kinds).
+# that importing the core does not import a flavor (flavors plug in through energon_lite.sources.kinds).
 _LAZY = {
     "CrudeJsonlDatasetFactory": "energon_lite.flavors.jsonl",
     "DefaultCrudeJsonlDatasetFactory": "energon_lite.flavors.jsonl",

@@ -1,11 +1,18 @@
-"""The library's exception types and the bad-sample policy."""
+"""The library's exception types, the bad-sample policy and Energon's error handlers.
+
+Energon's handlers (``WorkerConfig(global_error_handler=..., restore_error_handler=...)``)
+are called as ``handler(exception, sample_or_batch, sources)``: they may log and return (the
+sample is skipped) or raise (the run stops).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import logging
 import reprlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 logger = logging.getLogger("energon_lite")
@@ -39,7 +46,28 @@ class TooManyFailuresError(EnergonLiteError, RuntimeError):
     """More consecutive samples failed than the failure tolerance allows."""
 
 
-_SHORT = reprlib.Repr()
+class _ShortRepr(reprlib.Repr):
+    """``reprlib`` with tensors and arrays by shape, long bytes by length, dataclasses by field."""
+
+    def repr1(self, x: Any, level: int) -> str:
+        if hasattr(x, "shape") and hasattr(x, "dtype"):
+            return f"{type(x).__name__}(shape={tuple(x.shape)}, dtype={x.dtype})"
+        if isinstance(x, (bytes, bytearray)) and len(x) > self.maxstring:
+            return f"<{len(x)} bytes>"
+        if dataclasses.is_dataclass(x) and not isinstance(x, type):
+            if level <= 0:
+                return f"{type(x).__name__}(...)"
+            fields = dataclasses.fields(x)
+            inner = ", ".join(
+                f"{f.name}={self.repr1(getattr(x, f.name, None), level - 1)}"
+                for f in fields[: self.maxdict]
+            )
+            more = ", ..." if len(fields) > self.maxdict else ""
+            return f"{type(x).__name__}({inner}{more})"
+        return super().repr1(x, level)
+
+
+_SHORT = _ShortRepr()
 _SHORT.maxlevel, _SHORT.maxdict, _SHORT.maxlist, _SHORT.maxtuple = 3, 4, 4, 4
 _SHORT.maxset, _SHORT.maxfrozenset, _SHORT.maxdeque, _SHORT.maxarray = 4, 4, 4, 4
 _SHORT.maxstring, _SHORT.maxlong, _SHORT.maxother = 60, 40, 60
@@ -51,6 +79,7 @@ def short_repr(value: Any, limit: int = 120) -> str:
     Values from YAML files, tar headers or arguments can be attacker-sized (a billion-laughs
     alias chain, a 10⁵-digit number): only the first few items of each container, three
     levels deep, and at most ``limit`` characters are printed; never the whole value.
+    Tensors and arrays show their shape and dtype, long bytes their length.
     """
     if isinstance(value, int) and value.bit_length() > 128:
         return f"<int of {value.bit_length()} bits>"
@@ -172,3 +201,52 @@ def guarded(
         return SKIPPED
     failures.ok()
     return result
+
+
+# Energon's error handlers ---------------------------------------------------------------------
+
+
+def log_exception(exc: Exception, sample: Any, sources: Sequence[Any] | None = None) -> None:
+    """Log ``exc`` with its traceback, where the sample came from and a short view of it."""
+    where = "; ".join(
+        f"{s.dataset_path}[{s.index}] {s.shard_name}{tuple(s.file_names)!r}"
+        for s in sources or ()
+        if hasattr(s, "dataset_path")
+    )
+    logger.error(
+        "sample failed: %s: %s%s\nsample: %s",
+        type(exc).__name__,
+        exc,
+        f"\nsources: {where}" if where else "",
+        short_repr(sample, 400),
+        exc_info=(type(exc), exc, exc.__traceback__),
+    )
+
+
+def reraise_exception(exc: Exception, _sample: Any, _sources: Sequence[Any] | None = None) -> None:
+    """Raise ``exc`` again: the first failure stops the run."""
+    raise exc
+
+
+# Process-global because a worker process restores one chain at a time and the handler
+# reaches the buffers' refetch deep inside ``Stage.restore_state``, whose signature is the
+# stage contract every user stage implements.
+_restore_handler: list[Callable[..., Any] | None] = [None]
+
+
+@contextmanager
+def restoring(handler: Callable[..., Any] | None) -> Iterator[None]:
+    """While a worker's chain restores its state, buffered items that fail to be fetched
+    again go to ``handler`` (``WorkerConfig.restore_error_handler``; ``reraise_exception``,
+    the default, and None raise)."""
+    previous = _restore_handler[0]
+    _restore_handler[0] = None if handler is reraise_exception else handler
+    try:
+        yield
+    finally:
+        _restore_handler[0] = previous
+
+
+def current_restore_handler() -> Callable[..., Any] | None:
+    """The handler set by :func:`restoring`, or None (raise)."""
+    return _restore_handler[0]

@@ -18,11 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from energon_lite.reader import Reader
-from energon_lite.samples import basic_sample_keys
-from energon_lite.source import Source
-from energon_lite.stage import Stage
-from energon_lite.state import decode_state, encode_state
+from energon_lite.samples.types import basic_sample_keys
+from energon_lite.sources.base import Source
+from energon_lite.stages.base import Stage
+from energon_lite.stages.reader import Reader
+from energon_lite.state.codec import decode_state, encode_state
 
 
 def item_keys(item: Any) -> Any:

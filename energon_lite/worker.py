@@ -10,8 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from energon_lite.error_handlers import log_exception, reraise_exception
-from energon_lite.errors import ConfigError
+from energon_lite.errors import ConfigError, log_exception, reraise_exception
 
 ErrorHandler = Callable[[Exception, Any, Any], None]
 

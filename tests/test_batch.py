@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from energon_lite.errors import FailureTracker, SkipSample, TooManyFailuresError
-from energon_lite.index.dataset import PreparedDataset
-from energon_lite.reader import Reader
+from energon_lite.shards.dataset import PreparedDataset
 from energon_lite.stages.batch import Batch
+from energon_lite.stages.reader import Reader
 from energon_lite.testing import assert_stage_resumes, make_reader
 
 

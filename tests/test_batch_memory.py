@@ -17,12 +17,12 @@ from energon_lite import (
     CaptioningSample,
     DefaultTaskEncoder,
     WorkerConfig,
-    batch_memory,
     batch_stack,
     get_savable_loader,
     get_train_dataset,
 )
-from energon_lite.batch_memory import MIN_BYTES, BatchMemoryPool, Held, _shares_storages
+from energon_lite.batching import memory as batch_memory
+from energon_lite.batching.memory import MIN_BYTES, BatchMemoryPool, Held, _shares_storages
 
 ROWS = 4096  # 4096 x 8 float32 = 128 KiB per sample, 1 MiB per batch of 8: above MIN_BYTES
 

@@ -1,4 +1,4 @@
-"""Images decoded straight into their batch (energon_lite/batch_slab.py) and the C tar
+"""Images decoded straight into their batch (energon_lite/batching/slab.py) and the C tar
 checksum: the batches and errors users get are the same as before."""
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from energon_lite import (
     get_savable_loader,
     get_train_dataset,
 )
-from energon_lite.batch_slab import MAX_BACKOFF, SlabScope, claim, slot
-from energon_lite.collate import batch_stack
+from energon_lite.batching.collate import batch_stack
+from energon_lite.batching.slab import MAX_BACKOFF, SlabScope, claim, slot
 from energon_lite.decode.image import decode_image
-from energon_lite.index.tar import _byte_sum
+from energon_lite.shards.tar import _byte_sum
 
 SHAPE = (3, 4, 5)
 

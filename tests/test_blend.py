@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from energon_lite import StateError, prepare_dataset
-from energon_lite.index.dataset import PreparedDataset
-from energon_lite.reader import Reader
-from energon_lite.restore_key import SampleKey
+from energon_lite.shards.dataset import PreparedDataset
 from energon_lite.stages.blend_epochized import EpochizedBlend
 from energon_lite.stages.blend_weighted import WeightedBlend
 from energon_lite.stages.concat import Concat
+from energon_lite.stages.reader import Reader
+from energon_lite.state.restore_key import SampleKey
 from energon_lite.synth.shards import write_captioning_shards
 from energon_lite.testing import assert_stage_resumes, take
 

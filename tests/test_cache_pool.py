@@ -19,7 +19,7 @@ from energon_lite.cache import (
     SystemFileStore,
 )
 from energon_lite.errors import ConfigError
-from energon_lite.samples import SourceInfo
+from energon_lite.samples.types import SourceInfo
 
 
 class LoggingStore(SystemFileStore):

@@ -14,7 +14,7 @@ import torch
 
 from energon_lite import WorkerConfig, get_savable_loader, get_train_dataset
 from energon_lite.cli import main
-from energon_lite.state import encode_state
+from energon_lite.state.codec import encode_state
 from energon_lite.testing import take
 
 

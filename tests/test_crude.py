@@ -26,8 +26,8 @@ from energon_lite import (
     stateless,
 )
 from energon_lite.cache import FileStoreCachePool, Lazy, WebdatasetFileStore
-from energon_lite.crude import CrudeSample, cooker
 from energon_lite.errors import DatasetFormatError
+from energon_lite.samples.crude import CrudeSample, cooker
 from energon_lite.testing import assert_loader_resumes
 
 

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from energon_lite.errors import DatasetFormatError
-from energon_lite.index.dataset import PreparedDataset
+from energon_lite.shards.dataset import PreparedDataset
 
 
 def _tar_samples(path: Path) -> dict[str, dict[str, bytes]]:
@@ -163,7 +163,7 @@ def test_brace_counts_match_braceexpand() -> None:
 
     import braceexpand
 
-    from energon_lite.index.bounded import count_names
+    from energon_lite.shards.bounded import count_names
 
     rng = random.Random(7)
     pieces = ["{", "}", ",", "..", "1", "0", "-", "a", "Z", "\\", "03", "{1..4}", "{a..e..2}"]

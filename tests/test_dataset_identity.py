@@ -12,7 +12,7 @@ import pytest
 
 from energon_lite import WorkerConfig, get_savable_loader, get_train_dataset, prepare_dataset
 from energon_lite.errors import DatasetFormatError, StateError
-from energon_lite.index.dataset import PreparedDataset
+from energon_lite.shards.dataset import PreparedDataset
 from energon_lite.synth.shards import write_captioning_shards
 from energon_lite.testing import take
 

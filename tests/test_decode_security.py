@@ -176,7 +176,7 @@ def test_dataset_yaml_cannot_name_arbitrary_modules(
     monkeypatch.syspath_prepend(str(mod_dir))
     root = _text_dataset(
         tmp_path / "ds_ours",
-        {"sample_type": {"__module__": "energon_lite.loader", "__class__": "SavableLoader"},
+        {"sample_type": {"__module__": "energon_lite.loader.api", "__class__": "SavableLoader"},
          "field_map": {"text": "txt"}},
     )  # fmt: skip
     with pytest.raises(el.DatasetFormatError, match="not a sample type"):
@@ -213,7 +213,7 @@ def test_classes_of_the_datasets_own_sample_loader(tmp_path: Path) -> None:
 
 
 def test_allowed_modules_are_trusted_explicitly(tmp_path: Path) -> None:
-    from energon_lite.sample_factory import SampleFactory
+    from energon_lite.samples.factory import SampleFactory
 
     meta = tmp_path / ".nv-meta"
     config = {

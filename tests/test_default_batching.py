@@ -19,7 +19,7 @@ from energon_lite import (
     get_loader,
     get_train_dataset,
 )
-from energon_lite.samples import Batch
+from energon_lite.samples.types import Batch
 
 
 class Pair(NamedTuple):

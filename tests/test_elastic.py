@@ -29,8 +29,8 @@ from energon_lite import (
 )
 from energon_lite.cli.main import main
 from energon_lite.cli.state_file import read_state_file
-from energon_lite.elastic import redistribute
-from energon_lite.state import encode_state
+from energon_lite.stages.elastic import redistribute
+from energon_lite.state.codec import encode_state
 from energon_lite.synth.shards import write_captioning_shards
 from energon_lite.testing import take
 
@@ -315,7 +315,7 @@ def test_checkpoint_redist_cli_matches_in_process_restore(data, tmp_path, capsys
 def _gloo_rank(rank: int, world: int, path: str, port: int, out: str) -> None:
     import torch.distributed as dist
 
-    from energon_lite.state import decode_state
+    from energon_lite.state.codec import decode_state
 
     dist.init_process_group(
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world

@@ -9,9 +9,9 @@ import torch
 
 from energon_lite import CaptioningSample, SkipSample, TaskEncoder, TextSample
 from energon_lite.errors import ConfigError, FailureTracker, TooManyFailuresError
-from energon_lite.index.dataset import PreparedDataset
-from energon_lite.index.meta import META_DIR
-from energon_lite.sample_factory import SampleFactory
+from energon_lite.samples.factory import SampleFactory
+from energon_lite.shards.dataset import PreparedDataset
+from energon_lite.shards.meta import META_DIR
 from energon_lite.stages.encode import Encode, LeafSpec
 from energon_lite.testing import assert_stage_resumes, make_reader, take
 
@@ -135,7 +135,7 @@ def _chunk_loader(root, num_workers: int):
 
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_generator_hooks_yield_every_output_and_resume_mid_generator(train_ds, num_workers):
-    from energon_lite.restore_key import SubKey
+    from energon_lite.state.restore_key import SubKey
     from energon_lite.testing import assert_loader_resumes, take
 
     batches = take(_chunk_loader(train_ds, num_workers), 10)
@@ -148,8 +148,8 @@ def test_generator_hooks_yield_every_output_and_resume_mid_generator(train_ds, n
 
 
 def test_generator_hook_stage_resumes_at_every_output(train_ds) -> None:
-    from energon_lite.index.dataset import PreparedDataset
-    from energon_lite.sample_factory import SampleFactory
+    from energon_lite.samples.factory import SampleFactory
+    from energon_lite.shards.dataset import PreparedDataset
     from energon_lite.stages.encode import Encode, LeafSpec
     from energon_lite.testing import assert_stage_resumes, make_reader
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from energon_lite import WorkerConfig, get_loader, get_train_dataset, prepare_dataset
-from energon_lite.index.dataset import PreparedDataset
+from energon_lite.shards.dataset import PreparedDataset
 from energon_lite.synth.shards import write_captioning_shards
 
 energon = pytest.importorskip("megatron.energon")

@@ -147,9 +147,9 @@ def test_float_frames_are_made_while_collating_not_kept_per_draw(folder):
 @pytest.mark.filterwarnings("ignore:steps_per_epoch=")
 def test_batches_are_built_in_reused_memory_and_kept_ones_stay_intact(tmp_path):
     """In the resumable loader's workers the stacked frames go into shared-memory segments
-    the trainer has let go of (energon_lite/batch_memory.py), as image batches do: every
+    the trainer has let go of (energon_lite/batching/memory.py), as image batches do: every
     batch holds its keys' frames, batches the trainer keeps are never written again."""
-    from energon_lite import batch_memory
+    from energon_lite.batching import memory as batch_memory
 
     folder = write_dataset(tmp_path, [6, 5, 7, 4], images="jpeg", image_size=(120, 160))
     norm = compute_norm_stats(folder)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from energon_lite.errors import DatasetFormatError
-from energon_lite.index.tar import BLOCK, first_member_name, iter_members
+from energon_lite.shards.tar import BLOCK, first_member_name, iter_members
 from energon_lite.synth.shards import make_caption, make_image
 
 
@@ -195,7 +195,7 @@ def test_metadataset_mutations_raise_only_our_errors(two_datasets: Path) -> None
     import math
 
     from energon_lite.errors import EnergonLiteError
-    from energon_lite.metadataset import MAX_REPETITIONS, load_metadataset
+    from energon_lite.metadataset.parse import MAX_REPETITIONS, load_metadataset
 
     head = "__module__: megatron.energon\n__class__: MetadatasetV2\n"
     for name, body in _VALID.items():

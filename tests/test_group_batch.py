@@ -26,8 +26,8 @@ from energon_lite.flavors.video_text.buckets import (
     BucketId,
     make_batch_group_criterion,
 )
-from energon_lite.packing import best_fit
 from energon_lite.stages.bucket_sync import choose_bucket
+from energon_lite.task_encoder.packing import best_fit
 from energon_lite.testing import assert_loader_resumes, assert_stage_resumes
 
 NUM_SAMPLES = 200

@@ -86,7 +86,7 @@ def test_indices_continue_exactly_after_a_restore(train_ds: Path, te: TaskEncode
 
 
 def test_indices_outside_a_loader_are_refused() -> None:
-    from energon_lite.hook_index import HookIndex
+    from energon_lite.task_encoder.hook_index import HookIndex
 
     with pytest.raises(ConfigError, match="only set while a loader runs"):
         HookIndex().spread(None, "current_batch_index")
@@ -95,7 +95,7 @@ def test_indices_outside_a_loader_are_refused() -> None:
 def test_a_state_saved_before_the_counters_existed_still_restores(train_ds: Path) -> None:
     """States of the previous release have no ``calls`` / ``batches``: they restore, with
     the counters from 0, and the data stream continues exactly."""
-    from energon_lite.state import state_digest
+    from energon_lite.state.codec import state_digest
 
     loader = _loader(train_ds, TaskEncoder(), 0, 3)
     list(itertools.islice(loader, 2))

@@ -111,7 +111,7 @@ def test_inner_join_every_sample_has_its_partner(data: Path) -> None:
     assert {Path(s.dataset_path).name for s in sources} == {"ds1", "ds1b"}
     assert (data / "inner.yaml.cache").is_dir()  # the join index, written beside the file
     from energon_lite.flavors.join import JoinedSource
-    from energon_lite.source import Source
+    from energon_lite.sources.base import Source
 
     (spec,) = (data / "inner.yaml.cache").glob("*.join.json")
     source = JoinedSource(spec)

@@ -142,7 +142,7 @@ def test_open_checks_the_index_and_cuts_runs(tmp_path: Path) -> None:
 
 def test_text_list_round_trips_every_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from energon_lite.flavors.jsonl import parse_text_line
-    from energon_lite.source import Source
+    from energon_lite.sources.base import Source
 
     monkeypatch.setattr(index, "_BLOCK", 64)
     lines = [f"dir {i % 3}/img_{i:05d}.jpg {i % 7}" for i in range(300)]

@@ -10,9 +10,15 @@ import pytest
 
 from energon_lite import WorkerConfig, get_train_dataset
 from energon_lite.errors import ConfigError
-from energon_lite.kinds import DatasetKind, kind_of, open_source, register_kind, registered_kinds
-from energon_lite.leaf import Leaf
-from energon_lite.source import Source
+from energon_lite.sources.base import Source
+from energon_lite.sources.kinds import (
+    DatasetKind,
+    kind_of,
+    open_source,
+    register_kind,
+    registered_kinds,
+)
+from energon_lite.sources.leaf import Leaf
 from energon_lite.synth.episodes import write_dataset
 
 

@@ -27,7 +27,7 @@ from energon_lite import (
 )
 from energon_lite.cache import NoCachePool
 from energon_lite.errors import ConfigError, WorkerTimeoutError
-from energon_lite.state import state_digest
+from energon_lite.state.codec import state_digest
 from energon_lite.testing import assert_loader_resumes, take
 
 

@@ -23,7 +23,7 @@ from energon_lite import (
     get_val_dataset,
     prepare_dataset,
 )
-from energon_lite.metadataset import load_metadataset
+from energon_lite.metadataset.parse import load_metadataset
 from energon_lite.synth.shards import write_captioning_shards
 from energon_lite.testing import assert_loader_resumes
 

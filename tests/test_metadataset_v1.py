@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 import energon_lite as el
-from energon_lite.metadataset import load_metadataset
+from energon_lite.metadataset.parse import load_metadataset
 from energon_lite.synth.shards import write_captioning_shards
 
 energon = pytest.importorskip("megatron.energon")
@@ -181,7 +181,7 @@ def test_prepare_dataset_classmethod_like_energons(tmp_path: Path) -> None:
     assert {"jpg", "txt"} <= parts and [c for _, c in counts] == [10] * len(names)
     mine = yaml.safe_load((ours / ".nv-meta/split.yaml").read_text())["split_parts"]
     their = yaml.safe_load((theirs / ".nv-meta/split.yaml").read_text())["split_parts"]
-    from energon_lite.index.meta import expand
+    from energon_lite.shards.meta import expand
 
     assert {k: expand(v) for k, v in mine.items()} == {k: expand(v) for k, v in their.items()}
     (ours / ".nv-meta/dataset.yaml").write_text(

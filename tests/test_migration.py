@@ -20,7 +20,7 @@ from energon_lite import (
     get_train_dataset,
     stateless,
 )
-from energon_lite.restore_key import SampleKey
+from energon_lite.state.restore_key import SampleKey
 
 
 def tokenizer(

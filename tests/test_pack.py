@@ -21,10 +21,10 @@ from energon_lite import (
     get_savable_loader,
     get_train_dataset,
 )
-from energon_lite.packing import best_fit
-from energon_lite.restore_key import PackKey, SampleKey, from_plain, to_plain
 from energon_lite.stages.pack import Pack
-from energon_lite.state import decode_state, encode_state
+from energon_lite.state.codec import decode_state, encode_state
+from energon_lite.state.restore_key import PackKey, SampleKey, from_plain, to_plain
+from energon_lite.task_encoder.packing import best_fit
 from energon_lite.testing import assert_loader_resumes, assert_stage_resumes
 
 MAX_LENGTH = 32

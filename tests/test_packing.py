@@ -6,13 +6,13 @@ from collections import Counter
 import pytest
 
 from energon_lite.errors import ConfigError
-from energon_lite.packing import (
+from energon_lite.rng import rng_for
+from energon_lite.task_encoder.packing import (
     best_fit,
     first_fit_decreasing,
     long_tailed_lengths,
     packing_efficiency,
 )
-from energon_lite.rng import rng_for
 
 PACKERS = [first_fit_decreasing, best_fit]
 TARGET = 4096

@@ -277,7 +277,7 @@ def test_a_ratio_that_leaves_a_split_empty_warns_and_loading_names_it(
 
 def test_a_shard_listed_twice_in_a_split_is_refused(tmp_path: Path) -> None:
     from energon_lite.cli.info import lint
-    from energon_lite.index.dataset import PreparedDataset
+    from energon_lite.shards.dataset import PreparedDataset
 
     write_captioning_shards(tmp_path, 40, 10, image_size=(8, 8))
     _prepare(tmp_path, split_ratio=[("train", 3), ("val", 1)])

@@ -18,7 +18,7 @@ import pytest
 import energon_lite
 from energon_lite import prepare_dataset
 from energon_lite.errors import DatasetFormatError
-from energon_lite.index.dataset import PreparedDataset
+from energon_lite.shards.dataset import PreparedDataset
 from energon_lite.synth.shards import write_captioning_shards
 
 FIELD_MAP = {"image": "jpg", "caption": "txt"}

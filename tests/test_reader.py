@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from energon_lite.errors import StateError
-from energon_lite.index.dataset import PreparedDataset
-from energon_lite.reader import Reader
-from energon_lite.restore_key import SampleKey
+from energon_lite.shards.dataset import PreparedDataset
+from energon_lite.stages.reader import Reader
+from energon_lite.state.restore_key import SampleKey
 from energon_lite.testing import assert_stage_resumes, take
 
 

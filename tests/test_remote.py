@@ -22,7 +22,7 @@ from conftest import make_dataset
 from energon_lite import WorkerConfig, get_savable_loader, get_train_dataset, get_val_dataset
 from energon_lite.cli import main as cli_main
 from energon_lite.errors import DatasetFormatError, EnergonLiteError
-from energon_lite.index.meta import META_DIR
+from energon_lite.shards.meta import META_DIR
 from energon_lite.storage import STATS, RemotePath
 from energon_lite.synth.servers import TEST_CREDENTIALS, FaultProxy, RangeHTTPServer, S3Server
 from energon_lite.synth.shards import write_captioning_shards

@@ -24,7 +24,7 @@ from energon_lite import (
     get_val_dataset,
 )
 from energon_lite.errors import StateError
-from energon_lite.restore_key import PackKey, SampleKey, to_plain
+from energon_lite.state.restore_key import PackKey, SampleKey, to_plain
 
 
 class NoisyEncoder(DefaultTaskEncoder):

@@ -10,8 +10,8 @@ import yaml
 
 from energon_lite import CaptioningSample, SampleDecoder, TextSample
 from energon_lite.errors import DatasetFormatError
-from energon_lite.index.dataset import PreparedDataset
-from energon_lite.sample_factory import SampleFactory
+from energon_lite.samples.factory import SampleFactory
+from energon_lite.shards.dataset import PreparedDataset
 
 
 def _raw(ds: PreparedDataset, position: int) -> dict:

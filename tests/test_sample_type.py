@@ -45,8 +45,8 @@ def test_mismatch_names_the_dataset_and_both_types(train_ds: Path) -> None:
         _train(train_ds, sample_type=TextSample)
     message = str(error.value)
     assert str(train_ds) in message
-    assert "energon_lite.samples.CaptioningSample" in message
-    assert "energon_lite.samples.TextSample" in message
+    assert "energon_lite.samples.types.CaptioningSample" in message
+    assert "energon_lite.samples.types.TextSample" in message
 
 
 @pytest.mark.parametrize("bad", ["CaptioningSample", 3])

@@ -13,12 +13,12 @@ import yaml
 
 from energon_lite import prepare_dataset
 from energon_lite.errors import DatasetFormatError
-from energon_lite.index.bounded import expand_bounded
-from energon_lite.index.dataset import PreparedDataset
-from energon_lite.index.meta import load_split
-from energon_lite.index.plain_yaml import parse_plain_lists
-from energon_lite.reader import Reader
 from energon_lite.rng import Permutation
+from energon_lite.shards.bounded import expand_bounded
+from energon_lite.shards.dataset import PreparedDataset
+from energon_lite.shards.meta import load_split
+from energon_lite.shards.plain_yaml import parse_plain_lists
+from energon_lite.stages.reader import Reader
 
 
 @pytest.mark.parametrize("n", [1, 2, 5, 64, 1000, 4099])

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from energon_lite.errors import ConfigError, StateError
-from energon_lite.index.dataset import PreparedDataset
+from energon_lite.shards.dataset import PreparedDataset
 from energon_lite.stages.shuffle import ShuffleBuffer
-from energon_lite.state import encode_state
+from energon_lite.state.codec import encode_state
 from energon_lite.testing import assert_stage_resumes, make_reader, take
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from energon_lite import EnergonLiteError, WorkerConfig, get_savable_loader, get_train_dataset
 from energon_lite.errors import StateError
-from energon_lite.state import state_digest
+from energon_lite.state.codec import state_digest
 from energon_lite.testing import item_identity, take
 
 MUTATIONS = 300

@@ -9,7 +9,7 @@ import tarfile
 import pytest
 
 from energon_lite.errors import DatasetFormatError
-from energon_lite.index.tar import first_member_name, iter_members, parse_sample, split_name
+from energon_lite.shards.tar import first_member_name, iter_members, parse_sample, split_name
 
 
 def _tar(members: list[tuple[str, bytes]], fmt: int) -> bytes:

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from energon_lite import WorkerConfig, get_train_dataset
-from energon_lite.index.dataset import PreparedDataset
-from energon_lite.reader import Reader
-from energon_lite.stage import Stage
+from energon_lite.shards.dataset import PreparedDataset
+from energon_lite.stages.base import Stage
 from energon_lite.stages.blend_epochized import EpochizedBlend
+from energon_lite.stages.reader import Reader
 from energon_lite.testing import assert_stage_resumes, item_keys, make_reader
 
 

@@ -14,7 +14,7 @@ import pytest
 from energon_lite.cli import main
 from energon_lite.errors import DatasetFormatError
 from energon_lite.flavors.video_text import VideoTextSource, prepare_video_text
-from energon_lite.index.dataset import PreparedDataset
+from energon_lite.shards.dataset import PreparedDataset
 from energon_lite.synth.video_text import make_media, write_table
 
 HEADER = "path,text,num_frames,height,width\n"

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from energon_lite.errors import DatasetFormatError
-from energon_lite.samples import SourceInfo
+from energon_lite.samples.types import SourceInfo
 
 
 def add_source_info(sample: Any, *infos: SourceInfo) -> None:
@@ -107,8 +107,8 @@ class WebdatasetFileStore(FileStore):
 
     def _lookup(self, key: str) -> tuple[int, int, dict[str, bytes]]:
         from energon_lite.cache.key_index import candidates, load_key_index
-        from energon_lite.index.dataset import PreparedDataset
-        from energon_lite.index.meta import load_split
+        from energon_lite.shards.dataset import PreparedDataset
+        from energon_lite.shards.meta import load_split
 
         if self._table is None:
             self._table = load_key_index(self.root)
@@ -224,7 +224,7 @@ def open_file_store(spec: str, base: Path) -> FileStore:
 def primary_file_store(path: Path, source: Any = None) -> FileStore:
     """A dataset read by file name: its Source's ``as_file_store()``, or a tar folder's."""
     if source is None and not (path / ".nv-meta").is_dir():
-        from energon_lite.kinds import kind_of
+        from energon_lite.sources.kinds import kind_of
 
         kind = kind_of(path)
         if kind.open is None or not path.exists():

@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 
 from energon_lite.errors import DatasetFormatError
-from energon_lite.index.meta import META_DIR, load_info
-from energon_lite.index.tar import first_member_name, split_name
-from energon_lite.index.tar_index import open_index
+from energon_lite.shards.meta import META_DIR, load_info
+from energon_lite.shards.tar import first_member_name, split_name
+from energon_lite.shards.tar_index import open_index
 
 FILE_NAME = "key_index.npy"
 DTYPE = np.dtype([("hash", "<u8"), ("shard", "<u4"), ("index", "<u8")])

@@ -97,8 +97,8 @@ def lookup(root: Path, key: str) -> Any:
 def _entries(root: Path) -> Iterator[tuple[str, Any]]:
     """``(entry key, reader of its bytes)`` of every file of a folder or tar dataset."""
     if (root / ".nv-meta" / ".info.json").is_file() or (root / ".nv-meta" / ".info.yaml").is_file():
-        from energon_lite.index.dataset import PreparedDataset
-        from energon_lite.index.meta import load_info, load_split
+        from energon_lite.shards.dataset import PreparedDataset
+        from energon_lite.shards.meta import load_info, load_split
 
         info = load_info(root)
         dataset = PreparedDataset(root, next(iter(load_split(root).split_parts)))

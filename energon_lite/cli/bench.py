@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from energon_lite.errors import ConfigError
-from energon_lite.loader import get_savable_loader, get_train_dataset
-from energon_lite.stats_report import bottleneck, format_stats, hint, label
-from energon_lite.task_encoder import TaskEncoder
+from energon_lite.loader.api import get_savable_loader, get_train_dataset
+from energon_lite.loader.stats_report import bottleneck, format_stats, hint, label
+from energon_lite.task_encoder.base import TaskEncoder
 from energon_lite.worker import WorkerConfig
 
 PLOT_EXTRA = "pip install 'energon-lite[plot]'  (matplotlib)"

@@ -16,7 +16,7 @@ from typing import Any
 
 from energon_lite.cli.state_file import read_state_file
 from energon_lite.errors import StateError
-from energon_lite.state import encode_state
+from energon_lite.state.codec import encode_state
 
 
 @dataclass

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from energon_lite.elastic import walk_states
 from energon_lite.errors import StateError
-from energon_lite.restore_key import from_plain, sample_keys
+from energon_lite.stages.elastic import walk_states
+from energon_lite.state.restore_key import from_plain, sample_keys
 
 
 def describe_layout(states: list[Any]) -> str:

@@ -15,12 +15,12 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from energon_lite.loader import get_savable_loader, get_train_dataset
-from energon_lite.prepare import prepare_dataset
-from energon_lite.samples import Batch, CaptioningSample
-from energon_lite.state import decode_state, encode_state
+from energon_lite.loader.api import get_savable_loader, get_train_dataset
+from energon_lite.samples.types import Batch, CaptioningSample
+from energon_lite.shards.prepare import prepare_dataset
+from energon_lite.state.codec import decode_state, encode_state
 from energon_lite.synth.shards import write_captioning_shards
-from energon_lite.task_encoder import TaskEncoder
+from energon_lite.task_encoder.base import TaskEncoder
 from energon_lite.worker import WorkerConfig
 
 

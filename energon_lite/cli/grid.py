@@ -23,10 +23,10 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from energon_lite.errors import ConfigError, EnergonLiteError
-from energon_lite.index.meta import META_DIR
-from energon_lite.kinds import kind_of, resolve_path
-from energon_lite.restore_key import SampleKey
-from energon_lite.sample_factory import SampleFactory
+from energon_lite.samples.factory import SampleFactory
+from energon_lite.shards.meta import META_DIR
+from energon_lite.sources.kinds import kind_of, resolve_path
+from energon_lite.state.restore_key import SampleKey
 from energon_lite.storage import as_path
 
 CAPTION_HEIGHT = 40  # three lines of the default font

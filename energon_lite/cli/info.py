@@ -13,11 +13,11 @@ from tqdm import tqdm
 
 from energon_lite.decode import SampleDecoder
 from energon_lite.errors import ConfigError, EnergonLiteError, short_repr
-from energon_lite.index.meta import META_DIR, load_dataset_config, load_info, load_split
-from energon_lite.kinds import DatasetKind, kind_of, resolve_path
-from energon_lite.restore_key import SampleKey
-from energon_lite.sample_factory import SampleFactory
-from energon_lite.source import Source
+from energon_lite.samples.factory import SampleFactory
+from energon_lite.shards.meta import META_DIR, load_dataset_config, load_info, load_split
+from energon_lite.sources.base import Source
+from energon_lite.sources.kinds import DatasetKind, kind_of, resolve_path
+from energon_lite.state.restore_key import SampleKey
 from energon_lite.storage import RemotePath, StoragePath, as_path, ops
 
 

@@ -43,8 +43,8 @@ def _ask(question: str, default: str | None = None) -> str:
 
 def _interactive(args: argparse.Namespace) -> None:
     """Ask what the flags would have said."""
-    from energon_lite.prepare import find_shards
-    from energon_lite.samples import SAMPLE_TYPES, sample_field_names
+    from energon_lite.samples.types import SAMPLE_TYPES, sample_field_names
+    from energon_lite.shards.prepare import find_shards
 
     shards = find_shards(as_path(args.path))
     print(f"Found {len(shards)} shards under {args.path}")
@@ -68,8 +68,8 @@ def _interactive(args: argparse.Namespace) -> None:
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:
-    from energon_lite.kinds import kind_of
-    from energon_lite.prepare import prepare_dataset
+    from energon_lite.shards.prepare import prepare_dataset
+    from energon_lite.sources.kinds import kind_of
 
     kind = kind_of(args.path)
     if kind.prepare is not None:  # a dataset kind of a flavor (video-text table, episodes ...)
@@ -191,8 +191,8 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
 
 def cmd_checkpoint_redist(args: argparse.Namespace) -> int:
     from energon_lite.cli.checkpoint_files import read_checkpoint, write_checkpoint
-    from energon_lite.elastic import redistribute
     from energon_lite.errors import ConfigError
+    from energon_lite.stages.elastic import redistribute
 
     paths, output = [Path(p) for p in args.paths], args.output
     energon_form: int | None = args.new_world_size

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from energon_lite.errors import StateError
-from energon_lite.state import decode_state
+from energon_lite.state.codec import decode_state
 
 _PICKLE_PROTOCOLS = (b"\x80\x02", b"\x80\x03", b"\x80\x04", b"\x80\x05")
-_FORMATS = "msgpack (energon_lite.state.encode_state), JSON or torch.save"
+_FORMATS = "msgpack (energon_lite.state.codec.encode_state), JSON or torch.save"
 
 
 def read_state_file(path: str | Path) -> Any:

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from energon_lite.batch_slab import slot
+from energon_lite.batching.slab import slot
 from energon_lite.decode.resize import resize_uint8
 from energon_lite.errors import ConfigError
 
@@ -112,7 +112,7 @@ def decode_image(
 
 
 def _output(dtype: torch.dtype, shape: tuple[int, ...]) -> torch.Tensor:
-    """Where a decoded image goes: a row of the batch being made (energon_lite/batch_slab.py)
+    """Where a decoded image goes: a row of the batch being made (energon_lite/batching/slab.py)
     or, outside one, a tensor of its own."""
     out = slot(dtype, shape)
     return torch.empty(shape, dtype=dtype) if out is None else out

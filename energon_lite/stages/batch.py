@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from energon_lite.batch_slab import SlabScope
+from energon_lite.batching.slab import SlabScope
 from energon_lite.errors import SKIPPED, ConfigError, FailureTracker, guarded
-from energon_lite.hook_index import INDEX
-from energon_lite.samples import basic_sample_keys
-from energon_lite.stage import Stage
-from energon_lite.state import state_count
+from energon_lite.samples.types import basic_sample_keys
+from energon_lite.stages.base import Stage
+from energon_lite.state.codec import state_count
+from energon_lite.task_encoder.hook_index import INDEX
 
 
 def collate_or_skip(

@@ -24,12 +24,12 @@ from typing import Any
 
 from energon_lite.errors import ConfigError, StateError
 from energon_lite.quotas import exact_repetitions, pass_quotas, passes
-from energon_lite.reader import Reader
 from energon_lite.rng import CounterRng
-from energon_lite.stage import Stage
+from energon_lite.stages.base import Stage
 from energon_lite.stages.blend_weighted import draw
+from energon_lite.stages.reader import Reader
 from energon_lite.stages.routing import fetch_by_leaf
-from energon_lite.state import state_count
+from energon_lite.state.codec import state_count
 
 
 class EpochizedBlend(Stage):

@@ -17,9 +17,9 @@ from typing import Any
 
 from energon_lite.errors import ConfigError, StateError
 from energon_lite.rng import CounterRng
-from energon_lite.stage import Stage
+from energon_lite.stages.base import Stage
 from energon_lite.stages.routing import by_leaf, fetch_by_leaf
-from energon_lite.state import state_count
+from energon_lite.state.codec import state_count
 
 
 def draw(rng: CounterRng, weights: Sequence[float]) -> int:

@@ -17,7 +17,7 @@ import msgpack
 
 from energon_lite.errors import ConfigError
 from energon_lite.rng import derive_seed
-from energon_lite.task_encoder import TaskEncoder
+from energon_lite.task_encoder.base import TaskEncoder
 from energon_lite.worker import WorkerSlot
 
 

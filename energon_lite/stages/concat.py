@@ -9,9 +9,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from energon_lite.errors import ConfigError, StateError
-from energon_lite.stage import Stage
+from energon_lite.stages.base import Stage
 from energon_lite.stages.routing import by_leaf, fetch_by_leaf
-from energon_lite.state import state_count
+from energon_lite.state.codec import state_count
 
 
 class Concat(Stage):

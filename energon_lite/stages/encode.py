@@ -24,12 +24,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from energon_lite.errors import SKIPPED, FailureTracker, StateError, guarded, short_repr
-from energon_lite.hook_index import INDEX
-from energon_lite.restore_key import RestoreKey, SampleKey, SubKey, from_plain, to_plain
-from energon_lite.sample_factory import SampleFactory
-from energon_lite.stage import Stage
-from energon_lite.state import state_count
-from energon_lite.task_encoder import TaskEncoder
+from energon_lite.samples.factory import SampleFactory
+from energon_lite.stages.base import Stage
+from energon_lite.state.codec import state_count
+from energon_lite.state.restore_key import RestoreKey, SampleKey, SubKey, from_plain, to_plain
+from energon_lite.task_encoder.base import TaskEncoder
+from energon_lite.task_encoder.hook_index import INDEX
 
 
 @dataclass

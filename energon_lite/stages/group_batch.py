@@ -26,14 +26,14 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from typing import Any
 
-from energon_lite.buffer import check_held, fetch_keys, keys_of
 from energon_lite.errors import SKIPPED, ConfigError, FailureTracker, StateError, guarded
-from energon_lite.hook_index import INDEX
-from energon_lite.samples import basic_sample_keys
-from energon_lite.stage import Stage
+from energon_lite.samples.types import basic_sample_keys
+from energon_lite.stages.base import Stage
 from energon_lite.stages.batch import collate_or_skip, fetch_batch
 from energon_lite.stages.bucket_sync import BucketSync, choose_bucket
-from energon_lite.state import state_count
+from energon_lite.stages.buffer import check_held, fetch_keys, keys_of
+from energon_lite.state.codec import state_count
+from energon_lite.task_encoder.hook_index import INDEX
 
 
 class GroupBatch(Stage):

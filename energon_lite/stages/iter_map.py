@@ -22,11 +22,11 @@ import itertools
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from energon_lite.buffer import fetch_keys, restore_key_of
 from energon_lite.errors import ConfigError, FailureTracker, SkipSample, StateError, short_repr
-from energon_lite.restore_key import PackKey, SubKey, from_plain, to_plain
-from energon_lite.stage import Stage
-from energon_lite.state import state_count
+from energon_lite.stages.base import Stage
+from energon_lite.stages.buffer import fetch_keys, restore_key_of
+from energon_lite.state.codec import state_count
+from energon_lite.state.restore_key import PackKey, SubKey, from_plain, to_plain
 
 
 class IterMap(Stage):

@@ -11,8 +11,8 @@ from collections.abc import Callable
 from typing import Any
 
 from energon_lite.errors import SKIPPED, ConfigError, FailureTracker, guarded
-from energon_lite.samples import basic_sample_keys
-from energon_lite.stage import Stage
+from energon_lite.samples.types import basic_sample_keys
+from energon_lite.stages.base import Stage
 
 
 class Map(Stage):

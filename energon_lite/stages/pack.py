@@ -14,7 +14,7 @@ change); at the end of a finite source the last leftovers are selected once more
 dropped with a warning if still unselected. ``SkipSample`` from the selector drops the
 whole buffer (Energon's behaviour); from a postencode, that member; from the packer, the pack.
 
-The packed sample's ``__restore_key__`` is a :class:`~energon_lite.restore_key.PackKey` of
+The packed sample's ``__restore_key__`` is a :class:`~energon_lite.state.restore_key.PackKey` of
 its members' keys, so ``fetch`` rebuilds it: fetch each member, postencode, pack again.
 
 State: the restore keys of the buffered samples and of the queued groups (``size`` keys at
@@ -26,12 +26,12 @@ from __future__ import annotations
 import types
 from typing import Any
 
-from energon_lite.buffer import KeyedBuffer, check_held, fetch_keys, keys_of, restore_key_of
 from energon_lite.errors import SKIPPED, ConfigError, FailureTracker, StateError, guarded, logger
-from energon_lite.restore_key import PackKey
-from energon_lite.samples import basic_sample_keys
-from energon_lite.stage import Stage
-from energon_lite.task_encoder import TaskEncoder
+from energon_lite.samples.types import basic_sample_keys
+from energon_lite.stages.base import Stage
+from energon_lite.stages.buffer import KeyedBuffer, check_held, fetch_keys, keys_of, restore_key_of
+from energon_lite.state.restore_key import PackKey
+from energon_lite.task_encoder.base import TaskEncoder
 
 
 class Pack(Stage):

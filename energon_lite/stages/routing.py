@@ -6,8 +6,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from energon_lite.errors import StateError, short_repr
-from energon_lite.restore_key import PackKey, SampleKey, SubKey, sample_keys
-from energon_lite.stage import Stage
+from energon_lite.stages.base import Stage
+from energon_lite.state.restore_key import PackKey, SampleKey, SubKey, sample_keys
 
 
 def fetch_by_leaf(stage: str, by_leaf: Mapping[int, Stage], restore_key: Any) -> Any:

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from energon_lite.buffer import KeyedBuffer, check_held
 from energon_lite.errors import ConfigError
 from energon_lite.rng import CounterRng
-from energon_lite.stage import Stage
-from energon_lite.state import state_count
+from energon_lite.stages.base import Stage
+from energon_lite.stages.buffer import KeyedBuffer, check_held
+from energon_lite.state.codec import state_count
 
 
 class ShuffleBuffer(Stage):

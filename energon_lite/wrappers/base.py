@@ -1,6 +1,6 @@
 """``WrapperPipeline`` and ``WrapperDataset``: Energon's wrapper classes as adapters over stages.
 
-A wrapper is a :class:`~energon_lite.savable_dataset.SavableDataset` whose pipeline builds
+A wrapper is a :class:`~energon_lite.loader.savable_dataset.SavableDataset` whose pipeline builds
 the wrapped datasets' chains for the same worker slot and puts one stage on top. Nothing
 runs twice: ``BatchDataset(ds, 4, ...)`` is ``ds``'s chain followed by the ``Batch`` stage,
 exactly as ``get_train_dataset(batch_size=4)`` would wire it.
@@ -17,15 +17,15 @@ exactly as ``get_train_dataset(batch_size=4)`` would wire it.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from energon_lite.error_handlers import log_exception
-from energon_lite.errors import ConfigError, FailureTracker
-from energon_lite.pipeline import Pipeline
-from energon_lite.plan import Node
-from energon_lite.savable_dataset import SavableDataset
-from energon_lite.stage import Stage
+from energon_lite.errors import ConfigError, FailureTracker, log_exception
+from energon_lite.loader.savable_dataset import SavableDataset
+from energon_lite.pipeline.dataset_pipeline import Pipeline
+from energon_lite.stages.base import Stage
+from energon_lite.stages.plan import Node
 from energon_lite.worker import WorkerConfig, WorkerSlot
 
 # make(slot) -> the function that makes the top stage from the built parent(s)
@@ -39,7 +39,13 @@ def fn_name(fn: Any) -> str | None:
     if fn is None:
         return None
     name = getattr(fn, "__qualname__", None) or type(fn).__qualname__
-    return f"{getattr(fn, '__module__', '')}.{name}"
+    module = getattr(fn, "__module__", None) or ""
+    if (
+        module.startswith("energon_lite.")
+        and getattr(sys.modules["energon_lite"], name, None) is fn
+    ):
+        return f"energon_lite.{name}"  # our public name: stays when the defining module moves
+    return f"{module}.{name}"
 
 
 def set_restore_key(item: Any, key: Any) -> Any:

@@ -13,14 +13,14 @@ from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
 from energon_lite.errors import ConfigError, FailureTracker
-from energon_lite.samples import basic_sample_keys
-from energon_lite.savable_dataset import SavableDataset
-from energon_lite.stage import Stage
+from energon_lite.loader.savable_dataset import SavableDataset
+from energon_lite.samples.types import basic_sample_keys
+from energon_lite.stages.base import Stage
 from energon_lite.stages.batch import Batch
 from energon_lite.stages.group_batch import GroupBatch
 from energon_lite.stages.iter_map import IterMap
 from energon_lite.stages.pack import Pack
-from energon_lite.task_encoder import TaskEncoder
+from energon_lite.task_encoder.base import TaskEncoder
 from energon_lite.worker import WorkerConfig
 from energon_lite.wrappers.base import (
     MakeTop,

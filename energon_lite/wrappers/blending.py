@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from energon_lite.errors import ConfigError
-from energon_lite.savable_dataset import SavableDataset
+from energon_lite.loader.savable_dataset import SavableDataset
 from energon_lite.stages.blend_weighted import WeightedBlend
 from energon_lite.stages.concat import Concat
 from energon_lite.worker import WorkerConfig

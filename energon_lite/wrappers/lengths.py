@@ -13,9 +13,9 @@ import math
 from typing import Any
 
 from energon_lite.errors import ConfigError
-from energon_lite.plan import Node
-from energon_lite.savable_dataset import SavableDataset
+from energon_lite.loader.savable_dataset import SavableDataset
 from energon_lite.stages.limit import Limit
+from energon_lite.stages.plan import Node
 from energon_lite.stages.repeat import Repeat
 from energon_lite.worker import WorkerConfig, WorkerSlot
 from energon_lite.wrappers.base import (

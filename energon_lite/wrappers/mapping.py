@@ -11,8 +11,8 @@ import inspect
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from energon_lite.samples import basic_sample_keys
-from energon_lite.savable_dataset import SavableDataset
+from energon_lite.loader.savable_dataset import SavableDataset
+from energon_lite.samples.types import basic_sample_keys
 from energon_lite.stages.filter import Filter
 from energon_lite.stages.iter_map import IterMap
 from energon_lite.stages.map import Map

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from energon_lite.errors import ConfigError
-from energon_lite.savable_dataset import SavableDataset
+from energon_lite.loader.savable_dataset import SavableDataset
 from energon_lite.stages.shuffle import ShuffleBuffer
 from energon_lite.worker import WorkerConfig
 from energon_lite.wrappers.base import WrapperDataset, check_wrapped, nesting

@@ -11,7 +11,7 @@ In a DataLoader worker an array field is stacked straight into shared memory (as
 and the worker's heap never holds a batch-sized array (stacking into the heap made
 ``Tensor`` pickling copy every batch again, into shared memory, and left a batch of
 frames in each worker's heap). In the resumable loader's workers that memory is a segment
-the trainer has let go of where there is one (:mod:`energon_lite.batch_memory`): a fresh
+the trainer has let go of where there is one (:mod:`energon_lite.batching.memory`): a fresh
 84 MB segment per batch cost its page faults every time.
 """
 
@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from energon_lite.collate import batch_tensor
+from energon_lite.batching.collate import batch_tensor
 
 
 def _collate(values: list[Any], to_float: bool = False, path: str = "") -> Any:

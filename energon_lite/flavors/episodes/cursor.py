@@ -11,7 +11,7 @@ from typing import Any
 
 from energon_lite.errors import StateError
 from energon_lite.flavors.episodes.transitions import TransitionBuilder
-from energon_lite.stage import Stage
+from energon_lite.stages.base import Stage
 
 
 class EpochCursor(Stage):

@@ -19,7 +19,7 @@ from energon_lite.errors import ConfigError
 from energon_lite.flavors.episodes.index import open_episode_index
 from energon_lite.flavors.episodes.pipeline import EpisodePipeline
 from energon_lite.flavors.episodes.transitions import TransitionBuilder
-from energon_lite.loader import SavableDataset, SavableLoader, get_savable_loader
+from energon_lite.loader.api import SavableDataset, SavableLoader, get_savable_loader
 from energon_lite.worker import WorkerConfig
 
 

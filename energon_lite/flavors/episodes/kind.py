@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from energon_lite.flavors.episodes.index import INDEX_PATH
-from energon_lite.kinds import DatasetKind, register_kind
+from energon_lite.sources.kinds import DatasetKind, register_kind
 
 
 def is_episode_folder(path: Path) -> bool:

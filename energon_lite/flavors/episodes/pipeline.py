@@ -18,7 +18,7 @@ from energon_lite.flavors.episodes.cursor import EpochCursor
 from energon_lite.flavors.episodes.pool import EpisodePool, choose_pool, pool_stats
 from energon_lite.flavors.episodes.sweep import EpisodeSweep
 from energon_lite.flavors.episodes.transitions import TransitionBuilder
-from energon_lite.stage import Stage
+from energon_lite.stages.base import Stage
 from energon_lite.worker import WorkerSlot
 
 MODES = ("pool", "full")

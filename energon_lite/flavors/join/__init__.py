@@ -1,6 +1,6 @@
 """Joins: ``join:`` in a metadataset matches prepared datasets by sample key.
 
-``energon_lite.join_spec`` turns the YAML into a spec file; this flavor opens it as a
+``energon_lite.metadataset.join`` turns the YAML into a spec file; this flavor opens it as a
 Source (``JoinedSource``) and builds the key-match index on first use. Energon's name for
 the joined dataset is ``JoinedWebdatasetFactory``.
 """

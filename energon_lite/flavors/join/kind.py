@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from energon_lite.join_spec import SUFFIX
-from energon_lite.kinds import DatasetKind, register_kind
-from energon_lite.source import Source
+from energon_lite.metadataset.join import SUFFIX
+from energon_lite.sources.base import Source
+from energon_lite.sources.kinds import DatasetKind, register_kind
 
 
 def _is_join_spec(path: Path) -> bool:

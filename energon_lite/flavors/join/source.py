@@ -1,6 +1,6 @@
 """``JoinedSource``: samples of several prepared datasets matched by sample key.
 
-Opened from a join spec file (``energon_lite.join_spec``). The primary (first) dataset's
+Opened from a join spec file (``energon_lite.metadataset.join``). The primary (first) dataset's
 split gives the runs; each partner is matched through a *join index*: an int64 array over
 the primary's samples (all shards, in shard order) holding the partner's ``shard << 40 |
 index`` or -1. It is computed once from the two datasets' key indexes (sorted key hashes,
@@ -27,8 +27,8 @@ import numpy as np
 
 from energon_lite.cache.key_index import load_key_index
 from energon_lite.errors import DatasetFormatError
-from energon_lite.index.dataset import PreparedDataset
-from energon_lite.index.meta import load_info
+from energon_lite.shards.dataset import PreparedDataset
+from energon_lite.shards.meta import load_info
 from energon_lite.storage import local_only
 
 _SHIFT = 40

@@ -8,7 +8,7 @@ from typing import Any
 
 from energon_lite.cache.file_store import FileStore
 from energon_lite.errors import DatasetFormatError
-from energon_lite.samples import SourceInfo
+from energon_lite.samples.types import SourceInfo
 
 
 class JsonlFileStore(FileStore):

@@ -8,8 +8,8 @@ from typing import Any
 
 from energon_lite.flavors.jsonl.index import prepare_lines
 from energon_lite.flavors.jsonl.source import JsonlSource, is_line_file
-from energon_lite.kinds import DatasetKind, register_kind
-from energon_lite.source import Source
+from energon_lite.sources.base import Source
+from energon_lite.sources.kinds import DatasetKind, register_kind
 
 
 def _open(path: Path, split_part: str, **options: Any) -> Source:

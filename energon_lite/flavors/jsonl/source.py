@@ -24,7 +24,7 @@ import numpy as np
 
 from energon_lite.errors import DatasetFormatError
 from energon_lite.flavors.jsonl.index import index_path, read_info
-from energon_lite.index.dataset import _resolve_bound
+from energon_lite.shards.dataset import _resolve_bound
 
 VIRTUAL_RUNS = 64
 CRUDE_CONFIG = {"__module__": "megatron.energon", "__class__": "CrudeWebdataset"}

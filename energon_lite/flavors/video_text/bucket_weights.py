@@ -37,7 +37,7 @@ import numpy as np
 
 from energon_lite.flavors.video_text.buckets import BucketAssigner, BucketId
 from energon_lite.flavors.video_text.layout import load_marker, resolve_prepared
-from energon_lite.index.meta import META_DIR
+from energon_lite.shards.meta import META_DIR
 
 
 def split_shapes(path: str | os.PathLike[str], split_part: str) -> tuple[np.ndarray, np.ndarray]:

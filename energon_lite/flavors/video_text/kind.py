@@ -8,8 +8,8 @@ from typing import Any
 
 from energon_lite.decode.decoder import require_av
 from energon_lite.flavors.video_text.layout import is_video_text, resolve_prepared
-from energon_lite.kinds import DatasetKind, register_kind
-from energon_lite.source import Source
+from energon_lite.sources.base import Source
+from energon_lite.sources.kinds import DatasetKind, register_kind
 
 
 def _open(path: Path, split_part: str, **options: Any) -> Source:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from energon_lite.errors import DatasetFormatError
-from energon_lite.index.meta import META_DIR
+from energon_lite.shards.meta import META_DIR
 
 MARKER = "video_text.json"
 VERSION = 1

@@ -45,7 +45,7 @@ from energon_lite.flavors.video_text.layout import (
     quick_fingerprint,
     shard_name,
 )
-from energon_lite.index.meta import META_DIR
+from energon_lite.shards.meta import META_DIR
 
 MISSING_MEDIA = ("warn", "error", "ignore")
 

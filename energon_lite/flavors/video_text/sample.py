@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from energon_lite.errors import MediaDecodeError
-from energon_lite.samples import Sample
+from energon_lite.samples.types import Sample
 
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".webp", ".bmp", ".tif", ".tiff"})
 

@@ -1,6 +1,6 @@
 """``VideoTextSource``: the sample source of a prepared video-text CSV.
 
-It is a :class:`~energon_lite.index.dataset.PreparedDataset` whose "shards" are the splits
+It is a :class:`~energon_lite.shards.dataset.PreparedDataset` whose "shards" are the splits
 of the table (one pseudo-shard each), so the Reader, subsets, metadatasets and resume treat
 it like any prepared dataset. Only reading differs: a sample is one row, built from the
 memory-mapped arrays into a small dict part ``row`` (path, text, shape, fps, extra columns)
@@ -22,8 +22,8 @@ import numpy as np
 
 from energon_lite.errors import DatasetFormatError
 from energon_lite.flavors.video_text.layout import load_marker, resolve_prepared
-from energon_lite.index.dataset import PreparedDataset
-from energon_lite.index.meta import META_DIR
+from energon_lite.shards.dataset import PreparedDataset
+from energon_lite.shards.meta import META_DIR
 
 # Columns whose values are file paths, resolved like ``path`` (relative to the CSV).
 PATH_SUFFIX = "_path"

@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from energon_lite.collate import batch_pad_stack
+from energon_lite.batching.collate import batch_pad_stack
 from energon_lite.errors import ConfigError, SkipSample, logger
 from energon_lite.flavors.video_text.buckets import BucketAssigner, BucketConfig, BucketId
 from energon_lite.flavors.video_text.layout import is_video_text
@@ -42,8 +42,8 @@ from energon_lite.flavors.video_text.transforms import (
     frame_indices,
     get_transform,
 )
-from energon_lite.samples import basic_sample_keys
-from energon_lite.task_encoder import TaskEncoder
+from energon_lite.samples.types import basic_sample_keys
+from energon_lite.task_encoder.base import TaskEncoder
 
 _MAX_DROPPED_IN_A_ROW = 1000
 

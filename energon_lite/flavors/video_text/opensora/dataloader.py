@@ -25,7 +25,7 @@ from energon_lite.flavors.video_text.bucket_weights import bucket_counts, split_
 from energon_lite.flavors.video_text.buckets import BucketId
 from energon_lite.flavors.video_text.opensora.dataset import VariableVideoTextDataset
 from energon_lite.flavors.video_text.task_encoder import VideoTextTaskEncoder
-from energon_lite.loader import SavableLoader, get_savable_loader, get_train_dataset
+from energon_lite.loader.api import SavableLoader, get_savable_loader, get_train_dataset
 from energon_lite.worker import WorkerConfig
 
 

@@ -21,8 +21,8 @@ from energon_lite.flavors.video_text.transforms import (
     frame_indices,
     get_transform,
 )
-from energon_lite.samples import basic_sample_keys
-from energon_lite.task_encoder import TaskEncoder
+from energon_lite.samples.types import basic_sample_keys
+from energon_lite.task_encoder.base import TaskEncoder
 
 
 class FixedShapeTaskEncoder(TaskEncoder[VideoTextSample, dict, dict, dict]):

@@ -1,0 +1,76 @@
+"""Energon's structure-recursing collate helpers.
+
+``generic_batch`` stacks samples into a batch (tensors padded and stacked along a new first
+dimension); ``generic_concat`` joins batches into one (tensors padded and concatenated along
+their first dimension); both recurse into dicts, dataclasses and named tuples and list
+everything else. ``homogeneous_concat_mix`` is ``generic_concat`` for batches of one type.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from energon_lite.batching.collate import batch_list, batch_pad_stack
+
+
+def _recurse(items: Sequence[Any], fn: Callable[[list[Any]], Any]) -> Any | None:
+    """``fn`` applied per field of dicts / dataclasses / named tuples; None for other values."""
+    first = items[0]
+    if isinstance(first, dict):
+        return {key: fn([item[key] for item in items]) for key in first}
+    if dataclasses.is_dataclass(first) and not isinstance(first, type):
+        names = [f.name for f in dataclasses.fields(first)]
+        return type(first)(**{n: fn([getattr(item, n) for item in items]) for n in names})
+    if isinstance(first, tuple) and hasattr(first, "_fields"):
+        return type(first)(**{n: fn([getattr(item, n) for item in items]) for n in first._fields})
+    return None
+
+
+def generic_batch(samples: Sequence[Any]) -> Any:
+    """Batch ``samples``: tensors pad-stacked, structures per field (a dataclass with
+    ``from_samples`` builds itself), anything else as a list."""
+    samples = list(samples)
+    first = samples[0]
+    if isinstance(first, torch.Tensor):
+        return batch_pad_stack(samples)
+    if dataclasses.is_dataclass(first) and hasattr(first, "from_samples"):
+        return first.from_samples(samples)
+    nested = _recurse(samples, generic_batch)
+    return nested if nested is not None else batch_list(samples)
+
+
+def concat_pad(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Concatenate tensors along dimension 0, zero-padding the other dimensions to the largest."""
+    first = tensors[0]
+    rows = sum(t.shape[0] for t in tensors)
+    shape = [max(t.shape[d] for t in tensors) for d in range(1, first.dim())]
+    out = first.new_zeros((rows, *shape))
+    start = 0
+    for t in tensors:
+        index = [slice(start, start + t.shape[0])]
+        index.extend(slice(0, s) for s in t.shape[1:])
+        out[tuple(index)] = t
+        start += t.shape[0]
+    return out
+
+
+def generic_concat(batches: Sequence[Any]) -> Any:
+    """Join ``batches`` into one: tensors with ``concat_pad``, structures per field, anything
+    else as the list of the batches' values (as Energon)."""
+    batches = list(batches)
+    if isinstance(batches[0], torch.Tensor):
+        return concat_pad(batches)
+    nested = _recurse(batches, generic_concat)
+    return nested if nested is not None else batches
+
+
+def homogeneous_concat_mix(batches: Sequence[Any]) -> Any:
+    """``generic_concat`` of batches that all have the same type (a TypeError otherwise)."""
+    kinds = {type(b).__name__ for b in batches}
+    if len(kinds) > 1:
+        raise TypeError(f"homogeneous_concat_mix: batches of several types {sorted(kinds)}")
+    return generic_concat(batches)

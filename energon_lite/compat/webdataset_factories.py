@@ -1,0 +1,234 @@
+"""Energon's dataset factory names as thin adapters over energon_lite's loaders.
+
+* ``BaseWebdatasetFactory.prepare_dataset(parent_path, paths, split_parts_ratio=...)``:
+  Energon's programmatic prepare (index the shards, write ``.info.json`` and the split
+  config; ``dataset.yaml`` stays as it is, or is written empty for the caller to fill).
+* ``StandardWebdatasetFactory(path, split_part=, training=, worker_config=, ...)`` and
+  ``DefaultDecoderWebdatasetFactory``: ``build()`` gives the dataset of decoded samples
+  (``get_train_dataset`` / ``get_val_dataset`` without batching); ``len()`` its samples.
+* ``CaptioningWebdataset`` etc.: the deprecated per-type classes; a ``dataset.yaml`` naming
+  them loads with a deprecation warning (``energon_lite.samples.resolver``), and constructing
+  one warns the same way.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import yaml
+
+from energon_lite.errors import ConfigError, DatasetFormatError
+from energon_lite.loader.api import SavableDataset, get_train_dataset, get_val_dataset
+from energon_lite.samples.types import (
+    CaptioningSample,
+    ImageClassificationSample,
+    ImageSample,
+    InterleavedSample,
+    MultiChoiceVQASample,
+    OCRSample,
+    Sample,
+    SimilarityInterleavedSample,
+    TextSample,
+    VidQASample,
+    VQAOCRSample,
+    VQASample,
+)
+from energon_lite.shards.folder_lock import prepare_lock
+from energon_lite.shards.meta import META_DIR, expand
+from energon_lite.shards.prepare import (
+    PrepareReport,
+    _write_meta,
+    is_prepared,
+    scan_shards,
+    split_by_patterns,
+    split_by_ratio,
+)
+from energon_lite.shards.shard_record import make_record, write_record
+from energon_lite.shards.tar_index import write_index
+from energon_lite.sources.kinds import open_source
+from energon_lite.sources.leaf import Leaf
+
+
+class BaseCoreDatasetFactory:
+    """A dataset of decoded samples from one prepared folder (Energon's factory protocol)."""
+
+    __sample_type__: ClassVar[type[Sample] | None] = None
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        split_part: str = "train",
+        training: bool = True,
+        worker_config: Any,
+        shuffle_over_epochs_multiplier: int | None = 1,
+        parallel_shard_iters: int | None = None,
+        max_samples_per_sequence: int | None = None,
+        subflavors: dict[str, Any] | None = None,
+        split_config: str | None = None,
+        dataset_config: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if kwargs:
+            raise ConfigError(
+                f"{type(self).__name__}: unsupported arguments {sorted(kwargs)}; "
+                "see docs/migration.md"
+            )
+        self.paths = [Path(path)]
+        self.split_part = split_part
+        self.training = training
+        self.worker_config = worker_config
+        self.subflavors = subflavors
+        self.options = {
+            "parallel_shard_iters": parallel_shard_iters,
+            "max_samples_per_sequence": max_samples_per_sequence,
+        }
+        self.leaf = Leaf(
+            Path(path),
+            split_part,
+            subflavors=subflavors,
+            shuffle_over_epochs_multiplier=shuffle_over_epochs_multiplier,
+            split_config=split_config or "split.yaml",
+            dataset_config=dataset_config or "dataset.yaml",
+        )
+        open_source(self.leaf)  # the split exists
+
+    def __len__(self) -> int:
+        return len(open_source(self.leaf))
+
+    def build(self, worker_rotation_offset: int = 0) -> SavableDataset:
+        """The dataset of decoded samples (no batching), shuffled when ``training``."""
+        if worker_rotation_offset:
+            raise ConfigError("worker_rotation_offset is not supported by energon_lite")
+        common = {
+            "worker_config": self.worker_config,
+            "batch_size": None,
+            "split_part": self.split_part,
+            "subflavors": self.subflavors,
+            "split_config": self.leaf.split_config,
+            "dataset_config": self.leaf.dataset_config,
+        }
+        if not self.training:
+            return get_val_dataset(self.paths[0], **common)
+        return get_train_dataset(
+            self.paths[0],
+            shuffle_buffer_size=None,
+            max_samples_per_sequence=self.options["max_samples_per_sequence"],
+            parallel_shard_iters=self.options["parallel_shard_iters"],
+            shuffle_over_epochs_multiplier=self.leaf.shuffle_over_epochs_multiplier,
+            **common,
+        )
+
+
+class BaseWebdatasetFactory(BaseCoreDatasetFactory):
+    """Adds Energon's programmatic ``prepare_dataset``."""
+
+    @classmethod
+    def prepare_dataset(
+        cls,
+        parent_path: str | os.PathLike[str],
+        paths: Sequence[str],
+        *,
+        split_parts_ratio: Sequence[tuple[str, float]] | None = None,
+        split_parts_patterns: Sequence[tuple[str, str]] | None = None,
+        split_config: str = "split.yaml",
+        shuffle_seed: int | None = 42,
+        workers: int = 1,
+        tar_index_only: bool = False,
+        progress_fn: Any = None,
+        media_filter: Any = None,
+        fix_duplicates: bool = False,
+        index_sqlite_tmp_path: Any = None,
+    ) -> tuple[set[str], list[tuple[str, int]]]:
+        """Index the shards ``paths`` (brace patterns, relative to ``parent_path``) and write
+        ``.nv-meta``; returns (the part extensions seen, [(shard, sample count)]).
+
+        ``progress_fn`` and ``index_sqlite_tmp_path`` have nothing to do here (no sqlite
+        index is built); ``media_filter`` and ``fix_duplicates`` are refused.
+        """
+        if media_filter is not None or fix_duplicates:
+            raise ConfigError(
+                "prepare_dataset: media_filter (Energon's media metadata index) and "
+                "fix_duplicates (tar rewriting) are not supported by energon_lite"
+            )
+        root = Path(parent_path)
+        shards = expand(list(paths))
+        missing = [name for name in shards if not (root / name).is_file()]
+        if missing:
+            raise DatasetFormatError(f"{root / missing[0]}: shard not found")
+        with prepare_lock(root):  # the same guarantees as `energon-lite prepare`
+            scans = list(scan_shards(root, shards, min(workers, 8), progress=False))
+            for name, scan in zip(shards, scans):  # indexes first, .nv-meta last
+                write_index(root / name, scan.offsets)
+            parts: set[str] = set().union(*(s.parts for s in scans))
+            report = PrepareReport(root, shards, [s.count for s in scans], parts)
+            record = make_record(root, shards, scans)
+            if tar_index_only:
+                if is_prepared(root):
+                    write_record(root / META_DIR, record)
+            else:
+                if (split_parts_ratio is None) == (split_parts_patterns is None):
+                    raise ConfigError(
+                        "give exactly one of split_parts_ratio and split_parts_patterns"
+                    )
+                if split_parts_ratio is not None:
+                    report.split_parts = split_by_ratio(shards, split_parts_ratio, shuffle_seed)
+                else:
+                    report.split_parts = split_by_patterns(shards, split_parts_patterns or ())
+                existing = root / META_DIR / "dataset.yaml"
+                config = yaml.safe_load(existing.read_text()) if existing.is_file() else {}
+                _write_meta(root, report, config or {}, [], record)
+                if split_config != "split.yaml":
+                    (root / META_DIR / "split.yaml").rename(root / META_DIR / split_config)
+        return report.parts, list(zip(shards, report.shard_counts))
+
+
+class StandardWebdatasetFactory(BaseWebdatasetFactory):
+    """Samples of the type ``dataset.yaml`` names."""
+
+
+class DefaultGenericWebdatasetFactory(StandardWebdatasetFactory):
+    """Energon's generic factory; here the same as ``StandardWebdatasetFactory``."""
+
+
+class DefaultDecoderWebdatasetFactory(StandardWebdatasetFactory):
+    """Energon's factory with the default decoder; here the same (decoding is the task
+    encoder's ``decoder``)."""
+
+
+class _LegacyWebdataset(DefaultDecoderWebdatasetFactory):
+    def __init__(self, path: str | os.PathLike[str], **kwargs: Any) -> None:
+        name = self.__sample_type__.__name__ if self.__sample_type__ else "Sample"
+        warnings.warn(
+            f"{type(self).__name__} is Energon's deprecated class: set the sample type in "
+            f"{path}/{META_DIR}/dataset.yaml instead (remove the top-level __module__ and "
+            f"__class__; add sample_type: {{__module__: megatron.energon, __class__: {name}}})",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        super().__init__(path, **kwargs)
+
+
+def _legacy(name: str, sample_type: type[Sample]) -> type:
+    return type(
+        name, (_LegacyWebdataset,), {"__sample_type__": sample_type, "__module__": __name__}
+    )
+
+
+CaptioningWebdataset = _legacy("CaptioningWebdataset", CaptioningSample)
+ImageWebdataset = _legacy("ImageWebdataset", ImageSample)
+ImageClassificationWebdataset = _legacy("ImageClassificationWebdataset", ImageClassificationSample)
+InterleavedWebdataset = _legacy("InterleavedWebdataset", InterleavedSample)
+MultiChoiceVQAWebdataset = _legacy("MultiChoiceVQAWebdataset", MultiChoiceVQASample)
+OCRWebdataset = _legacy("OCRWebdataset", OCRSample)
+SimilarityInterleavedWebdataset = _legacy(
+    "SimilarityInterleavedWebdataset", SimilarityInterleavedSample
+)
+TextWebdataset = _legacy("TextWebdataset", TextSample)
+VidQAWebdataset = _legacy("VidQAWebdataset", VidQASample)
+VQAWebdataset = _legacy("VQAWebdataset", VQASample)
+VQAOCRWebdataset = _legacy("VQAOCRWebdataset", VQAOCRSample)

@@ -1,0 +1,280 @@
+"""Datasets and loaders: ``get_train_dataset``, ``get_val_dataset``, ``get_loader``,
+``get_savable_loader`` (Energon's names and arguments).
+
+The dataset a worker runs is :class:`~energon_lite.loader.savable_dataset.SavableDataset`; the
+loader that keeps exact state is :class:`~energon_lite.loader.savable_loader.SavableLoader`.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any
+
+from energon_lite.cache.no_cache import CachePool
+from energon_lite.decode import SampleDecoder
+from energon_lite.errors import ConfigError
+from energon_lite.loader.savable_dataset import SavableDataset
+from energon_lite.loader.savable_loader import SavableLoader
+from energon_lite.pipeline.dataset_pipeline import DatasetPipeline, PipelineOptions
+from energon_lite.samples.type_check import check_sample_type
+from energon_lite.sources.kinds import resolve_path
+from energon_lite.sources.leaf import Leaf
+from energon_lite.stages.bucket_sync import BucketSync
+from energon_lite.storage import RemotePath, as_path
+from energon_lite.task_encoder.base import DefaultTaskEncoder, TaskEncoder
+from energon_lite.worker import WorkerConfig
+
+# dataset constructors -------------------------------------------------------------------
+
+
+def _leaves_for(
+    path: str | os.PathLike[str] | RemotePath, split_part: str, kwargs: dict[str, Any]
+) -> tuple[list[Leaf], str]:
+    path = as_path(path)
+    if path.suffix in (".yaml", ".yml") and path.is_file():
+        from energon_lite.metadataset.parse import load_metadataset
+
+        per_leaf = sorted({"subflavors", "split_config", "dataset_config"} & set(kwargs))
+        if per_leaf:
+            raise ConfigError(
+                f"{path}: set {per_leaf} per dataset inside the metadataset, not as arguments"
+            )
+        multiplier = kwargs.pop("shuffle_over_epochs_multiplier", 1)
+        return load_metadataset(path, split_part, multiplier)
+    if not path.exists():
+        raise ConfigError(f"dataset path {path} does not exist")
+    path = resolve_path(path)  # e.g. a video-text CSV -> the folder it was prepared into
+    leaf = Leaf(
+        path,
+        split_part,
+        subflavors=kwargs.pop("subflavors", None),
+        split_config=kwargs.pop("split_config", "split.yaml"),
+        dataset_config=kwargs.pop("dataset_config", "dataset.yaml"),
+        shuffle_over_epochs_multiplier=kwargs.pop("shuffle_over_epochs_multiplier", 1),
+    )
+    return [leaf], "single"
+
+
+def _check_kwargs(kwargs: dict[str, Any]) -> None:
+    if kwargs:
+        raise ConfigError(f"unknown arguments {sorted(kwargs)}")
+
+
+def get_train_dataset(
+    path: str | os.PathLike[str] | RemotePath,
+    *,
+    worker_config: WorkerConfig,
+    batch_size: int | None,
+    shuffle_buffer_size: int | None,
+    max_samples_per_sequence: int | None,
+    split_part: str = "train",
+    batch_drop_last: bool = False,
+    packing_buffer_size: int | None = None,
+    task_encoder: TaskEncoder | None = None,
+    repeat: bool = True,
+    parallel_shard_iters: int | None = None,
+    failure_tolerance: int = 100,
+    bucket_sync: dict[str, Any] | None = None,
+    **kwargs: Any,
+) -> SavableDataset:
+    """The training dataset of a prepared dataset folder or a metadataset YAML.
+
+    Samples are shuffled (slice order per epoch, ``parallel_shard_iters`` open slices per
+    worker, a ``shuffle_buffer_size`` buffer), encoded, optionally packed, batched and
+    batch-encoded. ``repeat=False`` ends after one epoch. ``failure_tolerance`` bounds the
+    consecutive bad samples skipped before the run stops. ``bucket_sync={"weights": {bucket:
+    weight}}`` makes every rank emit the same ``batch_group_criterion`` bucket at each step
+    (``energon_lite.stages.group_batch``); without it, a task encoder's
+    ``default_bucket_sync(path, split_part)`` (if it has one) supplies the setting.
+    """
+    virtual_epoch_length = kwargs.pop("virtual_epoch_length", None) or None  # Energon: 0 = off
+    default_sync = getattr(task_encoder, "default_bucket_sync", None)  # VideoTextTaskEncoder
+    if bucket_sync is None and default_sync is not None and as_path(path).exists():
+        bucket_sync = default_sync(path, split_part)
+    BucketSync.check_option(bucket_sync, task_encoder or DefaultTaskEncoder())
+    return _dataset(
+        path,
+        split_part,
+        kwargs,
+        worker_config,
+        task_encoder,
+        training=True,
+        batch_size=batch_size,
+        batch_drop_last=batch_drop_last,
+        shuffle_buffer_size=shuffle_buffer_size,
+        max_samples_per_sequence=max_samples_per_sequence,
+        parallel_shard_iters=parallel_shard_iters,
+        repeat=repeat,
+        packing_buffer_size=packing_buffer_size,
+        failure_tolerance=failure_tolerance,
+        bucket_sync=bucket_sync,
+        virtual_epoch_length=virtual_epoch_length,
+    )
+
+
+def get_val_dataset(
+    path: str | os.PathLike[str] | RemotePath,
+    *,
+    worker_config: WorkerConfig,
+    batch_size: int | None,
+    split_part: str = "val",
+    batch_drop_last: bool = False,
+    packing_buffer_size: int | None = None,
+    limit: int | None = None,
+    task_encoder: TaskEncoder | None = None,
+    failure_tolerance: int = 100,
+    **kwargs: Any,
+) -> SavableDataset:
+    """The validation/test dataset: every sample once, in order, no shuffling; ``limit`` batches per worker."""
+    kwargs.pop("max_samples_per_sequence", None)  # val reads contiguous ranges
+    return _dataset(
+        path,
+        split_part,
+        kwargs,
+        worker_config,
+        task_encoder,
+        training=False,
+        batch_size=batch_size,
+        batch_drop_last=batch_drop_last,
+        repeat=False,
+        packing_buffer_size=packing_buffer_size,
+        limit=limit,
+        failure_tolerance=failure_tolerance,
+    )
+
+
+def _dataset(
+    path: str | os.PathLike[str] | RemotePath,
+    split_part: str,
+    kwargs: dict[str, Any],
+    worker_config: WorkerConfig,
+    task_encoder: TaskEncoder | None,
+    **options: Any,
+) -> SavableDataset:
+    """Check the arguments, open the leaves and make the dataset (train and val alike)."""
+    if not isinstance(worker_config, WorkerConfig):
+        raise ConfigError(
+            f"worker_config must be a WorkerConfig, got {type(worker_config).__name__}"
+        )
+    for name in ("batch_size", "shuffle_buffer_size", "packing_buffer_size", "limit",
+                 "max_samples_per_sequence", "parallel_shard_iters"):  # fmt: skip
+        value = options.get(name)
+        minimum = 0 if name == "limit" else 1
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < minimum
+        ):
+            raise ConfigError(f"{name}={value!r} must be an integer >= {minimum} (or None)")
+    if not isinstance(options["failure_tolerance"], int) or options["failure_tolerance"] < 0:
+        raise ConfigError(f"failure_tolerance={options['failure_tolerance']!r} must be >= 0")
+    te = task_encoder if task_encoder is not None else DefaultTaskEncoder()
+    _map_deprecated_decoder_kwargs(kwargs, te)
+    sample_type = kwargs.pop("sample_type", None)  # Energon's: checked, not converted
+    leaves, mode = _leaves_for(path, split_part, kwargs)
+    _check_kwargs(kwargs)
+    if not options["training"] and len(leaves) > 1:
+        mode = "concat"  # val/test: every dataset once, in order
+    virtual_epoch_length = options.pop("virtual_epoch_length", None)
+    pipeline = DatasetPipeline(leaves, mode, te, PipelineOptions(**options), worker_config)
+    check_sample_type(
+        sample_type, [(str(lf.path), sp.factory) for lf, sp in zip(leaves, pipeline.specs)]
+    )
+    return SavableDataset(pipeline, worker_config, virtual_epoch_length)
+
+
+_DECODER_KWARGS = ("image_decode", "av_decode", "video_decode_audio")
+
+
+def _map_deprecated_decoder_kwargs(kwargs: dict[str, Any], task_encoder: TaskEncoder) -> None:
+    """Energon's older ``get_train_dataset`` arguments: warn, and map them as Energon does."""
+    given = {name: kwargs.pop(name) for name in _DECODER_KWARGS if name in kwargs}
+    auto_decode = kwargs.pop("auto_decode", True)
+    for name in ("handler", "ignore_decoder_errors"):
+        if name in kwargs:
+            kwargs.pop(name)
+            warnings.warn(
+                f"get_train_dataset({name}=...) is Energon's deprecated argument and is ignored: "
+                "bad samples are skipped and logged up to failure_tolerance",
+                FutureWarning,
+                stacklevel=4,
+            )
+    if not auto_decode:
+        task_encoder.decoder = None
+        return
+    if given:
+        warnings.warn(
+            f"get_train_dataset({', '.join(given)}) is Energon's deprecated form; set "
+            f"`decoder = SampleDecoder({', '.join(f'{k}={v!r}' for k, v in given.items())})` "
+            "on your TaskEncoder instead",
+            FutureWarning,
+            stacklevel=4,
+        )
+        decoder = SampleDecoder(**given)
+        current = task_encoder.decoder
+        if current is not None and current != TaskEncoder.decoder and current != decoder:
+            raise ConfigError(
+                f"{type(task_encoder).__name__} already has decoder {current}; the "
+                f"arguments {given} ask for another one"
+            )
+        task_encoder.decoder = decoder
+
+
+# Energon's loader knobs that energon_lite's design makes moot: the state is exact after
+# every batch (no periodic worker checkpoints to tune) and workers hold no garbage to collect.
+_MOOT_ENERGON_OPTIONS = frozenset(
+    {"checkpoint_every_sec", "checkpoint_every_min_n_samples", "n_checkpoints", "gc_collect_every_n_steps",
+     "gc_freeze_at_step"}
+)  # fmt: skip
+
+
+def _loader_options(dataset: SavableDataset, options: dict[str, Any]) -> dict[str, Any]:
+    """Energon's ``get_(savable_)loader`` arguments -> SavableLoader's, refusing what differs."""
+    worker_config = options.pop("worker_config", None)
+    if worker_config is not None and worker_config != dataset.worker_config:
+        raise ConfigError(
+            f"get_loader(worker_config={worker_config}) differs from the dataset's "
+            f"{dataset.worker_config}; pass the same one (or none)"
+        )
+    cache_pool = options.pop("cache_pool", None)
+    if cache_pool is not None and not isinstance(cache_pool, CachePool):
+        raise ConfigError(
+            f"cache_pool={type(cache_pool).__name__} object: need a CachePool "
+            "(FileStoreCachePool or NoCachePool)"
+        )
+    if cache_pool is not None:  # cookers reach it as TaskEncoder.cache, in every worker
+        dataset.pipeline.task_encoder._cache_pool = cache_pool  # type: ignore[attr-defined]
+    if options.pop("fail_on_timeout", False):  # the watchdog raises: a batch timeout
+        options.setdefault("timeout_seconds", options.get("watchdog_timeout_seconds", 60.0))
+    for name in _MOOT_ENERGON_OPTIONS & set(options):
+        options.pop(name)
+    known = {"pin_memory", "prefetch_factor", "timeout_seconds", "watchdog_timeout_seconds",
+             "watchdog_initial_timeout_seconds", "stats", "reuse_batch_memory"}  # fmt: skip
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise ConfigError(f"unknown loader arguments {unknown}")
+    return options
+
+
+def get_savable_loader(dataset: SavableDataset, **options: Any) -> SavableLoader:
+    """A loader that can ``save_state_rank()`` / ``restore_state_rank()``.
+
+    Options: ``pin_memory`` (default: when CUDA is available), ``prefetch_factor`` (2),
+    ``timeout_seconds`` (raise when a worker takes longer for one batch; default: wait),
+    ``watchdog_timeout_seconds`` (60; a worker that makes no progress that long logs its
+    stage, sample key and stack; None turns the watchdog off) and
+    ``watchdog_initial_timeout_seconds`` (for the first batch; default twice the timeout).
+    Energon's ``fail_on_timeout=True`` makes the trainer raise after
+    ``watchdog_timeout_seconds``; its checkpoint and gc knobs have nothing to tune here;
+    ``cache_pool`` (a ``FileStoreCachePool``) is what cookers get as ``cache``.
+    ``stats=True`` makes ``loader.stats()`` report where the time goes (per-stage time and
+    counts, buffer fill, worker busy/idle, samples/s; overhead < 1%, docs/performance.md).
+    ``reuse_batch_memory`` (True): workers build batches in shared-memory buffers they reuse
+    once the trainer has dropped every tensor of a batch, instead of fresh ones per batch
+    (:mod:`energon_lite.batching.memory`; False gives torch's behaviour).
+    """
+    return SavableLoader(dataset, **_loader_options(dataset, options))
+
+
+def get_loader(dataset: SavableDataset, **options: Any) -> SavableLoader:
+    """The same batches as ``get_savable_loader``, without the per-batch state bookkeeping."""
+    return SavableLoader(dataset, track_state=False, **_loader_options(dataset, options))

@@ -1,0 +1,155 @@
+"""``ChainProbe``: where one worker's time goes, stage by stage (``get_savable_loader(stats=True)``).
+
+A worker's chain is built, then the probe replaces each stage's ``next`` with a timed
+version *on that instance* (stages call ``self.source.next()``, so the parents are timed
+too). Nothing else changes: states, restore keys and ``fetch`` go through the stages as
+before. Per call the wrapper reads ``time.perf_counter_ns`` twice and keeps the stage's
+*own* time: its inclusive time minus the inclusive time of the calls it made to its parents
+(a shared accumulator does the subtraction, so there is no per-item list or dict). Measured
+overhead on the W1 pipeline is in ``benchmarks/README.md`` ("Loader stats overhead").
+
+An ``encode_sample`` (or ``preencode_sample``) hook of the Encode stage is timed the same
+way as a pseudo-stage, so decoding and the user's hook show up separately.
+
+``snapshot()`` is plain data (lists of ints), sent with every batch to the trainer, where
+:class:`energon_lite.loader.stats.LoaderStats` adds the workers up.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from energon_lite.stages.base import Stage
+
+
+def _ordered(stage: Stage) -> list[Stage]:
+    """The chain's stages, each after the stages that feed it (readers first)."""
+    out: list[Stage] = []
+    for parent in stage._parents():
+        out.extend(_ordered(parent))
+    out.append(stage)
+    return out
+
+
+def _held(stage: Stage) -> tuple[int, int | None] | None:
+    """(items a buffering stage holds, its capacity), or None for a stage without a buffer."""
+    held, found = 0, False
+    buffer = getattr(stage, "_buffer", None)  # ShuffleBuffer, Pack: a KeyedBuffer
+    if buffer is not None:
+        held, found = held + len(buffer), True
+    pending = getattr(stage, "_pending", None)  # Pack: selected groups not yet packed
+    if isinstance(pending, list):
+        held, found = held + sum(len(g) for g in pending if isinstance(g, list)), True
+    buckets = getattr(stage, "_buckets", None)  # GroupBatch: samples waiting per bucket
+    if isinstance(buckets, dict):
+        held, found = held + sum(len(waiting) for _, waiting in buckets.values()), True
+    if not found:
+        return None
+    capacity = getattr(stage, "size", None)
+    return held, capacity if isinstance(capacity, int) else None
+
+
+def _stage_name(stage: Stage) -> str:
+    name = type(stage).__name__
+    leaf = getattr(stage, "leaf_id", None)
+    return f"{name} {leaf}" if name == "Reader" and isinstance(leaf, int) else name
+
+
+class ChainProbe:
+    """Counts and times every stage of one built (not yet started) chain."""
+
+    def __init__(self, chain: Stage, worker: int) -> None:
+        self.worker = worker
+        self.names: list[str] = []
+        self.feeds: list[int | None] = []  # index of the stage each stage hands its items to
+        self.inside: list[int | None] = []  # a hook: index of the stage that calls it
+        self._stages: list[Stage | None] = []  # None for a hook pseudo-stage
+        self._ns: list[int] = []  # own time per stage
+        self._out: list[int] = []  # items handed out (calls, for a hook) per stage
+        self._child = [0]  # inclusive time of the calls made by the running call
+        ordered = _ordered(chain)
+        index: dict[int, int] = {}
+        for stage in ordered:
+            index[id(stage)] = self._add(stage, _stage_name(stage), None)
+            stage.next = self._timed(index[id(stage)], stage.next)  # type: ignore[method-assign]
+            hook = getattr(stage, "hook", None) if type(stage).__name__ == "Encode" else None
+            if callable(hook):  # the user's per-sample hook, inside Encode
+                name = getattr(hook, "__name__", "encode_sample")
+                i = self._add(None, name, index[id(stage)])
+                stage.hook = self._timed(i, hook)  # type: ignore[attr-defined]
+        readers = [i for i, n in enumerate(self.names) if n.startswith("Reader ")]
+        if len(readers) == 1:  # one dataset: no leaf number
+            self.names[readers[0]] = "Reader"
+        for stage in ordered:
+            for parent in stage._parents():
+                self.feeds[index[id(parent)]] = index[id(stage)]
+        self._held_sum = [0] * len(self.names)
+        self._snapshots = 0
+        self._batches = 0
+        self._start = self._resumed = time.perf_counter_ns()
+        self._busy = 0
+
+    def _add(self, stage: Stage | None, name: str, inside: int | None) -> int:
+        taken = sum(1 for n in self.names if n == name or n.startswith(name + " #"))
+        self.names.append(name if not taken else f"{name} #{taken + 1}")
+        self.feeds.append(None)
+        self.inside.append(inside)
+        self._stages.append(stage)
+        self._ns.append(0)
+        self._out.append(0)
+        return len(self.names) - 1
+
+    def _timed(self, i: int, inner: Callable[..., Any]) -> Callable[..., Any]:
+        own, out, child, clock = self._ns, self._out, self._child, time.perf_counter_ns
+
+        def timed(*args: Any) -> Any:
+            start = clock()
+            outer = child[0]
+            child[0] = 0
+            try:
+                item = inner(*args)
+            finally:
+                spent = clock() - start
+                own[i] += spent - child[0]
+                child[0] = outer + spent
+            out[i] += 1
+            return item
+
+        return timed
+
+    # the worker loop's hooks -------------------------------------------------------------
+
+    def resume(self) -> None:
+        """The worker loop works again (after handing a batch out)."""
+        self._resumed = time.perf_counter_ns()
+
+    def snapshot(self) -> dict[str, Any]:
+        """Cumulative counters after one more batch: plain data, sent with the batch."""
+        now = time.perf_counter_ns()
+        self._busy += now - self._resumed
+        self._batches += 1
+        self._snapshots += 1
+        held = [0] * len(self.names)
+        capacity: list[int | None] = [None] * len(self.names)
+        for i, stage in enumerate(self._stages):  # buffers exist once the chain started
+            found = _held(stage) if stage is not None else None
+            if found is not None:
+                held[i], capacity[i] = found
+                self._held_sum[i] += found[0]
+        return {
+            "worker": self.worker,
+            "names": self.names,
+            "feeds": self.feeds,
+            "inside": self.inside,
+            "own_ns": list(self._ns),
+            "out": list(self._out),
+            "held": held,
+            "capacity": capacity,
+            "held_sum": list(self._held_sum),
+            "snapshots": self._snapshots,
+            "batches": self._batches,
+            "busy_ns": self._busy,
+            "wall_ns": now - self._start,
+        }

@@ -1,0 +1,123 @@
+"""``SavableDataset``: a pipeline plus the worker configuration, run inside each worker.
+
+Every worker builds its own chain from the pipeline and yields
+``(logical worker, batch, state after this batch)``; iterating the dataset directly yields
+the batches alone (``get_train_dataset(...)`` used as a plain torch ``IterableDataset``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from torch.utils.data import IterableDataset, get_worker_info
+
+from energon_lite.batching.memory import BatchMemoryPool, Held
+from energon_lite.errors import ConfigError, restoring
+from energon_lite.loader.probe import ChainProbe
+from energon_lite.loader.transport import check_sendable
+from energon_lite.loader.watchdog import Watchdog
+from energon_lite.pipeline.dataset_pipeline import Pipeline
+from energon_lite.task_encoder.hook_index import INDEX
+from energon_lite.worker import WorkerConfig
+
+
+class SavableDataset(IterableDataset):
+    """A pipeline plus the worker configuration; iterating it yields batches (no state)."""
+
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        worker_config: WorkerConfig,
+        virtual_epoch_length: int | None = None,
+    ) -> None:
+        super().__init__()
+        if virtual_epoch_length is not None and (
+            isinstance(virtual_epoch_length, bool)
+            or not isinstance(virtual_epoch_length, int)
+            or virtual_epoch_length < 1
+        ):
+            raise ConfigError(f"{virtual_epoch_length=} must be an integer >= 1 (or None)")
+        self.pipeline = pipeline
+        self.worker_config = worker_config
+        self.virtual_epoch_length = virtual_epoch_length
+
+    def __iter__(self) -> Iterator[Any]:
+        for _, batch, _ in self.iter_with_state(None, 0, 0, save_states=False):
+            yield batch
+
+    def iter_with_state(
+        self,
+        states: list[Any] | None,
+        rotation: int,
+        epoch: int,
+        save_states: bool = True,
+        watchdog: tuple[float, float | None] | None = None,
+        stats: bool = False,
+        memory: BatchMemoryPool | None = None,
+    ) -> Iterator[tuple[Any, ...]]:
+        """Run the chain of the calling worker; yield ``(logical worker, batch, state)``,
+        plus a :class:`~energon_lite.loader.probe.ChainProbe` snapshot when ``stats``, plus
+        the batch's :class:`~energon_lite.batching.memory.Held` segments when ``memory`` is
+        given (in a worker process, batches are then built in that pool's segments).
+
+        In a worker process every batch is test-pickled first (an unpicklable batch would
+        hang torch's queue) and ``watchdog=(timeout, initial_timeout)`` starts a
+        :class:`~energon_lite.loader.watchdog.Watchdog` that logs where a stalled worker is.
+        """
+        info = get_worker_info()
+        physical = info.id if info is not None else 0
+        n = self.worker_config.workers_per_rank
+        logical = (physical + rotation) % n
+        in_worker = info is not None
+        dog = (
+            Watchdog(watchdog[0], logical, watchdog[1]).start() if in_worker and watchdog else None
+        )
+        pool = memory if in_worker else None
+        if pool is not None:
+            pool.activate(physical)
+        try:
+            chain = self.pipeline.build(self.worker_config.slot(logical, epoch))
+            probe = ChainProbe(chain, logical) if stats else None
+            INDEX.worker, INDEX.workers = logical, n
+            with restoring(self.worker_config.restore_error_handler):
+                chain.restore_state(states[logical] if states is not None else None)
+            while True:
+                INDEX.worker, INDEX.workers = logical, n  # current_batch_index's spread
+                if probe is not None:
+                    probe.resume()
+                try:
+                    batch = chain.next()
+                except StopIteration:
+                    return
+                if in_worker:
+                    check_sendable(batch, logical)
+                if dog is not None:
+                    dog.beat()
+                state = chain.save_state() if save_states else None
+                extra: tuple[Any, ...] = () if probe is None else (probe.snapshot(),)
+                if memory is not None:
+                    extra += (pool.collect() if pool is not None else Held(physical, []),)
+                out = [(logical, batch, state, *extra)]
+                del batch  # while suspended this frame holds no batch: a worker builds the
+                yield out.pop()  # next one without keeping the last one sent (shared memory)
+        finally:
+            if dog is not None:
+                dog.stop()
+
+    def __len__(self) -> int:
+        if self.virtual_epoch_length is not None:  # Energon's EpochizeDataset length
+            return self.virtual_epoch_length
+        return self.pipeline.batches_per_epoch(self.worker_config)
+
+    def config(self) -> dict[str, Any]:
+        """Everything a saved state must match."""
+        wc = self.worker_config
+        return {
+            "rank": wc.rank,
+            "world_size": wc.world_size,
+            "num_workers": wc.num_workers,
+            "seed": wc.seed_offset,
+            "virtual_epoch_length": self.virtual_epoch_length,
+            **self.pipeline.fingerprint(),
+        }

@@ -1,0 +1,411 @@
+"""``SavableLoader``: iterates a SavableDataset's batches and saves/restores its exact position.
+
+Exact resume with workers: every worker chain yields ``(worker, batch, state_after_batch)``.
+The loader hands the batch to the trainer and keeps, per worker, the state that belongs to
+the last batch the trainer *received* (prefetched batches do not count), plus the next
+worker to poll. ``save_state_rank()`` is that, with no command channel into the workers
+and no replay. Restore checks the state's shape against the pipeline's declared shape (no
+chain is built in the trainer), then each worker starts its chain from its state; the
+logical worker ids rotate so that the torch DataLoader's first worker is the saved next one.
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from collections.abc import Generator, Iterator
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, IterableDataset
+
+from energon_lite.batching.memory import BatchMemoryPool
+from energon_lite.errors import ConfigError, StateError, WorkerTimeoutError, short_repr
+from energon_lite.loader.savable_dataset import SavableDataset
+from energon_lite.loader.stats import LoaderStats
+from energon_lite.state.codec import (
+    STATE_VERSION,
+    check_same_config,
+    check_state_shape,
+    state_digest,
+)
+
+
+class _StatefulView(IterableDataset):
+    def __init__(
+        self,
+        dataset: SavableDataset,
+        states: list[Any],
+        rotation: int,
+        epoch: int,
+        save: bool,
+        watchdog: tuple[float, float | None] | None,
+        stats: bool = False,
+        memory: BatchMemoryPool | None = None,
+    ) -> None:
+        super().__init__()
+        self.dataset, self.states, self.rotation = dataset, states, rotation
+        self.epoch, self.save, self.watchdog = epoch, save, watchdog
+        self.stats, self.memory = stats, memory
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        return self.dataset.iter_with_state(
+            self.states,
+            self.rotation,
+            self.epoch,
+            self.save,
+            self.watchdog,
+            self.stats,
+            self.memory,
+        )
+
+
+def _identity(item: Any) -> Any:
+    return item
+
+
+def _shut_down(running: list[Any]) -> None:
+    """Shut down the workers of torch's iterator in ``running`` (if the stream made one)."""
+    for batches in running:
+        shutdown = getattr(batches, "_shutdown_workers", None)
+        if shutdown is not None:
+            shutdown()
+    running.clear()
+
+
+def _stream(
+    loader: SavableLoader,
+    dataset: SavableDataset,
+    stats: LoaderStats | None,
+    running: list[Any],
+) -> Generator[Any, None, None]:
+    """The live stream of one pass.
+
+    Shutting workers down needs torch's iterator *and its queues* intact. The generator
+    holds the loader only through the weak proxy it is given, so a loader the trainer drops
+    is freed at once by reference counting. A loader caught in someone's reference cycle is
+    freed by the garbage collector, which finalises everything in the cycle's garbage in no
+    set order; a queue finalised first would make torch's shutdown wait out its join timeout
+    (5 s per worker). So the iterator is kept in ``running``, which a ``weakref.finalize`` on
+    this generator holds: it is never part of the garbage, and the finalizer shuts it down.
+    """
+    wc = dataset.worker_config
+    # batch buffers the workers reuse once this process has let go of them: one per batch
+    # a worker may have queued (prefetch_factor), the one the trainer holds, the one in making
+    memory = (
+        BatchMemoryPool(wc.num_workers, (loader.prefetch_factor or 2) + 2)
+        if wc.num_workers > 0 and loader.reuse_batch_memory
+        else None
+    )
+    view = _StatefulView(
+        dataset,
+        list(loader._states),
+        loader._next_worker,
+        loader._epoch,
+        loader.track_state,
+        loader.watchdog,
+        stats is not None,
+        memory,
+    )
+    timeout = loader.timeout_seconds
+    batches = iter(
+        DataLoader(
+            view,
+            batch_size=None,
+            num_workers=wc.num_workers,
+            collate_fn=_identity,
+            pin_memory=loader.pin_memory,
+            prefetch_factor=loader.prefetch_factor if wc.num_workers > 0 else None,
+            persistent_workers=False,
+            timeout=timeout if wc.num_workers > 0 and timeout else 0,
+        )
+    )
+    running.append(batches)
+    n = wc.workers_per_rank
+    if stats is not None:
+        stats.begin_stream()
+    try:
+        while True:
+            asked = time.perf_counter_ns()
+            try:
+                logical, batch, state, *extra = next(batches)
+            except StopIteration:
+                break
+            except RuntimeError as exc:
+                if "timed out" not in str(exc):
+                    raise
+                raise WorkerTimeoutError(
+                    f"rank {wc.rank}: worker {loader._next_worker} (logical id) timed out: no batch for "
+                    f"{timeout} s (fail_on_timeout); the worker's log shows its "
+                    "stage, sample key and stack"
+                ) from exc
+            if memory is not None:
+                memory.received(batch, extra.pop())
+            loader._states[logical] = state
+            loader._next_worker = (logical + 1) % n
+            if stats is not None:
+                stats.received(extra[0] if extra else None, time.perf_counter_ns() - asked)
+            yield batch
+    except BaseException:
+        # an error's traceback keeps torch's iterator alive (its frames hold it): shut the
+        # workers down now rather than whenever the traceback is dropped
+        _shut_down(running)
+        raise
+    _shut_down(running)  # torch has shut the workers down: release its iterator
+    # the epoch ran out on every worker (finite datasets): the next pass starts the next one
+    loader._states = [None] * n
+    loader._next_worker = 0
+    loader._epoch += 1
+
+
+class SavableLoader:
+    """Iterates batches of a SavableDataset and can save/restore its exact position."""
+
+    def __init__(
+        self,
+        dataset: SavableDataset,
+        *,
+        pin_memory: bool | None = None,
+        prefetch_factor: int | None = 2,
+        track_state: bool = True,
+        timeout_seconds: float | None = None,
+        watchdog_timeout_seconds: float | None = 60.0,
+        watchdog_initial_timeout_seconds: float | None = None,
+        stats: bool = False,
+        reuse_batch_memory: bool = True,
+    ) -> None:
+        if not isinstance(dataset, SavableDataset):
+            raise ConfigError(
+                f"expected a dataset from get_train_dataset/get_val_dataset, got {type(dataset).__name__}"
+            )
+        if timeout_seconds is not None and timeout_seconds <= 0:
+            raise ConfigError(f"{timeout_seconds=} must be > 0 (or None: wait as long as it takes)")
+        for name, value in (
+            ("watchdog_timeout_seconds", watchdog_timeout_seconds),
+            ("watchdog_initial_timeout_seconds", watchdog_initial_timeout_seconds),
+        ):
+            if value is not None and not value > 0:
+                raise ConfigError(f"{name}={value!r} must be > 0 (or None: no watchdog)")
+        self.timeout_seconds = timeout_seconds
+        self.watchdog = (
+            None
+            if watchdog_timeout_seconds is None
+            else (float(watchdog_timeout_seconds), watchdog_initial_timeout_seconds)
+        )
+        self.dataset = dataset
+        self.worker_config = dataset.worker_config
+        self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
+        self.prefetch_factor = prefetch_factor
+        self.track_state = track_state
+        n = self.worker_config.workers_per_rank
+        self._states: list[Any] = [None] * n
+        self._next_worker = 0
+        self._epoch = 0
+        self._in_pass = 0  # batches handed out in the current (virtual) pass
+        self._running: Generator[Any, None, None] | None = (
+            None  # the live stream, kept across passes
+        )
+        self._stats = LoaderStats() if stats else None  # loader.stats()
+        self.reuse_batch_memory = reuse_batch_memory
+
+    @property
+    def virtual_epoch_length(self) -> int | None:
+        return self.dataset.virtual_epoch_length
+
+    def config(self) -> dict[str, Any]:
+        """The loader's settings and its dataset's ``config()`` (what a saved state must
+        match), as plain values for a training log; the dataset part is energon_lite's own,
+        not Energon's tree of wrapper classes."""
+        return {
+            "type": type(self).__name__,
+            "num_workers": self.worker_config.num_workers,
+            "pin_memory": self.pin_memory,
+            "prefetch_factor": self.prefetch_factor,
+            "dataset": self.dataset.config(),
+        }
+
+    def __iter__(self) -> Iterator[Any]:
+        """One pass: continues the stream where the last pass stopped (Energon's behaviour:
+        ``islice(loader, n)`` twice gives the first 2n batches), up to
+        ``virtual_epoch_length`` batches when that is set, else to the end of the epoch."""
+        limit = self.virtual_epoch_length
+        while limit is None or self._in_pass < limit:
+            if self._running is None:
+                self._running = self._stream()
+            try:
+                batch = next(self._running)
+            except StopIteration:
+                self._running = None
+                break
+            self._in_pass += 1
+            yield batch
+        self._in_pass = 0
+
+    def _stream(self) -> Generator[Any, None, None]:
+        """Batches from the worker chains, from the saved states to the end of the epoch."""
+        running: list[Any] = []  # torch's iterator, once the stream has made it
+        stream = _stream(weakref.proxy(self), self.dataset, self._stats, running)
+        weakref.finalize(stream, _shut_down, running)
+        return stream
+
+    def __len__(self) -> int:
+        if self.virtual_epoch_length is not None:
+            return self.virtual_epoch_length
+        return self.dataset.pipeline.batches_per_epoch(self.worker_config, self._epoch)
+
+    def stats(self) -> dict[str, Any]:
+        """Where the loader's time goes, over the batches received so far: per-stage time and
+        item counts, buffer fill, worker busy/idle, samples/s (``docs/performance.md``).
+        Needs ``get_savable_loader(dataset, stats=True)`` (or ``get_loader``)."""
+        if self._stats is None:
+            raise ConfigError(
+                "this loader was made without stats; pass stats=True to "
+                "get_savable_loader()/get_loader() (overhead < 1%, see docs/performance.md)"
+            )
+        return self._stats.summary()
+
+    def can_restore_sample(self) -> bool:
+        """Whether :meth:`restore_sample` works for this loader's pipeline (Energon's name)."""
+        from energon_lite.loader.restore_sample import can_restore_sample
+
+        return can_restore_sample(self.dataset)
+
+    def restore_sample(self, restore_key: Any) -> Any:
+        """The batch (or sample) with this ``__restore_key__``, made again in this process
+        (Energon's name; for debugging a batch seen in training). A key of another dataset
+        is a StateError naming it. See :mod:`energon_lite.loader.restore_sample`."""
+        from energon_lite.loader.restore_sample import restore_sample
+
+        return restore_sample(self.dataset, restore_key)
+
+    def close(self) -> None:
+        """Shut the worker processes down now instead of when the loader is garbage
+        collected. A savable loader's next pass continues after the last batch received;
+        a ``get_loader`` loader (no state) starts its epoch over."""
+        self._stop_stream()
+
+    def _stop_stream(self) -> None:
+        if self._running is not None:
+            self._running.close()  # shuts the workers down
+            self._running = None
+
+    # state ------------------------------------------------------------------------------
+
+    def save_state_rank(self) -> dict[str, Any]:
+        """This rank's loader state: plain data (msgpack-, pickle- and torch.save-able)."""
+        if not self.track_state:
+            raise StateError(
+                "this loader was made with get_loader(); use get_savable_loader() to save state"
+            )
+        state = {
+            "type": "SavableLoader",
+            "version": STATE_VERSION,
+            "config": self.dataset.config(),
+            "epoch": self._epoch,
+            "next_worker": self._next_worker,
+            "workers": list(self._states),
+            "in_pass": self._in_pass,
+        }
+        state["digest"] = state_digest(state)
+        return state
+
+    def restore_state_rank(self, state: dict[str, Any] | None) -> None:
+        """Continue from ``state`` (from ``save_state_rank``). A pass that is running continues
+        from the restored position too: its next batch is the restored stream's first."""
+        n = self.worker_config.workers_per_rank
+        self._stop_stream()
+        if state is None:
+            self._states, self._next_worker, self._epoch, self._in_pass = [None] * n, 0, 0, 0
+            return
+        if not isinstance(state, dict) or state.get("type") != "SavableLoader":
+            raise StateError(f"not an energon_lite loader state: {short_repr(state)}")
+        if state.get("version") != STATE_VERSION:
+            raise StateError(
+                f"loader state version {short_repr(state.get('version'))}, this energon_lite "
+                f"reads {STATE_VERSION}; states of version 1 (energon_lite 0.1) cannot be "
+                "resumed by this version"
+            )
+        check_same_config(state.get("config"), self.dataset.config())
+        if state.get("digest") != state_digest(state):
+            raise StateError(
+                "loader state does not match its digest: it was edited or corrupted after "
+                "save_state_rank(); refusing it rather than changing the data stream"
+            )
+        workers = state.get("workers")
+        if not isinstance(workers, list) or len(workers) != n:
+            raise StateError(
+                f"loader state has {len(workers) if isinstance(workers, list) else 'no'} worker states, expected {n}"
+            )
+        next_worker = state.get("next_worker")
+        if not isinstance(next_worker, int) or not 0 <= next_worker < n:
+            raise StateError(f"loader state next_worker={next_worker!r} outside [0, {n})")
+        epoch = state.get("epoch", 0)
+        if not isinstance(epoch, int) or epoch < 0:
+            raise StateError(f"loader state epoch={epoch!r} is not a pass number; it is corrupt")
+        for worker, worker_state in enumerate(workers):
+            if worker_state is not None:  # the shape now; the values when the worker restores
+                slot = self.worker_config.slot(worker, epoch)
+                check_state_shape(self.dataset.pipeline.state_shape(slot), worker_state)
+        in_pass = state.get("in_pass")
+        limit = self.virtual_epoch_length
+        if not isinstance(in_pass, int) or in_pass < 0 or (limit is not None and in_pass > limit):
+            raise StateError(f"loader state in_pass={short_repr(in_pass)} is not a batch count")
+        self._states = list(workers)
+        self._next_worker = next_worker
+        self._epoch = epoch
+        self._in_pass = in_pass
+
+    def save_state_global(self, global_dst_rank: int = 0) -> list[dict[str, Any]] | None:
+        """Gather every rank's state on ``global_dst_rank`` (None on the other ranks)."""
+        import torch.distributed as dist
+
+        state = self.save_state_rank()
+        if not (dist.is_available() and dist.is_initialized()):
+            return [state]
+        group = self.worker_config.data_parallel_group
+        gathered: list[Any] | None = (
+            [None] * dist.get_world_size(group) if dist.get_rank() == global_dst_rank else None
+        )
+        dist.gather_object(state, gathered, dst=global_dst_rank, group=group)
+        return gathered
+
+    def restore_state_global(
+        self, states: list[dict[str, Any]] | None, *, src_rank: int | None = None
+    ) -> None:
+        """Restore every rank: each rank passes the full list, or only ``src_rank`` does.
+
+        States saved with another number of ranks or workers are redistributed over this
+        layout (:func:`energon_lite.stages.elastic.redistribute`): the rest of their epoch is
+        delivered exactly once, then later epochs are partitioned over this layout."""
+        import torch.distributed as dist
+
+        rank = self.worker_config.rank
+        if src_rank is not None and dist.is_available() and dist.is_initialized():
+            group = self.worker_config.data_parallel_group
+            received: list[Any] = [None]
+            if dist.get_rank() == src_rank:  # another layout: src redistributes for all ranks
+                states = self._for_this_layout(states)
+            dist.scatter_object_list(
+                received, states if dist.get_rank() == src_rank else None, src=src_rank, group=group
+            )
+            self.restore_state_rank(received[0])
+            return
+        states = self._for_this_layout(states)
+        if states is None or len(states) != self.worker_config.world_size:
+            raise StateError(
+                f"restore_state_global needs one state per rank ({self.worker_config.world_size}), "
+                f"got {None if states is None else len(states)}"
+            )
+        self.restore_state_rank(states[rank])
+
+    def _for_this_layout(self, states: Any) -> Any:
+        """``states`` as they are, or redistributed when they were saved with another
+        number of ranks or workers (elastic resume, :mod:`energon_lite.stages.elastic`)."""
+        from energon_lite.stages.elastic import redistribute, same_layout
+
+        wc = self.worker_config
+        if not isinstance(states, list) or not states:
+            return states
+        if same_layout(states, wc.world_size, wc.num_workers):
+            return states
+        return redistribute(states, wc.world_size, wc.num_workers, self.dataset.config())

@@ -1,0 +1,154 @@
+"""``LoaderStats``: the trainer's side of ``loader.stats()``: the workers' counters added up.
+
+Every worker sends a :class:`~energon_lite.loader.probe.ChainProbe` snapshot with each batch
+(cumulative counters, a few hundred bytes). The loader keeps the last snapshot of each
+worker among the batches the trainer *received*, so the figures describe exactly the
+batches handed out, like the loader state does. When a pass ends (or a restore starts a new
+stream) the counters of the finished stream are folded into totals.
+
+``summary()`` is the dict ``loader.stats()`` returns; ``docs/performance.md`` explains it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+_SUMMED = ("own_ns", "out", "held_sum")  # per-stage lists
+_COUNTS = ("snapshots", "batches", "busy_ns", "wall_ns")
+_BATCHING = ("Batch", "GroupBatch")
+
+
+def _fold(total: dict[str, Any] | None, snap: dict[str, Any]) -> dict[str, Any]:
+    """``total + snap`` for counters (the layout is the snapshot's)."""
+    if total is None or total["names"] != snap["names"]:
+        return {**snap, **{k: list(snap[k]) for k in _SUMMED}}
+    out = dict(total)
+    for key in _SUMMED:
+        out[key] = [a + b for a, b in zip(total[key], snap[key])]
+    for key in _COUNTS:
+        out[key] = total[key] + snap[key]
+    out["held"] = snap["held"]
+    return out
+
+
+class LoaderStats:
+    """Collects worker snapshots and the trainer's waiting time; ``summary()`` reads them."""
+
+    def __init__(self) -> None:
+        self._finished: dict[int, dict[str, Any]] = {}  # per worker: counters of ended streams
+        self._live: dict[int, dict[str, Any]] = {}  # per worker: last snapshot of this stream
+        self._start: int | None = None
+        self._last: int | None = None
+        self._wait_ns = 0
+        self._batches = 0
+
+    def begin_stream(self) -> None:
+        """A new stream of batches starts (a pass, or after a restore)."""
+        for worker, snap in self._live.items():
+            done = _fold(self._finished.get(worker), snap)
+            done["held"] = [0] * len(done["names"])  # what a finished stream held is gone
+            self._finished[worker] = done
+        self._live = {}
+        if self._start is None:
+            self._start = time.perf_counter_ns()
+
+    def received(self, snapshot: dict[str, Any] | None, wait_ns: int) -> None:
+        """The trainer received a batch after waiting ``wait_ns`` for it."""
+        self._last = time.perf_counter_ns()
+        self._wait_ns += wait_ns
+        self._batches += 1
+        if snapshot is not None:
+            self._live[snapshot["worker"]] = snapshot
+
+    def _per_worker(self) -> dict[int, dict[str, Any]]:
+        merged: dict[int, dict[str, Any]] = {}
+        for worker in sorted(set(self._finished) | set(self._live)):
+            total = self._finished.get(worker)
+            live = self._live.get(worker)
+            if total is not None and live is not None:
+                merged[worker] = _fold(total, live)
+            else:
+                merged[worker] = dict(total or live or {})
+        return merged
+
+    def summary(self) -> dict[str, Any]:
+        """Per-stage time and counts, buffers, workers, samples/s (see docs/performance.md)."""
+        workers = self._per_worker()
+        elapsed = ((self._last or 0) - (self._start or 0)) / 1e9 if self._last else 0.0
+        busy_total = sum(w["busy_ns"] for w in workers.values())
+        stages = _stages(list(workers.values()), busy_total)
+        samples = _samples_delivered(stages)
+        known = sum(s["time_s"] for s in stages)
+        other = max(0.0, busy_total / 1e9 - known)
+        return {
+            "elapsed_s": elapsed,
+            "batches": self._batches,
+            "samples": samples,
+            "samples_per_s": samples / elapsed if elapsed > 0 else 0.0,
+            "wait_s": self._wait_ns / 1e9,
+            "wait_fraction": self._wait_ns / 1e9 / elapsed if elapsed > 0 else 0.0,
+            "stages": stages,
+            "other": {
+                "time_s": other,
+                "fraction": other * 1e9 / busy_total if busy_total else 0.0,
+            },
+            "workers": [
+                {
+                    "worker": worker,
+                    "batches": w["batches"],
+                    "busy_s": w["busy_ns"] / 1e9,
+                    "idle_s": max(0, w["wall_ns"] - w["busy_ns"]) / 1e9,
+                    "busy_fraction": w["busy_ns"] / w["wall_ns"] if w["wall_ns"] else 0.0,
+                }
+                for worker, w in workers.items()
+            ],
+        }
+
+
+def _stages(workers: list[dict[str, Any]], busy_total: int) -> list[dict[str, Any]]:
+    """Per-stage figures summed over the workers (all workers run the same chain)."""
+    if not workers:
+        return []
+    layout = workers[0]
+    n = len(layout["names"])
+    own = [sum(w["own_ns"][i] for w in workers) for i in range(n)]
+    out = [sum(w["out"][i] for w in workers) for i in range(n)]
+    held = [sum(w["held"][i] for w in workers) for i in range(n)]
+    # mean fill of all workers' buffers together: each worker's mean over its batches, summed
+    mean_held = [
+        sum(w["held_sum"][i] / w["snapshots"] for w in workers if w["snapshots"]) for i in range(n)
+    ]
+    stages = []
+    for i, name in enumerate(layout["names"]):
+        hook = layout["inside"][i] is not None
+        feeders = [j for j in range(n) if layout["feeds"][j] == i]
+        items_in = out[i] if hook else sum(out[j] for j in feeders) if feeders else None
+        capacity = layout["capacity"][i]
+        buffered = capacity is not None or any(w["held_sum"][i] for w in workers)
+        stages.append(
+            {
+                "name": name,
+                "feeds": None
+                if layout["feeds"][i] is None
+                else layout["names"][layout["feeds"][i]],
+                "inside": None if not hook else layout["names"][layout["inside"][i]],
+                "items_in": items_in,
+                "items_out": out[i],
+                "held": held[i],
+                "capacity": None if capacity is None else capacity * len(workers),
+                "mean_held": mean_held[i] if buffered else None,
+                "time_s": own[i] / 1e9,
+                "us_per_item": own[i] / 1e3 / out[i] if out[i] else 0.0,
+                "fraction": own[i] / busy_total if busy_total else 0.0,
+            }
+        )
+    return stages
+
+
+def _samples_delivered(stages: list[dict[str, Any]]) -> int:
+    """Samples in the batches handed out: what entered the batching stage, less what it holds."""
+    for stage in stages:
+        if stage["name"].split(" ")[0] in _BATCHING:
+            return int(stage["items_in"] - stage["held"])
+    return int(stages[-1]["items_out"]) if stages else 0

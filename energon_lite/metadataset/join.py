@@ -1,0 +1,103 @@
+"""``join:`` in a metadataset -> one leaf: a join spec file the join dataset kind opens.
+
+A join names two or more prepared datasets (a list: the joiner gets the samples as
+positional arguments; a mapping: as keyword arguments by those names) and a ``joiner``
+(``{__module__, __function__}`` or a Sample class ``{__module__, __class__}`` with
+``from_joined``). The first dataset is the primary: the joined dataset has its samples (and
+order, shards, subsets); every other one is matched by sample key, and ``nonmatch`` says
+what a primary sample without a partner does: ``error`` (the default), ``skip`` (left
+out) or ``none`` (the joiner gets None).
+
+The spec is plain data written atomically to ``<metadataset>.cache/join-<digest>.join.json``
+(the digest covers the spec, so an edit makes a new file); the leaf's path is that file, and
+``energon_lite.flavors.join`` opens it and builds the key-match index beside it on first use.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from energon_lite.sources.leaf import Leaf
+
+SUFFIX = ".join.json"
+NONMATCH = ("error", "skip", "none")
+_PARTNER_KEYS = ("path", "split_part", "subflavors", "nonmatch", "split_config", "dataset_config")
+
+
+def join_leaf(
+    node: dict[str, Any],
+    base: Path,
+    split_part: str,
+    yaml_path: Path,
+    outer_subflavors: dict[str, Any] | None,
+    where: Any,
+) -> Leaf:
+    """The leaf of a ``{join: ..., joiner: ...}`` node (``where`` names it in errors)."""
+    entries = node["join"]
+    named: list[tuple[str | None, Any]]
+    if isinstance(entries, dict):
+        named = [(str(name), ref) for name, ref in entries.items()]
+        by_name = True
+    elif isinstance(entries, list):
+        named = [(None, ref) for ref in entries]
+        by_name = False
+    else:
+        raise (where / "join").error("must be a list or a mapping of datasets")
+    if len(named) < 2:
+        raise (where / "join").error("needs at least two datasets to join")
+    joiner = node.get("joiner")
+    if (
+        not isinstance(joiner, dict)
+        or "__module__" not in joiner
+        or not ("__function__" in joiner or "__class__" in joiner)
+    ):
+        raise (where / "joiner").error(
+            f"{joiner!r}; needs __module__ and __function__ (or a Sample __class__)"
+        )
+    partners = []
+    for index, (name, ref) in enumerate(named):
+        at = where / "join" / (name if name is not None else index)
+        if not isinstance(ref, dict) or "path" not in ref:
+            raise at.error(f"needs path:; allowed keys: {list(_PARTNER_KEYS)}")
+        unknown = [k for k in ref if k not in _PARTNER_KEYS]
+        if unknown:
+            raise (at / unknown[0]).error(f"unknown key; allowed: {', '.join(_PARTNER_KEYS)}")
+        target = (base / str(ref["path"])).resolve()
+        if not (target / ".nv-meta").is_dir():
+            raise (at / "path").error(f"{target} is not a prepared dataset folder")
+        nonmatch = ref.get("nonmatch", "error")
+        if nonmatch not in NONMATCH or (index == 0 and "nonmatch" in ref):
+            raise (at / "nonmatch").error(
+                f"{nonmatch!r}; allowed on the datasets after the first: {list(NONMATCH)}"
+            )
+        partners.append(
+            {
+                "name": name,
+                "path": str(target),
+                "split_part": ref.get("split_part", split_part),
+                "nonmatch": nonmatch,
+                "subflavors": ref.get("subflavors"),
+                "split_config": ref.get("split_config", "split.yaml"),
+                "dataset_config": ref.get("dataset_config", "dataset.yaml"),
+            }
+        )
+    spec = {"version": 1, "partners": partners, "joiner": joiner, "by_name": by_name}
+    path = write_spec(spec, yaml_path.with_name(yaml_path.name + ".cache"))
+    subflavors = {**(partners[0]["subflavors"] or {}), **(outer_subflavors or {})}
+    return Leaf(path, split_part, subflavors=subflavors or None)
+
+
+def write_spec(spec: dict[str, Any], folder: Path) -> Path:
+    text = json.dumps(spec, indent=1, sort_keys=True)
+    digest = hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+    target = folder / f"join-{digest}{SUFFIX}"
+    if not target.is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f".{target.name}.{os.getpid()}.tmp"
+        tmp.write_text(text + "\n", encoding="utf-8")
+        os.replace(tmp, target)
+    return target

@@ -1,0 +1,296 @@
+"""``DatasetPipeline``: the one place where stages are wired, from the TaskEncoder and arguments.
+
+A pipeline is built once per worker (inside the worker process) from a ``WorkerSlot``::
+
+    Reader per leaf -> [Blend] -> [ShuffleBuffer] -> Encode -> [Pack] -> GroupBatch | Batch
+        -> [Map(encode_batch)] -> [Limit]
+
+Stages in brackets appear only when asked for (several leaves, a buffer size, an overridden
+hook, a limit). ``fingerprint()`` lists everything a saved state must match.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Protocol
+
+from energon_lite.decode.decoder import require_av
+from energon_lite.errors import ConfigError, FailureTracker, log_exception
+from energon_lite.pipeline import lengths
+from energon_lite.samples.factory import SampleFactory
+from energon_lite.shards.meta import META_DIR
+from energon_lite.sources.kinds import open_source
+from energon_lite.sources.leaf import Leaf
+from energon_lite.stages.base import Stage
+from energon_lite.stages.batch import Batch
+from energon_lite.stages.blend_epochized import EpochizedBlend
+from energon_lite.stages.blend_weighted import WeightedBlend
+from energon_lite.stages.bucket_sync import BucketSync
+from energon_lite.stages.concat import Concat
+from energon_lite.stages.encode import Encode, LeafSpec
+from energon_lite.stages.group_batch import GroupBatch
+from energon_lite.stages.limit import Limit
+from energon_lite.stages.map import Map
+from energon_lite.stages.pack import Pack
+from energon_lite.stages.plan import Node
+from energon_lite.stages.reader import Reader
+from energon_lite.stages.shuffle import ShuffleBuffer
+from energon_lite.storage import local_only
+from energon_lite.task_encoder.base import TaskEncoder
+from energon_lite.worker import WorkerConfig, WorkerSlot
+
+
+@dataclass
+class PipelineOptions:
+    training: bool
+    batch_size: int | None
+    batch_drop_last: bool = False
+    shuffle_buffer_size: int | None = None
+    max_samples_per_sequence: int | None = None
+    parallel_shard_iters: int | None = None
+    repeat: bool = True
+    packing_buffer_size: int | None = None
+    limit: int | None = None
+    failure_tolerance: int = 100
+    bucket_sync: dict[str, Any] | None = None  # GroupBatch's synchronised mode (BucketSync)
+
+
+class Pipeline(Protocol):
+    """What a SavableDataset runs: one chain per worker, and what a state must match."""
+
+    def build(self, slot: WorkerSlot) -> Stage: ...
+
+    def state_shape(self, slot: WorkerSlot) -> dict[str, Any]: ...
+
+    def fingerprint(self) -> dict[str, Any]: ...
+
+    def batches_per_epoch(self, worker_config: WorkerConfig, epoch: int = 0, /) -> int: ...
+
+
+class DatasetPipeline:
+    """Opens the leaves once (in the creating process) and builds worker chains on demand."""
+
+    def __init__(
+        self,
+        leaves: list[Leaf],
+        blend_mode: str,
+        task_encoder: TaskEncoder,
+        options: PipelineOptions,
+        worker_config: WorkerConfig,
+    ) -> None:
+        if not leaves:
+            raise ConfigError("a dataset needs at least one leaf")
+        self.leaves = leaves
+        self.blend_mode = blend_mode
+        self.task_encoder = task_encoder
+        self.options = options
+        # Energon's WorkerConfig.global_error_handler; the default (log_exception) is our own
+        # warning per skipped sample, so only a user's handler is passed to the stages
+        handler = worker_config.global_error_handler
+        self.error_handler = None if handler is log_exception else handler
+        self.datasets = [open_source(leaf) for leaf in leaves]
+        self.specs = [  # dataset.yaml subflavors, overridden by the metadataset's
+            LeafSpec(
+                SampleFactory(ds.config, ds.root / META_DIR),
+                {**(ds.config.get("subflavors") or {}), **(leaf.subflavors or {})} or None,
+            )
+            for ds, leaf in zip(self.datasets, leaves)
+        ]
+        for ds, spec in zip(self.datasets, self.specs):
+            require_av(str(ds.root), spec.factory.parts)
+        for spec, leaf, ds in zip(self.specs, leaves, self.datasets):
+            if spec.factory.crude:  # what cookers read by file name (all opened lazily)
+                from energon_lite.cache.file_store import open_file_store, primary_file_store
+
+                spec.factory.primary = primary_file_store(
+                    local_only(leaf.path, "a crude dataset"), ds
+                )
+                spec.factory.aux.update(getattr(ds, "aux_stores", None) or {})
+                for name, src in (leaf.aux or {}).items():
+                    spec.factory.aux[name] = open_file_store(
+                        src, local_only(leaf.path.parent, "aux:")
+                    )
+        if task_encoder.overrides("encode_sample") and task_encoder.overrides("preencode_sample"):
+            raise ConfigError(
+                f"{type(task_encoder).__name__} overrides both encode_sample and preencode_sample; "
+                "override encode_sample without packing, or preencode_sample with packing"
+            )
+        self._check_rank_has_work(worker_config)
+
+    # wiring -------------------------------------------------------------------------------
+
+    def readers(self, slot: WorkerSlot) -> list[Reader]:
+        """This worker's reader of each leaf (constructed only: no I/O until they start)."""
+        return [node.build() for node in self._reader_nodes(slot)]  # type: ignore[misc]
+
+    def _reader_nodes(self, slot: WorkerSlot) -> list[Node]:
+        opts = self.options
+        open_slices = opts.parallel_shard_iters or (4 if opts.training else 1)
+        nodes = []
+        for i, (dataset, leaf) in enumerate(zip(self.datasets, self.leaves)):
+            settings: dict[str, Any] = {
+                "leaf_id": slot.leaf_base + i,
+                "seed": slot.seed,
+                "worker_index": slot.global_worker_id,
+                "num_workers": slot.num_global_workers,
+                # val: contiguous, balanced ranges so that every worker gets a share
+                "max_samples_per_sequence": opts.max_samples_per_sequence
+                if opts.training
+                else max(1, -(-len(dataset) // slot.num_global_workers)),
+                "shuffle": opts.training,
+                "repeat": opts.training and opts.repeat and self.blend_mode != "epochized",
+                "open_slices": open_slices if opts.training else 1,
+                "shuffle_over_epochs_multiplier": leaf.shuffle_over_epochs_multiplier,
+                "start_epoch": slot.epoch,
+            }
+            nodes.append(Node(Reader, partial(Reader, dataset, **settings)))
+        return nodes
+
+    def plan(self, slot: WorkerSlot) -> Node:
+        """The chain of one worker, as nodes (``plan(slot).build()`` makes it)."""
+        opts, te = self.options, self.task_encoder
+
+        def failures() -> FailureTracker:
+            # one per stage: a success in one stage must not reset another's failure streak
+            return FailureTracker(opts.failure_tolerance, self.error_handler)
+
+        readers = self._reader_nodes(slot)
+        # several leaves, or quotas (which need the blend even for one leaf): a blend
+        single = len(readers) == 1 and self.blend_mode != "epochized"
+        node = readers[0] if single else self._blend(readers, slot)
+
+        def then(cls: type[Stage], make: Callable[[Stage], Stage]) -> None:
+            nonlocal node
+            node = Node(cls, make, [node])
+
+        if opts.training and opts.shuffle_buffer_size:
+            size = opts.shuffle_buffer_size
+            then(ShuffleBuffer, lambda s: ShuffleBuffer(s, size, slot.seed, slot.global_worker_id))
+        # with packing, the per-sample hook runs before the packer: preencode_sample, or an
+        # overridden encode_sample in its place (Energon's behaviour)
+        hook = "encode_sample"
+        if opts.packing_buffer_size and not te.overrides("encode_sample"):
+            hook = "preencode_sample"
+        counts = opts.batch_size is None and not te.overrides("batch_group_criterion")
+        then(
+            Encode,
+            lambda s: Encode(
+                s, self.specs, te, slot.seed, failures(), hook, counts, slot.leaf_base
+            ),
+        )
+        if opts.packing_buffer_size:
+            size = opts.packing_buffer_size
+            then(Pack, lambda s: Pack(s, size, te, slot.seed, failures()))
+        if te.overrides("batch_group_criterion"):
+            sync = BucketSync.for_slot(opts.bucket_sync, slot)
+            then(
+                GroupBatch,
+                lambda s: GroupBatch(
+                    s, te.batch_group_criterion, te.batch, opts.batch_drop_last, failures(), sync
+                ),
+            )
+        elif opts.batch_size is not None:
+            bs = opts.batch_size
+            then(Batch, lambda s: Batch(s, bs, te.batch, opts.batch_drop_last, failures()))
+        if te.overrides("encode_batch"):
+            then(Map, lambda s: Map(s, te.encode_batch, "encode_batch", failures()))
+        if opts.limit is not None:  # per rank; the loader polls workers round robin
+            limit = -(-(opts.limit - slot.worker_id) // slot.num_workers)
+            then(Limit, lambda s: Limit(s, limit))
+        return node
+
+    def build(self, slot: WorkerSlot) -> Stage:
+        """The chain of one worker, not started (``restore_state(None | state)`` starts it)."""
+        return self.plan(slot).build()
+
+    def state_shape(self, slot: WorkerSlot) -> dict[str, Any]:
+        """The shape a saved state of ``slot``'s chain must have (no chain is built)."""
+        return self.plan(slot).shape()
+
+    def _blend(self, readers: list[Node], slot: WorkerSlot) -> Node:
+        if self.blend_mode == "concat":
+            return Node(Concat, Concat, readers, several=True)
+        if self.blend_mode == "epochized":
+            quotas = [leaf.repetitions or 0.0 for leaf in self.leaves]
+            repeat = self.options.repeat
+            return Node(
+                EpochizedBlend,
+                lambda rs: EpochizedBlend(
+                    rs, quotas, slot.seed, slot.global_worker_id, repeat=repeat
+                ),
+                readers,
+                several=True,
+            )
+        weights = [leaf.weight or 0.0 for leaf in self.leaves]
+        return Node(
+            WeightedBlend,
+            lambda rs: WeightedBlend(rs, weights, slot.seed, slot.global_worker_id),
+            readers,
+            several=True,
+        )
+
+    # facts about the pipeline ---------------------------------------------------------------
+
+    def fingerprint(self) -> dict[str, Any]:
+        opts = self.options
+        return {
+            "datasets": [
+                f"{ds.split_part}:{ds.fingerprint()}"  # content, not location: copies restore
+                for leaf, ds in zip(self.leaves, self.datasets)
+            ],
+            "blend_mode": self.blend_mode,
+            "weights": [
+                leaf.weight if leaf.weight is not None else leaf.repetitions for leaf in self.leaves
+            ],
+            "training": opts.training,
+            "batch_size": opts.batch_size,
+            "batch_drop_last": opts.batch_drop_last,
+            "shuffle_buffer_size": opts.shuffle_buffer_size if opts.training else None,
+            "max_samples_per_sequence": opts.max_samples_per_sequence,
+            "parallel_shard_iters": opts.parallel_shard_iters,
+            "packing_buffer_size": opts.packing_buffer_size,
+            "repeat": opts.repeat,
+            "limit": opts.limit,
+        }
+
+    def _check_rank_has_work(self, wc: WorkerConfig) -> None:
+        total_slices = 0
+        for worker in range(wc.workers_per_rank):
+            for reader in self.readers(wc.slot(worker)):
+                total_slices += reader.worker_slice_count()
+        if total_slices == 0:
+            sizes = [len(ds) for ds in self.datasets]
+            if sum(sizes) == 0:
+                raise ConfigError(
+                    "the split is empty (0 samples): "
+                    + ", ".join(f"split {d.split_part!r} of {d.root}" for d in self.datasets)
+                    + "; prepare gave it no shard (see its warning): prepare again with "
+                    "--split-parts or with more shards"
+                )
+            raise ConfigError(
+                f"rank {wc.rank} has no data: the split has {sum(sizes)} samples in "
+                f"{sum(r.num_slices for r in self.readers(wc.slot(0)))} slices of at most "
+                f"max_samples_per_sequence={self.options.max_samples_per_sequence}, fewer than "
+                f"world_size x num_workers = {wc.world_size} x {wc.workers_per_rank}; use fewer "
+                "ranks or workers, or a smaller max_samples_per_sequence"
+            )
+
+    def samples_per_epoch(self, wc: WorkerConfig, epoch: int = 0) -> list[int]:
+        """Samples each worker of this rank reads in ``epoch`` (before blending)."""
+        counts = []
+        for worker in range(wc.workers_per_rank):
+            total = 0
+            for reader in self.readers(wc.slot(worker, epoch)):
+                total += int(reader.samples_per_worker(epoch)[reader.worker_index])
+            counts.append(total)
+        return counts
+
+    def batches_per_epoch(self, wc: WorkerConfig, epoch: int = 0) -> int:
+        """Batches this rank counts per epoch, by Energon's rules (:mod:`energon_lite.pipeline.lengths`)."""
+        per_worker = lengths.samples_per_worker(self, wc, epoch)
+        batches = lengths.batches(per_worker, self.options.batch_size, self.options.batch_drop_last)
+        if self.options.limit is not None:
+            batches = min(batches, self.options.limit)
+        return batches

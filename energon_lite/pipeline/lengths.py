@@ -1,0 +1,82 @@
+"""``len()`` of a dataset or loader: the samples each worker of a rank reads per epoch.
+
+Energon counts a rank's length as the sum over its workers of ``ceil(samples / batch_size)``
+(``floor`` with ``batch_drop_last``), where a worker's samples are:
+
+* one dataset: the samples the worker is dealt in the epoch (here exact per epoch, also
+  with ``shuffle_over_epochs_multiplier``, which may deal a slice twice);
+* a weighted ``blend``: the sum of every leaf's samples dealt to the worker, weights and
+  ``shuffle_over_epochs_multiplier`` left out (the blend itself never ends; the number says
+  how many different samples one pass over the rank's share holds);
+* ``blend_epochized``: what the worker emits in the epoch, each leaf's passes and the
+  fraction of its last pass (:mod:`energon_lite.quotas`), so ``len(loader)`` is the number
+  of batches the epoch really has.
+
+Which samples a worker is dealt is energon_lite's slice dealing (``docs/migration.md``:
+per-worker counts may differ from Energon's sample-exact ranges by a slice).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from energon_lite.quotas import exact_repetitions, pass_quotas, passes
+
+if TYPE_CHECKING:
+    from energon_lite.pipeline.dataset_pipeline import DatasetPipeline
+    from energon_lite.stages.reader import Reader
+    from energon_lite.worker import WorkerConfig
+
+
+def dealt_samples(reader: Reader) -> int:
+    """Samples of the reader's leaf that its worker owns in the unshuffled slice order
+    (positions ``worker, worker + G, ...``), whatever the epoch and multiplier.
+
+    O(runs): ``slice_len`` per slice, less what the short last slice of each run lacks.
+    """
+    g, workers, per_slice = reader.worker_index, reader.num_workers, reader.slice_len
+    count = max(0, -(-(reader.num_slices - g) // workers)) * per_slice
+    lengths = reader.dataset.run_end - reader.dataset.run_start
+    short = (lengths % per_slice) > 0
+    tails = reader.run_slices[1:][short] - 1
+    missing = per_slice - lengths[short] % per_slice
+    return int(count - missing[tails % workers == g].sum())
+
+
+def epochized_samples(reader: Reader, repetitions: float, epoch: int) -> int:
+    """Samples the reader's worker emits in blend epoch ``epoch`` of ``blend_epochized``."""
+    reps = exact_repetitions(repetitions)
+    first = epoch * passes(reps)
+
+    def counts(number: int) -> list[int]:
+        return reader.samples_per_worker(first + number).tolist()
+
+    return sum(pass_quotas(reps, counts, reader.worker_index, epoch))
+
+
+def samples_per_worker(pipeline: DatasetPipeline, wc: WorkerConfig, epoch: int = 0) -> list[int]:
+    """Samples each worker of ``wc``'s rank counts towards ``len()`` in ``epoch``."""
+    counts = []
+    for worker in range(wc.workers_per_rank):
+        readers = pipeline.readers(wc.slot(worker, epoch))
+        if pipeline.blend_mode == "epochized":
+            leaves = pipeline.leaves
+            total = sum(
+                epochized_samples(r, leaf.repetitions or 0, epoch)
+                for r, leaf in zip(readers, leaves)
+            )
+        elif pipeline.blend_mode == "weights" and len(readers) > 1:
+            total = sum(dealt_samples(r) for r in readers)
+        else:
+            total = sum(int(r.samples_per_worker(epoch)[r.worker_index]) for r in readers)
+        counts.append(total)
+    return counts
+
+
+def batches(per_worker: list[int], batch_size: int | None, drop_last: bool) -> int:
+    """A rank's batches: each worker batches its own samples (the last batch may be short)."""
+    if batch_size is None:
+        return sum(per_worker)
+    if drop_last:
+        return sum(n // batch_size for n in per_worker)
+    return sum(-(-n // batch_size) for n in per_worker)

@@ -1,0 +1,224 @@
+"""Builds typed samples from decoded parts, as a dataset's ``dataset.yaml`` says.
+
+Three forms (docs/formats.md, "dataset.yaml"): ``sample_type`` + ``field_map`` (with ``json[a][0]`` access into
+JSON parts), ``sample_type`` + ``sample_loader: file.py:function`` (+ ``part_filter``), or a
+crude dataset (``__class__: CrudeWebdataset``) whose samples stay dicts of decoded parts
+for the TaskEncoder's cookers. ``__module__: megatron.energon`` and ``energon_lite`` both
+resolve to energon_lite's classes, so Energon datasets load unchanged.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from energon_lite.decode import SampleDecoder
+from energon_lite.errors import DatasetFormatError
+from energon_lite.samples.resolver import (
+    check_trusted_module,
+    inside_dataset,
+    load_module_file,
+    resolve_class,
+    upgrade_legacy_config,
+)
+from energon_lite.samples.types import SourceInfo
+from energon_lite.state.restore_key import SampleKey
+from energon_lite.storage import StoragePath, as_path
+from energon_lite.storage.ops import local_copy
+
+_INDEX = re.compile(r"\[([^\]]*)\]")
+CRUDE_CLASSES = ("CrudeWebdataset", "DefaultCrudeWebdataset")
+
+
+def _load_function(
+    spec: str, meta_dir: StoragePath, where: str, modules: dict[str, ModuleType]
+) -> Callable[..., Any]:
+    file, sep, name = spec.partition(":")
+    if not sep:
+        raise DatasetFormatError(f"{where}: {spec!r} must look like 'file.py:function'")
+    path: StoragePath
+    if isinstance(meta_dir, Path):
+        path = local = inside_dataset(file, meta_dir, where)
+    else:  # a remote dataset: the same rule on the name, then a local copy to import
+        if Path(file).is_absolute() or ".." in Path(file).parts:
+            raise DatasetFormatError(
+                f"{where}: {file!r} points outside the dataset folder {meta_dir.parent}; a "
+                "dataset may only load code stored inside it"
+            )
+        path = meta_dir / file
+        if not path.is_file():
+            raise DatasetFormatError(f"{where}: {spec!r}: file {path} not found")
+        local = local_copy(path)
+    if path.stem not in modules:
+        modules[path.stem] = load_module_file(Path(local), where)
+    try:
+        return getattr(modules[path.stem], name)
+    except AttributeError:
+        raise DatasetFormatError(f"{where}: {path} defines no function {name!r}") from None
+
+
+def _parse_field(spec: str, where: str) -> tuple[str, list[str | int]]:
+    part, _, rest = spec.partition("[")
+    path: list[str | int] = []
+    if rest:
+        for item in _INDEX.findall("[" + rest):
+            path.append(int(item) if item.lstrip("-").isdigit() else item.strip("'\""))
+    if not part:
+        raise DatasetFormatError(f"{where}: field_map value {spec!r} names no part")
+    return part, path
+
+
+class SampleFactory:
+    """``build(raw, decoder, subflavors)``: a raw sample of one dataset -> typed sample or crude dict."""
+
+    def __init__(
+        self, config: dict[str, Any], meta_dir: StoragePath, allowed_modules: Sequence[str] = ()
+    ) -> None:
+        """``allowed_modules``: modules (trusted code) whose classes ``sample_type`` may name,
+        besides energon_lite's types and classes of the dataset's own sample_loader file."""
+        where = str(meta_dir / "dataset.yaml")
+        config = upgrade_legacy_config(config, where)
+        self.root = str(meta_dir.parent)
+        self.crude = config.get("__class__") in CRUDE_CLASSES
+        self.sample_type: type | None = None
+        self.fields: dict[str, tuple[str, list[str | int]]] = {}
+        self.loader: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+        self.part_filter: Callable[[str], bool] | None = None
+        self.parts: frozenset[str] | None = None  # None: decode every part
+        self.aux: dict[str, Any] = {}  # name -> FileStore, for cookers (a leaf's aux:)
+        self.primary: Any = None  # the leaf's own dataset as a FileStore (set by the pipeline)
+        self.joined: list[tuple[SampleFactory, dict[str, Any] | None]] | None = None
+        if self.crude:
+            return
+        if config.get("__class__") == "JoinedWebdataset":  # a join: one factory per dataset
+            self.joined = [
+                (SampleFactory(p["config"], as_path(p["root"]) / ".nv-meta"), p.get("subflavors"))
+                for p in config["partners"]
+            ]
+            self.join_names = [p["name"] for p in config["partners"]]
+            self.by_name = bool(config.get("by_name"))
+            self.joiner = _resolve_joiner(config["joiner"], where)
+            return
+        if "sample_type" not in config:
+            raise DatasetFormatError(
+                f"{where}: needs 'sample_type' (or __class__: CrudeWebdataset)"
+            )
+        modules: dict[str, ModuleType] = {}  # the dataset's own files, by stem
+        if "field_map" in config:
+            self.fields = {k: _parse_field(str(v), where) for k, v in config["field_map"].items()}
+            self.parts = frozenset(part for part, _ in self.fields.values())
+        elif "sample_loader" in config:
+            self.loader = _load_function(config["sample_loader"], meta_dir, where, modules)
+            if "part_filter" in config:
+                self.part_filter = _load_function(config["part_filter"], meta_dir, where, modules)
+        else:
+            raise DatasetFormatError(f"{where}: needs 'field_map' or 'sample_loader'")
+        own = next(iter(modules.items()), None)
+        self.sample_type = resolve_class(
+            config["sample_type"], where, own_module=own, allowed_modules=tuple(allowed_modules)
+        )
+
+    def build(
+        self, raw: dict[str, Any], decoder: SampleDecoder | None, subflavors: dict | None
+    ) -> Any:
+        if self.joined is not None:
+            return self._build_joined(raw, decoder, subflavors)
+        if self.part_filter is not None:
+            raw = {k: v for k, v in raw.items() if k.startswith("__") or self.part_filter(k)}
+        decoded = decoder.decode(raw, self.parts) if decoder is not None else raw
+        restore_key = raw["__restore_key__"]
+        source = SourceInfo(
+            dataset_path=self.root,
+            index=restore_key.sample if isinstance(restore_key, SampleKey) else raw["__key__"],
+            shard_name=raw.get("__shard__", ""),
+            file_names=tuple(
+                f"{raw['__key__']}.{part}" for part in raw if not part.startswith("__")
+            ),
+        )
+        keys = {
+            "__key__": raw["__key__"],
+            "__restore_key__": restore_key,
+            "__subflavors__": subflavors,
+            "__sources__": (source,),
+        }
+        if self.crude:
+            from energon_lite.samples.crude import CrudeSample
+
+            crude = CrudeSample({**decoded, **keys})
+            crude.aux_stores = self.aux
+            crude.primary_store = self.primary
+            return crude
+        assert self.sample_type is not None  # set whenever not crude
+        if self.loader is not None:
+            fields = self.loader(decoded)
+            fields = {k: v for k, v in fields.items() if not k.startswith("__")}
+            return self.sample_type(**keys, **fields)
+        values = {}
+        for name, (part, path) in self.fields.items():
+            if part not in decoded:
+                raise DatasetFormatError(
+                    f"sample {raw['__key__']!r}: field {name!r} needs part {part!r}; "
+                    f"the sample has {sorted(k for k in decoded if not k.startswith('__'))}"
+                )
+            value = decoded[part]
+            try:
+                for step in path:
+                    value = value[step]
+            except (KeyError, IndexError, TypeError) as exc:
+                raise DatasetFormatError(
+                    f"sample {raw['__key__']!r}: field {name!r}: {part}"
+                    + "".join(f"[{s}]" for s in path)
+                    + f" does not resolve ({type(exc).__name__}: {exc})"
+                ) from None
+            values[name] = value
+        return self.sample_type(**keys, **values)
+
+    def _build_joined(
+        self, raw: dict[str, Any], decoder: SampleDecoder | None, subflavors: dict | None
+    ) -> Any:
+        """Each dataset's sample (its own restore key: the partner's shard and index), joined."""
+        assert self.joined is not None
+        restore_key = raw["__restore_key__"]
+        samples: list[Any] = []
+        for position, ((factory, own), entry) in enumerate(zip(self.joined, raw["__join__"])):
+            if entry is None:
+                samples.append(None)
+                continue
+            key, parts, shard_name, shard, index = entry
+            sub_key = restore_key._replace(shard=shard, sample=index)  # this dataset's own
+            flavors = {**(own or {}), **(subflavors or {})} if position == 0 else own
+            sub_raw = {"__key__": key, "__restore_key__": sub_key, "__shard__": shard_name, **parts}
+            samples.append(factory.build(sub_raw, decoder, flavors or None))
+        if self.by_name:
+            joined = self.joiner(**dict(zip(self.join_names, samples)))
+        else:
+            joined = self.joiner(*samples)
+        sources = tuple(
+            info
+            for sample in samples
+            if sample is not None
+            for info in (getattr(sample, "__sources__", None) or ())
+        )
+        if sources and hasattr(joined, "__sources__"):  # every dataset's files, in join order
+            joined.__sources__ = sources
+        return joined
+
+
+def _resolve_joiner(spec: dict[str, Any], where: str) -> Callable[..., Any]:
+    """``{__module__, __function__}`` or a Sample ``{__module__, __class__}`` (its ``from_joined``)."""
+    check_trusted_module(str(spec.get("__module__")), where, "the joiner")
+    try:
+        module = importlib.import_module(spec["__module__"])
+        if "__function__" in spec:
+            return getattr(module, spec["__function__"])
+        cls = getattr(module, spec["__class__"])
+    except (ImportError, AttributeError, KeyError) as exc:
+        raise DatasetFormatError(f"{where}: cannot import the joiner {spec!r}: {exc}") from None
+    joiner = getattr(cls, "from_joined", None)
+    if joiner is None:
+        raise DatasetFormatError(f"{where}: joiner class {cls.__name__} has no from_joined")
+    return joiner

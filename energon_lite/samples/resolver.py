@@ -1,0 +1,163 @@
+"""Which classes a ``dataset.yaml`` may name, and Energon's legacy top-level ``*Webdataset`` form.
+
+A dataset is untrusted input: its ``__module__``/``__class__`` entries resolve only to
+energon_lite's (or Energon's names of) built-in sample types, to classes defined in the
+dataset's own ``sample_loader`` file, or to modules the user lists in code
+(``allowed_modules=`` / ``allow_sample_type_modules``). Anything else is refused at open,
+before any import. Files a dataset points at stay inside the dataset's folder.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import warnings
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from energon_lite.errors import DatasetFormatError
+from energon_lite.samples.types import SAMPLE_TYPES, Sample
+
+OUR_MODULES = ("megatron.energon", "energon_lite")
+_allowed: set[str] = set()
+
+# Energon's deprecated dataset classes -> the sample type each one stands for.
+LEGACY_WEBDATASETS = {
+    "CaptioningWebdataset": "CaptioningSample",
+    "ImageWebdataset": "ImageSample",
+    "ImageClassificationWebdataset": "ImageClassificationSample",
+    "InterleavedWebdataset": "InterleavedSample",
+    "MultiChoiceVQAWebdataset": "MultiChoiceVQASample",
+    "OCRWebdataset": "OCRSample",
+    "SimilarityInterleavedWebdataset": "SimilarityInterleavedSample",
+    "TextWebdataset": "TextSample",
+    "VidQAWebdataset": "VidQASample",
+    "VQAWebdataset": "VQASample",
+    "VQAOCRWebdataset": "VQAOCRSample",
+}
+
+
+def allow_sample_type_modules(*modules: str) -> None:
+    """Let every ``dataset.yaml`` of this process name classes from ``modules`` (trusted code
+    of yours, e.g. ``"my_project.samples"``). Prefer listing them per dataset."""
+    _allowed.update(modules)
+
+
+def _ours(module: str) -> bool:
+    return any(module == m or module.startswith(m + ".") for m in OUR_MODULES)
+
+
+def check_trusted_module(module: str, where: str, what: str) -> None:
+    """Refuse importing ``module`` for a data file unless it is ours, Energon's, or trusted
+    by the user (:func:`allow_sample_type_modules`): a data file must not run other code."""
+    if _ours(module) or module in _allowed:
+        return
+    raise DatasetFormatError(
+        f"{where}: {what} from module {module!r} refused: a data file may name energon_lite / "
+        f"megatron.energon code only; to trust {module!r}, call "
+        f"energon_lite.allow_sample_type_modules({module!r})"
+    )
+
+
+def inside_dataset(file: str, meta_dir: Path, where: str) -> Path:
+    """``meta_dir / file``, refused unless it stays inside the dataset's folder."""
+    root = meta_dir.parent.resolve()
+    path = (meta_dir / file).resolve()
+    if not path.is_relative_to(root):
+        raise DatasetFormatError(
+            f"{where}: {file!r} points outside the dataset folder {root}; a dataset may only "
+            "load code stored inside it"
+        )
+    return path
+
+
+def load_module_file(path: Path, where: str) -> ModuleType:
+    """Execute a dataset's own Python file (its ``sample_loader``) as a module."""
+    if not path.is_file():
+        raise DatasetFormatError(f"{where}: file {path} not found")
+    spec = importlib.util.spec_from_file_location(f"energon_lite_user_{path.stem}", path)
+    if spec is None or spec.loader is None:
+        raise DatasetFormatError(f"{where}: {path} cannot be loaded as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def resolve_class(
+    spec: Any,
+    where: str,
+    *,
+    own_module: tuple[str, ModuleType] | None = None,
+    allowed_modules: tuple[str, ...] = (),
+) -> type:
+    """The class a ``{__module__, __class__}`` entry names, if the dataset may name it.
+
+    ``own_module``: (module name as written in the YAML, i.e. the sample_loader file's stem;
+    the loaded module): classes defined in it are allowed.
+    """
+    if not isinstance(spec, dict) or "__class__" not in spec:
+        raise DatasetFormatError(f"{where}: sample_type needs '__module__' and '__class__'")
+    module, name = str(spec.get("__module__", "energon_lite")), str(spec["__class__"])
+    if module.startswith("energon_lite.") and module not in (
+        "energon_lite.samples",
+        "energon_lite.samples.types",
+    ):
+        allowed_modules = (*allowed_modules, module)  # our own code (e.g. a flavor's type)
+    elif _ours(module):
+        if name not in SAMPLE_TYPES:
+            raise DatasetFormatError(
+                f"{where}: sample_type {module}.{name} is not a built-in type; "
+                f"known: {sorted(SAMPLE_TYPES)}"
+            )
+        return SAMPLE_TYPES[name]
+    if own_module is not None and module == own_module[0]:
+        cls = getattr(own_module[1], name, None)
+        if isinstance(cls, type) and cls.__module__ == own_module[1].__name__:
+            return cls
+        raise DatasetFormatError(
+            f"{where}: {module}.{name} is not a class defined in the dataset's {module}.py"
+        )
+    if module not in allowed_modules and module not in _allowed:
+        raise DatasetFormatError(
+            f"{where}: sample_type {module}.{name} refused: a dataset may name energon_lite / "
+            "megatron.energon sample types and classes defined in its own sample_loader file; "
+            f"to trust module {module!r}, pass allowed_modules=[{module!r}] or call "
+            f"energon_lite.allow_sample_type_modules({module!r})"
+        )
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise DatasetFormatError(
+            f"{where}: cannot import sample_type {module}.{name}: {exc}"
+        ) from None
+    if not isinstance(cls, type):
+        raise DatasetFormatError(f"{where}: {module}.{name} is not a class")
+    if module.startswith("energon_lite.") and not issubclass(cls, Sample):
+        raise DatasetFormatError(f"{where}: {module}.{name} is not a sample type")
+    return cls
+
+
+def upgrade_legacy_config(config: dict[str, Any], where: str) -> dict[str, Any]:
+    """A ``dataset.yaml`` with Energon's top-level ``__class__: CaptioningWebdataset`` (etc.)
+    rewritten to ``sample_type:``, with a DeprecationWarning that shows the rewrite."""
+    cls = config.get("__class__")
+    if cls not in LEGACY_WEBDATASETS:
+        return config
+    module = config.get("__module__", "megatron.energon")
+    if not _ours(str(module)):
+        raise DatasetFormatError(
+            f"{where}: __class__ {module}.{cls} refused: only megatron.energon / energon_lite "
+            "dataset classes are known"
+        )
+    sample_type = LEGACY_WEBDATASETS[cls]
+    warnings.warn(
+        f"{where}: top-level __class__: {cls} is Energon's deprecated form. Rewrite the file "
+        f"as: remove the top-level __module__ and __class__, add\nsample_type:\n"
+        f"  __module__: megatron.energon\n  __class__: {sample_type}\nand keep the rest",
+        DeprecationWarning,
+        stacklevel=4,
+    )
+    upgraded = {k: v for k, v in config.items() if k not in ("__module__", "__class__")}
+    upgraded["sample_type"] = {"__module__": "megatron.energon", "__class__": sample_type}
+    return upgraded

@@ -1,0 +1,251 @@
+"""Sample and Batch dataclasses and the built-in sample types (Energon's names and fields).
+
+Every sample carries ``__key__`` (the bare sample key inside its shard), ``__restore_key__``
+(a tuple of plain values that fetches the same sample again by random access) and
+``__subflavors__`` (the metadataset's subflavors, or None).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypeVar
+
+import torch
+
+from energon_lite.batching.collate import collate_values
+from energon_lite.edataclass import edataclass
+
+T = TypeVar("T", bound="Sample")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SourceInfo:
+    """Where a sample was read from (Energon's ``__sources__`` entries)."""
+
+    dataset_path: str
+    index: int | str
+    shard_name: str
+    file_names: tuple[str, ...]
+
+
+# Energon's layout: the key fields are keyword-only and live in slots, so a subclass may add
+# fields without defaults, build samples by keyword, and re-declare a key field without a
+# default (a slot leaves no class attribute behind for the re-declared field to inherit).
+@edataclass
+class Sample:
+    """Base of all samples. Subclass it with ``@dataclass`` and add fields."""
+
+    __key__: str
+    __restore_key__: tuple[Any, ...]
+    __subflavors__: dict[str, Any] | None = None
+    __sources__: tuple[SourceInfo, ...] | None = None
+
+    @classmethod
+    def derive_from(cls: type[T], base: Any, **fields: Any) -> T:
+        """A new ``cls`` that keeps ``base``'s key fields (sample or crude dict) plus ``fields``."""
+        return cls(**basic_sample_keys(base), **fields)
+
+    @classmethod
+    def extend(cls: type[T], src: Any, **fields: Any) -> T:
+        """A ``cls`` holding every init field of ``src`` plus ``fields`` (Energon's ``extend``);
+        ``cls`` must be ``type(src)`` or a subclass of it."""
+        if not issubclass(cls, type(src)):
+            raise TypeError(f"{cls.__name__}.extend: {type(src).__name__} is not a base of it")
+        for f in dataclasses.fields(src):
+            if f.init and typing.get_origin(f.type) is not ClassVar and f.type is not ClassVar:
+                fields.setdefault(f.name, getattr(src, f.name))
+        return cls(**fields)
+
+    def pin_memory(self: T) -> T:
+        """A copy whose tensors are in pinned memory (the loader calls it when pinning)."""
+        return _pinned(self)
+
+
+def basic_sample_keys(sample: Any) -> dict[str, Any]:
+    """``__key__``, ``__restore_key__`` and ``__subflavors__`` of a sample or crude dict."""
+    if isinstance(sample, dict):
+        get = sample.get
+    else:
+
+        def get(name: str, default: Any = None) -> Any:
+            return getattr(sample, name, default)
+
+    return {
+        "__key__": get("__key__"),
+        "__restore_key__": get("__restore_key__"),
+        "__subflavors__": get("__subflavors__"),
+        "__sources__": get("__sources__"),
+    }
+
+
+@dataclass(kw_only=True)
+class Batch:
+    """Base for user batch types: ``__key__`` and ``__restore_key__`` hold one entry per sample."""
+
+    __key__: list[str]
+    __restore_key__: list[Any]
+    __subflavors__: list[Any] | None = None
+    __sources__: tuple[SourceInfo, ...] | None = None
+
+    @classmethod
+    def from_samples(cls: type[Any], samples: list[Any], **fields: Any) -> Any:
+        """A batch of ``samples``: key lists from the samples, the given ``fields``, and every
+        other field of ``cls`` collated from the samples' field of that name (tensors padded
+        and stacked, numbers and the rest listed), as Energon's ``Batch.from_samples``."""
+        keys = [basic_sample_keys(s) for s in samples]
+        for name in (f.name for f in dataclasses.fields(cls)):
+            if name in fields or name.startswith("__"):
+                continue
+            column = [s[name] if isinstance(s, dict) else getattr(s, name) for s in samples]
+            fields[name] = collate_values(column)
+        sources = tuple(info for k in keys for info in (k["__sources__"] or ()))
+        return cls(
+            __key__=[k["__key__"] for k in keys],
+            __restore_key__=[k["__restore_key__"] for k in keys],
+            __subflavors__=[k["__subflavors__"] for k in keys],
+            __sources__=sources or None,
+            **fields,
+        )
+
+    @classmethod
+    def derive_from(cls: type[Any], base: Any, **fields: Any) -> Any:
+        """A new ``cls`` batch with ``base``'s key lists plus ``fields``."""
+        return cls(**basic_sample_keys(base), **fields)
+
+    def pin_memory(self) -> Any:
+        """A copy whose tensors are in pinned memory (the loader calls it when pinning)."""
+        return _pinned(self)
+
+
+def _pinned(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.pin_memory()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changes = {f.name: _pinned(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return dataclasses.replace(value, **changes)
+    if isinstance(value, dict):
+        return {k: _pinned(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_pinned(v) for v in value]
+    return value
+
+
+# The built-in types, with Energon's fields: required fields have no default.
+
+
+@edataclass
+class TextSample(Sample):
+    text: str
+
+
+@edataclass
+class ImageSample(Sample):
+    image: torch.Tensor | Any
+
+
+@edataclass
+class CaptioningSample(Sample):
+    image: torch.Tensor | Any
+    caption: str
+
+
+@edataclass
+class ImageClassificationSample(Sample):
+    image: torch.Tensor | Any
+    label: int | None = None
+    label_name: str | None = None
+
+
+@edataclass
+class VQASample(Sample):
+    image: torch.Tensor | Any
+    context: str
+    answers: list[str] | None = None
+    answer_weights: torch.Tensor | None = None
+
+
+@edataclass
+class VQAOCRSample(Sample):
+    image: torch.Tensor | Any
+    context: str
+    text: str
+    answers: list[str] | None = None
+    answer_weights: torch.Tensor | None = None
+    words_boxes: torch.Tensor | None = None
+    words_text: list[str] | None = None
+
+
+@edataclass
+class MultiChoiceVQASample(Sample):
+    image: torch.Tensor | Any
+    context: str
+    choices: list[str] | None = None
+    correct_choice_idx: int = 0
+
+
+@edataclass
+class VidQASample(Sample):
+    video: Any
+    context: str
+    answers: list[str] | None = None
+    answer_weights: torch.Tensor | None = None
+
+
+@edataclass
+class OCRSample(Sample):
+    """Optical character recognition: boxes are float (N, 4|5) ``x, y, w, h[, confidence]``."""
+
+    image: torch.Tensor | Any
+    text: str
+    block_boxes: torch.Tensor | None = None
+    block_classes: torch.Tensor | list[str] | None = None
+    block_text: list[str] | None = None
+    lines_boxes: torch.Tensor | None = None
+    lines_text: list[str] | None = None
+    words_boxes: torch.Tensor | None = None
+    words_text: list[str] | None = None
+    chars_boxes: torch.Tensor | None = None
+    chars_text: list[str] | None = None
+
+
+@edataclass
+class InterleavedSample(Sample):
+    sequence: list[Any]
+
+
+@edataclass
+class SimilarityInterleavedSample(Sample):
+    """Images and texts without alignment; ``similarity_matrix`` relates them."""
+
+    images: list[Any]
+    texts: list[str]
+    audio: list[Any] | None = None
+    video: list[Any] | None = None
+    similarity_matrix: torch.Tensor | None = None
+    matched_text_indices: list[int] | None = None
+
+
+SAMPLE_TYPES: dict[str, type[Sample]] = {
+    cls.__name__: cls
+    for cls in (
+        Sample,
+        TextSample,
+        ImageSample,
+        CaptioningSample,
+        ImageClassificationSample,
+        VQASample,
+        VQAOCRSample,
+        MultiChoiceVQASample,
+        VidQASample,
+        OCRSample,
+        InterleavedSample,
+        SimilarityInterleavedSample,
+    )
+}
+
+
+def sample_field_names(cls: type) -> list[str]:
+    """The user fields of a sample dataclass (without the key fields)."""
+    return [f.name for f in dataclasses.fields(cls) if not f.name.startswith("__")]

@@ -1,0 +1,276 @@
+"""``PreparedDataset``: one split of a prepared WebDataset folder, opened without per-sample objects.
+
+The split is a few numpy arrays of *runs*: ``(shard_id, start, end)`` sample ranges of the
+shards listed for the split, with excluded shards and samples cut out and an optional subset
+applied. Sample offsets stay in the memory-mapped ``.tar.idx`` files, opened per shard on
+first use. Opening a 10M-sample dataset therefore costs a few arrays of the size of the shard
+list, and every worker shares the index pages through the page cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import os
+from collections import Counter, OrderedDict
+from typing import Any
+
+import numpy as np
+
+from energon_lite.errors import DatasetFormatError, RemoteStorageError, short_repr
+from energon_lite.shards.meta import DatasetInfo, load_dataset_config, load_info, load_split
+from energon_lite.shards.shard_record import check_shards, content_identity, load_record
+from energon_lite.shards.tar import first_member_name, parse_sample, split_name
+from energon_lite.shards.tar_index import open_index
+from energon_lite.storage import RemotePath, ShardFile, StoragePath, as_path
+from energon_lite.storage.ranged import unreadable_samples
+
+_MAX_OPEN_FILES = 32
+_MAX_OPEN_INDEXES = 256
+
+
+class PreparedDataset:
+    """Random and sequential access to the samples of one split of a prepared dataset."""
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str] | RemotePath,
+        split_part: str,
+        *,
+        split_config: str = "split.yaml",
+        dataset_config: str = "dataset.yaml",
+        subset: tuple[int | str, int | str] | None = None,
+    ) -> None:
+        self.root = as_path(root)
+        self.split_part = split_part
+        self._pid = os.getpid()
+        self._files: OrderedDict[int, ShardFile] = OrderedDict()
+        self._indexes: dict[int, np.ndarray] = {}
+        self._fingerprint: str | None = None
+        info = load_info(self.root)
+        split = load_split(self.root, split_config)
+        self.config: dict[str, Any] = load_dataset_config(self.root, dataset_config)
+        if split_part not in split.split_parts:
+            raise DatasetFormatError(
+                f"{split.source}: no split {short_repr(split_part)}; it has "
+                f"{short_repr(sorted(split.split_parts))}"
+            )
+        self.shard_names = info.shard_names
+        self._counts = np.asarray(info.shard_counts, dtype=np.int64)
+        shard_id = {name: i for i, name in enumerate(self.shard_names)}
+        excluded_shards = {e for e in split.exclude if e in shard_id}
+        excluded_samples: dict[str, set[str]] = {}
+        for entry in split.exclude:
+            if entry not in shard_id:
+                shard, _, key = entry.partition(".tar/")
+                if not key or shard + ".tar" not in shard_id:
+                    raise DatasetFormatError(
+                        f"{split.source}: exclude entry {short_repr(entry)} names no shard of .info.json"
+                    )
+                excluded_samples.setdefault(shard + ".tar", set()).add(key)
+
+        listed = split.split_parts[split_part]
+        if len(set(listed)) != len(listed):
+            twice = sorted(name for name, n in Counter(listed).items() if n > 1)[:20]
+            raise DatasetFormatError(
+                f"{split.source}: split {split_part!r} lists {twice} more than once; their "
+                "samples would be delivered twice: list each shard once"
+            )
+        self._check_shards(info, listed)
+        shards, starts, ends = [], [], []
+        for name in split.split_parts[split_part]:
+            if name not in shard_id:
+                raise DatasetFormatError(
+                    f"{split.source}: split {short_repr(split_part)} lists shard {short_repr(name)}, "
+                    "which .nv-meta/.info.json does not know; re-run prepare"
+                )
+            if name in excluded_shards:
+                continue
+            sid, count = shard_id[name], int(self._counts[shard_id[name]])
+            dropped = excluded_samples.get(name)
+            cuts = sorted(self._indices_of_keys(sid, dropped)) if dropped else []
+            start = 0
+            for cut in [*cuts, count]:
+                if cut > start:
+                    shards.append(sid)
+                    starts.append(start)
+                    ends.append(cut)
+                start = cut + 1
+        self.run_shard = np.asarray(shards, dtype=np.int64)
+        self.run_start = np.asarray(starts, dtype=np.int64)
+        self.run_end = np.asarray(ends, dtype=np.int64)
+        if subset is not None:
+            self._apply_subset(subset)
+        lengths = self.run_end - self.run_start
+        self.run_offset = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+
+    # structure ------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return int(self.run_offset[-1])
+
+    @property
+    def num_runs(self) -> int:
+        return len(self.run_shard)
+
+    def locate(self, position: int) -> tuple[int, int]:
+        """``(shard_id, index in shard)`` of the split's ``position``-th sample."""
+        if not 0 <= position < len(self):
+            raise IndexError(f"sample position {position} outside [0, {len(self)})")
+        run = int(np.searchsorted(self.run_offset, position, side="right")) - 1
+        return int(self.run_shard[run]), int(self.run_start[run] + position - self.run_offset[run])
+
+    def _check_shards(self, info: DatasetInfo, names: list[str]) -> None:
+        """Refuse a shard changed or deleted since prepare (datasets with a shard record)."""
+        record = load_record(self.root)
+        self._content_digest = None if record is None else str(record["content_digest"])
+        if record is not None:
+            counts = dict(zip(info.shard_names, info.shard_counts))
+            known = [name for name in dict.fromkeys(names) if name in counts]
+            check_shards(self.root, record, known, counts)
+
+    def fingerprint(self) -> str:
+        """Changes when the shard list, counts, the split's runs or the shards' content change.
+
+        Content: the digest prepare recorded over every ``.tar.idx`` (kept honest by the
+        size/mtime check at open), or for datasets without a record the shard sizes and both
+        ends of each index. Computed once per dataset object, without reading shard data.
+        """
+        if self._fingerprint is None:
+            digest = hashlib.blake2b(digest_size=8)
+            digest.update("\n".join(self.shard_names).encode("utf-8", "surrogateescape"))
+            for array in (self._counts, self.run_shard, self.run_start, self.run_end):
+                digest.update(array.tobytes())
+            used = [self.shard_names[i] for i in np.unique(self.run_shard)]
+            digest.update(self._content_identity(used).encode())
+            self._fingerprint = digest.hexdigest()
+        return self._fingerprint
+
+    def _content_identity(self, used: list[str]) -> str:
+        if self._content_digest is not None:
+            return self._content_digest
+        return content_identity(self.root, used)
+
+    def _apply_subset(self, subset: tuple[int | str, int | str]) -> None:
+        """Keep samples ``[start, end)`` of the split; bounds are ints, ``"N%"`` or ``"end"``."""
+        lengths = self.run_end - self.run_start
+        offsets = np.concatenate([[0], np.cumsum(lengths)])
+        total = int(offsets[-1])
+        start, end = (_resolve_bound(b, total, self.root) for b in subset)
+        if not 0 <= start <= end <= total:
+            raise DatasetFormatError(
+                f"{self.root}: subset range {list(subset)} -> [{start}, {end}) is outside "
+                f"the split's [0, {total}) samples"
+            )
+        new_start = np.clip(start - offsets[:-1], 0, lengths) + self.run_start
+        new_end = np.clip(end - offsets[:-1], 0, lengths) + self.run_start
+        keep = new_end > new_start
+        self.run_shard, self.run_start, self.run_end = (
+            self.run_shard[keep],
+            new_start[keep],
+            new_end[keep],
+        )
+
+    # I/O ------------------------------------------------------------------------------
+
+    def _fd(self, shard_id: int) -> ShardFile:
+        if os.getpid() != self._pid:  # forked: never share file offsets or maps with the parent
+            self._files.clear()
+            self._indexes.clear()
+            self._pid = os.getpid()
+        fd = self._files.get(shard_id)
+        if fd is None:
+            if len(self._files) >= _MAX_OPEN_FILES:
+                self._files.popitem(last=False)[1].close()
+            fd = ShardFile(self.root / self.shard_names[shard_id])  # missing: names the path
+            self._files[shard_id] = fd
+        else:
+            self._files.move_to_end(shard_id)
+        return fd
+
+    def index(self, shard_id: int) -> np.ndarray:
+        """The memory-mapped sample offsets of a shard (``count + 1`` entries)."""
+        offsets = self._indexes.get(shard_id)
+        if offsets is None:
+            if len(self._indexes) >= _MAX_OPEN_INDEXES:  # keep a worker's maps bounded
+                self._indexes.pop(next(iter(self._indexes)))
+            path = self.root / self.shard_names[shard_id]
+            offsets = open_index(path, int(self._counts[shard_id]))
+            self._indexes[shard_id] = offsets
+        return offsets
+
+    def read(self, shard_id: int, index: int) -> tuple[str, dict[str, bytes]]:
+        """Key and parts of one sample (one ``pread``)."""
+        return self.read_range(shard_id, index, index + 1)[0]
+
+    def read_range(self, shard_id: int, start: int, end: int) -> list[tuple[str, dict[str, bytes]]]:
+        """Keys and parts of samples ``[start, end)`` of a shard, read with one ``pread``."""
+        offsets = self.index(shard_id)
+        if not 0 <= start < end <= len(offsets) - 1:
+            raise IndexError(
+                f"{self.shard_names[shard_id]}: samples [{start}, {end}) outside "
+                f"[0, {len(offsets) - 1})"
+            )
+        bounds = offsets[start : end + 1].astype(np.int64).tolist()
+        base = bounds[0]
+        fd = self._fd(shard_id)
+        where = str(self.root / self.shard_names[shard_id])
+        if any(b <= a for a, b in itertools.pairwise(bounds)) or bounds[-1] > fd.size:
+            raise DatasetFormatError(
+                f"{where}.idx: offsets of samples [{start}, {end}) are not increasing inside "
+                f"the shard's {fd.size} bytes: the index is corrupt; re-run prepare"
+            )
+        try:
+            buf = fd.pread(bounds[-1] - base, base)
+        except RemoteStorageError as exc:  # retries spent: these samples fail, training goes on
+            return unreadable_samples(where, bounds, exc)
+        if len(buf) != bounds[-1] - base:
+            raise DatasetFormatError(f"{where}: file is shorter than its .tar.idx says")
+        view = memoryview(buf)
+        return [
+            parse_sample(view[a - base : b - base], a, where) for a, b in itertools.pairwise(bounds)
+        ]
+
+    def _indices_of_keys(self, shard_id: int, keys: set[str]) -> set[int]:
+        """Indices of the given sample keys in a shard (reads one header per sample)."""
+        offsets = self.index(shard_id)
+        where = str(self.root / self.shard_names[shard_id])
+        fd = self._fd(shard_id)
+        found: dict[str, int] = {}
+        for i in range(len(offsets) - 1):
+            split = split_name(first_member_name(fd, int(offsets[i]), where))
+            if split is not None and split[0] in keys:
+                found[split[0]] = i
+        missing = keys - set(found)
+        if missing:
+            raise DatasetFormatError(
+                f"{where}: excluded sample keys {sorted(missing)} are not in this shard"
+            )
+        return set(found.values())
+
+    def close(self) -> None:
+        for shard in self._files.values():
+            shard.close()
+        self._files.clear()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_files"] = OrderedDict()
+        state["_indexes"] = {}
+        return state
+
+
+def _resolve_bound(bound: int | str, total: int, root: StoragePath) -> int:
+    if isinstance(bound, int) and not isinstance(bound, bool):
+        return bound
+    text = str(bound).strip()
+    if text == "end":
+        return total
+    if text.endswith("%"):
+        try:
+            return round(float(text[:-1]) * total / 100)
+        except ValueError:
+            pass
+    raise DatasetFormatError(
+        f"{root}: subset bound {short_repr(bound)}: use an integer, 'N%' or 'end'"
+    )

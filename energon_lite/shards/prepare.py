@@ -1,0 +1,319 @@
+"""``prepare``: index the tar shards of a WebDataset folder and write ``.nv-meta``.
+
+One pass over each shard's headers (in parallel processes with ``num_workers``) gives the
+``.tar.idx`` offsets, the sample counts and the parts seen. Each index is written (temp file
++ rename) as its shard is scanned; ``.nv-meta`` is assembled in a temporary folder and
+renamed into place only after every index and every check, so a folder never looks prepared
+with an index missing. ``.nv-meta/energon_lite.json`` records what each shard was
+(:mod:`energon_lite.shards.shard_record`). A lock file keeps two prepares of one folder apart
+and temporaries of killed prepares are removed (:mod:`energon_lite.shards.folder_lock`).
+Remote roots (``s3://``, ``msc://``) go through :mod:`energon_lite.storage`.
+
+Over 300 lines: the one prepare transaction (lock, scan, checks, index and metadata
+commit, for local folders and object-store prefixes) reads best in one place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from tqdm import tqdm
+
+from energon_lite.errors import ConfigError, DatasetFormatError
+from energon_lite.samples.types import SAMPLE_TYPES, sample_field_names
+from energon_lite.shards.folder_lock import (
+    clean_stale_temporaries,
+    is_stale_temporary,
+    prepare_lock,
+)
+from energon_lite.shards.meta import (
+    INFO_JSON,
+    INFO_YAML,
+    META_DIR,
+    DatasetInfo,
+    write_info,
+    write_split,
+)
+from energon_lite.shards.prepare_checks import (
+    check_field_access,
+    check_required_fields,
+    check_unique_keys,
+    warn_empty_splits,
+)
+from energon_lite.shards.prepare_splits import split_by_patterns, split_by_ratio
+from energon_lite.shards.shard_record import RECORD, make_record, write_record
+from energon_lite.shards.tar_index import ShardScan, scan_shard, write_index
+from energon_lite.storage import RemotePath, StoragePath, as_path
+from energon_lite.storage.ops import downloaded, list_files, write_atomic
+
+VERSION_TAG = "energon_lite 0.1.0"
+
+
+@dataclass
+class PrepareReport:
+    """What prepare wrote: shards in id order, their counts, parts seen and the splits."""
+
+    root: StoragePath
+    shard_names: list[str]
+    shard_counts: list[int]
+    parts: set[str]
+    split_parts: dict[str, list[str]] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)  # e.g. a split that got no shard
+
+    @property
+    def num_samples(self) -> int:
+        return sum(self.shard_counts)
+
+
+def find_shards(root: StoragePath) -> list[str]:
+    """Relative paths of the ``.tar`` files under ``root`` (``.nv-meta`` excluded), sorted."""
+    if isinstance(root, RemotePath):  # one listing of the prefix
+        return [n for n in list_files(root, ".tar") if not n.startswith(META_DIR)]
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(META_DIR))
+        for name in filenames:
+            if name.endswith(".tar"):
+                found.append(Path(dirpath, name).relative_to(root).as_posix())
+    return sorted(found)
+
+
+def _scan(args: tuple[StoragePath, str]) -> ShardScan:
+    path, name = args
+    with downloaded(path) as local:  # a remote shard: one sequential GET into a temp file
+        return scan_shard(local, display_name=name)
+
+
+def scan_shards(
+    root: StoragePath, shards: Sequence[str], num_workers: int, progress: bool
+) -> Iterator[ShardScan]:
+    """Scans in shard order, each as soon as it (and the ones before it) are done."""
+    jobs = [(root / name, str(root / name)) for name in shards]
+    bar = tqdm(total=len(jobs), desc="indexing shards", unit="shard", disable=not progress)
+    try:
+        if num_workers <= 1:
+            for job in jobs:
+                yield _scan(job)
+                bar.update()
+            return
+        with ProcessPoolExecutor(max_workers=num_workers) as pool:
+            # a few shards per task: one round trip per shard costs as much as a small scan
+            chunk = max(1, min(16, len(jobs) // (num_workers * 8)))
+            for scan in pool.map(_scan, jobs, chunksize=chunk):
+                yield scan
+                bar.update()
+    finally:
+        bar.close()
+
+
+def dataset_yaml(
+    sample_type: str | None,
+    field_map: dict[str, str] | None,
+    sample_loader: str | None,
+    part_filter: str | None,
+) -> dict[str, Any]:
+    if sample_type == "CrudeWebdataset":
+        return {"__module__": "megatron.energon", "__class__": "CrudeWebdataset"}
+    if sample_type not in SAMPLE_TYPES:
+        raise ConfigError(
+            f"--sample-type {sample_type!r} is not a built-in sample type; "
+            f"allowed: {sorted(SAMPLE_TYPES)} or CrudeWebdataset"
+        )
+    config: dict[str, Any] = {
+        "sample_type": {"__module__": "megatron.energon", "__class__": sample_type}
+    }
+    if field_map is not None:
+        fields = sample_field_names(SAMPLE_TYPES[sample_type])
+        unknown = sorted(set(field_map) - set(fields))
+        if unknown:
+            raise ConfigError(f"--field-map names {unknown}, not fields of {sample_type}: {fields}")
+        check_required_fields(sample_type, field_map)
+        config["field_map"] = dict(field_map)
+    elif sample_loader is not None:
+        config["sample_loader"] = sample_loader
+        if part_filter is not None:
+            config["part_filter"] = part_filter
+    else:
+        raise ConfigError(f"--sample-type {sample_type} needs --field-map (or a sample_loader)")
+    return config
+
+
+def check_field_map(field_map: dict[str, str], parts: set[str], root: StoragePath) -> None:
+    """Every field must name a part that at least one sample has."""
+    for field_name, spec in field_map.items():
+        part = spec.split("[", 1)[0]
+        if part not in parts:
+            raise DatasetFormatError(
+                f"{root}: field_map[{field_name!r}] = {spec!r} names part {part!r}, "
+                f"which no sample has; parts seen: {sorted(parts)}"
+            )
+
+
+def prepare_dataset(
+    root: str | os.PathLike[str] | RemotePath,
+    *,
+    split_ratio: Sequence[tuple[str, float]] | None = None,
+    split_parts: Sequence[tuple[str, str]] | None = None,
+    sample_type: str | None = None,
+    field_map: dict[str, str] | None = None,
+    sample_loader: str | None = None,
+    part_filter: str | None = None,
+    exclude: Sequence[str] = (),
+    num_workers: int = 1,
+    shuffle_tars: bool = False,
+    shuffle_seed: int = 42,
+    tar_index_only: bool = False,
+    force_overwrite: bool = False,
+    allow_duplicate_keys: bool = False,
+    progress: bool = True,
+    dataset_yaml_name: str = "dataset.yaml",
+) -> PrepareReport:
+    """Index every shard under ``root`` and write ``.nv-meta`` (see docs/formats.md).
+
+    Every ``.tar.idx`` is written before ``.nv-meta``, which is committed last with one
+    rename, so a prepare killed at any point leaves a folder that does not look prepared
+    (or the previous, still consistent ``.nv-meta``). One prepare runs per folder at a time:
+    a second one fails with :class:`~energon_lite.shards.folder_lock.FolderLockedError`.
+
+    ``dataset_yaml_name``: the file the sample type and field map go to (Energon's
+    ``--dataset-yaml-name``; load it with ``dataset_config=``); other files in ``.nv-meta``
+    are kept.
+
+    Remote roots (``s3://``, ``msc://``) take no lock (object stores have no rename); each
+    object is one PUT, indexes are written only once all checks passed, ``.info.json`` last.
+    """
+    if "/" in dataset_yaml_name or not dataset_yaml_name.endswith((".yaml", ".yml")):
+        raise ConfigError(f"{dataset_yaml_name=} must be a .yaml file name inside .nv-meta")
+    root = as_path(root)
+    remote = isinstance(root, RemotePath)
+    if not root.is_dir():
+        raise DatasetFormatError(f"{root}: not a directory")
+    config = None
+    if not tar_index_only:
+        if (split_ratio is None) == (split_parts is None):
+            raise ConfigError("give exactly one of --split-ratio and --split-parts")
+        config = dataset_yaml(sample_type, field_map, sample_loader, part_filter)
+    with contextlib.nullcontext() if isinstance(root, RemotePath) else prepare_lock(root):
+        if isinstance(root, Path):
+            _recover_meta(root)
+            clean_stale_temporaries(root)
+        meta = root / META_DIR
+        if is_prepared(root) and not (force_overwrite or tar_index_only):
+            raise ConfigError(f"{meta} exists; pass --force-overwrite to prepare {root} again")
+        shards = find_shards(root)
+        if not shards:
+            raise DatasetFormatError(f"{root}: no .tar shards found (searched recursively)")
+        written: list[StoragePath] = []
+        try:
+            scans = []
+            for name, scan in zip(shards, scan_shards(root, shards, num_workers, progress)):
+                if scan.count == 0:
+                    raise DatasetFormatError(f"{root / name}: shard holds no samples")
+                if not remote:  # not yet "prepared"; remote ones once all checks passed
+                    written.append(write_index(root / name, scan.offsets))
+                scans.append(scan)
+            if not allow_duplicate_keys:
+                check_unique_keys(root, shards, scans)
+            parts = set().union(*(scan.parts for scan in scans))
+            if field_map is not None:
+                check_field_map(field_map, parts, root)
+                check_field_access(field_map, root, shards[0], scans[0])
+        except Exception:
+            if not is_prepared(root):  # a failed first prepare leaves no index behind
+                for path in written:
+                    if isinstance(path, Path):
+                        path.unlink(missing_ok=True)
+            raise
+        if remote:
+            for name, scan in zip(shards, scans):
+                write_index(root / name, scan.offsets)
+        report = PrepareReport(root, shards, [scan.count for scan in scans], parts)
+        for scan in scans:
+            scan.key_hashes = scan.key_hashes[:0]  # free them before the metadata
+        record = make_record(root, report.shard_names, scans)
+        if tar_index_only:
+            if is_prepared(root):
+                write_record(meta, record)
+            return report
+        if split_ratio is not None:
+            report.split_parts = split_by_ratio(
+                shards, split_ratio, shuffle_seed if shuffle_tars else None
+            )
+            wanted = {name for name, weight in split_ratio if weight > 0}
+        else:
+            report.split_parts = split_by_patterns(shards, split_parts or ())
+            wanted = set(report.split_parts)
+        report.warnings = warn_empty_splits(
+            {k: v for k, v in report.split_parts.items() if k in wanted}, len(shards)
+        )
+        _write_meta(root, report, config or {}, list(exclude), record, dataset_yaml_name)
+    return report
+
+
+def is_prepared(root: StoragePath) -> bool:
+    """``.nv-meta`` has its ``.info.json`` (or legacy ``.info.yaml``)."""
+    meta = root / META_DIR
+    return (meta / INFO_JSON).is_file() or (meta / INFO_YAML).is_file()
+
+
+def _recover_meta(root: Path) -> None:
+    """A prepare killed between moving the old ``.nv-meta`` aside and renaming the new one
+    into place left only ``.nv-meta.old-<pid>``: put it back."""
+    if (root / META_DIR).exists():
+        return
+    for old in sorted(root.glob(f"{META_DIR}.old-*")):
+        if old.is_dir() and is_stale_temporary(old.name):
+            os.replace(old, root / META_DIR)
+            return
+
+
+def _write_meta(
+    root: StoragePath,
+    report: PrepareReport,
+    config: dict[str, Any],
+    exclude: list[str],
+    record: dict[str, Any],
+    dataset_yaml_name: str = "dataset.yaml",
+) -> None:
+    if isinstance(root, RemotePath):  # each object is one PUT; .info.json, read first, last
+        write_split(root / META_DIR, report.split_parts, exclude)
+        write_record(root / META_DIR, record)
+        write_atomic(root / META_DIR / dataset_yaml_name, yaml.safe_dump(config, sort_keys=False).encode())  # fmt: skip
+        write_info(root / META_DIR, DatasetInfo(report.shard_names, report.shard_counts, VERSION_TAG))  # fmt: skip
+        return
+    meta = root / META_DIR
+    tmp = root / f"{META_DIR}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        if meta.is_dir():  # keep files we do not write (custom split configs, Energon's sqlite)
+            for item in meta.iterdir():
+                if item.is_file() and item.name not in (
+                    INFO_JSON,
+                    INFO_YAML,
+                    "split.yaml",
+                    dataset_yaml_name,
+                    RECORD,
+                ):
+                    shutil.copy2(item, tmp / item.name)
+        write_info(tmp, DatasetInfo(report.shard_names, report.shard_counts, VERSION_TAG))
+        write_split(tmp, report.split_parts, exclude)
+        with open(tmp / dataset_yaml_name, "w", encoding="utf-8") as file:
+            yaml.safe_dump(config, file, sort_keys=False)
+        write_record(tmp, record)
+        old = root / f"{META_DIR}.old-{os.getpid()}"
+        if meta.exists():
+            os.replace(meta, old)
+        os.replace(tmp, meta)
+        shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

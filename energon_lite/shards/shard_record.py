@@ -1,0 +1,213 @@
+"""``.nv-meta/energon_lite.json``: what each shard was when prepare indexed it.
+
+Prepare records every shard's byte size and modification time and one digest over all
+sample offsets (the ``.tar.idx`` content) and the first and last 64 KiB of every shard (read
+during the header scan anyway). Opening a split compares the split's shards with the record
+(one ``stat`` per shard, no shard data read) and refuses a replaced or edited shard by name;
+the digest gives the dataset an identity that follows its content, not its folder name.
+Energon reads ``.info.json`` strictly (unknown keys fail) but ignores other files in
+``.nv-meta``, so the record lives in a file of its own. Datasets prepared without it (by
+Energon) skip the check; their identity reads the sizes and both 4 KiB ends of each shard
+and index once, when a loader first asks for it.
+
+Remote datasets (``s3://``, ``msc://``, ``http(s)://``): a copy into object storage gets new
+modification times, so their shards are checked by size only (from the folder listing or a
+HEAD), and a remote prepare records mtime 0. Neither the digest nor the identity involves the
+dataset's location or any mtime, so a local folder and its S3 copy are the same dataset and a
+state saved on one restores on the other.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from energon_lite.errors import DatasetFormatError
+from energon_lite.shards.meta import META_DIR
+from energon_lite.shards.tar_index import IDX_SUFFIX, ShardScan
+from energon_lite.storage import RemotePath, StoragePath, ops
+
+RECORD = "energon_lite.json"
+RECORD_VERSION = 1
+_EDGE = 4096  # bytes at each end of a shard and its index hashed without a record
+
+
+def make_record(
+    root: StoragePath, shard_names: list[str], scans: list[ShardScan]
+) -> dict[str, Any]:
+    """Sizes, mtimes (0 remotely) and one digest over the ``.tar.idx`` files and the shards'
+    edges; the digest holds no location and no mtime."""
+    digest = hashlib.blake2b(digest_size=16)
+    shards: dict[str, list[int]] = {}
+    for name, scan in zip(shard_names, scans):
+        path = root / name
+        if isinstance(path, Path):
+            st = path.stat()
+            size, mtime_ns = st.st_size, st.st_mtime_ns
+        else:
+            size, mtime_ns = ops.size(path), 0
+        shards[name] = [size, mtime_ns]
+        digest.update(f"{name}\0{scan.count}\0{size}\0".encode("utf-8", "surrogateescape"))
+        digest.update(scan.offsets.tobytes())
+        digest.update(scan.edge_digest.encode())
+    return {"version": RECORD_VERSION, "shards": shards, "content_digest": digest.hexdigest()}
+
+
+def write_record(meta_dir: StoragePath, record: dict[str, Any]) -> None:
+    """``RECORD.tmp-PID`` + rename locally, one PUT remotely."""
+    ops.write_atomic(meta_dir / RECORD, (json.dumps(record, indent=1) + "\n").encode("utf-8"))
+
+
+def load_record(root: StoragePath) -> dict[str, Any] | None:
+    """The record, or ``None`` for a dataset prepared without one."""
+    path = root / META_DIR / RECORD
+    if isinstance(path, RemotePath):
+        try:
+            ops.stat(path)  # from the folder listing the metadata reads anyway
+        except DatasetFormatError:
+            return None
+    try:
+        data = json.loads(ops.read_text(path))
+    except DatasetFormatError:
+        if isinstance(path, Path) and not path.exists():
+            return None
+        raise
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DatasetFormatError(f"{path}: unreadable ({exc}); re-run prepare") from None
+    if (
+        not isinstance(data, dict)
+        or data.get("version") != RECORD_VERSION
+        or not isinstance(data.get("shards"), dict)
+        or not isinstance(data.get("content_digest"), str)
+    ):
+        raise DatasetFormatError(f"{path}: not a version {RECORD_VERSION} record; re-run prepare")
+    return data
+
+
+def _same_mtime(a: int, b: int) -> bool:
+    # a file system (or a copy) that keeps whole seconds only compares by second
+    return a == b or ((a % 10**9 == 0 or b % 10**9 == 0) and a // 10**9 == b // 10**9)
+
+
+def check_shards(
+    root: StoragePath, record: dict[str, Any], names: list[str], counts: dict[str, int]
+) -> None:
+    """Refuse a shard (or its ``.tar.idx``) that is missing or changed since prepare;
+    remote shards are compared by size only (a copy into object storage has new mtimes)."""
+    where = root / META_DIR / RECORD
+    recorded = record["shards"]
+    if isinstance(root, RemotePath):
+        _check_remote(root, where, recorded, names, counts)
+        return
+    base = str(root)
+    for name in names:
+        path = os.path.join(base, name)  # str paths: one stat each, nothing parsed
+        entry = recorded.get(name)
+        if not (isinstance(entry, list) and len(entry) == 2):
+            raise DatasetFormatError(
+                f"{where}: shard {name!r} is not recorded; the dataset changed since "
+                "prepare: re-run prepare"
+            )
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            raise DatasetFormatError(
+                f"{path}: shard is missing (deleted or a dangling link); restore it or "
+                "re-run prepare"
+            ) from None
+        size, mtime_ns = entry
+        if st.st_size != size or not _same_mtime(st.st_mtime_ns, mtime_ns):
+            raise DatasetFormatError(
+                f"{path}: shard changed since prepare (size {size} -> {st.st_size} bytes, "
+                f"modified {mtime_ns / 1e9:.3f} -> {st.st_mtime_ns / 1e9:.3f}); its index "
+                "may no longer match it: re-run prepare (`--tar-index-only` keeps the splits). "
+                "A copy that did not keep modification times looks changed too: copy with "
+                "`cp -p` or `rsync -a`"
+            )
+        idx = path + IDX_SUFFIX
+        try:
+            idx_size = os.stat(idx).st_size
+        except FileNotFoundError:
+            raise DatasetFormatError(f"{idx}: missing tar index; re-run prepare") from None
+        if idx_size != (counts[name] + 1) * 8:
+            raise DatasetFormatError(
+                f"{idx}: has {idx_size} bytes, expected {(counts[name] + 1) * 8} for "
+                f"{counts[name]} samples; re-run prepare"
+            )
+
+
+def _check_remote(
+    root: RemotePath,
+    where: StoragePath,
+    recorded: dict[str, Any],
+    names: list[str],
+    counts: dict[str, int],
+) -> None:
+    for name in names:
+        entry = recorded.get(name)
+        if not (isinstance(entry, list) and len(entry) == 2):
+            raise DatasetFormatError(
+                f"{where}: shard {name!r} is not recorded; the dataset changed since "
+                "prepare: re-run prepare"
+            )
+        path = root / name
+        try:
+            size = ops.size(path)
+        except DatasetFormatError:
+            raise DatasetFormatError(
+                f"{path}: shard is missing (deleted or never copied); restore it or re-run prepare"
+            ) from None
+        if size != entry[0]:
+            raise DatasetFormatError(
+                f"{path}: shard changed since prepare (size {entry[0]} -> {size} bytes); its "
+                "index may no longer match it: re-run prepare"
+            )
+        idx = root / (name + IDX_SUFFIX)
+        try:
+            idx_size = ops.size(idx)
+        except DatasetFormatError:
+            raise DatasetFormatError(f"{idx}: missing tar index; re-run prepare") from None
+        if idx_size != (counts[name] + 1) * 8:
+            raise DatasetFormatError(
+                f"{idx}: has {idx_size} bytes, expected {(counts[name] + 1) * 8} for "
+                f"{counts[name]} samples; re-run prepare"
+            )
+
+
+def content_identity(root: StoragePath, names: list[str]) -> str:
+    """For datasets without a record: sizes and both ends (4 KiB) of each shard and index
+    (the same for a local folder and its remote copy)."""
+    digest = hashlib.blake2b(digest_size=16)
+    for name in names:
+        if isinstance(root, RemotePath):
+            for remote in (root / name, root / (name + IDX_SUFFIX)):
+                digest.update(_remote_edges(remote))
+            continue
+        for path in (root / name, Path(str(root / name) + IDX_SUFFIX)):
+            try:
+                with open(path, "rb") as file:
+                    size = os.fstat(file.fileno()).st_size
+                    digest.update(f"{size}:".encode())
+                    digest.update(file.read(_EDGE))
+                    if size > _EDGE:
+                        file.seek(max(_EDGE, size - _EDGE))
+                        digest.update(file.read(_EDGE))
+            except FileNotFoundError:
+                digest.update(b"missing")
+    return digest.hexdigest()
+
+
+def _remote_edges(path: RemotePath) -> bytes:
+    """What ``content_identity`` hashes of a local file, read with ranged GETs."""
+    try:
+        size = ops.size(path)
+    except DatasetFormatError:
+        return b"missing"
+    data = f"{size}:".encode() + (ops.read_range(path, 0, _EDGE) if size else b"")
+    if size > _EDGE:
+        start = max(_EDGE, size - _EDGE)
+        data += ops.read_range(path, start, start + _EDGE)
+    return data

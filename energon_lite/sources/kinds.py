@@ -1,0 +1,141 @@
+"""The registry of dataset kinds: which code opens (and prepares) a path a user gives.
+
+A *kind* is a way of storing a dataset: a prepared tar folder (built in), a video-text
+table, robot episodes, JSONL, remote stores ... Each flavor registers its kind with
+:func:`register_kind` in its ``kind`` module; the core never imports a flavor. The
+registry finds kinds in two places, on first use:
+
+* every package ``energon_lite.flavors.<name>`` that has a ``kind`` module (the flavors
+  shipped with energon_lite), and
+* the ``energon_lite.dataset_kinds`` entry-point group (kinds from other packages).
+
+``kind_of(path)`` asks each registered kind's ``detect`` in registration order (flavors in
+name order, then entry points) and falls back to the tar folder. Adding a kind is one
+module with one ``register_kind(DatasetKind(...))`` line; see ``docs/architecture.md``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import pkgutil
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any
+
+from energon_lite.errors import ConfigError, logger
+from energon_lite.sources.base import Source
+from energon_lite.sources.leaf import Leaf
+from energon_lite.storage import RemotePath, StoragePath, as_path
+
+ENTRY_POINT_GROUP = "energon_lite.dataset_kinds"
+_FLAVORS_PACKAGE = "energon_lite.flavors"
+
+# open(path, split_part, *, split_config, dataset_config, subset) -> Source
+Opener = Callable[..., Source]
+# prepare(path, options) -> a one-line report; options are the CLI's (``--split-ratio`` parsed)
+Preparer = Callable[[Path, Mapping[str, Any]], str]
+
+
+@dataclass(frozen=True)
+class DatasetKind:
+    """How one kind of dataset is recognised, opened and prepared."""
+
+    name: str
+    detect: Callable[[Path], bool]  # cheap: a suffix or a marker file, no scanning
+    open: Opener | None = None  # None: not loaded by get_train_dataset (see loads_with)
+    resolve: Callable[[Path], Path] | None = None  # a user's path -> the prepared location
+    prepare: Preparer | None = None  # `energon-lite prepare` of this kind
+    loads_with: str = ""  # where to load it instead, when ``open`` is None
+    # `energon-lite info/preview/lint`: for a kind that opens as a Source these add to what
+    # the commands print for every source; for one that does not (open is None) they are it.
+    describe: Callable[[Path], list[str]] | None = None  # info lines
+    preview: Callable[[Path, str, int], list[str]] | None = None  # (path, split, num) -> lines
+    lint: Callable[[Path, bool], list[str]] | None = None  # (path, progress) -> problems
+
+
+def _open_tar_folder(path: Path, split_part: str, **options: Any) -> Source:
+    from energon_lite.shards.dataset import PreparedDataset
+
+    return PreparedDataset(path, split_part, **options)
+
+
+TAR_FOLDER = DatasetKind("webdataset", detect=lambda path: True, open=_open_tar_folder)
+
+_registered: list[DatasetKind] = []
+_discovered = False
+
+
+def register_kind(kind: DatasetKind) -> DatasetKind:
+    """Add ``kind`` to the registry (a kind of the same name is replaced); returns it."""
+    for i, known in enumerate(_registered):
+        if known.name == kind.name:
+            _registered[i] = kind
+            return kind
+    _registered.append(kind)
+    return kind
+
+
+def registered_kinds() -> list[DatasetKind]:
+    """The registered kinds in detection order, the tar folder (the fallback) last."""
+    _discover()
+    return [*_registered, TAR_FOLDER]
+
+
+def kind_of(path: str | os.PathLike[str] | RemotePath) -> DatasetKind:
+    """The kind of the dataset at ``path`` (the tar folder when no other kind claims it)."""
+    path = as_path(path)
+    if isinstance(path, RemotePath):  # flavors read local files; a remote store is a tar folder
+        return TAR_FOLDER
+    for kind in registered_kinds():
+        if kind.detect(path):
+            return kind
+    return TAR_FOLDER  # unreachable: the tar folder detects everything
+
+
+def resolve_path(path: str | os.PathLike[str] | RemotePath) -> StoragePath:
+    """Where the prepared dataset of a user's ``path`` lives (e.g. a CSV's index folder)."""
+    kind, where = kind_of(path), as_path(path)
+    if kind.resolve is not None and isinstance(where, Path):
+        return kind.resolve(where)
+    return where
+
+
+def open_source(leaf: Leaf) -> Source:
+    """Open one leaf of a (meta)dataset through its kind."""
+    kind = kind_of(leaf.path)
+    if kind.open is None:
+        raise ConfigError(
+            f"{leaf.path} is a {kind.name} dataset, which get_train_dataset cannot load; "
+            f"load it with {kind.loads_with or 'its flavor module'}"
+        )
+    return kind.open(
+        leaf.path,
+        leaf.split_part,
+        split_config=leaf.split_config,
+        dataset_config=leaf.dataset_config,
+        subset=leaf.subset,
+    )
+
+
+def _discover() -> None:
+    """Import the shipped flavors' ``kind`` modules and the entry points, once."""
+    global _discovered
+    if _discovered:
+        return
+    _discovered = True
+    flavors = importlib.import_module(_FLAVORS_PACKAGE)
+    for module in sorted(pkgutil.iter_modules(flavors.__path__), key=lambda m: m.name):
+        if module.ispkg and importlib.util.find_spec(f"{_FLAVORS_PACKAGE}.{module.name}.kind"):
+            importlib.import_module(f"{_FLAVORS_PACKAGE}.{module.name}.kind")
+    for entry in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            loaded = entry.load()
+        except Exception as exc:  # a broken third-party plugin must not stop the others
+            logger.warning("dataset kind plugin %s failed to load: %s", entry.name, exc)
+            continue
+        if isinstance(loaded, DatasetKind):
+            register_kind(loaded)

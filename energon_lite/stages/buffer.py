@@ -1,0 +1,145 @@
+"""``KeyedBuffer``: the items a stage holds between ``next()`` calls, saved as restore keys.
+
+Shuffle, packing and bucketing buffers all keep samples across items. Their state must not
+hold sample data, so a buffer saves the ``__restore_key__`` of each item (plain data,
+:func:`energon_lite.state.restore_key.to_plain`) and a restore fetches the items again through the
+parent stage (random access by key, re-running the deterministic stages above the reader).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from energon_lite.errors import ConfigError, StateError, current_restore_handler, short_repr
+from energon_lite.stages.base import Stage
+from energon_lite.state.restore_key import RestoreKey, from_plain, to_plain
+
+
+def restore_key_of(item: Any, what: str) -> RestoreKey:
+    """The item's restore key; a ConfigError when a hook dropped it (it cannot be saved)."""
+    # raw samples are dicts (the common case in a shuffle buffer): one lookup
+    key = (
+        item.get("__restore_key__")
+        if type(item) is dict
+        else getattr(item, "__restore_key__", None)
+    )
+    if key is None:
+        raise ConfigError(
+            f"{what}: a {type(item).__name__} item has no __restore_key__, so it cannot be "
+            "saved in a loader state; keep it in your hooks (e.g. MySample.derive_from(sample, ...))"
+        )
+    return key
+
+
+def keys_of(items: Iterable[Any], what: str) -> list[Any]:
+    """Plain restore keys of ``items``, for a state."""
+    return [to_plain(restore_key_of(item, what)) for item in items]
+
+
+def check_held(what: str, groups: list[Any], capacity: int | None, knob: str = "") -> None:
+    """Refuse saved key lists that are not lists or hold more than ``capacity`` keys.
+
+    A key may appear twice: with ``shuffle_over_epochs_multiplier`` > 1 (or -1) one epoch can
+    read a slice twice, so the same sample, with the same key, can sit in a buffer twice."""
+    held = 0
+    for group in groups:
+        if not isinstance(group, list):
+            raise StateError(f"{what}: saved keys must be a list, got {short_repr(group)}")
+        held += len(group)
+    if capacity is not None and held > capacity:
+        raise StateError(
+            f"{what}: state holds {held} keys but the buffer size is {capacity}; "
+            f"was it saved with another {knob}?"
+        )
+
+
+def fetch_keys(keys: Any, fetch: Callable[[RestoreKey], Any], what: str) -> list[Any]:
+    """The items of saved plain ``keys``, fetched again; StateError for a malformed list."""
+    return fetch_kept(keys, fetch, what)[0]
+
+
+def fetch_kept(
+    keys: Any, fetch: Callable[[RestoreKey], Any], what: str
+) -> tuple[list[Any], list[Any]]:
+    """The items of saved plain ``keys`` and the keys kept. A fetch that fails goes to
+    Energon's ``WorkerConfig.restore_error_handler`` (default: raise); if the handler
+    returns, that item is left out of the restored buffer."""
+    if not isinstance(keys, list):
+        raise StateError(f"{what}: saved keys must be a list, got {short_repr(keys)}")
+    handler = current_restore_handler()
+    items, kept = [], []
+    for plain in keys:
+        key = from_plain(plain)
+        try:
+            items.append(fetch(key))
+        except (StateError, ConfigError):
+            raise
+        except Exception as exc:
+            if handler is None:
+                raise
+            handler(exc, key, None)
+            continue
+        kept.append(plain)
+    return items, kept
+
+
+class KeyedBuffer:
+    """A list of items filled from a source; saves and restores as restore keys.
+
+    Each item's plain key is computed once, when the item enters the buffer, and kept in a
+    parallel list: a state is taken after every batch, so saving must not walk the items.
+    """
+
+    __slots__ = ("items", "keys", "source_done", "what")
+
+    def __init__(self, what: str) -> None:
+        self.what = what  # names the stage in errors
+        self.items: list[Any] = []
+        self.keys: list[Any] = []  # the plain restore key of each item, same order
+        self.source_done = False
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def fill(self, source: Stage, size: int) -> None:
+        """Pull from ``source`` until ``size`` items are held or the source has ended."""
+        items, keys = self.items, self.keys
+        while not self.source_done and len(items) < size:
+            try:
+                item = source.next()
+            except StopIteration:
+                self.source_done = True
+                return
+            keys.append(to_plain(restore_key_of(item, self.what)))
+            items.append(item)
+
+    def pop_at(self, slot: int) -> Any:
+        """Remove and return item ``slot``; the last item takes its place (O(1))."""
+        items, keys = self.items, self.keys
+        item = items[slot]
+        items[slot] = items[-1]
+        keys[slot] = keys[-1]
+        items.pop()
+        keys.pop()
+        return item
+
+    def remove(self, slots: set[int]) -> None:
+        """Drop the items at ``slots``, keeping the order of the others."""
+        self.items = [item for i, item in enumerate(self.items) if i not in slots]
+        self.keys = [key for i, key in enumerate(self.keys) if i not in slots]
+
+    def clear(self) -> None:
+        self.items.clear()
+        self.keys.clear()
+
+    def reset(self) -> None:
+        self.items, self.keys = [], []
+        self.source_done = False
+
+    def save(self) -> list[Any]:
+        return list(self.keys)
+
+    def restore(self, keys: Any, fetch: Callable[[RestoreKey], Any]) -> None:
+        self.items, self.keys = fetch_kept(keys, fetch, self.what)
+        self.source_done = False

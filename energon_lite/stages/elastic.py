@@ -1,0 +1,361 @@
+"""Elastic resume: the states of one layout (ranks x workers) redistributed over another.
+
+:func:`redistribute` is a pure, deterministic function of the old rank states and the new
+layout; it needs no dataset, so ``SavableLoader.restore_state_global`` (in the trainer) and
+``energon-lite checkpoint redist`` (offline) give the same new states. Each new rank then
+restores its own state with ``restore_state_rank``.
+
+What moves (per leaf; see :mod:`energon_lite.stages.leftover` for how a new reader reads its part):
+
+* every old worker's unfinished reader epoch: the slice positions it had not started (its
+  ``next``; O(old workers) integers), and the slices it had part-read (``open``);
+* every sample sitting in an old worker's buffers (shuffle buffer, packing buffer and queue,
+  group-batch buckets; packs are split into their members): dealt round robin to the new
+  global workers, which read them again first;
+* with ``blend_epochized``, the old workers' remaining passes of their blend epoch, and of a
+  fractional pass exactly the remaining quota.
+
+The stages' own counters start fresh on the new layout (shuffle and blend draws, group-batch
+steps). With ``repeat=True`` each old worker's remaining part of *its own* current epoch is
+delivered exactly once, then every new worker starts the epoch after the latest one any old
+worker was in. Refused, naming the case: states of different loaders or passes, validation
+loaders (their slices depend on the layout), ``limit=``, a generator ``encode_sample`` part-way
+through its outputs (or its outputs in a buffer), and a state still delivering the leftover
+of an earlier elastic restore.
+
+With as many worker pipelines as before (ranks x workers kept, the only case Energon's
+``redist`` handles), nothing is dealt: pipelines are cut by global worker id, so each
+pipeline's state moves whole to the new rank that has that id and continues its own stream
+exactly.
+
+(Over 300 lines: the checks, the walk over old states, the segments and the new states are
+one algorithm, read top to bottom.)
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from fractions import Fraction
+from typing import Any
+
+from energon_lite.errors import StateError, short_repr
+from energon_lite.quotas import exact_repetitions, passes
+from energon_lite.state.codec import STATE_VERSION, check_same_config, state_count, state_digest
+from energon_lite.state.restore_key import SampleKey, from_plain, sample_keys
+
+LAYOUT = ("rank", "world_size", "num_workers")
+_FRESH: dict[str, dict[str, Any]] = {  # the own fields of a stage starting over on the new layout
+    "ShuffleBuffer": {"keys": [], "rng": 0},
+    "Encode": {"pending": []},
+    "Pack": {"buffer": [], "pending": []},
+    "Batch": {},
+    "Map": {},
+}
+
+
+def same_layout(states: list[Any], world_size: int, num_workers: int) -> bool:
+    """Whether ``states`` (one per old rank) were saved with this layout."""
+    return len(states) == world_size and all(
+        isinstance(s, dict)
+        and isinstance(s.get("config"), dict)
+        and s["config"].get("world_size") == world_size
+        and s["config"].get("num_workers") == num_workers
+        for s in states
+    )
+
+
+def redistribute(
+    states: list[Any],
+    world_size: int,
+    num_workers: int,
+    current_config: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """The loader states of ``world_size`` ranks x ``num_workers`` workers that together
+    continue ``states`` (one per old rank, from ``save_state_global``): nothing repeated,
+    nothing lost. ``current_config`` (the new loader's ``dataset.config()``) makes a state of
+    another dataset, seed, batch size or stage set fail here, naming the difference."""
+    config, epoch = _check_old(states)
+    if current_config is not None:
+        check_same_config({**config, **{k: current_config[k] for k in LAYOUT}}, current_config)
+    if world_size < 1 or num_workers < 0:
+        raise StateError(f"new layout {world_size=}, {num_workers=} is not a layout")
+    old = [w for s in states for w in s["workers"]]  # by old global worker id
+    new_wpr = max(1, num_workers)
+    if all(w is None for w in old):  # between passes: every new worker starts fresh
+        workers: list[Any] = [None] * (world_size * new_wpr)
+    elif len(old) == world_size * new_wpr:
+        # as many worker pipelines as before (what Energon's redist allows): pipelines are
+        # cut by global worker id, so each moves whole and continues its own stream exactly
+        workers = copy.deepcopy(old)
+    else:
+        workers = _Redistribution(config, epoch, old, world_size * new_wpr).new_states()
+    new_config = {**config, "world_size": world_size, "num_workers": num_workers}
+    result = []
+    for rank in range(world_size):
+        state = {
+            "type": "SavableLoader",
+            "version": STATE_VERSION,
+            "config": {**new_config, "rank": rank},
+            "epoch": epoch,
+            "next_worker": 0,
+            "workers": workers[rank * new_wpr : (rank + 1) * new_wpr],
+            "in_pass": 0,
+        }
+        state["digest"] = state_digest(state)
+        result.append(state)
+    return result
+
+
+def _check_old(states: Any) -> tuple[dict[str, Any], int]:
+    """The old states' common config and pass; StateError for anything inconsistent."""
+    if not isinstance(states, list) or not states:
+        raise StateError(
+            f"elastic restore needs the list of every old rank's state, got {short_repr(states)}"
+        )
+    first: dict[str, Any] | None = None
+    epochs = set()
+    for rank, state in enumerate(states):
+        if not isinstance(state, dict) or state.get("type") != "SavableLoader":
+            raise StateError(
+                f"old rank {rank}: not an energon_lite loader state: {short_repr(state)}"
+            )
+        if state.get("version") != STATE_VERSION:
+            raise StateError(
+                f"old rank {rank}: state version {short_repr(state.get('version'))}, need {STATE_VERSION}"
+            )
+        if state.get("digest") != state_digest(state):
+            raise StateError(
+                f"old rank {rank}: the state does not match its digest; it was edited or corrupted"
+            )
+        config = state.get("config")
+        if not isinstance(config, dict) or config.get("rank") != rank:
+            raise StateError(
+                f"old rank {rank}: the state is rank {short_repr((config or {}).get('rank'))}'s; "
+                "pass the states in rank order, one per old rank"
+            )
+        if config.get("world_size") != len(states):
+            raise StateError(
+                f"old rank {rank}: saved with world_size={config.get('world_size')}, but "
+                f"{len(states)} states were given; pass every old rank's state"
+            )
+        if first is None:
+            first = config
+        else:
+            check_same_config({**config, "rank": 0}, {**first, "rank": 0})
+        workers = state.get("workers")
+        if not isinstance(workers, list) or len(workers) != max(1, int(config["num_workers"])):
+            raise StateError(f"old rank {rank}: {short_repr(workers)} is not one state per worker")
+        epochs.add(state_count(state.get("epoch"), f"old rank {rank} epoch"))
+    assert first is not None
+    if len(epochs) != 1:
+        raise StateError(
+            f"the old ranks are in different passes {sorted(epochs)}; save every rank at the "
+            "same step (save_state_global)"
+        )
+    if "wrapper" in first:  # energon_lite.wrappers: a chain composed by hand
+        raise StateError(
+            f"elastic restore of a {first['wrapper']} composition is not supported; restore "
+            "it on the old number of ranks and workers, or start it over"
+        )
+    if not first.get("training"):
+        raise StateError(
+            "elastic restore of a validation/test loader is not supported: its slices are cut "
+            "per layout; restore it on the old layout or start it over"
+        )
+    if first.get("limit") is not None:
+        raise StateError(f"elastic restore with limit={first['limit']} is not supported")
+    return first, epochs.pop()
+
+
+def walk_states(tree: Any) -> Iterator[dict[str, Any]]:
+    """Every stage level of a worker state, parents after children's order: depth first."""
+    if isinstance(tree, dict):
+        yield tree
+        if "source" in tree:
+            yield from walk_states(tree["source"])
+        for child in tree.get("sources") or []:
+            yield from walk_states(child)
+
+
+class _Redistribution:
+    def __init__(self, config: dict[str, Any], epoch: int, old: list[Any], new: int) -> None:
+        self.epoch, self.old, self.new = epoch, old, new
+        self.G = len(old)
+        self.epochized = config["blend_mode"] == "epochized"
+        self.reader_repeat = bool(config["repeat"]) and not self.epochized
+        self.repeat = bool(config["repeat"])
+        self.template = next(w for w in old if w is not None)
+        self.num_leaves = sum(
+            1 for level in walk_states(self.template) if level.get("type") == "Reader"
+        )
+        reps = config.get("weights") or []
+        self.reps = [exact_repetitions(r or 0) for r in reps] if self.epochized else []
+        for g, tree in enumerate(old):
+            for level in walk_states(tree):
+                if "left" in level:
+                    raise StateError(
+                        f"old global worker {g}: its {level.get('type')} is still delivering "
+                        "the leftover of an earlier elastic restore; resume on that layout "
+                        "until its epoch ends before changing the layout again"
+                    )
+
+    # old workers -------------------------------------------------------------------------
+
+    def _readers(self, g: int) -> list[dict[str, Any] | None]:
+        tree = self.old[g]
+        if tree is None:
+            return [None] * self.num_leaves
+        return [level for level in walk_states(tree) if level.get("type") == "Reader"]
+
+    def _blend(self, g: int) -> dict[str, Any]:
+        tree = self.old[g]
+        found = [lv for lv in walk_states(tree) if lv.get("type") == "EpochizedBlend"]
+        if found:
+            return found[0]
+        return {"epoch": self.epoch, "passes": [[0, 0]] * self.num_leaves, "done": False}
+
+    def _buffered(self, g: int) -> list[SampleKey]:
+        """The samples in old worker ``g``'s buffers, in stage order."""
+        keys: list[Any] = []
+        for level in walk_states(self.old[g]):
+            kind = level.get("type")
+            if kind == "ShuffleBuffer":
+                keys += level["keys"]
+            elif kind == "Pack":
+                keys += level["buffer"] + [k for group in level["pending"] for k in group]
+            elif kind == "GroupBatch":
+                keys += [k for bucket in level["buckets"] for k in bucket]
+            elif kind == "Encode" and level["pending"]:
+                raise StateError(
+                    f"old global worker {g}: a generator encode_sample is part-way through its "
+                    f"outputs for {short_repr(level['pending'][0])}; an elastic restore cannot "
+                    "split them exactly. Save at a step where no generator hook is mid-way"
+                )
+        out = []
+        for plain in keys:
+            key = from_plain(plain)
+            if _has_sub(plain):
+                raise StateError(
+                    f"old global worker {g}: buffered item {short_repr(plain)} is one output of a "
+                    "generator encode_sample; an elastic restore cannot re-deliver it alone"
+                )
+            out += sample_keys(key)
+        return out
+
+    # the new states ------------------------------------------------------------------------
+
+    def _segments(self, leaf: int) -> tuple[list[dict[str, Any]], int, int]:
+        """Leaf ``leaf``'s unfinished segments, the reader epoch and blend epoch after them."""
+        segs: dict[int, dict[str, Any]] = {}
+
+        def seg(epoch: int) -> dict[str, Any]:
+            return segs.setdefault(
+                epoch, {"epoch": epoch, "workers": [], "open": [], "fraction": []}
+            )
+
+        last_reader, last_blend = self.epoch, self.epoch
+        for g in range(self.G):
+            rs = self._readers(g)[leaf]
+            if self.epochized:
+                blend = self._blend(g)
+                if blend["done"]:
+                    continue
+                epoch_g = int(blend["epoch"])
+                last_blend = max(last_blend, epoch_g)
+                number, taken = blend["passes"][leaf]
+                reps = self.reps[leaf]
+                whole, fraction = int(reps), reps - int(reps)
+                total = whole + (1 if fraction else 0)
+                per_epoch = passes(reps)
+                for k in range(number, total):
+                    r = epoch_g * per_epoch + k
+                    entry = seg(r)
+                    if k == number and rs is not None:
+                        if rs["epoch"] != r:
+                            raise StateError(
+                                f"old global worker {g}: leaf {leaf}'s reader is in epoch "
+                                f"{rs['epoch']}, its blend in pass {r}; the state is corrupt"
+                            )
+                        entry["workers"].append([g, rs["next"], taken])
+                        entry["open"] += [list(o) for o in rs["open"]]
+                    else:
+                        entry["workers"].append([g, 0, taken if k == number else 0])
+                    if k == whole and fraction:
+                        f = Fraction(fraction)
+                        entry["fraction"] = [f.numerator, f.denominator, epoch_g]
+            else:
+                if rs is None:
+                    rs = {"epoch": self.epoch, "next": 0, "open": [], "done": False}
+                if rs["done"]:
+                    continue
+                last_reader = max(last_reader, int(rs["epoch"]))
+                entry = seg(int(rs["epoch"]))
+                entry["workers"].append([g, rs["next"], 0])
+                entry["open"] += [list(o) for o in rs["open"]]
+        return [segs[e] for e in sorted(segs)], last_reader, last_blend
+
+    def new_states(self) -> list[Any]:
+        deals: list[list[list[Any]]] = [
+            [[] for _ in range(self.num_leaves)] for _ in range(self.new)
+        ]
+        count = 0
+        for g in range(self.G):
+            for key in self._buffered(g):
+                deals[count % self.new][key.leaf].append(["s", *key])
+                count += 1
+        leaves = [self._segments(leaf) for leaf in range(self.num_leaves)]
+        blend_epoch = max((blend for _, _, blend in leaves), default=self.epoch)
+        return [self._worker(w, deals[w], leaves, blend_epoch) for w in range(self.new)]
+
+    def _worker(
+        self, w: int, keys: list[list[Any]], leaves: list[Any], blend_epoch: int
+    ) -> dict[str, Any]:
+        readers = iter(range(self.num_leaves))
+
+        def rebuild(level: dict[str, Any]) -> dict[str, Any]:
+            kind = level["type"]
+            out: dict[str, Any] = {"type": kind}
+            if kind == "Reader":
+                leaf = next(readers)
+                segs, last_reader, _ = leaves[leaf]
+                after = last_reader + 1 if self.reader_repeat else self.epoch
+                out.update(epoch=after, next=0, open=[], rng=0, done=not self.reader_repeat)
+                out["left"] = {
+                    "keys": keys[leaf],
+                    "segs": segs,
+                    "share": [w, self.new],
+                    "G": self.G,
+                    "k": 0,
+                    "s": 0,
+                    "item": 0,
+                    "cur": [],
+                    "emitted": 0,
+                }
+            elif kind == "WeightedBlend":
+                out.update(rng=0, exhausted=[False] * len(level["sources"]))
+            elif kind == "EpochizedBlend":
+                passes_ = [[0, 0] for _ in level["sources"]]
+                out.update(rng=0, epoch=blend_epoch, passes=passes_, done=False, left=True)
+            elif kind == "GroupBatch":
+                out.update(buckets=[], emitted=0, sync=level["sync"])
+            elif kind in _FRESH:
+                out.update(copy.deepcopy(_FRESH[kind]))
+            else:
+                raise StateError(
+                    f"elastic restore does not know how to redistribute stage {kind!r}"
+                )
+            if "source" in level:
+                out["source"] = rebuild(level["source"])
+            if "sources" in level:
+                out["sources"] = [rebuild(child) for child in level["sources"]]
+            return out
+
+        return rebuild(self.template)
+
+
+def _has_sub(plain: Any) -> bool:
+    """Whether a plain restore key holds a SubKey anywhere."""
+    if isinstance(plain, list) and plain:
+        return plain[0] == "sub" or any(_has_sub(x) for x in plain[1:])
+    return False

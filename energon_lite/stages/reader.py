@@ -1,0 +1,331 @@
+"""``Reader``: the samples of one leaf dataset that one global worker owns, slice by slice.
+
+Algorithm. The split's runs are cut into *slices* of at most ``max_samples_per_sequence``
+consecutive samples (slice ids are global and stable for a dataset and that setting). In
+epoch ``e`` the slice order is a keyed permutation of the slice ids (identity for val), and
+global worker ``g`` of ``G`` takes positions ``g, g + G, g + 2G ...`` of it, so every slice
+is read exactly once per epoch across all ranks and workers. A worker keeps
+``open_slices`` slices open and picks the next one at random, weighted by what each has
+left; each open slice is read sequentially in chunks (one ``pread`` per chunk).
+
+``shuffle_over_epochs_multiplier`` m >= 1 permutes m copies of the slice list over m
+epochs (each slice exactly m times per m epochs); -1 draws slices with replacement; None
+keeps the slices in order.
+
+State: the epoch, the next position, the open slices as ``[slice_id, next_sample]``, the
+random counter and a done flag: O(open_slices) integers whatever the dataset size. After an
+elastic restore (another number of ranks or workers) the state also carries ``left``: the
+old layout's unfinished work this reader delivers first (:mod:`energon_lite.stages.leftover`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from energon_lite.errors import StateError, short_repr
+from energon_lite.rng import CounterRng, Permutation, derive_seed, mix_draws
+from energon_lite.sources.base import Source
+from energon_lite.stages.base import Stage
+from energon_lite.stages.leftover import Leftover
+from energon_lite.state.codec import state_count
+from energon_lite.state.restore_key import SampleKey
+
+_CHUNK = 16  # samples read per pread from an open slice
+
+
+class Reader(Stage):
+    """Raw samples ``{__key__, __restore_key__, __shard__, <part>: bytes}`` of one leaf."""
+
+    STATE_KEYS = ("epoch", "next", "open", "rng", "done")
+    OPTIONAL_KEYS = ("left",)  # only after an elastic restore, until that work is done
+
+    _open: list[list[int]]  # [slice_id, next sample] of each open slice
+    _perm_cycle: int | None
+    _perm: Permutation
+    _left: Leftover | None  # an elastic restore's leftover work, delivered first
+
+    def __init__(
+        self,
+        dataset: Source,
+        *,
+        leaf_id: int,
+        seed: int,
+        worker_index: int,
+        num_workers: int,
+        max_samples_per_sequence: int | None,
+        shuffle: bool,
+        repeat: bool,
+        open_slices: int = 1,
+        shuffle_over_epochs_multiplier: int | None = 1,
+        start_epoch: int = 0,
+    ) -> None:
+        self.dataset = dataset
+        self.leaf_id = leaf_id
+        self.seed = seed
+        self.worker_index = worker_index
+        self.num_workers = num_workers
+        self.shuffle = shuffle
+        self.repeat = repeat
+        self.open_slices = max(1, open_slices)
+        self.multiplier = shuffle_over_epochs_multiplier if shuffle else None
+        self.start_epoch = start_epoch
+        lengths = dataset.run_end - dataset.run_start
+        per_slice = int(max_samples_per_sequence or max(1, int(lengths.max(initial=1))))
+        self.slice_len = per_slice
+        self.run_slices = np.concatenate([[0], np.cumsum(-(-lengths // per_slice))]).astype(
+            np.int64
+        )
+        self.num_slices = int(self.run_slices[-1])
+        # derived caches (pure functions of the settings), not state
+        self._bounds_cache: dict[int, tuple[int, int, int]] = {}
+        self._perm_cycle = None
+
+    # slice arithmetic ------------------------------------------------------------------
+
+    def slice_bounds(self, slice_id: int) -> tuple[int, int, int]:
+        """``(shard_id, start, end)`` of a global slice id."""
+        run = int(np.searchsorted(self.run_slices, slice_id, side="right")) - 1
+        ds = self.dataset
+        start = int(ds.run_start[run]) + (slice_id - int(self.run_slices[run])) * self.slice_len
+        return int(ds.run_shard[run]), start, min(start + self.slice_len, int(ds.run_end[run]))
+
+    def _bounds(self, slice_id: int) -> tuple[int, int, int]:
+        """``slice_bounds`` memoised for the open slices (a derived cache, not state)."""
+        bounds = self._bounds_cache.get(slice_id)
+        if bounds is None:
+            if len(self._bounds_cache) > 4 * self.open_slices:
+                self._bounds_cache.clear()
+            bounds = self._bounds_cache[slice_id] = self.slice_bounds(slice_id)
+        return bounds
+
+    def _end(self, slice_id: int) -> int:
+        return self._bounds(slice_id)[2]
+
+    def worker_slice_count(self) -> int:
+        """How many slices this worker reads per epoch."""
+        return max(0, -(-(self.num_slices - self.worker_index) // self.num_workers))
+
+    def _slice_at(self, epoch: int, position: int) -> int:
+        return int(self.slice_ids(epoch, np.asarray([position]))[0])
+
+    def slice_ids(self, epoch: int, positions: np.ndarray) -> np.ndarray:
+        """The slice ids at ``positions`` of ``epoch``'s global slice order."""
+        n, m = self.num_slices, self.multiplier
+        positions = np.asarray(positions, dtype=np.int64)
+        if m is None:
+            return positions
+        if m == -1:  # with replacement
+            key = derive_seed(self.seed, "slice-draw", self.leaf_id, epoch)
+            return (mix_draws(key, positions) % np.uint64(n)).astype(np.int64)
+        permutation = self._permutation(epoch // m, n * m)
+        return permutation.many((epoch % m) * n + positions) % n
+
+    def slice_extents(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """First and end sample of each slice in ``ids`` (``slice_bounds``, vectorised)."""
+        ids = np.asarray(ids, dtype=np.int64)
+        run = np.searchsorted(self.run_slices, ids, side="right") - 1
+        ds = self.dataset
+        starts = ds.run_start[run] + (ids - self.run_slices[run]) * self.slice_len
+        return starts, np.minimum(starts + self.slice_len, ds.run_end[run])
+
+    def samples_per_worker(self, epoch: int, num_workers: int | None = None) -> np.ndarray:
+        """Samples each of the ``num_workers`` global workers (default: this layout's) reads
+        in ``epoch``.
+
+        O(runs), not O(slices): every slice holds ``slice_len`` samples except the last one
+        of a run (its tail), so a worker's count is ``slice_len`` times its slices minus what
+        the tails it gets lack; where a tail lands in the epoch's order comes from the
+        inverse permutation. With replacement (multiplier -1) there is no inverse: the draws
+        are counted in chunks (bounded memory, O(slices) time).
+        """
+        n, workers, per_slice = self.num_slices, num_workers or self.num_workers, self.slice_len
+        if self.multiplier == -1:
+            return self._drawn_samples_per_worker(epoch, workers)
+        first = np.arange(workers, dtype=np.int64)
+        counts = np.maximum(0, -(-(n - first) // workers)) * per_slice
+        lengths = self.dataset.run_end - self.dataset.run_start
+        short = (lengths % per_slice) > 0
+        tail_ids = self.run_slices[1:][short] - 1
+        missing = per_slice - lengths[short] % per_slice
+        if tail_ids.size == 0:
+            return counts
+        m = self.multiplier
+        if m is None:
+            positions, lacking = tail_ids, missing
+        else:  # the cycle of m epochs holds each slice m times: keep the ones in this epoch
+            permutation = self._permutation(epoch // m, n * m)
+            cycle = permutation.inverse_many(np.concatenate([tail_ids + k * n for k in range(m)]))
+            positions = cycle - (epoch % m) * n
+            inside = (positions >= 0) & (positions < n)
+            positions, lacking = positions[inside], np.tile(missing, m)[inside]
+        counts -= np.bincount(positions % workers, weights=lacking, minlength=workers).astype(
+            np.int64
+        )
+        return counts
+
+    def _drawn_samples_per_worker(
+        self, epoch: int, workers: int, chunk: int = 1 << 18
+    ) -> np.ndarray:
+        counts = np.zeros(workers, dtype=np.int64)
+        lengths = self.dataset.run_end - self.dataset.run_start
+        for begin in range(0, self.num_slices, chunk):
+            positions = np.arange(begin, min(begin + chunk, self.num_slices), dtype=np.int64)
+            ids = self.slice_ids(epoch, positions)
+            run = np.searchsorted(self.run_slices, ids, side="right") - 1
+            sizes = np.minimum(
+                self.slice_len, lengths[run] - (ids - self.run_slices[run]) * self.slice_len
+            )
+            counts += np.bincount(positions % workers, weights=sizes, minlength=workers).astype(
+                np.int64
+            )
+        return counts
+
+    def restart(self, epoch: int) -> None:
+        """Start over at the beginning of ``epoch``, keeping the random stream's position."""
+        self._epoch, self._next, self._open, self._done = epoch, 0, [], False
+        self._chunks.clear()
+        self._left = None
+
+    def _permutation(self, cycle: int, size: int) -> Permutation:
+        if self._perm_cycle != cycle:
+            self._perm = Permutation(size, self.seed, "slices", self.leaf_id, cycle)
+            self._perm_cycle = cycle
+        return self._perm
+
+    # the stage contract -----------------------------------------------------------------
+
+    def next(self) -> dict[str, Any]:
+        self._start_if_fresh()
+        if self._left is not None:  # an elastic restore's leftover comes first
+            owed = self._left.next_sample()
+            if owed is not None:
+                return owed
+            self._left = None
+        while True:
+            count = self.worker_slice_count()
+            while len(self._open) < self.open_slices and self._next < count:
+                position = self.worker_index + self._next * self.num_workers
+                slice_id = self._slice_at(self._epoch, position)
+                _, start, _ = self.slice_bounds(slice_id)
+                self._open.append([slice_id, start])
+                self._next += 1
+            if self._open:
+                break
+            if not self.repeat or self._done or count == 0:
+                self._done = True
+                raise StopIteration
+            self._epoch += 1
+            self._next = 0
+        choice = 0
+        if self.shuffle and len(self._open) > 1:
+            left = [self._end(s) - pos for s, pos in self._open]
+            target = self._rng.random() * sum(left)
+            while choice < len(left) - 1 and target >= left[choice]:
+                target -= left[choice]
+                choice += 1
+        entry = self._open[choice]
+        slice_id, position = entry
+        shard_id, _, end = self._bounds(slice_id)
+        sample = self._read(shard_id, position, end)
+        entry[1] = position + 1
+        if entry[1] >= end:
+            self._open.pop(choice)
+        return sample
+
+    def left_total(self) -> int:
+        """Samples of an elastic restore's leftover this reader delivers (0 without one)."""
+        return 0 if self._left is None else self._left.total()
+
+    def _read(
+        self, shard_id: int, position: int, end: int, epoch: int | None = None
+    ) -> dict[str, Any]:
+        chunk = self._chunks.get((shard_id, position))
+        if chunk is None:
+            stop = min(end, position + _CHUNK)
+            loaded = self.dataset.read_range(shard_id, position, stop)
+            for offset, item in enumerate(loaded):
+                self._chunks[(shard_id, position + offset)] = item
+            chunk = self._chunks[(shard_id, position)]
+        del self._chunks[(shard_id, position)]
+        key, parts = chunk
+        return self._raw(key, parts, shard_id, position, self._epoch if epoch is None else epoch)
+
+    def _raw(
+        self, key: str, parts: dict[str, bytes], shard_id: int, index: int, epoch: int
+    ) -> dict[str, Any]:
+        return {
+            "__key__": key,
+            "__restore_key__": SampleKey(self.leaf_id, shard_id, index, epoch),
+            "__shard__": self.dataset.shard_names[shard_id],
+            **parts,
+        }
+
+    def fetch(self, restore_key: Any) -> dict[str, Any]:
+        if not isinstance(restore_key, SampleKey) or restore_key.leaf != self.leaf_id:
+            raise StateError(
+                f"Reader(leaf {self.leaf_id}): not a restore key of mine: {short_repr(restore_key)}"
+            )
+        shard_id, index = restore_key.shard, restore_key.sample
+        if not 0 <= shard_id < len(self.dataset.shard_names):
+            raise StateError(f"Reader(leaf {self.leaf_id}): no shard {shard_id} in {restore_key}")
+        try:
+            key, parts = self.dataset.read(shard_id, index)
+        except IndexError as exc:  # a key no reader of this dataset can have made
+            raise StateError(f"Reader(leaf {self.leaf_id}): {restore_key}: {exc}") from None
+        return self._raw(key, parts, shard_id, index, restore_key.epoch)
+
+    def _reset(self) -> None:
+        self._chunks: dict[tuple[int, int], tuple[str, dict[str, Any]]] = {}
+        self._epoch, self._next, self._open, self._done = self.start_epoch, 0, [], False
+        self._rng = CounterRng(self.seed, "interleave", self.leaf_id, self.worker_index)
+        self._left = None
+
+    def _save(self) -> dict[str, Any]:
+        state = {
+            "epoch": self._epoch,
+            "next": self._next,
+            "open": [list(entry) for entry in self._open],
+            "rng": self._rng.counter,
+            "done": self._done,
+        }
+        if self._left is not None:
+            state["left"] = self._left.save()
+        return state
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        self._reset()
+        self._epoch = state_count(state["epoch"], "Reader epoch")
+        self._next = state_count(state["next"], "Reader next")
+        self._rng.counter = state_count(state["rng"], "Reader rng")
+        self._done = bool(state["done"])
+        opened = state["open"]
+        if not isinstance(opened, list) or len(opened) > self.open_slices:
+            raise StateError(
+                f"Reader: {short_repr(opened)} is not a list of at most {self.open_slices} open "
+                "slices; was it saved with another parallel_shard_iters?"
+            )
+        if self._next > self.worker_slice_count():
+            raise StateError(
+                f"Reader: next slice {self._next} is past this worker's "
+                f"{self.worker_slice_count()} slices; the state belongs to another layout"
+            )
+        for entry in opened:
+            if not isinstance(entry, list) or len(entry) != 2:
+                raise StateError(f"Reader: open slice {short_repr(entry)} is not [slice, position]")
+            slice_id, position = (state_count(x, "Reader open slice") for x in entry)
+            if not slice_id < self.num_slices:
+                raise StateError(
+                    f"Reader: slice {slice_id} outside this dataset's {self.num_slices}"
+                )
+            _, start, end = self.slice_bounds(slice_id)
+            if not start <= position < end:
+                raise StateError(
+                    f"Reader: position {position} outside slice {slice_id} [{start}, {end})"
+                )
+            self._open.append([slice_id, position])
+        if state.get("left") is not None:
+            self._left = Leftover(self, state["left"])
+            if self._done:  # the leftover is all this reader still delivers
+                self._next = self.worker_slice_count()

@@ -1,0 +1,135 @@
+"""Loader state: msgpack encoding, and the one validator of a state's shape.
+
+A stage declares its own state fields once (``Stage.STATE_KEYS``). :func:`check_level`
+checks one level of a state against that declaration (the stage does it on restore);
+:func:`check_state_shape` checks a whole saved chain against a pipeline's declared shape
+(the trainer does it before any worker starts, without building a chain).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+import msgpack
+
+from energon_lite.errors import StateError, short_repr
+
+STATE_VERSION = 2  # 2: typed restore keys and a content digest
+
+
+def encode_state(state: Any) -> bytes:
+    """Compact bytes of a (plain-data) state."""
+    return msgpack.packb(state, use_bin_type=True)
+
+
+def decode_state(data: bytes) -> Any:
+    try:
+        return msgpack.unpackb(data, raw=False, strict_map_key=False)
+    except (msgpack.ExtraData, msgpack.FormatError, msgpack.StackError, ValueError) as exc:
+        raise StateError(f"loader state bytes are corrupt or truncated: {exc}") from None
+
+
+def state_digest(state: dict[str, Any]) -> str:
+    """A digest of a loader state's content (everything but its ``digest`` field), stable
+    across msgpack, pickle, ``torch.save`` and JSON round trips (keys are sorted)."""
+    body = {key: value for key, value in state.items() if key != "digest"}
+    payload = msgpack.packb(_canonical(body), use_bin_type=True)
+    return hashlib.blake2b(payload, digest_size=16).hexdigest()
+
+
+def _canonical(value: Any) -> Any:
+    if isinstance(value, dict):
+        return [[str(key), _canonical(value[key])] for key in sorted(value, key=str)]
+    if isinstance(value, (list, tuple)):
+        return [_canonical(v) for v in value]
+    return value
+
+
+def check_same_config(saved: Any, current: dict[str, Any]) -> None:
+    """Raise StateError naming every setting in which ``saved`` differs from ``current``."""
+    if not isinstance(saved, dict):
+        raise StateError(f"loader state has no config dict (got {type(saved).__name__}); corrupt")
+    differences = [
+        f"{key}: state has {short_repr(saved.get(key))}, this loader has {short_repr(current[key])}"
+        for key in current
+        if _normalise(saved.get(key)) != _normalise(current[key])
+    ]
+    if differences:
+        raise StateError(
+            "loader state belongs to another loader configuration: " + "; ".join(differences)
+        )
+
+
+# Fingerprints name a user's function by module and name. States saved before the package
+# layout of 2026-11 name energon_lite's own public functions by the module they were then
+# defined in; they now say ``energon_lite.<name>`` (wrappers.base.fn_name), wherever it lives.
+_OLD_FUNCTION_MODULES = ("energon_lite.generic_collate.", "energon_lite.collate.")
+
+
+def _normalise(value: Any) -> Any:
+    """Tuples and lists compare equal (msgpack turns tuples into lists); old module paths of
+    our public functions read as their public name."""
+    if isinstance(value, str):
+        for old in _OLD_FUNCTION_MODULES:
+            if value.startswith(old):
+                return "energon_lite." + value[len(old) :]
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_normalise(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _normalise(v) for k, v in value.items()}
+    return value
+
+
+def state_count(value: Any, what: str) -> int:
+    """An integer >= 0 read from a state (a counter, a position); StateError otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise StateError(f"{what}: {short_repr(value)} is not a count >= 0; the state is corrupt")
+    return value
+
+
+def check_level(
+    name: str,
+    keys: Sequence[str],
+    parents: str | None,
+    state: Any,
+    optional: Sequence[str] = (),
+) -> dict[str, Any]:
+    """Check one stage's level of a state: a dict of stage ``name`` with exactly its
+    declared ``keys`` (plus any of ``optional``) and its parents' entry
+    (``"source"``/``"sources"``/None)."""
+    if not isinstance(state, dict):
+        raise StateError(f"{name}: state must be a dict, got {type(state).__name__}; it is corrupt")
+    if state.get("type") != name:
+        raise StateError(
+            f"{name}: state belongs to stage {short_repr(state.get('type'))}, not {name!r}; "
+            "was it saved by a loader with other stages (packing, grouping, blend)?"
+        )
+    expected = {"type", *keys, *([parents] if parents else [])}
+    missing = sorted(expected - set(state))
+    extra = sorted(set(state) - expected - set(optional))
+    if missing or extra:
+        problem = f"is missing {missing}" if missing else f"has unknown fields {extra}"
+        raise StateError(f"{name}: state {problem}; it is truncated or corrupt")
+    if parents == "sources" and not isinstance(state["sources"], list):
+        raise StateError(f"{name}: state's sources must be a list; it is corrupt")
+    return state
+
+
+def check_state_shape(shape: dict[str, Any], state: Any) -> None:
+    """Check a saved chain against a declared shape ``{"type", "keys", "source"|"sources"}``
+    (``Pipeline.state_shape``): the same stages, each with its declared fields. No I/O."""
+    parents = "source" if "source" in shape else "sources" if "sources" in shape else None
+    check_level(shape["type"], shape["keys"], parents, state, shape.get("optional", ()))
+    if parents == "source":
+        check_state_shape(shape["source"], state["source"])
+    elif parents == "sources":
+        if len(state["sources"]) != len(shape["sources"]):
+            raise StateError(
+                f"{shape['type']}: state has {len(state['sources'])} sources, this loader "
+                f"{len(shape['sources'])}; was it saved with another metadataset?"
+            )
+        for child, saved in zip(shape["sources"], state["sources"]):
+            check_state_shape(child, saved)
