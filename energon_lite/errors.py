@@ -46,6 +46,27 @@ class TooManyFailuresError(EnergonLiteError, RuntimeError):
     """More consecutive samples failed than the failure tolerance allows."""
 
 
+class MissingExtraError(ConfigError, ModuleNotFoundError):
+    """An optional dependency is not installed; the message names the extra that installs it.
+
+    Also a ``ModuleNotFoundError``, so ``except ImportError`` around an optional import still
+    catches it."""
+
+
+def missing_extra(
+    module: str, extra: str, needed_by: str, package: str | None = None
+) -> MissingExtraError:
+    """The error for ``needed_by`` when ``module`` cannot be imported: names ``pip install
+    'energon-lite[extra]'``. ``package``: the name users know it by, when not the module's.
+    Raise it ``from`` the ImportError."""
+    error = MissingExtraError(
+        f"{needed_by} needs {package or module}, which is not installed: "
+        f"pip install 'energon-lite[{extra}]'"
+    )
+    error.name = module
+    return error
+
+
 class _ShortRepr(reprlib.Repr):
     """``reprlib`` with tensors and arrays by shape, long bytes by length, dataclasses by field."""
 

@@ -19,11 +19,12 @@ import hashlib
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from tqdm import tqdm
 
-from energon_lite.errors import ConfigError, DatasetFormatError, FailureTracker
+from energon_lite.errors import ConfigError, DatasetFormatError, FailureTracker, missing_extra
 
 logger = logging.getLogger("energon_lite")
 
@@ -150,9 +151,17 @@ def load_episode_index(folder: str | Path) -> EpisodeIndex:
         raise DatasetFormatError(f"{path}: corrupt episode index ({exc}); prepare again") from exc
 
 
-def _scan_one(path: Path) -> tuple[int, bool, list[str], list[str], bool, int, int]:
-    import h5py
+def import_h5py() -> Any:
+    """The h5py module; without it, an error naming the extra that installs it."""
+    try:
+        import h5py
+    except ImportError as exc:
+        raise missing_extra("h5py", "h5", "robot episodes (HDF5 files)") from exc
+    return h5py
 
+
+def _scan_one(path: Path) -> tuple[int, bool, list[str], list[str], bool, int, int]:
+    h5py = import_h5py()
     with h5py.File(path, "r") as f:
         for key in ("observations/qpos", "action"):
             if key not in f:
@@ -195,6 +204,7 @@ def scan_episodes(
     if not root.is_dir():
         raise ConfigError(f"dataset_dir={str(root)!r} is not a directory")
     files = sorted(p for ext in ("*.hdf5", "*.h5") for p in root.rglob(ext))
+    import_h5py()  # before the progress bar: a missing extra is one clear line
     tracker = FailureTracker(failure_tolerance)
     rows, skipped, dims = [], [], None
     for path in tqdm(files, desc="scanning episodes", unit="episode", disable=not progress):

@@ -26,7 +26,7 @@ import numpy as np
 
 from energon_lite.errors import DatasetFormatError, MediaDecodeError
 from energon_lite.flavors.episodes.frame_cache import FrameCache
-from energon_lite.flavors.episodes.index import EpisodeIndex
+from energon_lite.flavors.episodes.index import EpisodeIndex, import_h5py
 
 
 class LowDim(NamedTuple):
@@ -67,8 +67,7 @@ class EpisodeReader:
         self._reset()
 
     def _file(self, episode: int) -> Any:
-        import h5py
-
+        h5py = import_h5py()
         if os.getpid() != self._pid:
             self._reset()  # inherited across fork: the parent's handles are not ours to use
         f = self._files.get(episode)
