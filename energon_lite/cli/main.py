@@ -131,14 +131,20 @@ def cmd_prepare_media(args: argparse.Namespace) -> int:
 
 def cmd_info(args: argparse.Namespace) -> int:
     from energon_lite.cli.info import dataset_info
+    from energon_lite.cli.meta_info import is_metadataset, metadataset_info
 
-    print(dataset_info(args.path))
+    print(metadataset_info(args.path) if is_metadataset(args.path) else dataset_info(args.path))
     return 0
 
 
 def cmd_preview(args: argparse.Namespace) -> int:
     from energon_lite.cli.info import preview
+    from energon_lite.cli.meta_info import is_metadataset, metadataset_preview
 
+    if is_metadataset(args.path):
+        if args.grid:
+            raise SystemExit("--grid: give one dataset folder, not a metadataset")
+        preview = metadataset_preview
     if args.grid:
         from energon_lite.cli.grid import preview_grid
 
@@ -162,7 +168,10 @@ def _split_list(text: str | None) -> list[str]:
 
 def cmd_lint(args: argparse.Namespace) -> int:
     from energon_lite.cli.info import lint
+    from energon_lite.cli.meta_info import is_metadataset, metadataset_lint
 
+    if is_metadataset(args.path):
+        lint = metadataset_lint
     problems = lint(args.path, progress=not args.quiet, split_parts=_split_list(args.split_parts))
     for problem in problems:
         print(problem)
