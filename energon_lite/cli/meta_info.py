@@ -43,9 +43,9 @@ def _leaf_line(leaf: Leaf, mode: str, count: int) -> str:
     return line
 
 
-def metadataset_info(path: str | os.PathLike[str] | RemotePath) -> str:
+def metadataset_info(root: str | os.PathLike[str] | RemotePath) -> str:
     """Each split's datasets with their weights or quotas, then ``info`` of each dataset."""
-    given = as_path(path)
+    given = as_path(root)
     lines = [f"metadataset {given}"]
     datasets: dict[str, Leaf] = {}
     for split in split_names(given):
@@ -65,10 +65,10 @@ def metadataset_info(path: str | os.PathLike[str] | RemotePath) -> str:
 
 
 def metadataset_preview(
-    path: str | os.PathLike[str] | RemotePath, split_part: str = "train", num: int = 5
+    root: str | os.PathLike[str] | RemotePath, split_part: str = "train", num: int = 5
 ) -> list[str]:
     """The first ``num`` samples of each dataset of one split of a metadataset."""
-    given = as_path(path)
+    given = as_path(root)
     leaves, mode = load_metadataset(given, split_part)
     lines = []
     for leaf in leaves:
@@ -79,14 +79,14 @@ def metadataset_preview(
 
 
 def metadataset_lint(
-    path: str | os.PathLike[str] | RemotePath,
+    root: str | os.PathLike[str] | RemotePath,
     progress: bool = True,
     split_parts: Sequence[str] | None = None,
 ) -> list[str]:
     """Decode every sample each split (or each of ``split_parts``) of a metadataset reads;
     one line per failure, naming the split, the dataset and the sample. A dataset split read
     by several entries is checked once."""
-    given = as_path(path)
+    given = as_path(root)
     known = split_names(given)
     problems: list[str] = []
     checked: set[tuple[str, ...]] = set()
