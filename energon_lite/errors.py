@@ -140,8 +140,11 @@ class SkipSample(Exception):
     """Raise from a TaskEncoder hook to drop the current sample (or batch) silently."""
 
 
+LOGGED_FAILURES = 3  # failures a tracker logs in full before it only counts them
+
+
 class FailureTracker:
-    """Counts consecutive failures; logs each one and raises past ``tolerance``.
+    """Counts consecutive failures; logs the first few and raises past ``tolerance``.
 
     ``tolerance=0`` re-raises the first failure (strict mode, useful in tests).
     """
@@ -179,9 +182,17 @@ class FailureTracker:
                 f"last: {what} failed at {place}: {type(exc).__name__}: {exc}"
             ) from exc
         if self.handler is None:
-            logger.warning(
-                "skipping: %s failed at %s: %s: %s", what, place, type(exc).__name__, exc
-            )
+            # the first few in full, then one line at 10, 100, 1000 ... failures: a bug in a
+            # hook fails every sample, and hundreds of lines would hide the first one
+            counted = self.total > LOGGED_FAILURES
+            logged = not counted or str(self.total).rstrip("0") == "1"
+            logger.log(
+                logging.WARNING if logged else logging.DEBUG,
+                "skipping: %s failed at %s: %s: %s%s",
+                what, place, type(exc).__name__, exc,
+                f" ({self.total} failures so far; logged: the first {LOGGED_FAILURES}, then "
+                "each tenfold)" if counted else "",
+            )  # fmt: skip
 
 
 def _sources_of(sample: Any) -> Any:
