@@ -51,7 +51,10 @@ def test_preview_lint_and_info(train_ds: Path, tmp_path: Path, dataset_factory, 
     assert main(["lint", str(broken), "--quiet"]) == 1
     out = capsys.readouterr().out
     assert (
-        "train: parts/data-1.tar #3 000013: UnidentifiedImageError" in out and "1 problem(s)" in out
+        "train: parts/data-1.tar #3 000013: MediaDecodeError: sample '000013' part 'jpg': "
+        "cannot decode: UnidentifiedImageError: not an image Pillow can read"
+        in out
+        and "1 problem(s)" in out
     )
 
 

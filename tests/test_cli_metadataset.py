@@ -94,7 +94,7 @@ def test_lint_checks_every_dataset_a_split_reads(
     (tmp_path / "meta.yaml").write_text((data / "weights.yaml").read_text())
     assert main(["lint", "--quiet", str(tmp_path / "meta.yaml")]) == 1
     out = capsys.readouterr().out
-    assert f"val: {broken} (split val): parts/data-3.tar #1 000031: UnidentifiedImageError" in out
+    assert f"val: {broken} (split val): parts/data-3.tar #1 000031: MediaDecodeError" in out
     assert out.endswith("1 problem(s)\n")
     assert main(["lint", "--quiet", "--split-parts", "train", str(tmp_path / "meta.yaml")]) == 0
 

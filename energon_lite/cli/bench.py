@@ -43,6 +43,18 @@ def load_task_encoder(spec: str) -> TaskEncoder:
     except ImportError as exc:
         raise ConfigError(f"--task-encoder {spec!r}: cannot import {module_name!r}: {exc}") from exc
     cls = getattr(module, class_name, None)
+    if cls is None:
+        names = sorted(
+            name
+            for name, value in vars(module).items()
+            if isinstance(value, type)
+            and issubclass(value, TaskEncoder)
+            and value is not TaskEncoder
+        )
+        raise ConfigError(
+            f"--task-encoder {spec!r}: {module_name} has no {class_name!r}"
+            + (f"; its TaskEncoder classes: {', '.join(names)}" if names else "")
+        )
     if not (isinstance(cls, type) and issubclass(cls, TaskEncoder)):
         raise ConfigError(
             f"--task-encoder {spec!r}: {module_name}.{class_name} is not a TaskEncoder subclass"
@@ -98,6 +110,10 @@ def run_bench(
     plus ``first_batch_s``, ``throughput`` points and ``bottleneck``/``hint``."""
     if seconds <= 0:
         raise ConfigError(f"--seconds {seconds}: must be > 0")
+    if batch_size < 1:
+        raise ConfigError(f"--batch-size {batch_size}: must be >= 1")
+    if num_workers < 0:
+        raise ConfigError(f"--num-workers {num_workers}: must be >= 0 (0: no worker processes)")
     begin = time.perf_counter()
     dataset = get_train_dataset(
         path,

@@ -127,7 +127,12 @@ def preview_source(
     lines = []
     for shard_id, index in itertools.islice(_positions(dataset), num):
         key, parts = dataset.read(shard_id, index)
-        raw = {"__key__": key, "__restore_key__": SampleKey(0, shard_id, index, 0), **parts}
+        raw = {
+            "__key__": key,
+            "__restore_key__": SampleKey(0, shard_id, index, 0),
+            "__shard__": dataset.shard_names[shard_id],  # errors name it
+            **parts,
+        }
         sample = factory.build(raw, decoder, subflavors)
         fields = (
             sample.items()

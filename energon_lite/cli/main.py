@@ -1,4 +1,5 @@
-"""``energon-lite``: prepare | info | preview | lint | bench | checkpoint info/redist | demo."""
+"""``energon-lite``: prepare | prepare-media | info | preview | lint | bench | checkpoint
+info/redist | demo (``DESCRIPTION`` is what ``--help`` prints)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,12 @@ from typing import Any
 
 from energon_lite.cli.errors import Parser, run_reporting_errors
 from energon_lite.storage import as_path
+
+DESCRIPTION = (
+    "energon-lite: prepare WebDataset folders and other datasets for energon_lite (and "
+    "Megatron-Energon), look inside them, measure the training loader, and inspect or "
+    "redistribute saved loader states. Run 'energon-lite COMMAND --help' for a command's options."
+)
 
 
 def _parse_ratio(text: str) -> list[tuple[str, float]]:
@@ -276,7 +283,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from energon_lite import __version__
 
-    parser = Parser(prog="energon-lite", description=__doc__)
+    parser = Parser(prog="energon-lite", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"energon-lite {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 

@@ -139,7 +139,8 @@ class VariableVideoTextDataset:
         if self.num_frames is None or height is None or width is None:
             raise ConfigError(
                 "without bucket_config, VariableVideoTextDataset needs num_frames and "
-                f"image_size=(H, W) (got {self.num_frames=}, {self.image_size=})"
+                f"image_size=(H, W) (got num_frames={self.num_frames!r}, "
+                f"image_size={self.image_size!r})"
             )
         return FixedShapeTaskEncoder(
             self.num_frames, (height, width), frame_interval=self.frame_interval,
