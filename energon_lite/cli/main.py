@@ -276,6 +276,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         split_part=args.split_part,
         out=args.out,
+        progress=True,
     )
     return 0
 
