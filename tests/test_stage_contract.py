@@ -1,0 +1,157 @@
+"""A stage says what the library needs of it: a new stage resumes elastically, shows in the
+stats and in ``checkpoint info`` by its class's declarations alone, with no line elsewhere."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import make_dataset
+
+from energon_lite.cli.checkpoint_info import describe_work
+from energon_lite.errors import StateError
+from energon_lite.loader.probe import ChainProbe
+from energon_lite.loader.stats import LoaderStats
+from energon_lite.loader.stats_report import format_stats, hint, label
+from energon_lite.shards.dataset import PreparedDataset
+from energon_lite.stages.base import Stage, stage_class
+from energon_lite.stages.buffer import fetch_keys, keys_of
+from energon_lite.testing import assert_elastic_resumes, assert_stage_resumes, make_reader
+
+
+class Lag(Stage):
+    """Hands its source's items out ``lag`` items late: it holds up to ``lag`` of them."""
+
+    STATE_KEYS = ("queue",)
+    STATS_LABEL = "lag"
+    STATS_HINT = "lag is {percent}%: a smaller lag, or {more_workers}"
+    ELASTIC_FRESH = {"queue": []}
+
+    def __init__(self, source: Stage, lag: int) -> None:
+        self.source = source
+        self.lag = lag
+
+    @classmethod
+    def held_keys(cls, level: dict[str, Any]) -> list[Any]:
+        return list(level["queue"])
+
+    def next(self) -> Any:
+        self._start_if_fresh()
+        while not self._ended and len(self._queue) <= self.lag:
+            try:
+                self._queue.append(self.source.next())
+            except StopIteration:
+                self._ended = True
+        if not self._queue:
+            raise StopIteration
+        return self._queue.pop(0)
+
+    def _reset(self) -> None:
+        self._queue: list[Any] = []
+        self._ended = False
+
+    def _save(self) -> dict[str, Any]:
+        return {"queue": keys_of(self._queue, "Lag")}
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        self._reset()
+        self._queue = fetch_keys(state["queue"], self.source.fetch, "Lag")
+
+
+class LosesItsQueue(Lag):
+    """Declares a fresh state on another layout but not the keys it holds: samples get lost."""
+
+    @classmethod
+    def held_keys(cls, level: dict[str, Any]) -> list[Any]:
+        return []
+
+
+class Undeclared(Lag):
+    """Has state and declares nothing about an elastic restore."""
+
+    ELASTIC_FRESH = None
+
+
+class SlowLag(Lag):
+    def next(self) -> Any:
+        time.sleep(0.002)  # the bottleneck, whatever the machine
+        return super().next()
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> PreparedDataset:
+    return PreparedDataset(make_dataset(tmp_path_factory.mktemp("contract") / "d", 90, 10), "train")
+
+
+def test_a_new_stage_resumes_on_another_layout(dataset: PreparedDataset) -> None:
+    assert_stage_resumes(lambda: Lag(make_reader(dataset), 3), 40, every=7)
+    for old, new, steps in ((3, 2, [5, 0, 11]), (2, 5, [7, 30]), (4, 1, [1, 2, 3, 4])):
+        keys = assert_elastic_resumes(lambda r: Lag(r, 3), dataset, old, new, steps)
+        assert len(keys) == len(set(keys)) == 90
+
+
+def test_the_check_fails_for_a_stage_that_hides_its_keys(dataset: PreparedDataset) -> None:
+    with pytest.raises(AssertionError, match=r"3 samples lost"):
+        assert_elastic_resumes(lambda r: LosesItsQueue(r, 1), dataset, 3, 2, [4, 4, 4])
+
+
+def test_a_stage_with_state_that_declares_nothing_is_refused(dataset: PreparedDataset) -> None:
+    with pytest.raises(StateError, match="does not know how to redistribute stage 'Undeclared'"):
+        assert_elastic_resumes(lambda r: Undeclared(r, 2), dataset, 2, 3, [3, 3])
+
+
+def test_a_new_stage_shows_in_stats_and_checkpoint_info(dataset: PreparedDataset) -> None:
+    chain = SlowLag(make_reader(dataset), 4)
+    probe = ChainProbe(chain, worker=0)
+    stats = LoaderStats()
+    stats.begin_stream()
+    chain.restore_state(None)
+    for _ in range(30):
+        chain.next()
+        stats.received(probe.snapshot(), 0)
+        probe.resume()
+    summary = stats.summary()
+    assert [s["name"] for s in summary["stages"]] == ["Reader", "SlowLag"]
+    assert label(summary["stages"][1]) == "lag (SlowLag)"  # the label is inherited
+    assert any(line.startswith("lag (SlowLag)") for line in format_stats(summary))
+    assert hint(summary, num_workers=2, cpus=4).startswith("lag is ")
+    assert describe_work(chain.save_state()) == "buffered samples: 4"
+    assert describe_work({"type": "NoSuchStage"}) == (
+        "buffered samples: 0; stage 'NoSuchStage' unknown here: not counted"
+    )
+
+
+def test_two_stage_classes_of_one_name_are_named_when_a_state_needs_them() -> None:
+    def define() -> type[Stage]:
+        class Twice(Stage):
+            pass
+
+        return Twice
+
+    class Twice(Stage):
+        pass
+
+    define()
+    with pytest.raises(StateError, match="2 stage classes have that name"):
+        stage_class("Twice")
+
+
+def test_the_registry_completes_itself_where_states_are_read() -> None:
+    """Offline (checkpoint info, redist), nothing built: the library's stages and the
+    flavors' are found from the name in a state alone."""
+    code = (
+        "from energon_lite.stages.base import stage_class\n"
+        "print(stage_class('GroupBatch').__module__, stage_class('EpisodePool').__module__)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parent.parent,
+    ).stdout.split()
+    assert out == ["energon_lite.stages.group_batch", "energon_lite.flavors.episodes.pool"]
