@@ -39,6 +39,9 @@ class Lag(Stage):
     def held_keys(cls, level: dict[str, Any]) -> list[Any]:
         return list(level["queue"])
 
+    def stats_held(self) -> tuple[int, int | None] | None:
+        return len(self._queue), self.lag
+
     def next(self) -> Any:
         self._start_if_fresh()
         while not self._ended and len(self._queue) <= self.lag:
@@ -117,6 +120,8 @@ def test_a_new_stage_shows_in_stats_and_checkpoint_info(dataset: PreparedDataset
     summary = stats.summary()
     assert [s["name"] for s in summary["stages"]] == ["Reader", "SlowLag"]
     assert label(summary["stages"][1]) == "lag (SlowLag)"  # the label is inherited
+    assert (summary["stages"][1]["held"], summary["stages"][1]["capacity"]) == (4, 4)
+    assert summary["stages"][0]["capacity"] is None and summary["samples"] == 30
     assert any(line.startswith("lag (SlowLag)") for line in format_stats(summary))
     assert hint(summary, num_workers=2, cpus=4).startswith("lag is ")
     assert describe_work(chain.save_state()) == "buffered samples: 4"

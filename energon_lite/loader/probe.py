@@ -36,24 +36,6 @@ def _ordered(stage: Stage) -> list[Stage]:
     return out
 
 
-def _held(stage: Stage) -> tuple[int, int | None] | None:
-    """(items a buffering stage holds, its capacity), or None for a stage without a buffer."""
-    held, found = 0, False
-    buffer = getattr(stage, "_buffer", None)  # ShuffleBuffer, Pack: a KeyedBuffer
-    if buffer is not None:
-        held, found = held + len(buffer), True
-    pending = getattr(stage, "_pending", None)  # Pack: selected groups not yet packed
-    if isinstance(pending, list):
-        held, found = held + sum(len(g) for g in pending if isinstance(g, list)), True
-    buckets = getattr(stage, "_buckets", None)  # GroupBatch: samples waiting per bucket
-    if isinstance(buckets, dict):
-        held, found = held + sum(len(waiting) for _, waiting in buckets.values()), True
-    if not found:
-        return None
-    capacity = getattr(stage, "size", None)
-    return held, capacity if isinstance(capacity, int) else None
-
-
 def stage_of(name: str) -> type[Stage] | None:
     """The stage class of a row name (``"Reader 1"``, ``"Encode #2"``); None for a hook."""
     return stage_class(name.split(" ")[0])
@@ -136,7 +118,7 @@ class ChainProbe:
         held = [0] * len(self.names)
         capacity: list[int | None] = [None] * len(self.names)
         for i, stage in enumerate(self._stages):  # buffers exist once the chain started
-            found = _held(stage) if stage is not None else None
+            found = stage.stats_held() if stage is not None else None
             if found is not None:
                 held[i], capacity[i] = found
                 self._held_sum[i] += found[0]

@@ -22,7 +22,8 @@ parents first and checks the state's shape (:func:`energon_lite.state.codec.chec
 
 A stage class also says what the rest of the library needs to know of it, so that nothing
 outside ``stages/`` switches on stage class names: its row in ``loader.stats()``
-(``STATS_LABEL``, ``STATS_HINT``, ``STATS_BATCHES``, ``STATS_HOOK``, ``stats_name()``), the
+(``STATS_LABEL``, ``STATS_HINT``, ``STATS_BATCHES``, ``STATS_HOOK``, ``stats_name()``,
+``stats_held()``), the
 restore keys a saved level of it buffers (``held_keys``), what ``energon-lite checkpoint
 info`` says about a saved level (``describe_level``) and how an elastic restore deals its
 state to another layout (``ELASTIC_FRESH``, ``elastic_state``, ``elastic_refusal``). Every
@@ -92,6 +93,11 @@ class Stage:
     def stats_name(self) -> str:
         """This stage's row in ``loader.stats()`` when the chain has several of its class."""
         return type(self).__name__
+
+    def stats_held(self) -> tuple[int, int | None] | None:
+        """(items it holds now, its capacity or None) for ``loader.stats()``, taken between
+        items; None for a stage that holds none (or has not started). Default: None."""
+        return None
 
     @classmethod
     def held_keys(cls, level: dict[str, Any]) -> list[Any]:

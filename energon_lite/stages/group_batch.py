@@ -64,6 +64,12 @@ class GroupBatch(Stage):
         self.failures = failures or FailureTracker(0)
         self.sync = sync
 
+    def stats_held(self) -> tuple[int, int | None] | None:
+        """The samples waiting in the buckets (no fixed capacity)."""
+        if not self._started:
+            return None
+        return sum(len(waiting) for _, waiting in self._buckets.values()), None
+
     @classmethod
     def held_keys(cls, level: dict[str, Any]) -> list[Any]:
         return [key for bucket in level["buckets"] for key in bucket]

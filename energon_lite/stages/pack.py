@@ -61,6 +61,12 @@ class Pack(Stage):
         self.seed = seed
         self.failures = failures or FailureTracker(0)
 
+    def stats_held(self) -> tuple[int, int | None] | None:
+        """The buffer and the selected groups not yet packed."""
+        if not self._started:
+            return None
+        return len(self._buffer) + sum(len(group) for group in self._pending), self.size
+
     @classmethod
     def held_keys(cls, level: dict[str, Any]) -> list[Any]:
         """The buffer's keys, then those of the selected groups not yet packed."""

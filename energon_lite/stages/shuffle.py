@@ -38,6 +38,9 @@ class ShuffleBuffer(Stage):
         self.seed = seed
         self.rng_keys = ("shuffle", *rng_keys)
 
+    def stats_held(self) -> tuple[int, int | None] | None:
+        return (len(self._buffer), self.size) if self._started else None
+
     @classmethod
     def held_keys(cls, level: dict[str, Any]) -> list[Any]:
         return list(level["keys"])
