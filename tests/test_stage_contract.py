@@ -3,6 +3,7 @@ stats and in ``checkpoint info`` by its class's declarations alone, with no line
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 import time
@@ -18,7 +19,7 @@ from energon_lite.loader.probe import ChainProbe
 from energon_lite.loader.stats import LoaderStats
 from energon_lite.loader.stats_report import format_stats, hint, label
 from energon_lite.shards.dataset import PreparedDataset
-from energon_lite.stages.base import Stage, stage_class
+from energon_lite.stages.base import _CLASSES, Stage, stage_class
 from energon_lite.stages.buffer import fetch_keys, keys_of
 from energon_lite.testing import assert_elastic_resumes, assert_stage_resumes, make_reader
 
@@ -160,3 +161,48 @@ def test_the_registry_completes_itself_where_states_are_read() -> None:
         cwd=Path(__file__).resolve().parent.parent,
     ).stdout.split()
     assert out == ["energon_lite.stages.group_batch", "energon_lite.flavors.episodes.pool"]
+
+
+ROOT = Path(__file__).resolve().parent.parent
+# names that are not about a stage: the legacy restore-key tag of a pack (state/restore_key.py)
+NOT_A_STAGE = {("energon_lite/state/restore_key.py", "Pack")}
+
+
+def _literals(tree: ast.Module) -> list[ast.Constant]:
+    """String literals of a module, less docstrings and ``__all__``."""
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
+            skip.add(id(body[0].value))  # a docstring
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets
+        ):
+            skip.update(id(n) for n in ast.walk(node.value))
+    return [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in skip
+    ]
+
+
+def test_no_module_outside_stages_knows_a_stage_by_its_name() -> None:
+    """What the library needs of a stage is the stage's to say (``Stage`` declarations):
+    a stage class name in a string outside ``energon_lite/stages/`` is a switch on it."""
+    stage_class("no stage has this name")  # completes the registry: every stage, flavors too
+    names = {
+        name
+        for name, classes in _CLASSES.items()
+        if classes[0].__module__.startswith("energon_lite.")
+    }
+    assert {"Reader", "Encode", "EpisodePool"} <= names
+    offenders = []
+    for path in sorted((ROOT / "energon_lite").rglob("*.py")):
+        where = path.relative_to(ROOT).as_posix()
+        if where.startswith("energon_lite/stages/"):
+            continue
+        for literal in _literals(ast.parse(path.read_text(encoding="utf-8"))):
+            word = literal.value.split(" ")[0]
+            if word in names and (where, word) not in NOT_A_STAGE:
+                offenders.append(f"{where}:{literal.lineno}: {literal.value!r}")
+    assert offenders == []
