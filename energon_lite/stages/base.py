@@ -23,11 +23,11 @@ parents first and checks the state's shape (:func:`energon_lite.state.codec.chec
 A stage class also says what the rest of the library needs to know of it, so that nothing
 outside ``stages/`` switches on stage class names: its row in ``loader.stats()``
 (``STATS_LABEL``, ``STATS_HINT``, ``STATS_BATCHES``, ``STATS_HOOK``, ``stats_name()``,
-``stats_held()``), the
-restore keys a saved level of it buffers (``held_keys``), what ``energon-lite checkpoint
-info`` says about a saved level (``describe_level``) and how an elastic restore deals its
-state to another layout (``ELASTIC_FRESH``, ``elastic_state``, ``elastic_refusal``). Every
-declaration has a default, so a stage declares only what applies to it.
+``stats_held()``), the restore keys a saved level of it buffers (``held_keys``), what
+``energon-lite checkpoint info`` says about a saved level (``describe_level``) and how an
+elastic restore deals its state to another layout (``ELASTIC_FRESH``, ``elastic_state``,
+``elastic_refusal``). Every declaration has a default, so a stage declares only what
+applies to it.
 
 Registration: every subclass registers itself by class name (``__init_subclass__``), which is
 the ``"type"`` of its saved levels; :func:`stage_class` finds the class of a saved level.

@@ -19,7 +19,9 @@ The stages' own counters start fresh on the new layout (shuffle and blend draws,
 steps). Each stage class says what its saved level holds and how it starts on the new layout
 (``held_keys``, ``elastic_refusal``, ``ELASTIC_FRESH`` / ``elastic_state`` in
 :mod:`energon_lite.stages.base`); this module deals the readers' and buffers' work and asks
-each stage for the rest, through an :class:`ElasticDeal`. With ``repeat=True`` each old worker's remaining part of *its own* current epoch is
+each stage for the rest, through an :class:`ElasticDeal`.
+
+With ``repeat=True`` each old worker's remaining part of *its own* current epoch is
 delivered exactly once, then every new worker starts the epoch after the latest one any old
 worker was in. Refused, naming the case: states of different loaders or passes, validation
 loaders (their slices depend on the layout), ``limit=``, a generator ``encode_sample`` part-way
@@ -359,8 +361,8 @@ def _stage(level: dict[str, Any]) -> type[Stage]:
     cls = stage_class(level.get("type"))
     if cls is None:
         raise StateError(
-            f"elastic restore does not know how to redistribute stage {short_repr(level.get('type'))} "
-            "(no stage class of that name is imported)"
+            "elastic restore does not know how to redistribute stage "
+            f"{short_repr(level.get('type'))} (no stage class of that name is imported)"
         )
     return cls
 
