@@ -32,10 +32,11 @@ applies to it.
 Registration: every subclass registers itself by class name (``__init_subclass__``), which is
 the ``"type"`` of its saved levels; :func:`stage_class` finds the class of a saved level.
 Reading a state needs no chain, so the registry completes itself on the first unknown
-name: it imports every module of this package, then every flavor (through the dataset
-kind registry, :func:`energon_lite.sources.kinds.registered_kinds`, which imports each
-flavor's ``kind`` module and with it the flavor's stages) and the kind plugins. A user's own
-stage is registered once its module is imported, as it is wherever its chain is built.
+name: it imports every module of this package and, if the name is still unknown, every
+flavor and kind plugin (through the dataset kind registry,
+:func:`energon_lite.sources.kinds.registered_kinds`: a flavor's ``kind`` module imports the
+flavor, and with it its stages). A user's own stage is registered once its module is
+imported, as it is wherever its chain is built.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from __future__ import annotations
 import copy
 import importlib
 import pkgutil
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from energon_lite.errors import StateError, short_repr
@@ -54,7 +55,6 @@ if TYPE_CHECKING:
 
 # class name -> the stage classes of that name (more than one only by accident: see stage_class)
 _CLASSES: dict[str, list[type[Stage]]] = {}
-_complete = False
 
 
 class Stage:
@@ -221,20 +221,18 @@ class Stage:
 def stage_class(name: Any) -> type[Stage] | None:
     """The stage class whose saved levels have ``"type": name``; None when none is known.
 
-    Completes the registry on the first unknown name (see the module docstring). Two
-    different classes of the same name make their levels unreadable: StateError, naming both.
+    Completes the registry on the first unknown name (see the module docstring): this
+    package's stages first, the flavors' only if the name is still unknown. Two different
+    classes of the same name make their levels unreadable: StateError, naming both.
     """
-    global _complete
     if not isinstance(name, str):
         return None
-    if name not in _CLASSES and not _complete:
-        _complete = True
-        package = importlib.import_module(__package__ or "energon_lite.stages")
-        for module in pkgutil.iter_modules(package.__path__):
-            importlib.import_module(f"{package.__name__}.{module.name}")
-        from energon_lite.sources.kinds import registered_kinds
-
-        registered_kinds()  # imports every flavor, and with it the flavor's stages
+    for load in _LOADS:
+        if name in _CLASSES:
+            break
+        if load not in _loaded:
+            _loaded.add(load)
+            load()
     found = _CLASSES.get(name, [])
     if len(found) > 1:
         where = ", ".join(f"{c.__module__}.{c.__qualname__}" for c in found)
@@ -243,3 +241,21 @@ def stage_class(name: Any) -> type[Stage] | None:
             f"name ({where}); give your stage a name of its own"
         )
     return found[0] if found else None
+
+
+def _import_stages() -> None:
+    """Import every module of this package (each stage registers itself)."""
+    package = importlib.import_module(__package__ or "energon_lite.stages")
+    for module in pkgutil.iter_modules(package.__path__):
+        importlib.import_module(f"{package.__name__}.{module.name}")
+
+
+def _import_flavors() -> None:
+    """Import every flavor and kind plugin, and with them their stages."""
+    from energon_lite.sources.kinds import registered_kinds
+
+    registered_kinds()
+
+
+_LOADS: tuple[Callable[[], None], ...] = (_import_stages, _import_flavors)
+_loaded: set[Callable[[], None]] = set()
