@@ -225,26 +225,7 @@ def assert_elastic_resumes(
         stage.restore_state(None)
         delivered += _flat_keys(take(stage, count))
         saved.append(decode_state(encode_state(stage.save_state())))
-    config = {
-        "rank": 0,
-        "world_size": 1,
-        "num_workers": old_workers,
-        "training": True,
-        "blend_mode": "weighted",
-        "repeat": False,
-        "limit": None,
-    }
-    state: dict[str, Any] = {
-        "type": "SavableLoader",
-        "version": STATE_VERSION,
-        "config": config,
-        "epoch": 0,
-        "next_worker": 0,
-        "workers": saved,
-        "in_pass": 0,
-    }
-    state["digest"] = state_digest(state)
-    (new,) = redistribute([state], 1, new_workers)
+    (new,) = redistribute([one_rank_state(saved)], 1, new_workers)
     for worker, worker_state in enumerate(new["workers"]):
         stage = chain(worker, new_workers)
         stage.restore_state(decode_state(encode_state(worker_state)))
@@ -260,6 +241,31 @@ def assert_elastic_resumes(
             f"(first {twice[:3]!r})"
         )
     return delivered
+
+
+def one_rank_state(workers: list[Any]) -> dict[str, Any]:
+    """The loader state of a single rank whose workers' chains saved ``workers`` (one state
+    per worker, in the first pass of a one-leaf training loader without repeat), digest
+    included: what ``redistribute`` and ``energon-lite checkpoint`` read."""
+    state: dict[str, Any] = {
+        "type": "SavableLoader",
+        "version": STATE_VERSION,
+        "config": {
+            "rank": 0,
+            "world_size": 1,
+            "num_workers": len(workers),
+            "training": True,
+            "blend_mode": "weighted",
+            "repeat": False,
+            "limit": None,
+        },
+        "epoch": 0,
+        "next_worker": 0,
+        "workers": workers,
+        "in_pass": 0,
+    }
+    state["digest"] = state_digest(state)
+    return state
 
 
 def _flat_keys(items: Iterable[Any]) -> list[Any]:

@@ -21,7 +21,15 @@ from energon_lite.loader.stats_report import format_stats, hint, label
 from energon_lite.shards.dataset import PreparedDataset
 from energon_lite.stages.base import _CLASSES, Stage, stage_class
 from energon_lite.stages.buffer import fetch_keys, keys_of
-from energon_lite.testing import assert_elastic_resumes, assert_stage_resumes, make_reader
+from energon_lite.state.codec import encode_state
+from energon_lite.testing import (
+    assert_elastic_resumes,
+    assert_stage_resumes,
+    make_reader,
+    one_rank_state,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 class Lag(Stage):
@@ -131,6 +139,44 @@ def test_a_new_stage_shows_in_stats_and_checkpoint_info(dataset: PreparedDataset
     )
 
 
+def test_offline_a_stage_that_is_not_imported_is_named(
+    dataset: PreparedDataset, tmp_path: Path
+) -> None:
+    """In a process that never imported this test module (the offline checkpoint commands),
+    the elastic restore refuses the state naming the stage, and checkpoint info says it did
+    not count that stage's samples."""
+    chains = [Lag(make_reader(dataset, worker_index=w, num_workers=2), 2) for w in range(2)]
+    for chain in chains:
+        chain.next()
+    (tmp_path / "state.bin").write_bytes(
+        encode_state(one_rank_state([chain.save_state() for chain in chains]))
+    )
+    code = (
+        "import sys\n"
+        "from energon_lite.cli.checkpoint_info import describe_work\n"
+        "from energon_lite.stages.elastic import redistribute\n"
+        "from energon_lite.state.codec import decode_state\n"
+        "state = decode_state(open(sys.argv[1], 'rb').read())\n"
+        "print(describe_work(state['workers'][0]))\n"
+        "try:\n"
+        "    redistribute([state], 1, 3)\n"
+        "except Exception as exc:\n"
+        "    print(type(exc).__name__, exc)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "state.bin")],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    ).stdout.splitlines()
+    assert out == [
+        "buffered samples: 0; stage 'Lag' unknown here: not counted",
+        "StateError elastic restore does not know how to redistribute stage 'Lag' (no stage "
+        "class of that name is imported)",
+    ]
+
+
 def test_two_stage_classes_of_one_name_are_named_when_a_state_needs_them() -> None:
     def define() -> type[Stage]:
         class Twice(Stage):
@@ -158,12 +204,11 @@ def test_the_registry_completes_itself_where_states_are_read() -> None:
         capture_output=True,
         text=True,
         check=True,
-        cwd=Path(__file__).resolve().parent.parent,
+        cwd=ROOT,
     ).stdout.split()
     assert out == ["energon_lite.stages.group_batch", "energon_lite.flavors.episodes.pool"]
 
 
-ROOT = Path(__file__).resolve().parent.parent
 # names that are not about a stage: the legacy restore-key tag of a pack (state/restore_key.py)
 NOT_A_STAGE = {("energon_lite/state/restore_key.py", "Pack")}
 
