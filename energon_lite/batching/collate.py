@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from energon_lite.batching.memory import pooled_empty
+from energon_lite.batching.allocate import batch_tensor
 from energon_lite.batching.slab import claim
 
 KEY_FIELDS = ("__key__", "__restore_key__", "__subflavors__")
@@ -18,29 +18,6 @@ def _sources(column: Sequence[Any]) -> tuple[Any, ...] | None:
     """A batch's ``__sources__``: every sample's entries, in order (None when there are none)."""
     merged = tuple(info for entry in column for info in (entry or ()))
     return merged or None
-
-
-def batch_tensor(first: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
-    """An uninitialised tensor for a batch; in a loader worker, in shared memory.
-
-    A worker's batch is pickled to the trainer process through shared memory. Allocating it
-    there from the start (as torch's own collate does) saves copying every batch once more;
-    reusing a segment the trainer has let go of saves faulting in fresh pages
-    (:mod:`energon_lite.batching.memory`).
-    """
-    pooled = pooled_empty(first, shape)  # a segment the trainer has let go of
-    if pooled is not None:
-        return pooled
-    numel = 1
-    for size in shape:
-        numel *= size
-    if first.device.type == "cpu" and torch.utils.data.get_worker_info() is not None:
-        try:
-            storage = first._typed_storage()._new_shared(numel, device=first.device)
-            return first.new(storage).resize_(*shape)
-        except (AttributeError, RuntimeError):  # private API moved: fall back to plain memory
-            pass
-    return torch.empty(tuple(shape), dtype=first.dtype, device=first.device)
 
 
 def batch_stack(values: Sequence[torch.Tensor]) -> torch.Tensor:
