@@ -48,29 +48,33 @@ def batch_list(values: Sequence[Any]) -> list[Any]:
     return list(values)
 
 
-def collate_values(values: Sequence[Any]) -> Any:
-    """One field across a batch, by Energon's default rule (``generic_batch``): tensors
-    pad-stacked, dicts, dataclasses and named tuples collated field by field (a dataclass
-    with ``from_samples`` builds itself), everything else (numbers, strings, NumPy arrays,
-    None) listed as it is."""
+def generic_batch(samples: Sequence[Any]) -> Any:
+    """Batch ``samples`` (or one field across a batch) by Energon's structure-recursing rule:
+    tensors pad-stacked, dicts, dataclasses and named tuples batched field by field (a
+    dataclass with ``from_samples`` builds itself), anything else (numbers, strings, NumPy
+    arrays, None) listed as it is. Where Energon would fail (a column mixing tensors with
+    other values or structures of several types), the column is listed; a dict keeps the
+    keys every sample has."""
+    values = list(samples)
     first = values[0]
     if isinstance(first, torch.Tensor) and all(isinstance(v, torch.Tensor) for v in values):
         return batch_pad_stack(values)
     if isinstance(first, dict) and all(isinstance(v, dict) for v in values):
         return {
-            k: collate_values([v[k] for v in values]) for k in first if all(k in v for v in values)
+            k: generic_batch([v[k] for v in values]) for k in first if all(k in v for v in values)
         }
     if all(type(v) is type(first) for v in values):
         if dataclasses.is_dataclass(first) and not isinstance(first, type):
             if hasattr(first, "from_samples"):
-                return first.from_samples(list(values))
+                return first.from_samples(values)
             names = [f.name for f in dataclasses.fields(first)]
-            return type(first)(
-                **{n: collate_values([getattr(v, n) for v in values]) for n in names}
-            )
+            return type(first)(**{n: generic_batch([getattr(v, n) for v in values]) for n in names})
         if isinstance(first, tuple) and hasattr(first, "_fields"):  # a NamedTuple
-            return type(first)(*(collate_values(list(column)) for column in zip(*values)))
-    return list(values)
+            return type(first)(*(generic_batch(list(column)) for column in zip(*values)))
+    return batch_list(values)
+
+
+collate_values = generic_batch  # the name the data model's Batch.from_samples used
 
 
 def default_collate(samples: Sequence[Any], result_type: type | None = None) -> Any:
@@ -89,7 +93,7 @@ def default_collate(samples: Sequence[Any], result_type: type | None = None) -> 
             if name == "__sources__":
                 values[name] = _sources(column)
             else:
-                values[name] = list(column) if name in KEY_FIELDS else collate_values(column)
+                values[name] = list(column) if name in KEY_FIELDS else generic_batch(column)
         return cls(**values)
     if isinstance(first, dict):
         batch = {
@@ -97,8 +101,8 @@ def default_collate(samples: Sequence[Any], result_type: type | None = None) -> 
             if k == "__sources__"
             else list(v)
             if k in KEY_FIELDS
-            else collate_values(v)
+            else generic_batch(v)
             for k, v in ((k, [s[k] for s in samples]) for k in first)
         }
         return result_type(**batch) if result_type is not None else batch
-    return collate_values(samples)
+    return generic_batch(samples)

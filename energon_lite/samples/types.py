@@ -14,7 +14,7 @@ from typing import Any, ClassVar, TypeVar
 
 import torch
 
-from energon_lite.batching.collate import collate_values
+from energon_lite.batching.collate import generic_batch
 from energon_lite.edataclass import edataclass
 
 T = TypeVar("T", bound="Sample")
@@ -99,7 +99,7 @@ class Batch:
             if name in fields or name.startswith("__"):
                 continue
             column = [s[name] if isinstance(s, dict) else getattr(s, name) for s in samples]
-            fields[name] = collate_values(column)
+            fields[name] = generic_batch(column)
         sources = tuple(info for k in keys for info in (k["__sources__"] or ()))
         return cls(
             __key__=[k["__key__"] for k in keys],
