@@ -11,7 +11,7 @@ import os
 import warnings
 from typing import Any
 
-from energon_lite.cache.no_cache import CachePool
+from energon_lite.cache.base import CachePool
 from energon_lite.decode import SampleDecoder
 from energon_lite.errors import ConfigError
 from energon_lite.loader.savable_dataset import SavableDataset
