@@ -290,7 +290,8 @@ def _release(flags: torch.Tensor, worker: int, slot: int) -> None:
     flags[worker, slot] = _FREE
 
 
-# the trainer's pools by token, for the rebuild functions (a pool goes with its stream)
+# the trainer's pools by token (a pool goes with its stream): process-global because unpickling
+# calls the rebuild functions with the pickled arguments only, and those cannot hold a pool
 _POOLS: weakref.WeakValueDictionary[str, BatchMemoryPool] = weakref.WeakValueDictionary()
 
 

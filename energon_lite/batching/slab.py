@@ -45,6 +45,8 @@ class _Local(threading.local):
         self.stack: list[_Slab | None] = []
 
 
+# Per thread, not passed down: images are decoded inside the user's hooks (decoder, cookers,
+# encode_sample), and those have no place to receive the Batch stage's open scope.
 _LOCAL = _Local()
 
 
