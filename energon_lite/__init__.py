@@ -23,6 +23,12 @@ from energon_lite.cache import (
     SystemFileStore,
 )
 from energon_lite.cache.file_store_decoder import FileStoreDecoder
+from energon_lite.compat.arguments import (
+    get_loader,
+    get_savable_loader,
+    get_train_dataset,
+    get_val_dataset,
+)
 from energon_lite.compat.joined_factory import JoinedWebdatasetFactory
 from energon_lite.compat.metadataset_api import (
     DatasetLoader,
@@ -66,14 +72,7 @@ from energon_lite.errors import (
     log_exception,
     reraise_exception,
 )
-from energon_lite.loader.api import (
-    SavableDataset,
-    SavableLoader,
-    get_loader,
-    get_savable_loader,
-    get_train_dataset,
-    get_val_dataset,
-)
+from energon_lite.loader.api import SavableDataset, SavableLoader
 from energon_lite.samples.crude import CrudeSample
 from energon_lite.samples.resolver import allow_sample_type_modules
 from energon_lite.samples.types import (

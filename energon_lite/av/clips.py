@@ -10,8 +10,7 @@ decoder walks the file once and seeks only across keyframes it does not need.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -33,14 +32,7 @@ class ClipDecoder(Protocol):
 
     def get_audio_duration(self) -> float | None: ...
 
-    def get_clips(
-        self,
-        video_clip_ranges: Sequence[tuple[float, float]] | None = None,
-        audio_clip_ranges: Sequence[tuple[float, float]] | None = None,
-        video_unit: str = "seconds",
-        audio_unit: str = "seconds",
-        video_out_frame_size: tuple[int, int] | None = None,
-    ) -> AVData: ...
+    def get_clips(self, *args: Any, **kwargs: Any) -> AVData: ...  # AVDecoder.get_clips's
 
 
 def uniform_ranges(
