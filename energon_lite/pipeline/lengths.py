@@ -13,7 +13,7 @@ Energon counts a rank's length as the sum over its workers of ``ceil(samples / b
   of batches the epoch really has.
 
 ``DatasetPipeline.counted_samples`` applies these per worker; the wrapper classes count
-with :func:`batches_per_worker` and :func:`spread` too.
+with :func:`batches_per_worker` too.
 
 Which samples a worker is dealt is energon_lite's slice dealing (``docs/migration.md``:
 per-worker counts may differ from Energon's sample-exact ranges by a slice).
@@ -67,8 +67,3 @@ def batches_per_worker(per_worker: list[int], batch_size: int | None, drop_last:
     if drop_last:
         return [n // batch_size for n in per_worker]
     return [-(-n // batch_size) for n in per_worker]
-
-
-def spread(total: int, workers: int) -> list[int]:
-    """Energon's per-worker share of a rank-wide count: round robin, the first workers one more."""
-    return [total // workers + (1 if w < total % workers else 0) for w in range(workers)]

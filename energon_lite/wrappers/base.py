@@ -24,7 +24,7 @@ from typing import Any
 from energon_lite.errors import ConfigError, FailureTracker, failure_trackers
 from energon_lite.loader.savable_dataset import SavableDataset
 from energon_lite.pipeline.dataset_pipeline import Pipeline
-from energon_lite.pipeline.lengths import spread
+from energon_lite.quotas import share
 from energon_lite.stages.base import Stage
 from energon_lite.stages.plan import Node
 from energon_lite.worker import WorkerConfig, WorkerSlot
@@ -93,7 +93,7 @@ def nesting(datasets: Sequence[Any]) -> int:
 
 def split_count(total: int, wc: WorkerConfig) -> list[int]:
     """Energon's per-worker share of a rank-wide count (``LimitDataset``, ``EpochizeDataset``)."""
-    return spread(total, wc.workers_per_rank)
+    return [share(total, wc.workers_per_rank, w) for w in range(wc.workers_per_rank)]
 
 
 def failures(tolerance: int, wc: WorkerConfig) -> Callable[[], FailureTracker]:
