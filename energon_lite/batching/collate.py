@@ -14,7 +14,7 @@ from energon_lite.batching.slab import claim
 KEY_FIELDS = ("__key__", "__restore_key__", "__subflavors__")
 
 
-def _sources(column: Sequence[Any]) -> tuple[Any, ...] | None:
+def merged_sources(column: Sequence[Any]) -> tuple[Any, ...] | None:
     """A batch's ``__sources__``: every sample's entries, in order (None when there are none)."""
     merged = tuple(info for entry in column for info in (entry or ()))
     return merged or None
@@ -91,13 +91,13 @@ def default_collate(samples: Sequence[Any], result_type: type | None = None) -> 
         for name in names:
             column = [getattr(s, name, None) for s in samples]
             if name == "__sources__":
-                values[name] = _sources(column)
+                values[name] = merged_sources(column)
             else:
                 values[name] = list(column) if name in KEY_FIELDS else generic_batch(column)
         return cls(**values)
     if isinstance(first, dict):
         batch = {
-            k: _sources(v)
+            k: merged_sources(v)
             if k == "__sources__"
             else list(v)
             if k in KEY_FIELDS
