@@ -28,6 +28,12 @@ if TYPE_CHECKING:  # the names below, for type checkers; at run time see __getat
         SystemFileStore,
     )
     from energon_lite.cache.file_store_decoder import FileStoreDecoder
+    from energon_lite.compat.arguments import (
+        get_loader,
+        get_savable_loader,
+        get_train_dataset,
+        get_val_dataset,
+    )
     from energon_lite.compat.joined_factory import JoinedWebdatasetFactory
     from energon_lite.compat.metadataset_api import (
         DatasetLoader,
@@ -70,15 +76,8 @@ if TYPE_CHECKING:  # the names below, for type checkers; at run time see __getat
         log_exception,
         reraise_exception,
     )
-    from energon_lite.loader.api import (
-        SavableDataset,
-        SavableLoader,
-        get_loader,
-        get_savable_loader,
-        get_train_dataset,
-        get_val_dataset,
-    )
-    from energon_lite.samples.crude import CrudeSample, CrudeWebdataset, cooker
+    from energon_lite.loader.api import SavableDataset, SavableLoader
+    from energon_lite.samples.crude import CrudeSample
     from energon_lite.samples.resolver import allow_sample_type_modules
     from energon_lite.samples.types import (
         Batch,
@@ -97,9 +96,11 @@ if TYPE_CHECKING:  # the names below, for type checkers; at run time see __getat
         VQASample,
         basic_sample_keys,
     )
+    from energon_lite.shards.dataset import CrudeWebdataset
     from energon_lite.shards.prepare import prepare_dataset
     from energon_lite.task_encoder.augment import AugmentTaskEncoder
-    from energon_lite.task_encoder.base import Cooker, DefaultTaskEncoder, TaskEncoder, stateless
+    from energon_lite.task_encoder.base import DefaultTaskEncoder, TaskEncoder, stateless
+    from energon_lite.task_encoder.cooking import Cooker, cooker
     from energon_lite.worker import WorkerConfig
     from energon_lite.wrappers import (
         BatchDataset,
@@ -261,6 +262,12 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
         "SystemFileStore",
     ),
     "energon_lite.cache.file_store_decoder": ("FileStoreDecoder",),
+    "energon_lite.compat.arguments": (
+        "get_loader",
+        "get_savable_loader",
+        "get_train_dataset",
+        "get_val_dataset",
+    ),
     "energon_lite.compat.joined_factory": ("JoinedWebdatasetFactory",),
     "energon_lite.compat.metadataset_api": (
         "DatasetLoader",
@@ -309,16 +316,8 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
     "energon_lite.loader.api": (
         "SavableDataset",
         "SavableLoader",
-        "get_loader",
-        "get_savable_loader",
-        "get_train_dataset",
-        "get_val_dataset",
     ),
-    "energon_lite.samples.crude": (
-        "CrudeSample",
-        "CrudeWebdataset",
-        "cooker",
-    ),
+    "energon_lite.samples.crude": ("CrudeSample",),
     "energon_lite.samples.resolver": ("allow_sample_type_modules",),
     "energon_lite.samples.types": (
         "Batch",
@@ -337,13 +336,17 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
         "VQASample",
         "basic_sample_keys",
     ),
+    "energon_lite.shards.dataset": ("CrudeWebdataset",),
     "energon_lite.shards.prepare": ("prepare_dataset",),
     "energon_lite.task_encoder.augment": ("AugmentTaskEncoder",),
     "energon_lite.task_encoder.base": (
-        "Cooker",
         "DefaultTaskEncoder",
         "TaskEncoder",
         "stateless",
+    ),
+    "energon_lite.task_encoder.cooking": (
+        "Cooker",
+        "cooker",
     ),
     "energon_lite.worker": ("WorkerConfig",),
     "energon_lite.wrappers": (
