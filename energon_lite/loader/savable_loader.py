@@ -330,7 +330,7 @@ class SavableLoader:
         if not isinstance(saved, dict):
             return ""
         hints = []
-        if saved.get("datasets") != current["datasets"]:
+        if "datasets" in current and saved.get("datasets") != current["datasets"]:
             paths = state.get("paths")
             where = (
                 ", ".join(str(p) for p in paths[:8])
@@ -341,7 +341,7 @@ class SavableLoader:
                 f"the state was saved reading {where}; this loader reads "
                 f"{', '.join(self._dataset_paths())}, whose content differs"
             )
-        if any(saved.get(k) != current[k] for k in ("num_workers", "world_size")):
+        if any(saved.get(k) != current.get(k) for k in ("num_workers", "world_size")):
             hints.append(
                 "to resume on another number of ranks or workers, give every rank's state to "
                 "loader.restore_state_global(states) (or run energon-lite checkpoint redist)"
