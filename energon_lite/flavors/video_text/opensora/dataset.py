@@ -54,8 +54,8 @@ def prepared_table(path: Path, images: bool = False) -> Path:
 class VariableVideoTextDataset:
     """Open-Sora's ``VariableVideoTextDataset`` arguments (see the package docstring).
 
-    Arguments after ``data_path`` are keyword-only: Open-Sora's versions and the
-    requirement document order them differently, and configs pass them by name.
+    Arguments after ``data_path`` are keyword-only: Open-Sora's versions order them
+    differently, and configs pass them by name.
     ``num_frames`` and ``image_size`` are used without a bucket config (fixed shape);
     with one, the bucket sets each batch's shape. ``split_part`` picks the split of
     prepared tables (``train`` unless prepared with a split ratio).
