@@ -28,9 +28,11 @@ def test_prepare_progress_reaches_every_shard(tmp_path: Path, capsys) -> None:
     assert bars and "100%" in bars[-1] and "3/3" in bars[-1], bars
 
 
-def test_bench_shows_live_samples_per_second_and_ends_at_100(train_ds: Path, capsys) -> None:
+def test_bench_shows_live_samples_per_second_and_ends_at_100(
+    train_ds: Path, tmp_path: Path, capsys
+) -> None:
     argv = ["bench", str(train_ds), "--seconds", "1.5", "--num-workers", "0"]
-    assert main([*argv, "--batch-size", "4", "--out", str(train_ds.parent / "bench")]) == 0
+    assert main([*argv, "--batch-size", "4", "--out", str(tmp_path / "bench")]) == 0
     captured = capsys.readouterr()
     bars = _renders(captured.err, "bench")
     assert len(bars) >= 3, bars  # drawn while it runs, not only at the end
