@@ -116,8 +116,30 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     )
     for split, shards in report.split_parts.items():
         print(f"  {split}: {len(shards)} shards")
+    for line in _excluded_lines(report):
+        print(line)
     print("Done")  # Energon's last line, which scripts look for
     return 0
+
+
+def _excluded_lines(report: Any) -> list[str]:
+    """What --exclude left out: each entry's shards, and the samples excluded by key."""
+    excluded = report.excluded
+    lines = []
+    if excluded.shards:
+        lines.append(f"  excluded {len(excluded.shards)} shard(s), not indexed:")
+        for entry, shards in excluded.matched.items():
+            if shards:
+                shown = ", ".join(shards[:10]) + (
+                    f" ... ({len(shards)})" if len(shards) > 10 else ""
+                )
+                lines.append(f"    --exclude {entry!r}: {shown}")
+    if excluded.num_samples:
+        lines.append(
+            f"  excluded {excluded.num_samples} sample(s) by key in "
+            f"{len(excluded.samples)} shard(s) (split.yaml's exclude)"
+        )
+    return lines
 
 
 def cmd_prepare_media(args: argparse.Namespace) -> int:
@@ -287,7 +309,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sample-type", help="e.g. CaptioningSample, or CrudeWebdataset")
     p.add_argument("--field-map", help='JSON, e.g. \'{"image": "jpg", "caption": "txt"}\'')
     p.add_argument(
-        "--exclude", action="append", help="a shard or <shard>/<sample key> (repeatable)"
+        "--exclude",
+        action="append",
+        help="leave out a shard (its path in the dataset), a sample (<shard>/<sample key>), or "
+        "every shard whose path matches a regex (Energon's form); repeatable",
     )
     p.add_argument("--num-workers", type=int, default=1, help="index shards in N processes")
     p.add_argument(
