@@ -192,22 +192,17 @@ def cmd_lint(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
-def _load_checkpoint(path: Path) -> Any:
-    """A saved loader state, read as plain data only: no code from the file ever runs."""
-    from energon_lite.cli.state_file import read_state_file
-
-    return read_state_file(path)
-
-
 def cmd_checkpoint(args: argparse.Namespace) -> int:
+    """Summarise the loader states of a state file, a folder of per-rank files or a trainer
+    checkpoint with the states inside (read as plain data only: no code in them runs)."""
+    from energon_lite.cli.checkpoint_files import read_checkpoint
     from energon_lite.cli.info import describe_state
 
-    if Path(args.file).is_dir():  # a folder of per-rank files
-        from energon_lite.cli.checkpoint_files import read_checkpoint
-
-        print(describe_state(read_checkpoint(Path(args.file)).states))
-        return 0
-    print(describe_state(_load_checkpoint(Path(args.file))))
+    found = read_checkpoint(Path(args.file), args.key)
+    if found.key:
+        print(f"loader state of {len(found.states)} rank(s) at key {found.where}\n")
+    many = found.one_file or len(found.states) > 1
+    print(describe_state(found.states if many else found.states[0]))
     return 0
 
 
@@ -241,10 +236,15 @@ def cmd_checkpoint_redist(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"checkpoint redist: one folder or file of old states, got {len(paths)} paths"
         )
-    old = read_checkpoint(paths[0]) if len(paths) == 1 else read_checkpoint(paths)
-    config = old.states[0]["config"] if isinstance(old.states[0], dict) else {}
+    old = read_checkpoint(paths[0] if len(paths) == 1 else paths, args.key)
+    config = old.states[0].get("config")
+    if not isinstance(config, dict) or not isinstance(config.get("num_workers"), int):
+        raise ConfigError(
+            f"checkpoint redist: {paths[0]}: the loader state has no config with num_workers; "
+            "is it a state from loader.save_state_rank()?"
+        )
     if energon_form is not None:  # keeps ranks x workers, as Energon's redist does
-        total = len(old.states) * max(1, int(config.get("num_workers", 0)))
+        total = len(old.states) * max(1, config["num_workers"])
         if energon_form < 1 or total % energon_form:
             raise ConfigError(
                 f"checkpoint redist --new-world-size {energon_form}: {len(old.states)} ranks "
@@ -260,6 +260,12 @@ def cmd_checkpoint_redist(args: argparse.Namespace) -> int:
         f"redistributed {len(old.states)} ranks x {config.get('num_workers')} workers -> "
         f"{world} ranks x {workers} workers: " + ", ".join(str(p) for p in written)
     )
+    if old.key:
+        print(
+            f"(found at key {old.where}; the new files hold the loader states only"
+            + (", under the same key" if all(isinstance(k, str) for k in old.key) else "")
+            + ": the rest of the trainer checkpoint is not copied)"
+        )
     return 0
 
 
@@ -400,12 +406,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("checkpoint", help="inspect a saved loader state")
     csub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     c = csub.add_parser(
-        "info", help="summarise a state file (msgpack, JSON or torch.save; never unpickled)"
+        "info",
+        help="summarise a state file or a trainer checkpoint with the loader state inside "
+        "(msgpack, JSON or torch.save; never unpickled)",
     )
     c.add_argument(
         "file",
-        help="a file written from save_state_rank()/save_state_global(), or a folder of "
-        "per-rank files",
+        help="a file written from save_state_rank()/save_state_global(), a trainer "
+        "checkpoint holding such states, or a folder of per-rank files",
+    )
+    c.add_argument(
+        "--key",
+        help="where the state is inside a trainer checkpoint, e.g. dataloader or "
+        "extra.loader_state (default: found in nested dicts and lists)",
     )
     c.set_defaults(fn=cmd_checkpoint)
     c = csub.add_parser(
@@ -427,6 +440,11 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         help="Energon's form: the new number of ranks, keeping ranks x workers (each "
         "worker pipeline moves whole and continues its own stream)",
+    )
+    c.add_argument(
+        "--key",
+        help="where the states are inside trainer checkpoints, e.g. dataloader_state_dict "
+        "(default: found in nested dicts and lists); the new files keep that key",
     )
     c.set_defaults(fn=cmd_checkpoint_redist)
 
