@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from energon_lite.cli.errors import Parser, run_reporting_errors
-from energon_lite.storage import as_path
 
 
 def _parse_ratio(text: str) -> list[tuple[str, float]]:
@@ -35,39 +34,8 @@ def _parse_split_parts(items: Sequence[str]) -> list[tuple[str, str]]:
     return parts
 
 
-def _ask(question: str, default: str | None = None) -> str:
-    suffix = f" [{default}]" if default else ""
-    answer = input(f"{question}{suffix}: ").strip()
-    return answer or (default or "")
-
-
-def _interactive(args: argparse.Namespace) -> None:
-    """Ask what the flags would have said."""
-    from energon_lite.samples.types import SAMPLE_TYPES, sample_field_names
-    from energon_lite.shards.prepare import find_shards
-
-    shards = find_shards(as_path(args.path))
-    print(f"Found {len(shards)} shards under {args.path}")
-    if not (args.split_ratio or args.split_parts):
-        args.split_ratio = _ask("Split ratio train,val,test", "8,1,1")
-    if not args.sample_type:
-        names = [*sorted(SAMPLE_TYPES), "CrudeWebdataset"]
-        print("Sample types: " + ", ".join(names))
-        args.sample_type = _ask("Sample type", "CaptioningSample")
-    if (
-        args.sample_type != "CrudeWebdataset"
-        and not args.field_map
-        and args.sample_type in SAMPLE_TYPES
-    ):
-        field_map = {}
-        for name in sample_field_names(SAMPLE_TYPES[args.sample_type]):
-            part = _ask(f"Part for field {name!r} (e.g. jpg, txt, json[caption]; empty to skip)")
-            if part:
-                field_map[name] = part
-        args.field_map = json.dumps(field_map)
-
-
 def cmd_prepare(args: argparse.Namespace) -> int:
+    from energon_lite.cli.prepare_questions import ask, ask_prepare_options
     from energon_lite.shards.prepare import prepare_dataset
     from energon_lite.sources.kinds import kind_of
 
@@ -84,13 +52,13 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     meta = Path(args.path) / ".nv-meta"
     if meta.is_dir() and not args.force_overwrite and not args.tar_index_only and interactive:
         # Energon asks on a terminal; scripts keep passing --force-overwrite
-        answer = _ask(f"{meta} exists: the dataset was prepared before. Overwrite it? (y/N)", "n")
+        answer = ask(f"{meta} exists: the dataset was prepared before. Overwrite it? (y/N)", "n")
         if answer.lower() not in ("y", "yes"):
             print("Nothing written.")
             return 0
         args.force_overwrite = True
     if interactive:
-        _interactive(args)
+        ask_prepare_options(args, _parse_ratio)
     field_map = None
     if args.field_map:
         try:
