@@ -85,6 +85,7 @@ def test_excluded_shards_are_counted_and_the_dataset_opens(tmp_path: Path) -> No
         "exclude": ["shard-001.tar/0001{10..14}"],
     }
     assert len(PreparedDataset(root, "train")) == 195
+    assert "split train: 195 samples in 2 shards" in _cli("info", str(root)).stdout
 
 
 def test_an_empty_tar_can_be_excluded(tmp_path: Path) -> None:
