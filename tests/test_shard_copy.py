@@ -100,9 +100,13 @@ def test_a_dataset_prepared_before_the_probes_still_opens(tmp_path: Path) -> Non
     del record["probes"]  # the record as prepared before this change
     (root / RECORD).write_text(json.dumps(record, indent=1) + "\n")
     assert PreparedDataset(root, "train").fingerprint() == fingerprint
-    copy = _cp_r(root, tmp_path / "copy")
-    with pytest.raises(DatasetFormatError, match=r"prepared before energon_lite recorded shard"):
-        PreparedDataset(copy, "train")
-    prepare_dataset(copy, tar_index_only=True, progress=False)  # the one-time fix it names
+    copy = _cp_r(root, tmp_path / "copy")  # new mtimes: the content digest is recomputed
+    assert PreparedDataset(copy, "train").fingerprint() == fingerprint
+    replaced = _cp_r(root, tmp_path / "replaced")
+    a, b = _same_size_other_shard(replaced)
+    a.write_bytes(b.read_bytes())
+    with pytest.raises(DatasetFormatError, match=rf"a shard changed since prepare.*{a.name}"):
+        PreparedDataset(replaced, "train")
+    prepare_dataset(copy, tar_index_only=True, progress=False)  # adds the probes
     assert "probes" in json.loads((copy / RECORD).read_text())
     assert PreparedDataset(copy, "train").fingerprint() == fingerprint

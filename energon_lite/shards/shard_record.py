@@ -10,9 +10,10 @@ by name unless its probe is the recorded one. So a copy opens, and a replaced sh
 the same size, is refused. (An edit inside a shard that keeps its size and its first and
 last samples is not seen, as bit rot is not: ``energon-lite lint`` decodes every sample.)
 The digest gives the dataset an identity that follows its content, not its folder name.
-Records written before the probes (no ``probes`` key) still open where their shards keep
-their mtimes; a copy of such a dataset is refused until ``prepare --tar-index-only`` adds
-the probes (same digest, so saved states still restore).
+Records written before the probes (no ``probes`` key) still open: where a shard's mtime
+differs (a copy), the content digest is computed again from the files (each shard's 64 KiB
+ends and its ``.tar.idx``, once per open) and must match; ``prepare --tar-index-only`` adds
+the probes (same digest, so saved states still restore) and makes later opens cheap.
 Energon reads ``.info.json`` strictly (unknown keys fail) but ignores other files in
 ``.nv-meta``, so the record lives in a file of its own. Datasets prepared without it (by
 Energon) skip the check; their identity reads the sizes and both 4 KiB ends of each shard
@@ -36,7 +37,13 @@ from typing import Any
 
 from energon_lite.errors import DatasetFormatError
 from energon_lite.shards.meta import META_DIR
-from energon_lite.shards.tar_index import IDX_SUFFIX, ShardScan, probe_digest, probe_ranges
+from energon_lite.shards.tar_index import (
+    EDGE,
+    IDX_SUFFIX,
+    ShardScan,
+    probe_digest,
+    probe_ranges,
+)
 from energon_lite.storage import RemotePath, ShardFile, StoragePath, ops
 
 RECORD = "energon_lite.json"
@@ -120,6 +127,7 @@ def check_shards(
         return
     base = str(root)
     probes = record.get("probes")
+    moved: list[str] = []  # records without probes: shards whose mtime differs
     for name in names:
         path = os.path.join(base, name)  # str paths: one stat each, nothing parsed
         entry = recorded.get(name)
@@ -142,7 +150,10 @@ def check_shards(
                 "index no longer matches it: re-run prepare (`--tar-index-only` keeps the splits)"
             )
         if not _same_mtime(st.st_mtime_ns, mtime_ns):  # a copy, or a replacement
-            check_probe(root, name, probes, where)
+            if probes is None:
+                moved.append(name)
+            else:
+                check_probe(root, name, probes, where)
         idx = path + IDX_SUFFIX
         try:
             idx_size = os.stat(idx).st_size
@@ -153,6 +164,38 @@ def check_shards(
                 f"{idx}: has {idx_size} bytes, expected {(counts[name] + 1) * 8} for "
                 f"{counts[name]} samples; re-run prepare"
             )
+    if moved and not _digest_matches(Path(base), record, counts):
+        shown = ", ".join(moved[:5]) + (f" ... ({len(moved)} in all)" if len(moved) > 5 else "")
+        raise DatasetFormatError(
+            f"{base}: a shard changed since prepare: the content digest of {where} no longer "
+            f"matches, and these shards have another mtime than recorded: {shown}; the "
+            "indexes may no longer match them: re-run prepare (`--tar-index-only` keeps the "
+            "splits)"
+        )
+
+
+def _digest_matches(root: Path, record: dict[str, Any], counts: dict[str, int]) -> bool:
+    """Recompute ``content_digest`` from the files, for a record written before the probes
+    whose shards have other mtimes (a copy): each shard's edges and ``.tar.idx`` read once."""
+    digest = hashlib.blake2b(digest_size=16)
+    for name in record["shards"]:
+        if name not in counts:
+            return False
+        path = root / name
+        try:
+            with open(path, "rb") as file:
+                size = os.fstat(file.fileno()).st_size
+                edges = hashlib.blake2b(file.read(EDGE), digest_size=16)
+                if size > EDGE:
+                    file.seek(max(EDGE, size - EDGE))
+                    edges.update(file.read())
+            offsets = Path(str(path) + IDX_SUFFIX).read_bytes()
+        except OSError:
+            return False
+        digest.update(f"{name}\0{counts[name]}\0{size}\0".encode("utf-8", "surrogateescape"))
+        digest.update(offsets)
+        digest.update(edges.hexdigest().encode())
+    return digest.hexdigest() == record["content_digest"]
 
 
 def check_probe(
@@ -168,11 +211,8 @@ def check_probe(
         if isinstance(root, RemotePath):
             return  # records without probes: remote shards are checked by size only
         raise DatasetFormatError(
-            f"{path}: shard modified since prepare (its mtime differs from {where}), and "
-            "the dataset was prepared before energon_lite recorded shard content, so a copy "
-            "cannot be told from a replacement. If the folder is a copy, run `energon-lite "
-            "prepare --tar-index-only` on it once (it keeps the splits and the dataset's "
-            "identity); otherwise re-run prepare"
+            f"{where}: shard {name!r} has no probe; the record is damaged: re-run prepare "
+            "(`--tar-index-only` keeps the splits)"
         )
     if not (
         isinstance(entry, list)
