@@ -60,10 +60,10 @@ def test_mistakes_are_asked_again_and_parts_are_listed(tmp_path: Path) -> None:
     assert unused == []
     assert "leaves split 'val' empty" in shown and "try again" in shown
     assert "'CaptionSample' is not one of the sample types above" in shown
-    assert "Parts seen in parts/data-0.tar (10 samples): jpg, json, txt" in shown
+    assert "Parts seen in the 3 shards: jpg, json, txt" in shown
     assert "Part for field 'image' (required; parts: jpg, json, txt" in shown
     assert "'image' is required" in shown
-    assert "no sample in parts/data-0.tar has part 'jgp'" in shown
+    assert "no sample of the 3 shards has part 'jgp'" in shown
     assert "the part has no key 'captoin'" in shown
     assert "empty to skip" not in shown and "--field-map" not in shown
     assert "Prepared 30 samples in 3 shards" in shown

@@ -87,7 +87,7 @@ def ask_prepare_options(
         return
     field_map = _ask_field_map(
         root,
-        shards[0],
+        shards,
         sample_field_names(SAMPLE_TYPES[args.sample_type]),
         REQUIRED_FIELDS.get(args.sample_type, ()),
     )
@@ -95,21 +95,33 @@ def ask_prepare_options(
 
 
 def _ask_field_map(
-    root: StoragePath, shard: str, fields: list[str], required: tuple[str, ...]
+    root: StoragePath, shards: list[str], fields: list[str], required: tuple[str, ...]
 ) -> dict[str, str]:
     from energon_lite.shards.prepare_checks import check_field_access
     from energon_lite.shards.tar_index import scan_shard
     from energon_lite.storage.ops import downloaded
 
-    with downloaded(root / shard) as local:
-        scan = scan_shard(local, display_name=str(root / shard))
-    parts = sorted(scan.parts)
-    if not parts:
+    picked = sorted({round(i * (len(shards) - 1) / 3) for i in range(4)})  # first ... last
+    scans = []
+    for index in picked:
+        with downloaded(root / shards[index]) as local:
+            scans.append(scan_shard(local, display_name=str(root / shards[index])))
+    first, scan = shards[picked[0]], scans[0]
+    parts = sorted(set().union(*(s.parts for s in scans)))
+    if not scan.parts:
         raise DatasetFormatError(
-            f"{root / shard}: shard holds no samples; leave it out with --exclude {shard}"
+            f"{root / first}: shard holds no samples; leave it out with --exclude {first}"
         )
-    print(f"Parts seen in {shard} ({scan.count} samples): {', '.join(parts)}")
+    where = (
+        first
+        if len(shards) == 1
+        else f"the {len(shards)} shards"
+        if len(picked) == len(shards)
+        else f"{len(picked)} of the {len(shards)} shards"
+    )
+    print(f"Parts seen in {where}: {', '.join(parts)}")
     field_map: dict[str, str] = {}
+    unseen: set[str] = set()  # answers given twice although no scanned sample has the part
     for name in fields:
         needed = name in required
 
@@ -117,10 +129,14 @@ def _ask_field_map(
             if not answer:
                 return f"{name!r} is required: give one of the parts {parts}" if needed else None
             part = answer.split("[", 1)[0]
-            if part not in parts:
-                return f"no sample in {shard} has part {part!r}; parts seen: {', '.join(parts)}"
+            if part not in parts and answer not in unseen:
+                unseen.add(answer)
+                return (
+                    f"no sample of {where} has part {part!r}; parts seen: {', '.join(parts)} "
+                    "(give the same answer again to use it anyway: prepare checks every shard)"
+                )
             try:
-                check_field_access({name: answer}, root, shard, scan)
+                check_field_access({name: answer}, root, first, scan)
             except DatasetFormatError as exc:
                 return str(exc)
             return None
