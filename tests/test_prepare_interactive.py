@@ -81,3 +81,27 @@ def test_optional_fields_can_be_skipped(tmp_path: Path) -> None:
     assert "Part for field 'label' (optional, empty to skip; parts: jpg, json, txt" in shown
     config = yaml.safe_load((tmp_path / ".nv-meta/dataset.yaml").read_text())
     assert config["field_map"] == {"image": "jpg", "label": "json[index]"}
+
+
+def test_a_part_only_in_shards_not_scanned_is_taken_when_given_again(tmp_path: Path) -> None:
+    import io
+    import tarfile
+
+    write_captioning_shards(tmp_path, 60, 10, image_size=(8, 8))  # 6 shards; 4 are scanned
+    shard = tmp_path / "parts/data-1.tar"  # not among the first, last and two between
+    with tarfile.open(shard) as tar:
+        members = [(m, tar.extractfile(m).read()) for m in tar.getmembers()]
+    with tarfile.open(shard, "w") as tar:
+        for member, data in members:
+            tar.addfile(member, io.BytesIO(data))
+            if member.name.endswith(".txt"):  # a sample's last part: add a label after it
+                extra = tarfile.TarInfo(member.name[: -len("txt")] + "cls")
+                extra.size = 1
+                tar.addfile(extra, io.BytesIO(b"3"))
+    answers = ["1", "ImageClassificationSample", "jpg", "cls", "cls", ""]
+    code, shown, unused = _on_terminal(["prepare", str(tmp_path)], answers)
+    assert code == 0 and unused == [], shown
+    assert "Parts seen in 4 of the 6 shards: jpg, txt" in shown
+    assert "give the same answer again to use it anyway" in shown
+    config = yaml.safe_load((tmp_path / ".nv-meta/dataset.yaml").read_text())
+    assert config["field_map"] == {"image": "jpg", "label": "cls"}
