@@ -53,9 +53,10 @@ def ask_prepare_options(
     if not found:
         raise DatasetFormatError(f"{root}: no .tar shards found (searched recursively)")
     excluded = resolve_excludes(args.exclude or [], found)
-    shards = [s for s in found if s not in set(excluded.shards)]
-    left_out = f" ({len(excluded.shards)} excluded)" if excluded.shards else ""
-    print(f"Found {len(found)} shards under {args.path}{left_out}")
+    left_out = set(excluded.shards)
+    shards = [s for s in found if s not in left_out]
+    note = f" ({len(excluded.shards)} excluded)" if excluded.shards else ""
+    print(f"Found {len(found)} shards under {args.path}{note}")
 
     def ratio_problem(text: str) -> str | None:
         try:

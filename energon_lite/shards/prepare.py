@@ -195,6 +195,12 @@ def prepare_dataset(
     (or the previous, still consistent ``.nv-meta``). One prepare runs per folder at a time:
     a second one fails with :class:`~energon_lite.shards.folder_lock.FolderLockedError`.
 
+    ``exclude``: shard paths (left out of the dataset: not indexed, in no split),
+    ``<shard>/<sample key>`` entries (written to ``split.yaml``) or regexes searched in the
+    shard paths (Energon's form); an entry that matches nothing is a ConfigError naming the
+    nearest shards (:mod:`energon_lite.shards.prepare_exclude`). A ``split_ratio`` that leaves
+    a split with a non-zero part without a shard is a ConfigError, raised before any scan.
+
     ``dataset_yaml_name``: the file the sample type and field map go to (Energon's
     ``--dataset-yaml-name``; load it with ``dataset_config=``); other files in ``.nv-meta``
     are kept.
@@ -227,7 +233,8 @@ def prepare_dataset(
         if not shards:
             raise DatasetFormatError(f"{root}: no .tar shards found (searched recursively)")
         excluded = resolve_excludes(exclude, shards)  # before any shard is read
-        shards = [name for name in shards if name not in set(excluded.shards)]
+        left_out = set(excluded.shards)
+        shards = [name for name in shards if name not in left_out]
         if split_ratio is not None and not tar_index_only:  # before the scan, too
             check_ratio_fills_splits(
                 split_by_ratio(shards, split_ratio, None), split_ratio, len(shards)
