@@ -37,7 +37,7 @@ from __future__ import annotations
 import io
 import os
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, BinaryIO
 
@@ -46,6 +46,7 @@ import numpy as np
 import torch
 
 from energon_lite.av.energon_api import EnergonAVMethods
+from energon_lite.edataclass import edataclass
 from energon_lite.errors import ConfigError, MediaDecodeError
 from energon_lite.media import AVMetadata
 
@@ -53,15 +54,16 @@ AV_DECODE_MODES = ("AVDecoder", "pyav", "torch")
 INF = float("inf")
 
 
-@dataclass
+@edataclass
 class AVData:
     """Decoded clips: video (T, C, H, W) uint8, audio (channels, samples) in the decoder's
-    sample type (int16 for 16-bit PCM, float32 in [-1, 1] for most compressed audio)."""
+    sample type (int16 for 16-bit PCM, float32 in [-1, 1] for most compressed audio).
+    Energon's layout: every field keyword-only and required."""
 
-    video_clips: list[torch.Tensor] = field(default_factory=list)
-    video_timestamps: list[tuple[float, float]] = field(default_factory=list)
-    audio_clips: list[torch.Tensor] = field(default_factory=list)
-    audio_timestamps: list[tuple[float, float]] = field(default_factory=list)
+    video_clips: list[torch.Tensor]
+    video_timestamps: list[tuple[float, float]]
+    audio_clips: list[torch.Tensor]
+    audio_timestamps: list[tuple[float, float]]
 
 
 @dataclass
@@ -247,7 +249,7 @@ class AVDecoder(EnergonAVMethods):
             raise MediaDecodeError(f"{video_unit=} is not 'seconds' or 'frames'")
         if audio_unit not in ("seconds", "samples"):
             raise MediaDecodeError(f"{audio_unit=} is not 'seconds' or 'samples'")
-        data = AVData()
+        data = AVData(video_clips=[], video_timestamps=[], audio_clips=[], audio_timestamps=[])
         for start, end in video_clip_ranges or ():
             found = self._video_clip(start, end, video_unit, video_out_frame_size)
             if found is not None:  # None: the range starts past the end
