@@ -182,7 +182,7 @@ class DatasetPipeline:
         )
         if opts.packing_buffer_size:
             size = opts.packing_buffer_size
-            then(Pack, lambda s: Pack(s, size, te, slot.seed, failures()))
+            then(Pack, lambda s: Pack(s, size, te, slot.seed, failures(), hook))
         if te.overrides("batch_group_criterion"):
             sync = BucketSync.for_slot(opts.bucket_sync, slot)
             then(
