@@ -201,6 +201,20 @@ def downloaded(path: StoragePath) -> Iterator[Path]:
         os.unlink(name)
 
 
+def delete(path: StoragePath) -> None:
+    """Remove a file (a missing one is a FileNotFoundError, as for a local path)."""
+    if isinstance(path, Path):
+        path.unlink()
+        return
+    if path.scheme in ("http", "https"):
+        raise DatasetFormatError(f"{path}: HTTP datasets are read-only")
+    if _info(path) is None:
+        raise FileNotFoundError(str(path))
+    t = target(path)
+    retry.call(lambda: t.fs.rm_file(t.path), "delete", str(path), t.secrets)
+    forget(path)
+
+
 def write_atomic(path: StoragePath, data: bytes) -> None:
     """Replace ``path`` whole or not at all: temp file + rename locally, one PUT remotely."""
     if isinstance(path, Path):
