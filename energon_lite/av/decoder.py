@@ -45,25 +45,13 @@ import av
 import numpy as np
 import torch
 
+from energon_lite.av.data import AVData
 from energon_lite.av.energon_api import EnergonAVMethods
-from energon_lite.edataclass import edataclass
 from energon_lite.errors import ConfigError, MediaDecodeError
 from energon_lite.media import AVMetadata
 
 AV_DECODE_MODES = ("AVDecoder", "pyav", "torch")
 INF = float("inf")
-
-
-@edataclass
-class AVData:
-    """Decoded clips: video (T, C, H, W) uint8, audio (channels, samples) in the decoder's
-    sample type (int16 for 16-bit PCM, float32 in [-1, 1] for most compressed audio).
-    Energon's layout: every field keyword-only and required."""
-
-    video_clips: list[torch.Tensor]
-    video_timestamps: list[tuple[float, float]]
-    audio_clips: list[torch.Tensor]
-    audio_timestamps: list[tuple[float, float]]
 
 
 @dataclass

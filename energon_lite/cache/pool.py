@@ -32,14 +32,15 @@ import threading
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
-from energon_lite.cache.file_store import FileStore
-from energon_lite.cache.lazy import CacheFileLazy, FileCacheLazy
-from energon_lite.cache.no_cache import CachePool
+from energon_lite.cache.base import CachePool, Lazy
+from energon_lite.cache.file_store import FileStore, add_source_info
+from energon_lite.cache.lazy import CacheFileLazy
 from energon_lite.errors import ConfigError
 
 _FETCH, _PIN = 0, 1  # byte ranges of an entry's lock file
+T = TypeVar("T")
 
 
 class _Pending:
@@ -185,7 +186,11 @@ class FileStoreCachePool(CachePool):
         finally:
             fcntl.lockf(entry.lock_fd, fcntl.LOCK_UN, 1, _FETCH)
 
-    def _get_data(self, ds: FileStore, fname: str, entry: _Pending) -> tuple[Any, Any]:
+    # what a FileCacheLazy asks of its pool -------------------------------------------------
+
+    def wait(self, ds: FileStore, fname: str, entry: _Pending) -> tuple[Any, Any]:
+        """``(data, source info)`` of ``entry``'s file once its prefetch is done; the
+        reference is released (as by :meth:`release`)."""
         try:
             assert entry.send_to_cache_future is not None
             payload = entry.send_to_cache_future.result()
@@ -197,9 +202,10 @@ class FileStoreCachePool(CachePool):
                 data = ds._decode_raw(data, fname=fname)
             return data, source
         finally:
-            self._release(entry)
+            self.release(entry)
 
-    def _release(self, entry: _Pending) -> None:
+    def release(self, entry: _Pending) -> None:
+        """Drop one reference to ``entry`` (a Lazy never read); the last one unpins the file."""
         if os.getpid() != self._pid:
             return
         with self._lock:
@@ -263,6 +269,30 @@ class FileStoreCachePool(CachePool):
                 os.close(lock_fd)
             used, count = max(0, used - nbytes), max(0, count - 1)
         return used, count
+
+
+class FileCacheLazy(Lazy[T]):
+    """A background prefetch into a ``FileStoreCachePool``; ``get`` waits for it."""
+
+    pool: FileStoreCachePool
+
+    def __init__(
+        self, *, ds: FileStore, fname: str, pool: FileStoreCachePool, entry: _Pending
+    ) -> None:
+        super().__init__(ds=ds, fname=fname, pool=pool)
+        self.entry = entry
+        self._data: tuple[Any, Any] | None = None
+
+    def get(self, sample: Any = None) -> T:
+        if self._data is None:
+            assert self.ds is not None
+            self._data = self.pool.wait(self.ds, self.fname, self.entry)
+        add_source_info(sample, self._data[1])
+        return self._data[0]
+
+    def __del__(self) -> None:
+        if getattr(self, "_data", None) is None and hasattr(self, "entry"):
+            self.pool.release(self.entry)
 
 
 class _PoolLock:

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from energon_lite.compat.arguments import get_val_dataset
 from energon_lite.errors import ConfigError, DatasetFormatError
-from energon_lite.loader.api import SavableDataset, get_val_dataset
+from energon_lite.loader.api import SavableDataset
 from energon_lite.metadataset.loader_interface import DatasetBlendMode
 from energon_lite.metadataset.parse import load_metadataset
 from energon_lite.metadataset.v1 import is_v1
