@@ -41,6 +41,10 @@ WRAPPER_MODULES = [
 SAME_OBJECTS = [
     ("epathlib", "EPath", EPath),
     ("task_encoder.base", "stateless", el.stateless),
+    ("task_encoder.base", "Batch", el.Batch),
+    ("task_encoder.base", "TaskEncoder", el.TaskEncoder),
+    ("task_encoder.base", "DefaultTaskEncoder", el.DefaultTaskEncoder),
+    ("task_encoder.base", "generic_batch", el.generic_batch),
     ("flavors.base_dataset", "Sample", el.Sample),
     ("flavors.base_dataset", "SavableDataset", el.SavableDataset),
     ("flavors.base_dataset", "BaseCoreDatasetFactory", el.BaseCoreDatasetFactory),
@@ -59,6 +63,24 @@ def _mirror(path: str, name: str) -> tuple[Any, Any]:
 def test_name_resolves_at_the_mirrored_path(path: str, name: str, obj: Any) -> None:
     ours, theirs = _mirror(path, name)
     assert ours is obj and theirs is not None
+
+
+def test_task_encoder_base_helpers_behave_as_energons() -> None:
+    import torch
+
+    tensors = [torch.ones(2, 3), torch.zeros(1, 4)]
+    for name in ("batch_pad_stack", "batch_list"):
+        ours, theirs = _mirror("task_encoder.base", name)
+        assert str(ours(tensors)) == str(theirs(tensors)), name
+    ours, theirs = _mirror("task_encoder.base", "batch_stack")
+    assert torch.equal(ours([torch.ones(2)] * 3), theirs([torch.ones(2)] * 3))
+    ours, theirs = _mirror("task_encoder.base", "get_stateless")
+
+    def hook(x: Any) -> Any:
+        return x
+
+    assert ours(hook) is False and theirs(hook) is False
+    assert ours(el.stateless(hook)) is True
 
 
 def test_webdataset_package_exports_energons_names() -> None:
