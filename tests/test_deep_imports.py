@@ -183,6 +183,12 @@ def test_epath_local_behaviour(lib: str, tmp_path: Path, monkeypatch: pytest.Mon
     walked = sorted(x.relative_to(epath(str(tmp_path))) for x in epath(str(tmp_path)).walk())
     assert walked == ["dir/g_0.bin", "dir/g_1.bin", "dir/g_2.bin", "dir/g_3.bin", "dir/x.txt",
                       "file.bin"]  # fmt: skip
+    (tmp_path / "link").symlink_to(tmp_path / "dir", target_is_directory=True)
+    linked = sorted(str(x) for x in epath(str(tmp_path)).glob("**/*.txt"))
+    assert linked == [str(tmp_path / "dir" / "x.txt"), str(tmp_path / "link" / "x.txt")]
+    assert [x.name for x in epath(str(tmp_path)).glob("link/*.txt")] == ["x.txt"]
+    stat = q.stat()
+    assert (stat.content_length, stat.type) == (len("héllo".encode()), "file")
     copy = epath(str(tmp_path / "copy.txt"))
     q.copy(copy)
     assert copy.read_text() == "héllo"
@@ -251,6 +257,7 @@ def test_epath_on_s3(s3: Any, aws_env: None, tmp_path: Path) -> None:
     with f.open("w") as out:
         out.write("remote text")
     assert f.is_file() and f.read_text() == "remote text" and f.size() == 11
+    assert f.stat().content_length == 11 and f.stat().last_modified is not None
     (root / "subdir" / "file2.txt").write_bytes(b"two")
     (root / "subdir" / "file3.blob").write_bytes(b"three")
     assert root.is_dir() and (root / "subdir").is_dir() and not f.is_dir()

@@ -24,6 +24,8 @@ import posixpath
 import shutil
 import warnings
 from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
@@ -218,17 +220,40 @@ class EPath:
 
     def glob(self, pattern: str) -> Iterator[EPath]:
         """The files below this path whose relative name matches ``pattern`` (``*``, ``?``,
-        ``[...]`` within a name, ``**`` across folders)."""
+        ``[...]`` within a name, ``**`` across folders; local symlinked folders are followed,
+        as by ``walk``)."""
+        wanted = pattern.strip("/").split("/")
+        for found in self.walk():
+            if _match(found.relative_to(self).split("/"), wanted):
+                yield found
+
+    def stat(self) -> ObjectMetadata:
+        """The file's key, type, size and modification time (Energon's ``stat()`` fields)."""
         path = self._path
         if isinstance(path, Path):
-            for found in sorted(path.glob(pattern)):
-                if found.is_file():
-                    yield EPath._of(found)
-            return
-        wanted = pattern.strip("/").split("/")
-        for rel in ops.list_files(path, ""):
-            if _match(rel.split("/"), wanted):
-                yield EPath._of(path / rel)
+            st = path.stat()
+            kind = "directory" if path.is_dir() else "file"
+            local_time = datetime.fromtimestamp(st.st_mtime, tz=timezone.utc)
+            return ObjectMetadata(str(path), kind, st.st_size, local_time)
+        info = ops.info(path)
+        if info is None:
+            raise FileNotFoundError(str(self))
+        modified: Any = info.get("LastModified") or info.get("last_modified")
+        if isinstance(modified, str):
+            modified = datetime.fromisoformat(modified.replace("Z", "+00:00"))
+        return ObjectMetadata(
+            path.key, str(info.get("type", "file")), int(info.get("size") or 0), modified
+        )
+
+
+@dataclass(frozen=True)
+class ObjectMetadata:
+    """What ``EPath.stat()`` gives: the names of MSC's ``ObjectMetadata`` fields."""
+
+    key: str
+    type: str  # "file" or "directory"
+    content_length: int
+    last_modified: datetime | None
 
 
 class _RemoteWriter(io.BytesIO):

@@ -45,6 +45,11 @@ def forget(path: RemotePath) -> None:
     _listings.pop(path.parent, None)
 
 
+def info(path: RemotePath) -> dict[str, Any] | None:
+    """The store's description of an object (size, type, modification time), None if absent."""
+    return _info(path)
+
+
 def _info(path: RemotePath) -> dict[str, Any] | None:
     t = target(path)
     try:
