@@ -111,3 +111,34 @@ def test_the_fix_saves_and_resumes_exactly(text_ds: Path, workers: int) -> None:
         return [(pack["keys"], pack["tokens"].tolist()) for pack in batch]
 
     assert_loader_resumes(make, 12, [0, 3, 7], key=packs)
+
+
+class DictGrouper(TaskEncoder):
+    """Dicts without keys, batched by bucket (batch_group_criterion)."""
+
+    def encode_sample(self, sample: Any) -> dict[str, Any]:
+        return {"bucket": len(sample.text.split()) % 3, "key": sample.__key__}
+
+    def batch_group_criterion(self, sample: dict[str, Any]) -> tuple[int, int]:
+        return sample["bucket"], 2
+
+    def batch(self, samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return samples
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_grouped_dicts_train_and_refuse_every_save(text_ds: Path, workers: int) -> None:
+    dataset = get_train_dataset(
+        text_ds,
+        worker_config=WorkerConfig(rank=0, world_size=1, num_workers=workers),
+        batch_size=2,
+        shuffle_buffer_size=None,
+        max_samples_per_sequence=None,
+        task_encoder=DictGrouper(),
+    )
+    loader = get_savable_loader(dataset)
+    batches = iter(loader)
+    for _ in range(6):
+        next(batches)
+        with pytest.raises(StateError, match="GroupBatch: encode_sample returned a dict"):
+            loader.save_state_rank()

@@ -183,7 +183,13 @@ class DatasetPipeline:
             then(
                 GroupBatch,
                 lambda s: GroupBatch(
-                    s, te.batch_group_criterion, te.batch, opts.batch_drop_last, failures(), sync
+                    s,
+                    te.batch_group_criterion,
+                    te.batch,
+                    opts.batch_drop_last,
+                    failures(),
+                    sync,
+                    "pack_selected_samples" if opts.packing_buffer_size else hook,
                 ),
             )
         elif opts.batch_size is not None:
