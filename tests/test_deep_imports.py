@@ -354,3 +354,36 @@ def test_empty_split_part_is_an_empty_dataset_error(tmp_path: Path, split_ds: Pa
     (copy / ".nv-meta" / "split.yaml").write_text("split_parts:\n  train: []\n")
     with pytest.raises(EmptyDatasetError, match="train"):
         WebdatasetMeta.from_config(copy, split_part="train")
+
+
+def test_epath_on_an_msc_profile(
+    s3: Any, aws_env: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``msc://profile/...`` through the MSC config file, as Energon's EPath reads it."""
+    from energon_lite.synth.servers import TEST_CREDENTIALS
+
+    s3.client().create_bucket(Bucket="mscbucket")
+    config = tmp_path / "msc.yaml"
+    config.write_text(
+        f"""profiles:
+  loop:
+    storage_provider:
+      type: s3
+      options:
+        base_path: mscbucket/root
+        endpoint_url: {s3.endpoint}
+        region_name: us-east-1
+    credentials_provider:
+      type: S3Credentials
+      options:
+        access_key: {TEST_CREDENTIALS["key"]}
+        secret_key: {TEST_CREDENTIALS["secret"]}
+"""
+    )
+    monkeypatch.setenv("MSC_CONFIG", str(config))
+    p = EPath("msc://loop/test/dir/../file.txt")
+    assert str(p) == "msc://loop/test/file.txt"
+    p.write_text("via msc")
+    assert p.is_file() and p.read_text() == "via msc"
+    assert EPath("s3://mscbucket/root/test/file.txt").read_text() == "via msc"
+    assert [x.name for x in EPath("msc://loop/test").glob("*.txt")] == ["file.txt"]
