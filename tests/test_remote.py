@@ -265,6 +265,38 @@ def test_msc_profile_maps_onto_the_bucket(
     assert [_keys_and_pixels(b) for b in take(_train("msc://loopback/ds"), 6)] == local
 
 
+def test_msc_profile_from_an_rclone_config(
+    s3: S3Server, local_ds: Path, s3_ds: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Energon's tests configure ``msc://`` through rclone.conf (as MSC reads it): a section of
+    ``type = s3`` is the profile; without ``base_path`` the URL's first folder is the bucket."""
+    rclone = tmp_path / "xdg" / "rclone" / "rclone.conf"
+    rclone.parent.mkdir(parents=True)
+    rclone.write_text(
+        f"""[other]
+type = azureblob
+
+[rcloned]
+type = s3
+env_auth = false
+access_key_id = {TEST_CREDENTIALS["key"]}
+secret_access_key = {SECRET}
+region = us-east-1
+endpoint = {s3.endpoint}
+"""
+    )
+    for name in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "MSC_CONFIG"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no MSC config file anywhere
+    local = [_keys_and_pixels(b) for b in take(_train(local_ds), 6)]
+    assert [_keys_and_pixels(b) for b in take(_train("msc://rcloned/data/copies/ds"), 6)] == local
+    with pytest.raises(EnergonLiteError) as info:
+        _train("msc://missing/data/copies/ds")
+    assert str(rclone) in str(info.value) and "'missing'" in str(info.value)
+    assert "rcloned" in str(info.value) and SECRET not in str(info.value)
+
+
 def test_faults_are_retried_nothing_lost_or_repeated(
     s3: S3Server, local_ds: Path, s3_ds: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -30,7 +30,7 @@ _ENV = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID", "AWS_SEC
         "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_DEFAULT_REGION", "MSC_CONFIG")  # fmt: skip
 _pid = os.getpid()
 _clients: dict[tuple[Any, ...], Any] = {}
-_profiles: dict[tuple[str, str], MscProfile] = {}
+_profiles: dict[tuple[str, ...], MscProfile] = {}
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,8 @@ def target(path: RemotePath) -> Target:
         _pid = os.getpid()
     options = dict(path.storage_options)
     if path.scheme == "msc":
-        named = (path.netloc, os.environ.get("MSC_CONFIG", ""))  # read once per config file
+        # read once per configuration: MSC_CONFIG, or the folders the MSC and rclone files are in
+        named = (path.netloc, *(os.environ.get(k, "") for k in ("MSC_CONFIG", "XDG_CONFIG_HOME", "HOME")))  # fmt: skip
         profile = _profiles.get(named)
         if profile is None:
             profile = _profiles[named] = load_profile(path.netloc)
@@ -121,7 +122,7 @@ def target(path: RemotePath) -> Target:
 
             return Target(LocalFileSystem(), os.path.join(profile.base, path.key), ())
         options = {**profile.options, **options}
-        where = f"{profile.base}/{path.key}".rstrip("/")
+        where = "/".join(part for part in (profile.base, path.key) if part).rstrip("/")
         scheme = "s3"
     elif path.scheme == "s3":
         where, scheme = f"{path.netloc}/{path.key}".rstrip("/"), "s3"
