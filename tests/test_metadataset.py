@@ -334,9 +334,15 @@ BAD = {
         _entry("{weight: 1, path: b, subset: {rnage: [0%, 50%]}}"),
         ["blend[1].subset.rnage", "(did you mean 'range'?)"],
     ),
+    # Energon refuses an absolute range above a leaf with "... only allowed for a leaf dataset"
     "absolute on yaml": (
         _entry("{weight: 1, path: blend31.yaml, subset: {range: [0, 5]}}"),
-        ["blend[1].subset", "only allowed on a dataset folder"],
+        ["blend[1].subset", "[0, 5]", "only allowed for a leaf dataset", "relative range"],
+    ),
+    "absolute on a blend": (
+        "splits:\n  train:\n    subset: {range: [50, 55]}\n    blend_epochized:\n"
+        "      - {repetitions: 2, path: a}\n",
+        ["splits.train.subset", "[50, 55]", "only allowed for a leaf dataset"],
     ),
 }
 

@@ -437,7 +437,12 @@ def _merge_subset(
     relative, absolute = _parse_subset(node, where)
     if absolute is not None:
         if not folder:
-            raise (where / "subset").error("an absolute range is only allowed on a dataset folder")
+            shown = [absolute[0], "end" if absolute[1] is None else absolute[1]]
+            raise (where / "subset").error(
+                f"{shown}: an absolute range is only allowed for a leaf dataset (a dataset "
+                "folder or file), not on a blend or a metadataset (as in Energon); give a "
+                "relative range ('N%') here"
+            )
         return inherited.relative
     assert relative is not None  # _parse_subset returns one of the two
     if inherited.relative is None:
