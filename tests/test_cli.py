@@ -40,7 +40,12 @@ def test_demo_resumes_identically(tmp_path: Path) -> None:
 def test_preview_lint_and_info(train_ds: Path, tmp_path: Path, dataset_factory, capsys) -> None:
     assert main(["preview", str(train_ds), "-n", "2"]) == 0
     out = capsys.readouterr().out
-    assert "parts/data-0.tar #0 000000" in out and "image: Tensor(3, 16, 16) torch.float32" in out
+    assert (
+        "parts/data-0.tar #0 000000" in out
+        and "    image (torch.Tensor | typing.Any): Tensor(3, 16, 16) torch.float32" in out
+    )
+    # Energon's preview lists the key and each field as `name (declared type): value`
+    assert "    __key__ (<class 'str'>): '000000'" in out and "__restore_key__" not in out
     broken = dataset_factory(tmp_path / "broken", 20, 10)
     shard = broken / "parts/data-1.tar"
     with tarfile.open(shard) as tar:

@@ -41,7 +41,7 @@ def test_video_text_table_with_every_command(tmp_path: Path, run) -> None:
         assert "sample type: VideoTextSample" in info.stdout
         preview = run("preview", str(path), "-n", "2")
         assert preview.returncode == 0, preview.stderr
-        assert "videos:1" in preview.stdout and "text: 'clip 1'" in preview.stdout
+        assert "videos:1" in preview.stdout and "text (<class 'str'>): 'clip 1'" in preview.stdout
         lint = run("lint", str(path), "--quiet")
         assert lint.returncode == 1, lint.stderr
         assert (

@@ -71,7 +71,7 @@ def test_preview_shows_each_dataset_of_the_split(data: Path, capsys) -> None:
         f"== {data / 'two'} (split train): 20 samples, weight 0.25 (25.0% of samples), "
         "subflavors {'origin': 'second'}",
     ]
-    assert sum("image: Tensor(3, 16, 16)" in line for line in out) == 2
+    assert sum("image (torch.Tensor | typing.Any): Tensor(3, 16, 16)" in line for line in out) == 2
     assert main(["preview", str(data / "weights.yaml"), "--split-part", "val", "-n", "1"]) == 0
     assert capsys.readouterr().out.startswith(f"== {data / 'two'} (split val): 20 samples\n")
 

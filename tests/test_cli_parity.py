@@ -87,7 +87,7 @@ def test_preview_and_lint_take_split_parts(
     capsys.readouterr()
     assert main(["preview", str(tmp_path), "--split-parts", "train,val", "-n", "1"]) == 0
     out = capsys.readouterr().out
-    assert "== train" in out and "== val" in out and out.count("    text: ") == 2
+    assert "== train" in out and "== val" in out and out.count("    text (<class 'str'>): ") == 2
     assert main(["lint", str(tmp_path), "--quiet", "--split-parts", "val"]) == 0
     assert "0 problem(s)" in capsys.readouterr().out
     assert main(["lint", str(tmp_path), "--quiet", "--split-parts", "val,test"]) == 1

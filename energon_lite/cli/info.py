@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
+import typing
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -137,14 +138,27 @@ def preview_source(
             **parts,
         }
         sample = factory.build(raw, decoder, subflavors)
-        fields = (
-            sample.items()
-            if isinstance(sample, dict)
-            else ((f.name, getattr(sample, f.name)) for f in dataclasses.fields(sample))
-        )
         lines.append(f"{dataset.shard_names[shard_id]} #{index} {key}")
-        lines.extend(f"    {k}: {_summary(v)}" for k, v in fields if not k.startswith("__"))
+        if isinstance(sample, dict):  # a crude sample: no declared field types
+            items = sample.items()
+            lines.extend(f"    {k}: {_summary(v)}" for k, v in items if not k.startswith("__"))
+            continue
+        hints = _field_types(type(sample))
+        for field in dataclasses.fields(sample):
+            if field.name.startswith("__") and field.name != "__key__":
+                continue  # as Energon's preview: the key, then the sample's own fields
+            kind = hints.get(field.name, field.type)
+            lines.append(f"    {field.name} ({kind}): {_summary(getattr(sample, field.name))}")
     return lines
+
+
+def _field_types(cls: type) -> dict[str, Any]:
+    """The declared type of each field, as Energon's preview prints it (``<class 'str'>``);
+    the annotation's text where it cannot be resolved."""
+    try:
+        return typing.get_type_hints(cls)
+    except (NameError, TypeError, AttributeError):  # a loader class naming types it never imports
+        return {}
 
 
 def lint(
