@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from energon_lite import WorkerConfig, get_loader, get_val_dataset
 from energon_lite.cli import main
@@ -58,6 +59,55 @@ def test_prepare_asks_before_overwriting_on_a_terminal(tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.returncode != 0 and "--force-overwrite" in done.stderr
     assert main([*_prepare_args(tmp_path), "--force-overwrite"]) == 0
+
+
+def _piped(args: list[str], answers: str) -> subprocess.CompletedProcess[str]:
+    """The CLI with ``answers`` on a pipe (no terminal), as Energon's tests feed its prompts."""
+    return subprocess.run(
+        [sys.executable, "-m", "energon_lite.cli", *args],
+        input=answers, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+def test_prepare_takes_energons_answers_on_stdin(tmp_path: Path) -> None:
+    """Energon's prepare asks unless --non-interactive, and its tests pipe the answers: the
+    overwrite question, the split, 'create a dataset.yaml?', the sample type by Energon's
+    number, 'a field_map?', then each field's part."""
+    write_captioning_shards(tmp_path, 40, 10, image_size=(8, 8))
+    assert main([*_prepare_args(tmp_path), "--non-interactive"]) == 0
+    done = _piped(["prepare", str(tmp_path)], "y\n1,0,0\ny\n0\nY\njpg\ntxt\n")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.rstrip().endswith("Done") and "  0. CaptioningSample" in done.stdout
+    config = yaml.safe_load((tmp_path / ".nv-meta/dataset.yaml").read_text())
+    assert config["sample_type"]["__class__"] == "CaptioningSample"
+    assert config["field_map"] == {"image": "jpg", "caption": "txt"}
+    split = yaml.safe_load((tmp_path / ".nv-meta/split.yaml").read_text())["split_parts"]
+    assert len(split["train"]) == 4 and not split.get("val")
+    # input that ends early: the error names the flags instead
+    short = _piped(["prepare", str(tmp_path), "--force-overwrite"], "1,0,0\n")
+    assert short.returncode != 0 and "--sample-type" in short.stderr
+
+
+def test_prepare_without_a_sample_type_keeps_the_dataset_yaml(tmp_path: Path) -> None:
+    """As Energon: no --sample-type (or 'n' to 'create a dataset.yaml?') prepares the index
+    and the splits only, and a dataset.yaml already there stays."""
+    write_captioning_shards(tmp_path, 40, 10, image_size=(8, 8))
+    assert main([*_prepare_args(tmp_path), "--non-interactive"]) == 0
+    meta = tmp_path / ".nv-meta"
+    written = (meta / "dataset.yaml").read_text()
+    bare = ["prepare", str(tmp_path), "--non-interactive", "--force-overwrite"]
+    assert main([*bare, "--split-ratio", "3,1"]) == 0
+    assert (meta / "dataset.yaml").read_text() == written
+    split = yaml.safe_load((meta / "split.yaml").read_text())["split_parts"]
+    assert [len(split["train"]), len(split["val"])] == [3, 1]
+    done = _piped(["prepare", str(tmp_path), "--force-overwrite"], "1,1,0\nn\n")
+    assert done.returncode == 0 and "No dataset.yaml written" in done.stdout, done.stderr
+    assert (meta / "dataset.yaml").read_text() == written
+    fresh = tmp_path / "fresh"
+    write_captioning_shards(fresh, 20, 10, image_size=(8, 8))
+    assert main(["prepare", str(fresh), "--non-interactive", "--split-ratio", "1"]) == 0
+    assert (fresh / ".nv-meta/.info.json").is_file()
+    assert not (fresh / ".nv-meta/dataset.yaml").exists()
 
 
 def test_dataset_yaml_name(tmp_path: Path) -> None:

@@ -246,7 +246,7 @@ def test_cli_interactive_on_a_terminal(tmp_path: Path) -> None:
         stderr=child_fd,
     )
     os.close(child_fd)
-    answers = iter(["1,1", "CaptioningSample", "jpg", "txt"])
+    answers = iter(["1,1", "y", "CaptioningSample", "y", "jpg", "txt"])
     output = b""
     while proc.poll() is None or output.endswith(b": "):
         try:

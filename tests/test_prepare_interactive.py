@@ -47,8 +47,10 @@ def test_mistakes_are_asked_again_and_parts_are_listed(tmp_path: Path) -> None:
     answers = [
         "8,1,1",  # leaves val without a shard: asked again
         "2,1",
+        "y",  # create a dataset.yaml now
         "CaptionSample",  # no such type: asked again
         "CaptioningSample",
+        "y",  # a field map (not a sample_loader)
         "",  # image is required: asked again
         "jgp",  # no such part: asked again
         "jpg",
@@ -75,7 +77,7 @@ def test_mistakes_are_asked_again_and_parts_are_listed(tmp_path: Path) -> None:
 
 def test_optional_fields_can_be_skipped(tmp_path: Path) -> None:
     write_captioning_shards(tmp_path, 20, 10, image_size=(8, 8), with_json=True)
-    answers = ["1", "ImageClassificationSample", "jpg", "json[index]", ""]
+    answers = ["1", "y", "ImageClassificationSample", "y", "jpg", "json[index]", ""]
     code, shown, unused = _on_terminal(["prepare", str(tmp_path)], answers)
     assert code == 0 and unused == [], shown
     assert "Part for field 'label' (optional, empty to skip; parts: jpg, json, txt" in shown
@@ -98,7 +100,7 @@ def test_a_part_only_in_shards_not_scanned_is_taken_when_given_again(tmp_path: P
                 extra = tarfile.TarInfo(member.name[: -len("txt")] + "cls")
                 extra.size = 1
                 tar.addfile(extra, io.BytesIO(b"3"))
-    answers = ["1", "ImageClassificationSample", "jpg", "cls", "cls", ""]
+    answers = ["1", "y", "ImageClassificationSample", "y", "jpg", "cls", "cls", ""]
     code, shown, unused = _on_terminal(["prepare", str(tmp_path)], answers)
     assert code == 0 and unused == [], shown
     assert "Parts seen in 4 of the 6 shards: jpg, txt" in shown

@@ -55,10 +55,16 @@ def cmd_prepare(args: argparse.Namespace) -> int:
         print(kind.prepare(Path(args.path), options))
         return 0
 
-    interactive = not args.non_interactive and not args.tar_index_only and sys.stdin.isatty()
+    # Energon asks unless --non-interactive; we ask on a terminal, or when no split is given
+    # (then the answers may come on stdin, as Energon's tests pipe them); a script that gives
+    # the split is never asked (without --sample-type it writes no dataset.yaml, as Energon's
+    # --non-interactive does)
+    no_split = not (args.split_ratio or args.split_parts)
+    interactive = (
+        not args.non_interactive and not args.tar_index_only and (sys.stdin.isatty() or no_split)
+    )
     meta = Path(args.path) / ".nv-meta"
     if meta.is_dir() and not args.force_overwrite and not args.tar_index_only and interactive:
-        # Energon asks on a terminal; scripts keep passing --force-overwrite
         answer = ask(f"{meta} exists: the dataset was prepared before. Overwrite it? (y/N)", "n")
         if answer.lower() not in ("y", "yes"):
             print("Nothing written.")
@@ -93,6 +99,11 @@ def cmd_prepare(args: argparse.Namespace) -> int:
         print(f"  {split}: {len(shards)} shards")
     for line in _excluded_lines(report):
         print(line)
+    if not args.tar_index_only and not args.sample_type:
+        print(
+            f"No {args.dataset_yaml_name} written (no sample type): run prepare again with "
+            "--sample-type and --field-map, or write it by hand (docs/formats.md)"
+        )
     print("Done")  # Energon's last line, which scripts look for
     return 0
 

@@ -22,7 +22,11 @@ def ask(question: str, default: str | None = None) -> str:
     try:
         answer = input(f"{question}{suffix}: ").strip()
     except EOFError:
-        raise SystemExit("input ended before every question was answered") from None
+        raise SystemExit(
+            "input ended before every question was answered; give the answers as flags "
+            "(--split-ratio, --sample-type, --field-map, --force-overwrite) or pass "
+            "--non-interactive"
+        ) from None
     return answer or (default or "")
 
 
@@ -76,15 +80,33 @@ def ask_prepare_options(
                 print(f"  {problem}")
             args.split_ratio = ask_until("Split ratio train,val,test", "8,1,1", ratio_problem)
 
-    names = [*sorted(SAMPLE_TYPES), "CrudeWebdataset"]
+    names = sample_type_menu(sorted(SAMPLE_TYPES))
+    if not args.sample_type and not yes("Create a dataset.yaml now (sample type and field map)?"):
+        return  # the index and the splits only; the sample type is written later
     if not args.sample_type or args.sample_type not in names:
-        print("Sample types: " + ", ".join(names))
-        args.sample_type = ask_until(
-            "Sample type",
+        print("Sample types:")
+        for number, name in enumerate(names):
+            print(f"  {number}. {name}")
+
+        def chosen(answer: str) -> str | None:
+            if answer.isdigit():
+                return names[int(answer)] if int(answer) < len(names) else None
+            return answer if answer in names else None
+
+        answer = ask_until(
+            "Sample type (number or name)",
             "CaptioningSample",
-            lambda t: None if t in names else f"{t!r} is not one of the sample types above",
+            lambda t: None if chosen(t) else f"{t!r} is not one of the sample types above",
         )
+        args.sample_type = chosen(answer)
     if args.sample_type == "CrudeWebdataset" or args.field_map:
+        return
+    if not yes("Map each field to a part (a field_map)? n: write a sample_loader yourself"):
+        args.sample_type = None  # no dataset.yaml: its sample_loader is the user's code
+        print(
+            "Write .nv-meta/dataset.yaml with sample_type and sample_loader: sample_loader.py:"
+            "sample_loader (a function from the raw parts to the fields; docs/formats.md)"
+        )
         return
     field_map = _ask_field_map(
         root,
@@ -93,6 +115,39 @@ def ask_prepare_options(
         REQUIRED_FIELDS.get(args.sample_type, ()),
     )
     args.field_map = json.dumps(field_map)
+
+
+# Energon's prepare numbers its sample types in this order (its exported sample classes by
+# name, then the crude sample), so an answer by number means the same type in both tools
+ENERGON_MENU = (
+    "CaptioningSample",
+    "ImageClassificationSample",
+    "ImageSample",
+    "InterleavedSample",
+    "MultiChoiceVQASample",
+    "OCRSample",
+    "Sample",
+    "SimilarityInterleavedSample",
+    "TextSample",
+    "VQASample",
+    "VidQASample",
+    "CrudeWebdataset",
+)
+
+
+def sample_type_menu(ours: list[str]) -> list[str]:
+    """The sample types to choose from: Energon's numbering first, then types it lacks."""
+    known = [name for name in ENERGON_MENU if name in ours or name == "CrudeWebdataset"]
+    return [*known, *(name for name in ours if name not in known)]
+
+
+def yes(question: str) -> bool:
+    """A yes/no question, yes by default (Energon's ``[Y/n]``)."""
+    while True:
+        answer = ask(f"{question} (Y/n)", "y").lower()
+        if answer in ("y", "yes", "n", "no"):
+            return answer.startswith("y")
+        print("  answer y or n")
 
 
 def _ask_field_map(

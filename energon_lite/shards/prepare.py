@@ -207,7 +207,9 @@ def prepare_dataset(
 
     ``dataset_yaml_name``: the file the sample type and field map go to (Energon's
     ``--dataset-yaml-name``; load it with ``dataset_config=``); other files in ``.nv-meta``
-    are kept.
+    are kept. Without a ``sample_type`` (and no field map or sample loader) no dataset.yaml
+    is written and an existing one is kept, as Energon's prepare does: the index and the
+    splits are prepared, the sample type is written later.
 
     Remote roots (``s3://``, ``msc://``) take no lock (object stores have no rename); each
     object is one PUT, indexes are written only once all checks passed, ``.info.json`` last.
@@ -222,7 +224,10 @@ def prepare_dataset(
     if not tar_index_only:
         if (split_ratio is None) == (split_parts is None):
             raise ConfigError("give exactly one of --split-ratio and --split-parts")
-        config = dataset_yaml(sample_type, field_map, sample_loader, part_filter)
+        if sample_type is not None or field_map is not None or sample_loader is not None:
+            if sample_type is None:
+                raise ConfigError("--field-map (or a sample_loader) needs --sample-type")
+            config = dataset_yaml(sample_type, field_map, sample_loader, part_filter)
     with contextlib.nullcontext() if isinstance(root, RemotePath) else prepare_lock(root):
         if isinstance(root, Path):
             _recover_meta(root)
@@ -290,7 +295,7 @@ def prepare_dataset(
         report.warnings = warn_empty_splits(
             {k: v for k, v in report.split_parts.items() if k in wanted}, len(shards)
         )
-        _write_meta(root, report, config or {}, excluded.sample_entries, record, dataset_yaml_name)
+        _write_meta(root, report, config, excluded.sample_entries, record, dataset_yaml_name)
     return report
 
 
@@ -314,7 +319,7 @@ def _recover_meta(root: Path) -> None:
 def _write_meta(
     root: StoragePath,
     report: PrepareReport,
-    config: dict[str, Any],
+    config: dict[str, Any] | None,  # None: write no dataset.yaml (an existing one is kept)
     exclude: list[str],
     record: dict[str, Any],
     dataset_yaml_name: str = "dataset.yaml",
@@ -322,7 +327,8 @@ def _write_meta(
     if isinstance(root, RemotePath):  # each object is one PUT; .info.json, read first, last
         write_split(root / META_DIR, report.split_parts, exclude)
         write_record(root / META_DIR, record)
-        write_atomic(root / META_DIR / dataset_yaml_name, yaml.safe_dump(config, sort_keys=False).encode())  # fmt: skip
+        if config is not None:
+            write_atomic(root / META_DIR / dataset_yaml_name, yaml.safe_dump(config, sort_keys=False).encode())  # fmt: skip
         write_info(root / META_DIR, DatasetInfo(report.shard_names, report.shard_counts, VERSION_TAG))  # fmt: skip
         return
     meta = root / META_DIR
@@ -336,14 +342,15 @@ def _write_meta(
                     INFO_JSON,
                     INFO_YAML,
                     "split.yaml",
-                    dataset_yaml_name,
+                    dataset_yaml_name if config is not None else None,
                     RECORD,
                 ):
                     shutil.copy2(item, tmp / item.name)
         write_info(tmp, DatasetInfo(report.shard_names, report.shard_counts, VERSION_TAG))
         write_split(tmp, report.split_parts, exclude)
-        with open(tmp / dataset_yaml_name, "w", encoding="utf-8") as file:
-            yaml.safe_dump(config, file, sort_keys=False)
+        if config is not None:
+            with open(tmp / dataset_yaml_name, "w", encoding="utf-8") as file:
+                yaml.safe_dump(config, file, sort_keys=False)
         write_record(tmp, record)
         old = root / f"{META_DIR}.old-{os.getpid()}"
         if meta.exists():
