@@ -46,12 +46,12 @@ from fractions import Fraction
 from typing import Any, NamedTuple
 
 from energon_lite.errors import StateError, short_repr
-from energon_lite.quotas import exact_repetitions, passes
+from energon_lite.quotas import exact_repetitions, next_past_end, passes
 from energon_lite.stages.base import Stage, stage_class
 from energon_lite.stages.blend_epochized import EpochizedBlend
 from energon_lite.stages.reader import Reader
 from energon_lite.state.codec import STATE_VERSION, check_same_config, state_count, state_digest
-from energon_lite.state.restore_key import SampleKey, from_plain, sample_keys
+from energon_lite.state.restore_key import SampleKey, from_plain, sample_keys, to_plain
 
 LAYOUT = ("rank", "world_size", "num_workers")
 _READER, _EPOCHIZED = Reader.__name__, EpochizedBlend.__name__  # the leftover's own stages
@@ -98,12 +98,16 @@ def redistribute(
     world_size: int,
     num_workers: int,
     current_config: dict[str, Any] | None = None,
+    leaf_slices: list[int] | None = None,
 ) -> list[dict[str, Any]]:
     """The loader states of ``world_size`` ranks x ``num_workers`` workers that together
     continue ``states`` (one per old rank, from ``save_state_global``): nothing repeated,
     nothing lost. ``current_config`` (the new loader's ``dataset.config()``) makes a state of
-    another dataset, seed, batch size or stage set fail here, naming the difference."""
+    another dataset, seed, batch size or stage set fail here, naming the difference;
+    ``leaf_slices`` (each leaf's slice count, where the dataset is at hand) also checks that
+    every old position is inside the epoch's plan (:func:`check_ownership`)."""
     config, epoch = _check_old(states)
+    check_ownership(states, leaf_slices)
     if current_config is not None:
         check_same_config({**config, **{k: current_config[k] for k in LAYOUT}}, current_config)
     if world_size < 1 or num_workers < 0:
@@ -196,6 +200,95 @@ def _check_old(states: Any) -> tuple[dict[str, Any], int]:
     if first.get("limit") is not None:
         raise StateError(f"elastic restore with limit={first['limit']} is not supported")
     return first, epochs.pop()
+
+
+def check_ownership(states: list[Any], leaf_slices: list[int] | None = None) -> None:
+    """StateError unless the old states, taken together, own their work once: no sample key
+    is buffered twice (in two old workers, or twice in one), no slice of a reader epoch is
+    open twice, and with ``leaf_slices`` (the dataset's slice count per leaf) every Reader
+    ``next`` and open slice is inside the epoch's plan. Each state passes its own checks
+    when restored alone; an edit made consistently in two states (the digest recomputed,
+    as anyone holding the files can) passes those and would repeat or lose samples.
+
+    Shapes are checked by the restore itself; this only reads what has the expected shape."""
+    trees = [
+        (rank, worker, tree)
+        for rank, state in enumerate(states)
+        if isinstance(state, dict) and isinstance(state.get("workers"), list)
+        for worker, tree in enumerate(state["workers"])
+    ]
+    workers = len(trees)
+    keys: dict[Any, tuple[int, int, Any]] = {}
+    slices: dict[tuple[int, int, int], tuple[int, int]] = {}
+
+    def who(rank: int, worker: int) -> str:
+        return f"old rank {rank} worker {worker}"
+
+    for g, (rank, worker, tree) in enumerate(trees):
+        leaf = 0
+        for level in walk_states(tree):
+            cls = stage_class(level.get("type"))
+            if level.get("type") == _READER:
+                _check_reader(level, leaf, g, workers, leaf_slices, (rank, worker), slices)
+                leaf += 1
+                continue
+            if cls is None:
+                continue  # named by the restore (an unknown stage)
+            for plain in cls.held_keys(level):
+                key = from_plain(plain)
+                for identity in [key] if _has_sub(plain) else sample_keys(key):
+                    if identity in keys:
+                        first_rank, first_worker, first_plain = keys[identity]
+                        raise StateError(
+                            f"the old states hold sample {short_repr(to_plain(identity))} twice: "
+                            f"{who(first_rank, first_worker)} buffers "
+                            f"{short_repr(first_plain)} and {who(rank, worker)} "
+                            f"({level.get('type')}) buffers {short_repr(plain)}; delivering "
+                            "both would repeat it. The states were edited; refusing them"
+                        )
+                    keys[identity] = (rank, worker, plain)
+
+
+def _check_reader(
+    level: dict[str, Any],
+    leaf: int,
+    g: int,
+    workers: int,
+    leaf_slices: list[int] | None,
+    owner: tuple[int, int],
+    slices: dict[tuple[int, int, int], tuple[int, int]],
+) -> None:
+    """One old Reader level of :func:`check_ownership` (``owner``: old rank and worker)."""
+    who = f"old rank {owner[0]} worker {owner[1]}"
+    epoch, opened, nxt = level.get("epoch"), level.get("open"), level.get("next")
+    if not isinstance(epoch, int) or not isinstance(opened, list):
+        return
+    num_slices = leaf_slices[leaf] if leaf_slices is not None and leaf < len(leaf_slices) else None
+    if num_slices is not None and isinstance(nxt, int):
+        past = next_past_end(nxt, num_slices, g, workers)
+        if past is not None:
+            raise StateError(
+                f"{who} (global worker {g}): leaf {leaf}'s Reader: {past}; its samples would "
+                "be lost. The state was edited or belongs to another dataset; refusing it"
+            )
+    for entry in opened:
+        if not (isinstance(entry, list) and entry and isinstance(entry[0], int)):
+            continue
+        slice_id = entry[0]
+        if num_slices is not None and not 0 <= slice_id < num_slices:
+            raise StateError(
+                f"{who}: leaf {leaf}'s Reader has slice {slice_id} open, outside the leaf's "
+                f"{num_slices} slices; refusing the state"
+            )
+        place = (leaf, epoch, slice_id)
+        if place in slices:
+            first = slices[place]
+            raise StateError(
+                f"the old states have slice {slice_id} of leaf {leaf} (reader epoch {epoch}) "
+                f"open twice: in old rank {first[0]} worker {first[1]} and in {who}; reading "
+                "it in both would repeat its samples. The states were edited; refusing them"
+            )
+        slices[place] = owner
 
 
 def walk_states(tree: Any) -> Iterator[dict[str, Any]]:

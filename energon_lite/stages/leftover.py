@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from energon_lite.errors import StateError, short_repr
-from energon_lite.quotas import largest_remainder
+from energon_lite.quotas import largest_remainder, next_past_end
 from energon_lite.state.codec import state_count
 from energon_lite.state.restore_key import SampleKey, from_plain
 
@@ -86,6 +86,10 @@ class Leftover:
         for slice_id, _ in opened:
             if slice_id >= n:
                 raise StateError(f"leftover: slice {slice_id} outside the leaf's {n} slices")
+        for g, nxt, _ in seg["workers"]:
+            past = next_past_end(nxt, n, g, G) if g < G else f"old worker {g} is not one of {G}"
+            if past is not None:  # the rule of the Reader's own restore
+                raise StateError(f"leftover of reader epoch {epoch}: {past}; corrupt")
         owed = [
             np.arange(g + nxt * G, n, G, dtype=np.int64) for g, nxt, _ in seg["workers"] if g < n
         ]

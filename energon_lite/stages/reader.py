@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from energon_lite.errors import StateError, short_repr
+from energon_lite.quotas import next_past_end, worker_slices
 from energon_lite.rng import CounterRng, Permutation, derive_seed, mix_draws
 from energon_lite.sources.base import Source
 from energon_lite.stages.base import Stage
@@ -139,7 +140,7 @@ class Reader(Stage):
 
     def worker_slice_count(self) -> int:
         """How many slices this worker reads per epoch."""
-        return max(0, -(-(self.num_slices - self.worker_index) // self.num_workers))
+        return worker_slices(self.num_slices, self.worker_index, self.num_workers)
 
     def _slice_at(self, epoch: int, position: int) -> int:
         return int(self.slice_ids(epoch, np.asarray([position]))[0])
@@ -340,11 +341,9 @@ class Reader(Stage):
                 f"Reader: {short_repr(opened)} is not a list of at most {self.open_slices} open "
                 "slices; was it saved with another parallel_shard_iters?"
             )
-        if self._next > self.worker_slice_count():
-            raise StateError(
-                f"Reader: next slice {self._next} is past this worker's "
-                f"{self.worker_slice_count()} slices; the state belongs to another layout"
-            )
+        past = next_past_end(self._next, self.num_slices, self.worker_index, self.num_workers)
+        if past is not None:
+            raise StateError(f"Reader: {past}; the state belongs to another layout")
         for entry in opened:
             if not isinstance(entry, list) or len(entry) != 2:
                 raise StateError(f"Reader: open slice {short_repr(entry)} is not [slice, position]")
