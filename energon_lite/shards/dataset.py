@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from energon_lite.errors import DatasetFormatError, RemoteStorageError, short_repr
+from energon_lite.errors import DatasetFormatError, short_repr
 from energon_lite.samples.crude import CrudeSample
 from energon_lite.shards.meta import (
     META_DIR,
@@ -36,7 +36,6 @@ from energon_lite.shards.shard_record import (
 from energon_lite.shards.tar import first_member_name, parse_sample, split_name
 from energon_lite.shards.tar_index import open_index
 from energon_lite.storage import RemotePath, ShardFile, StoragePath, as_path
-from energon_lite.storage.ranged import unreadable_samples
 
 _MAX_OPEN_FILES = 32
 _MAX_OPEN_INDEXES = 256
@@ -238,14 +237,13 @@ class PreparedDataset:
                 f"{where}.idx: offsets of samples [{start}, {end}) are not increasing inside "
                 f"the shard's {fd.size} bytes: the index is corrupt; re-run prepare"
             )
-        try:
-            if self._probes is not None and shard_id not in self._probed:
-                where_record = self.root / META_DIR / RECORD
-                check_probe(self.root, self.shard_names[shard_id], self._probes, where_record, fd)
-                self._probed.add(shard_id)  # a probe that could not be read is tried again
-            buf = fd.pread(bounds[-1] - base, base)
-        except RemoteStorageError as exc:  # retries spent: these samples fail, training goes on
-            return unreadable_samples(where, bounds, exc)
+        # a RemoteStorageError (the retries are spent) propagates: the store failed, not
+        # these samples, and skipping them would lose them silently (docs/safety.md)
+        if self._probes is not None and shard_id not in self._probed:
+            where_record = self.root / META_DIR / RECORD
+            check_probe(self.root, self.shard_names[shard_id], self._probes, where_record, fd)
+            self._probed.add(shard_id)  # a probe that could not be read is tried again
+        buf = fd.pread(bounds[-1] - base, base)
         if len(buf) != bounds[-1] - base:
             raise DatasetFormatError(f"{where}: file is shorter than its .tar.idx says")
         view = memoryview(buf)

@@ -1,11 +1,8 @@
 """``ShardFile``: ``pread`` on a shard, local (one system call) or remote (windows with read-ahead).
 
 When a remote read fails for good (``RemoteStorageError``: the retries are spent), the
-dataset returns ``unreadable_samples``: one stand-in per sample, keyed
-``<unreadable: URL bytes a-b>`` and with no parts, so that the Encode stage fails it, logs it
-and counts it against ``failure_tolerance`` like any other bad sample (and a store that stays
-down stops the run with ``TooManyFailuresError``). The failure is logged here too, with the
-object and byte range.
+error propagates and stops the run, naming the object and byte range: the store failed, not
+the samples, so they are never skipped as bad ones (docs/safety.md).
 
 A remote ``pread(n, offset)`` that misses the windows already fetched issues one ranged GET
 of ``max(n, READAHEAD)`` bytes from ``offset``: the Reader asks for a chunk of consecutive
@@ -19,14 +16,12 @@ its second request; a failed background fetch is simply done again in the foregr
 
 from __future__ import annotations
 
-import itertools
 import os
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
-from energon_lite.errors import DatasetFormatError, RemoteStorageError, logger
+from energon_lite.errors import DatasetFormatError
 from energon_lite.storage import ops
 from energon_lite.storage.path import RemotePath, StoragePath
 
@@ -135,17 +130,3 @@ def _take_pending(path: RemotePath, offset: int, size: int) -> tuple[int, bytes]
         if offset + size <= start + len(data):
             return start, data
     return None
-
-
-def unreadable_samples(
-    where: str, bounds: list[int], exc: RemoteStorageError
-) -> list[tuple[str, dict[str, Any]]]:
-    """Stand-ins for samples whose bytes could not be fetched (see the module doc)."""
-    logger.warning(
-        "skipping: read failed at object=%r, bytes=%d-%d (%d samples): %s",
-        where, bounds[0], bounds[-1], len(bounds) - 1, exc,
-    )  # fmt: skip
-    return [
-        (f"<unreadable: {where} bytes {a}-{b}>", {"__read_error__": str(exc)})
-        for a, b in itertools.pairwise(bounds)
-    ]
