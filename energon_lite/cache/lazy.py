@@ -10,10 +10,11 @@ wraps a function; ``CacheFileLazy`` holds data moved out to the cache by ``to_ca
 from __future__ import annotations
 
 import os
-import pickle
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+import msgpack
 
 from energon_lite.cache.file_store import FileStore, add_source_info
 
@@ -105,7 +106,8 @@ class FileCacheLazy(Lazy[T]):
 
 
 class CacheFileLazy(Lazy[T]):
-    """Data pickled into a cache file by ``to_cache``; the file is removed when read."""
+    """Plain data written (as msgpack) into a cache file by ``to_cache``; the file is
+    removed when read."""
 
     def __init__(self, *, fname: str, pool: CachePool, cache_path: Path) -> None:
         super().__init__(ds=None, fname=fname, pool=pool)
@@ -115,7 +117,7 @@ class CacheFileLazy(Lazy[T]):
     def get(self, sample: Any = None) -> T:
         if self.cache_path is not None:
             with open(self.cache_path, "rb") as file:
-                self._data = pickle.load(file)
+                self._data = msgpack.unpackb(file.read(), raw=False, strict_map_key=False)
             os.unlink(self.cache_path)
             self.cache_path = None
         return self._data
