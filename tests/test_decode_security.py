@@ -272,3 +272,21 @@ def test_legacy_webdataset_class_loads_with_a_warning(
         samples = list(el.get_loader(ds))
     assert len(samples) == 20 and type(samples[0]).__name__ == sample_type
     assert samples[0].__subflavors__ == {"origin": "legacy"}
+
+
+def test_a_top_level_class_next_to_a_valid_sample_type_is_refused(tmp_path: Path) -> None:
+    valid = {"sample_type": {"__module__": "megatron.energon", "__class__": "TextSample"},
+             "field_map": {"text": "txt"}}  # fmt: skip
+    assert len(list(_open(_text_dataset(tmp_path / "plain", valid)))) == 3
+    for top in (
+        {"__module__": "os", "__class__": "system"},
+        {"__module__": "os"},
+        {"__class__": "Popen"},
+        {"__module__": "megatron.energon", "__class__": "SavableLoader"},
+    ):
+        root = _text_dataset(tmp_path / f"ds_{len(str(top))}_{sorted(top)[0]}", {**top, **valid})
+        with pytest.raises(el.DatasetFormatError, match="top-level __module__") as info:
+            _open(root)
+        message = str(info.value)
+        assert str(root / ".nv-meta" / "dataset.yaml") in message and "refused" in message
+        assert repr(top.get("__class__")) in message and "use sample_type" in message
