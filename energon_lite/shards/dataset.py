@@ -19,7 +19,12 @@ import numpy as np
 
 from energon_lite.errors import DatasetFormatError, RemoteStorageError, short_repr
 from energon_lite.shards.meta import DatasetInfo, load_dataset_config, load_info, load_split
-from energon_lite.shards.shard_record import check_shards, content_identity, load_record
+from energon_lite.shards.shard_record import (
+    check_shards,
+    content_identity,
+    load_record,
+    remote_versions,
+)
 from energon_lite.shards.tar import first_member_name, parse_sample, split_name
 from energon_lite.shards.tar_index import open_index
 from energon_lite.storage import RemotePath, ShardFile, StoragePath, as_path
@@ -47,6 +52,7 @@ class PreparedDataset:
         self._files: OrderedDict[int, ShardFile] = OrderedDict()
         self._indexes: dict[int, np.ndarray] = {}
         self._fingerprint: str | None = None
+        self._versions: dict[str, str] = {}
         info = load_info(self.root)
         split = load_split(self.root, split_config)
         self.config: dict[str, Any] = load_dataset_config(self.root, dataset_config)
@@ -124,10 +130,14 @@ class PreparedDataset:
         """Refuse a shard changed or deleted since prepare (datasets with a shard record)."""
         record = load_record(self.root)
         self._content_digest = None if record is None else str(record["content_digest"])
+        counts = dict(zip(info.shard_names, info.shard_counts))
+        known = [name for name in dict.fromkeys(names) if name in counts]
         if record is not None:
-            counts = dict(zip(info.shard_names, info.shard_counts))
-            known = [name for name in dict.fromkeys(names) if name in counts]
             check_shards(self.root, record, known, counts)
+        # a remote shard's ETag / Last-Modified now: every read is conditional on it
+        self._versions = (
+            remote_versions(self.root, record, known) if isinstance(self.root, RemotePath) else {}
+        )
 
     def fingerprint(self) -> str:
         """Changes when the shard list, counts, the split's runs or the shards' content change.
@@ -182,7 +192,8 @@ class PreparedDataset:
         if fd is None:
             if len(self._files) >= _MAX_OPEN_FILES:
                 self._files.popitem(last=False)[1].close()
-            fd = ShardFile(self.root / self.shard_names[shard_id])  # missing: names the path
+            name = self.shard_names[shard_id]
+            fd = ShardFile(self.root / name, self._versions.get(name, ""))  # missing: named
             self._files[shard_id] = fd
         else:
             self._files.move_to_end(shard_id)
