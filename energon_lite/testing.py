@@ -6,6 +6,10 @@ fresh stage and checks that the rest of the stream is the same item for item: th
 bytes), run to the same end. Every state must have the same shape (the same nested keys and
 value types) and travel through msgpack on the way, so a state that is not plain data, or
 one whose layout drifts between steps, fails the check too.
+
+``assert_elastic_resumes`` checks a stage's elastic restore (what its class declares for
+:func:`energon_lite.stages.elastic.redistribute`): chains of it saved on one number of
+workers continue on another, every sample of the epoch delivered exactly once.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import itertools
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -21,8 +26,9 @@ import numpy as np
 from energon_lite.samples.types import basic_sample_keys
 from energon_lite.sources.base import Source
 from energon_lite.stages.base import Stage
+from energon_lite.stages.elastic import redistribute
 from energon_lite.stages.reader import Reader
-from energon_lite.state.codec import decode_state, encode_state
+from energon_lite.state.codec import STATE_VERSION, decode_state, encode_state, state_digest
 
 
 def item_keys(item: Any) -> Any:
@@ -185,6 +191,89 @@ def assert_loader_resumes(
         if rest != reference[point:]:
             _diverged(f"loader resumed after batch {point}", point, rest, reference[point:])
     return reference
+
+
+def assert_elastic_resumes(
+    make_stage: Callable[[Reader], Stage],
+    dataset: Source,
+    old_workers: int,
+    new_workers: int,
+    steps: Sequence[int],
+    **reader_options: Any,
+) -> list[Any]:
+    """Check an elastic restore of the chain ``make_stage(reader)`` over one epoch of ``dataset``.
+
+    ``old_workers`` chains (one per global worker, readers from :func:`make_reader` with
+    ``reader_options``) take ``steps[g]`` items each and save; ``redistribute`` deals their
+    states to ``new_workers`` chains, which run to the end. Across both layouts every sample
+    of the epoch must come out exactly once (by ``__key__``; a batch counts its samples).
+    Returns the keys in delivery order: the old workers' items, then the new workers'.
+    """
+    if len(steps) != old_workers:
+        raise ValueError(f"need one step count per old worker, got {len(steps)} for {old_workers}")
+    if reader_options.get("repeat"):
+        raise ValueError("the check runs one epoch: leave the readers' repeat False")
+
+    def chain(worker: int, workers: int) -> Stage:
+        reader = make_reader(dataset, worker_index=worker, num_workers=workers, **reader_options)
+        return make_stage(reader)
+
+    delivered: list[Any] = []
+    saved = []
+    for worker, count in enumerate(steps):
+        stage = chain(worker, old_workers)
+        stage.restore_state(None)
+        delivered += _flat_keys(take(stage, count))
+        saved.append(decode_state(encode_state(stage.save_state())))
+    (new,) = redistribute([one_rank_state(saved)], 1, new_workers)
+    for worker, worker_state in enumerate(new["workers"]):
+        stage = chain(worker, new_workers)
+        stage.restore_state(decode_state(encode_state(worker_state)))
+        delivered += _flat_keys(stage)
+    expected = Counter(_flat_keys(make_reader(dataset, **reader_options)))
+    got = Counter(delivered)
+    if got != expected:
+        twice = sorted(key for key, n in got.items() if n > expected.get(key, 0))
+        lost = sorted(key for key, n in expected.items() if n > got.get(key, 0))
+        raise AssertionError(
+            f"elastic restore from {old_workers} to {new_workers} workers after {list(steps)}: "
+            f"{len(lost)} samples lost (first {lost[:3]!r}), {len(twice)} delivered too often "
+            f"(first {twice[:3]!r})"
+        )
+    return delivered
+
+
+def one_rank_state(workers: list[Any]) -> dict[str, Any]:
+    """The loader state of a single rank whose workers' chains saved ``workers`` (one state
+    per worker, in the first pass of a one-leaf training loader without repeat), digest
+    included: what ``redistribute`` and ``energon-lite checkpoint`` read."""
+    state: dict[str, Any] = {
+        "type": "SavableLoader",
+        "version": STATE_VERSION,
+        "config": {
+            "rank": 0,
+            "world_size": 1,
+            "num_workers": len(workers),
+            "training": True,
+            "blend_mode": "weighted",
+            "repeat": False,
+            "limit": None,
+        },
+        "epoch": 0,
+        "next_worker": 0,
+        "workers": workers,
+        "in_pass": 0,
+    }
+    state["digest"] = state_digest(state)
+    return state
+
+
+def _flat_keys(items: Iterable[Any]) -> list[Any]:
+    keys: list[Any] = []
+    for item in items:
+        key = item_keys(item)
+        keys += key if isinstance(key, list) else [key]
+    return keys
 
 
 def _close(loader: Any) -> None:

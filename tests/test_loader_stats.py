@@ -114,3 +114,35 @@ def test_stats_needs_the_option(dataset_path: Path) -> None:
         loader.stats()
     fresh = get_savable_loader(_dataset(dataset_path, 0), stats=True)
     assert fresh.stats()["samples"] == 0 and fresh.stats()["stages"] == []
+
+
+class PackInPairsGroupByParity(TaskEncoder):
+    """Packs samples in pairs and batches packs in buckets by parity: two holding stages."""
+
+    def select_samples_to_pack(self, samples: list) -> list[list]:
+        return [samples[i : i + 2] for i in range(0, len(samples), 2)]
+
+    def pack_selected_samples(self, samples: list) -> CaptioningSample:
+        return samples[0]
+
+    def batch_group_criterion(self, sample: CaptioningSample) -> tuple[str, int]:
+        return ("even" if int(sample.__key__[-1]) % 2 == 0 else "odd"), 3
+
+
+def test_stats_of_packing_and_grouping_buffers(dataset_path: Path) -> None:
+    """Each holding stage says what it holds: Pack its buffer and selected groups (capacity
+    packing_buffer_size), GroupBatch its buckets (no capacity)."""
+    dataset = _dataset(
+        dataset_path, 0, task_encoder=PackInPairsGroupByParity(), packing_buffer_size=6
+    )
+    loader = get_savable_loader(dataset, stats=True)
+    for _ in zip(range(5), loader):
+        pass
+    stages = _by_name(loader.stats())
+    assert list(stages) == ["Reader", "ShuffleBuffer", "Encode", "Pack", "GroupBatch"]
+    pack, group = stages["Pack"], stages["GroupBatch"]
+    assert pack["capacity"] == 6 and 0 < pack["mean_held"] <= 6
+    assert pack["items_in"] - 2 * pack["items_out"] == pack["held"]  # packs of two
+    assert group["capacity"] is None and group["mean_held"] is not None
+    assert group["items_in"] - group["items_out"] * 3 == group["held"]  # batches of three
+    assert loader.stats()["samples"] == 15

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from energon_lite.errors import StateError
+from energon_lite.errors import StateError, short_repr
+from energon_lite.stages.base import stage_class
 from energon_lite.stages.elastic import walk_states
 from energon_lite.state.restore_key import from_plain, sample_keys
 
@@ -22,31 +23,20 @@ def describe_layout(states: list[Any]) -> str:
 
 
 def describe_work(tree: Any) -> str:
-    """One worker state in a line: fresh, or its buffered samples and any leftover."""
+    """One worker state in a line: fresh, or its buffered samples and what each stage adds
+    (an elastic restore's leftover); each stage's class says what its level holds."""
     if tree is None:
         return "fresh"
     try:
         buffered = 0
-        left = []
+        notes = []
         for level in walk_states(tree):
-            for name in ("keys", "buffer"):
-                if level.get("type") in ("ShuffleBuffer", "Pack") and name in level:
-                    buffered += sum(len(sample_keys(from_plain(k))) for k in level[name])
-            if level.get("type") == "Pack":
-                buffered += sum(
-                    len(sample_keys(from_plain(k))) for g in level["pending"] for k in g
-                )
-            if level.get("type") == "GroupBatch":
-                buffered += sum(
-                    len(sample_keys(from_plain(k))) for b in level["buckets"] for k in b
-                )
-            if level.get("type") == "Reader" and isinstance(level.get("left"), dict):
-                lv = level["left"]
-                left.append(
-                    f"leftover of an elastic restore: {len(lv['keys']) - lv['k']} samples to "
-                    f"replay, {len(lv['segs']) - lv['s']} unfinished epoch segment(s) of "
-                    f"{lv['G']} old workers"
-                )
-        return "; ".join([f"buffered samples: {buffered}", *left])
+            cls = stage_class(level.get("type"))
+            if cls is None:  # e.g. a user's stage whose module this process did not import
+                notes.append(f"stage {short_repr(level.get('type'))} unknown here: not counted")
+                continue
+            buffered += sum(len(sample_keys(from_plain(k))) for k in cls.held_keys(level))
+            notes += cls.describe_level(level)
+        return "; ".join([f"buffered samples: {buffered}", *notes])
     except (StateError, KeyError, TypeError, AttributeError):
         return "(unreadable buffers)"

@@ -8,8 +8,10 @@ before. Per call the wrapper reads ``time.perf_counter_ns`` twice and keeps the 
 (a shared accumulator does the subtraction, so there is no per-item list or dict). Measured
 overhead on the W1 pipeline is in ``benchmarks/README.md`` ("Loader stats overhead").
 
-An ``encode_sample`` (or ``preencode_sample``) hook of the Encode stage is timed the same
-way as a pseudo-stage, so decoding and the user's hook show up separately.
+A user's hook a stage calls per item (``Stage.STATS_HOOK``: Encode's ``encode_sample`` or
+``preencode_sample``) is timed the same way as a pseudo-stage, so decoding and the user's
+hook show up separately. A stage's row is named by its class, or by its ``stats_name()``
+(``"Reader 1"``: the leaf) when the chain has several stages of that class.
 
 ``snapshot()`` is plain data (lists of ints), sent with every batch to the trainer, where
 :class:`energon_lite.loader.stats.LoaderStats` adds the workers up.
@@ -18,10 +20,11 @@ way as a pseudo-stage, so decoding and the user's hook show up separately.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from energon_lite.stages.base import Stage
+from energon_lite.stages.base import Stage, stage_class
 
 
 def _ordered(stage: Stage) -> list[Stage]:
@@ -33,28 +36,9 @@ def _ordered(stage: Stage) -> list[Stage]:
     return out
 
 
-def _held(stage: Stage) -> tuple[int, int | None] | None:
-    """(items a buffering stage holds, its capacity), or None for a stage without a buffer."""
-    held, found = 0, False
-    buffer = getattr(stage, "_buffer", None)  # ShuffleBuffer, Pack: a KeyedBuffer
-    if buffer is not None:
-        held, found = held + len(buffer), True
-    pending = getattr(stage, "_pending", None)  # Pack: selected groups not yet packed
-    if isinstance(pending, list):
-        held, found = held + sum(len(g) for g in pending if isinstance(g, list)), True
-    buckets = getattr(stage, "_buckets", None)  # GroupBatch: samples waiting per bucket
-    if isinstance(buckets, dict):
-        held, found = held + sum(len(waiting) for _, waiting in buckets.values()), True
-    if not found:
-        return None
-    capacity = getattr(stage, "size", None)
-    return held, capacity if isinstance(capacity, int) else None
-
-
-def _stage_name(stage: Stage) -> str:
-    name = type(stage).__name__
-    leaf = getattr(stage, "leaf_id", None)
-    return f"{name} {leaf}" if name == "Reader" and isinstance(leaf, int) else name
+def stage_of(name: str) -> type[Stage] | None:
+    """The stage class of a row name (``"Reader 1"``, ``"Encode #2"``); None for a hook."""
+    return stage_class(name.split(" ")[0])
 
 
 class ChainProbe:
@@ -70,18 +54,18 @@ class ChainProbe:
         self._out: list[int] = []  # items handed out (calls, for a hook) per stage
         self._child = [0]  # inclusive time of the calls made by the running call
         ordered = _ordered(chain)
+        of_class = Counter(type(stage) for stage in ordered)
         index: dict[int, int] = {}
         for stage in ordered:
-            index[id(stage)] = self._add(stage, _stage_name(stage), None)
+            cls = type(stage)
+            name = stage.stats_name() if of_class[cls] > 1 else cls.__name__
+            index[id(stage)] = self._add(stage, name, None)
             stage.next = self._timed(index[id(stage)], stage.next)  # type: ignore[method-assign]
-            hook = getattr(stage, "hook", None) if type(stage).__name__ == "Encode" else None
-            if callable(hook):  # the user's per-sample hook, inside Encode
-                name = getattr(hook, "__name__", "encode_sample")
-                i = self._add(None, name, index[id(stage)])
-                stage.hook = self._timed(i, hook)  # type: ignore[attr-defined]
-        readers = [i for i, n in enumerate(self.names) if n.startswith("Reader ")]
-        if len(readers) == 1:  # one dataset: no leaf number
-            self.names[readers[0]] = "Reader"
+            attribute = cls.STATS_HOOK
+            hook = getattr(stage, attribute, None) if attribute else None
+            if attribute and callable(hook):  # the user's per-item hook, inside the stage
+                i = self._add(None, str(getattr(hook, "__name__", attribute)), index[id(stage)])
+                setattr(stage, attribute, self._timed(i, hook))
         for stage in ordered:
             for parent in stage._parents():
                 self.feeds[index[id(parent)]] = index[id(stage)]
@@ -134,7 +118,7 @@ class ChainProbe:
         held = [0] * len(self.names)
         capacity: list[int | None] = [None] * len(self.names)
         for i, stage in enumerate(self._stages):  # buffers exist once the chain started
-            found = _held(stage) if stage is not None else None
+            found = stage.stats_held() if stage is not None else None
             if found is not None:
                 held[i], capacity[i] = found
                 self._held_sum[i] += found[0]

@@ -14,9 +14,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from energon_lite.loader.probe import stage_of
+
 _SUMMED = ("own_ns", "out", "held_sum")  # per-stage lists
 _COUNTS = ("snapshots", "batches", "busy_ns", "wall_ns")
-_BATCHING = ("Batch", "GroupBatch")
 
 
 def _fold(total: dict[str, Any] | None, snap: dict[str, Any]) -> dict[str, Any]:
@@ -149,6 +150,7 @@ def _stages(workers: list[dict[str, Any]], busy_total: int) -> list[dict[str, An
 def _samples_delivered(stages: list[dict[str, Any]]) -> int:
     """Samples in the batches handed out: what entered the batching stage, less what it holds."""
     for stage in stages:
-        if stage["name"].split(" ")[0] in _BATCHING:
+        cls = None if stage["inside"] else stage_of(stage["name"])
+        if cls is not None and cls.STATS_BATCHES:
             return int(stage["items_in"] - stage["held"])
     return int(stages[-1]["items_out"]) if stages else 0

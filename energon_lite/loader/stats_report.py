@@ -4,6 +4,9 @@ Used by ``energon-lite bench`` and available to trainers that log the loader::
 
     from energon_lite.loader.stats_report import format_stats
     print("\\n".join(format_stats(loader.stats())))
+
+What a stage does and what to try when it is the bottleneck are its class's
+``STATS_LABEL`` and ``STATS_HINT`` (:mod:`energon_lite.stages.base`).
 """
 
 from __future__ import annotations
@@ -11,32 +14,13 @@ from __future__ import annotations
 import os
 from typing import Any
 
-# stage class -> what it does, as a user names it
-WHAT = {
-    "Reader": "read",
-    "WeightedBlend": "blend",
-    "EpochizedBlend": "blend",
-    "Concat": "concat",
-    "ShuffleBuffer": "shuffle",
-    "Encode": "decode",
-    "Pack": "pack",
-    "GroupBatch": "batch",
-    "Batch": "batch",
-    "Map": "encode_batch",
-    "Limit": "limit",
-}
-
-
-def stage_kind(name: str) -> str:
-    """The stage's class name from its stats name (``"Reader 1"``, ``"Encode #2"``)."""
-    return name.split(" ")[0]
+from energon_lite.loader.probe import stage_of
 
 
 def label(stage: dict[str, Any]) -> str:
     """``"decode (Encode)"``; a hook's own name (``encode_sample``) as is."""
-    if stage.get("inside"):
-        return str(stage["name"])
-    what = WHAT.get(stage_kind(stage["name"]))
+    cls = None if stage.get("inside") else stage_of(stage["name"])
+    what = cls.STATS_LABEL if cls is not None else None
     return f"{what} ({stage['name']})" if what else str(stage["name"])
 
 
@@ -58,7 +42,7 @@ def hint(stats: dict[str, Any], num_workers: int, cpus: int | None = None) -> st
             "many Python objects cost most; keep batch contents to tensors and short lists"
         )
     percent = round(100 * top["fraction"])
-    kind = stage_kind(top["name"])
+    cls = None if top.get("inside") else stage_of(top["name"])
     more_workers = (
         f"add workers (num_workers={num_workers} on {cpus} CPUs)"
         if num_workers < cpus
@@ -69,34 +53,8 @@ def hint(stats: dict[str, Any], num_workers: int, cpus: int | None = None) -> st
             f"your {top['name']} is {percent}%: move per-sample work to encode_batch or onto "
             f"the GPU, or {more_workers}"
         )
-    elif kind == "Encode":
-        text = (
-            f"decode is {percent}%: decode images to uint8 "
-            '(SampleDecoder(image_decode="torchrgb8")) and normalise on the GPU, or '
-            f"{more_workers}"
-        )
-    elif kind == "Reader":
-        text = (
-            f"reading is {percent}%: the storage is slow for this access pattern; a larger "
-            "max_samples_per_sequence reads longer sequential runs, parallel_shard_iters "
-            f"more shards at once; or {more_workers}"
-        )
-    elif kind in ("Batch", "GroupBatch"):
-        text = (
-            f"batching is {percent}%: stacking copies every byte of the batch (into shared "
-            "memory with workers), so uint8 images "
-            '(SampleDecoder(image_decode="torchrgb8")) copy a quarter of float ones; keep '
-            f"per-sample Python work out of batch(); or {more_workers}"
-        )
-    elif kind == "Map":
-        text = f"encode_batch is {percent}%: move it onto the GPU, or {more_workers}"
-    elif kind == "Pack":
-        text = (
-            f"packing is {percent}%: a cheaper select_samples_to_pack or a smaller "
-            "packing_buffer_size"
-        )
-    elif kind == "ShuffleBuffer":
-        text = f"the shuffle buffer is {percent}%: a smaller shuffle_buffer_size"
+    elif cls is not None and cls.STATS_HINT:
+        text = cls.STATS_HINT.format(percent=percent, more_workers=more_workers)
     else:
         text = f"{label(top)} is {percent}% of worker time"
     if num_workers == 0:

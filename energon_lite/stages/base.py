@@ -19,15 +19,42 @@ Subclasses implement ``next``, and, when they hold anything between items, ``_re
 (fresh start), ``_save() -> dict`` and ``_restore(state)``; the base class restores the
 parents first and checks the state's shape (:func:`energon_lite.state.codec.check_level`);
 ``_validate(state)`` checks the stage's own fields before anything is restored.
+
+A stage class also says what the rest of the library needs to know of it, so that nothing
+outside ``stages/`` switches on stage class names: its row in ``loader.stats()``
+(``STATS_LABEL``, ``STATS_HINT``, ``STATS_BATCHES``, ``STATS_HOOK``, ``stats_name()``,
+``stats_held()``), the restore keys a saved level of it buffers (``held_keys``), what
+``energon-lite checkpoint info`` says about a saved level (``describe_level``) and how an
+elastic restore deals its state to another layout (``ELASTIC_FRESH``, ``elastic_state``,
+``elastic_refusal``). Every declaration has a default, so a stage declares only what
+applies to it.
+
+Registration: every subclass registers itself by class name (``__init_subclass__``), which is
+the ``"type"`` of its saved levels; :func:`stage_class` finds the class of a saved level.
+Reading a state needs no chain, so the registry completes itself on the first unknown
+name: it imports every module of this package and, if the name is still unknown, every
+flavor and kind plugin (through the dataset kind registry,
+:func:`energon_lite.sources.kinds.registered_kinds`: a flavor's ``kind`` module imports the
+flavor, and with it its stages). A user's own stage is registered once its module is
+imported, as it is wherever its chain is built.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any, ClassVar
+import copy
+import importlib
+import pkgutil
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from energon_lite.errors import StateError
+from energon_lite.errors import StateError, short_repr
 from energon_lite.state.codec import check_level
+
+if TYPE_CHECKING:
+    from energon_lite.stages.elastic import ElasticDeal
+
+# class name -> the stage classes of that name (more than one only by accident: see stage_class)
+_CLASSES: dict[str, list[type[Stage]]] = {}
 
 
 class Stage:
@@ -39,6 +66,70 @@ class Stage:
     source: Stage | None = None
     sources: list[Any] | None = None  # stages with several parents
     _started: bool = False
+
+    # what the library asks of a stage class (module docstring); every one has a default --
+
+    # loader.stats(): what the stage does, as a user names it ("shuffle"): "shuffle (ShuffleBuffer)"
+    STATS_LABEL: ClassVar[str | None] = None
+    # what to try when this stage is the bottleneck; ``{percent}`` (its share of worker time)
+    # and ``{more_workers}`` (the advice on num_workers) are filled in
+    STATS_HINT: ClassVar[str | None] = None
+    # it forms the batches: the samples delivered are what entered it less what it holds
+    STATS_BATCHES: ClassVar[bool] = False
+    # the attribute holding a user's hook the stage calls per item, timed as a row of its own
+    STATS_HOOK: ClassVar[str | None] = None
+    # the own fields of this stage starting over on another layout (elastic restore)
+    ELASTIC_FRESH: ClassVar[Mapping[str, Any] | None] = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        where = (cls.__module__, cls.__qualname__)
+        # the same class defined again (a module reloaded, a script rerun) replaces itself
+        others = [
+            c for c in _CLASSES.get(cls.__name__, []) if (c.__module__, c.__qualname__) != where
+        ]
+        _CLASSES[cls.__name__] = [*others, cls]
+
+    def stats_name(self) -> str:
+        """This stage's row in ``loader.stats()`` when the chain has several of its class."""
+        return type(self).__name__
+
+    def stats_held(self) -> tuple[int, int | None] | None:
+        """(items it holds now, its capacity or None) for ``loader.stats()``, taken between
+        items; None for a stage that holds none (or has not started). Default: None."""
+        return None
+
+    @classmethod
+    def held_keys(cls, level: dict[str, Any]) -> list[Any]:
+        """The plain restore keys of the items a saved level of this stage holds in its
+        buffers (an elastic restore deals them to the new workers). Default: none."""
+        return []
+
+    @classmethod
+    def describe_level(cls, level: dict[str, Any]) -> list[str]:
+        """What ``energon-lite checkpoint info`` says about a saved level besides its
+        buffered samples. Default: nothing."""
+        return []
+
+    @classmethod
+    def elastic_refusal(cls, level: dict[str, Any]) -> str | None:
+        """Why a saved level cannot move to another layout, or None when it can."""
+        return None
+
+    @classmethod
+    def elastic_state(cls, level: dict[str, Any], deal: ElasticDeal) -> dict[str, Any]:
+        """This stage's own fields on another layout, from one old worker's saved ``level``
+        (the new chain has the same stages) and what ``deal`` hands the new worker.
+
+        Default: ``ELASTIC_FRESH`` when declared; a stage without state fields starts with
+        none; a stage with state that declares nothing is refused, naming it."""
+        if cls.ELASTIC_FRESH is not None:
+            return copy.deepcopy(dict(cls.ELASTIC_FRESH))
+        if not cls.STATE_KEYS:
+            return {}
+        raise StateError(
+            f"elastic restore does not know how to redistribute stage {cls.__name__!r}"
+        )
 
     def next(self) -> Any:
         raise NotImplementedError
@@ -125,3 +216,46 @@ class Stage:
             )
         for source, source_state in zip(self.sources, states):
             source.restore_state(source_state)
+
+
+def stage_class(name: Any) -> type[Stage] | None:
+    """The stage class whose saved levels have ``"type": name``; None when none is known.
+
+    Completes the registry on the first unknown name (see the module docstring): this
+    package's stages first, the flavors' only if the name is still unknown. Two different
+    classes of the same name make their levels unreadable: StateError, naming both.
+    """
+    if not isinstance(name, str):
+        return None
+    for load in _LOADS:
+        if name in _CLASSES:
+            break
+        if load not in _loaded:
+            _loaded.add(load)
+            load()
+    found = _CLASSES.get(name, [])
+    if len(found) > 1:
+        where = ", ".join(f"{c.__module__}.{c.__qualname__}" for c in found)
+        raise StateError(
+            f"a state names stage {short_repr(name)}, and {len(found)} stage classes have that "
+            f"name ({where}); give your stage a name of its own"
+        )
+    return found[0] if found else None
+
+
+def _import_stages() -> None:
+    """Import every module of this package (each stage registers itself)."""
+    package = importlib.import_module(__package__ or "energon_lite.stages")
+    for module in pkgutil.iter_modules(package.__path__):
+        importlib.import_module(f"{package.__name__}.{module.name}")
+
+
+def _import_flavors() -> None:
+    """Import every flavor and kind plugin, and with them their stages."""
+    from energon_lite.sources.kinds import registered_kinds
+
+    registered_kinds()
+
+
+_LOADS: tuple[Callable[[], None], ...] = (_import_stages, _import_flavors)
+_loaded: set[Callable[[], None]] = set()

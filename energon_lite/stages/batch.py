@@ -41,6 +41,14 @@ def _where(items: list[Any]) -> dict[str, Any]:
 class Batch(Stage):
     STATE_KEYS = ()
     OPTIONAL_KEYS = ("batches",)  # absent in states saved before the hook indices: 0
+    STATS_LABEL = "batch"
+    STATS_HINT = (
+        "batching is {percent}%: stacking copies every byte of the batch (into shared "
+        "memory with workers), so uint8 images "
+        '(SampleDecoder(image_decode="torchrgb8")) copy a quarter of float ones; keep '
+        "per-sample Python work out of batch(); or {more_workers}"
+    )
+    STATS_BATCHES = True
     source: Stage  # always set: this stage has one parent
 
     def __init__(

@@ -20,7 +20,7 @@ epoch's plan is just those counts, then the next epoch is planned over the new l
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from energon_lite.errors import ConfigError, StateError
 from energon_lite.quotas import exact_repetitions, pass_quotas, passes
@@ -31,10 +31,14 @@ from energon_lite.stages.reader import Reader
 from energon_lite.stages.routing import fetch_by_leaf
 from energon_lite.state.codec import state_count
 
+if TYPE_CHECKING:
+    from energon_lite.stages.elastic import ElasticDeal
+
 
 class EpochizedBlend(Stage):
     STATE_KEYS = ("rng", "epoch", "passes", "done")
     OPTIONAL_KEYS = ("left",)  # True (count on restore) or per-leaf leftover counts
+    STATS_LABEL = "blend"
     sources: list[Reader]  # built with repeat=False: this stage moves them through epochs
     _plan: list[list[int]]  # samples this worker emits per pass of each leaf, this epoch
     _passes: list[list[int]]  # [pass, taken in that pass] per leaf
@@ -62,6 +66,13 @@ class EpochizedBlend(Stage):
         self.global_worker_id = global_worker_id
         self.repeat = repeat
         self._by_leaf = {source.leaf_id: source for source in self.sources}
+
+    @classmethod
+    def elastic_state(cls, level: dict[str, Any], deal: ElasticDeal) -> dict[str, Any]:
+        """The blend epoch after the old workers' latest, its passes still to start; ``left``:
+        count the readers' leftover work on restore (it belongs to the earlier passes)."""
+        passes_ = [[0, 0] for _ in level["sources"]]
+        return {"rng": 0, "epoch": deal.blend_epoch, "passes": passes_, "done": False, "left": True}
 
     def next(self) -> Any:
         self._start_if_fresh()

@@ -13,13 +13,16 @@ State: the sources' states, the random counter and an exhausted flag per source.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from energon_lite.errors import ConfigError, StateError
 from energon_lite.rng import CounterRng
 from energon_lite.stages.base import Stage
 from energon_lite.stages.routing import by_leaf, fetch_by_leaf
 from energon_lite.state.codec import state_count
+
+if TYPE_CHECKING:
+    from energon_lite.stages.elastic import ElasticDeal
 
 
 def draw(rng: CounterRng, weights: Sequence[float]) -> int:
@@ -34,6 +37,7 @@ def draw(rng: CounterRng, weights: Sequence[float]) -> int:
 
 class WeightedBlend(Stage):
     STATE_KEYS = ("rng", "exhausted")
+    STATS_LABEL = "blend"
     sources: list[Stage]  # Readers, or chains a wrapper composes
     _exhausted: list[bool]
 
@@ -59,6 +63,11 @@ class WeightedBlend(Stage):
         self.global_worker_id = global_worker_id
         self.rng_keys = rng_keys
         self._by_leaf = by_leaf(self.sources)
+
+    @classmethod
+    def elastic_state(cls, level: dict[str, Any], deal: ElasticDeal) -> dict[str, Any]:
+        """Fresh draws over every source again (the readers deal the leftover work)."""
+        return {"rng": 0, "exhausted": [False] * len(level["sources"])}
 
     def next(self) -> Any:
         self._start_if_fresh()

@@ -16,6 +16,7 @@ from energon_lite.state.codec import state_count
 
 class Concat(Stage):
     STATE_KEYS = ("current",)
+    STATS_LABEL = "concat"
     sources: list[Stage]  # Readers, or chains a wrapper composes
 
     def __init__(self, sources: Sequence[Stage]) -> None:

@@ -16,7 +16,12 @@ What moves (per leaf; see :mod:`energon_lite.stages.leftover` for how a new read
   fractional pass exactly the remaining quota.
 
 The stages' own counters start fresh on the new layout (shuffle and blend draws, group-batch
-steps). With ``repeat=True`` each old worker's remaining part of *its own* current epoch is
+steps). Each stage class says what its saved level holds and how it starts on the new layout
+(``held_keys``, ``elastic_refusal``, ``ELASTIC_FRESH`` / ``elastic_state`` in
+:mod:`energon_lite.stages.base`); this module deals the readers' and buffers' work and asks
+each stage for the rest, through an :class:`ElasticDeal`.
+
+With ``repeat=True`` each old worker's remaining part of *its own* current epoch is
 delivered exactly once, then every new worker starts the epoch after the latest one any old
 worker was in. Refused, naming the case: states of different loaders or passes, validation
 loaders (their slices depend on the layout), ``limit=``, a generator ``encode_sample`` part-way
@@ -36,22 +41,45 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
+from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from typing import Any, NamedTuple
 
 from energon_lite.errors import StateError, short_repr
 from energon_lite.quotas import exact_repetitions, passes
+from energon_lite.stages.base import Stage, stage_class
+from energon_lite.stages.blend_epochized import EpochizedBlend
+from energon_lite.stages.reader import Reader
 from energon_lite.state.codec import STATE_VERSION, check_same_config, state_count, state_digest
 from energon_lite.state.restore_key import SampleKey, from_plain, sample_keys
 
 LAYOUT = ("rank", "world_size", "num_workers")
-_FRESH: dict[str, dict[str, Any]] = {  # the own fields of a stage starting over on the new layout
-    "ShuffleBuffer": {"keys": [], "rng": 0},
-    "Encode": {"pending": []},
-    "Pack": {"buffer": [], "pending": []},
-    "Batch": {},
-    "Map": {},
-}
+_READER, _EPOCHIZED = Reader.__name__, EpochizedBlend.__name__  # the leftover's own stages
+
+
+class LeafWork(NamedTuple):
+    """One leaf's part of the old layout's unfinished work, for one new worker."""
+
+    keys: list[list[Any]]  # plain sample keys from the old buffers, dealt to this worker
+    segs: list[dict[str, Any]]  # unfinished reader-epoch segments (every new worker gets all)
+    last_epoch: int  # the latest reader epoch any old worker was in
+
+
+@dataclass
+class ElasticDeal:
+    """What a stage's ``elastic_state`` may ask while one new worker's state is built."""
+
+    worker: int  # the new global worker
+    workers: int  # new global workers
+    old_workers: int  # old global workers
+    epoch: int  # the loader's pass
+    blend_epoch: int  # the blend epoch after the latest one any old worker was in
+    reader_repeat: bool  # readers go on to further epochs after the leftover
+    leaves: Iterator[LeafWork]  # per leaf, in the order the readers appear in a state
+
+    def next_leaf(self) -> LeafWork:
+        """The next leaf's work (each Reader level takes one, depth first)."""
+        return next(self.leaves)
 
 
 def same_layout(states: list[Any], world_size: int, num_workers: int) -> bool:
@@ -187,7 +215,7 @@ class _Redistribution:
         self.repeat = bool(config["repeat"])
         self.template = next(w for w in old if w is not None)
         self.num_leaves = sum(
-            1 for level in walk_states(self.template) if level.get("type") == "Reader"
+            1 for level in walk_states(self.template) if level.get("type") == _READER
         )
         reps = config.get("weights") or []
         self.reps = [exact_repetitions(r or 0) for r in reps] if self.epochized else []
@@ -206,11 +234,11 @@ class _Redistribution:
         tree = self.old[g]
         if tree is None:
             return [None] * self.num_leaves
-        return [level for level in walk_states(tree) if level.get("type") == "Reader"]
+        return [level for level in walk_states(tree) if level.get("type") == _READER]
 
     def _blend(self, g: int) -> dict[str, Any]:
         tree = self.old[g]
-        found = [lv for lv in walk_states(tree) if lv.get("type") == "EpochizedBlend"]
+        found = [lv for lv in walk_states(tree) if lv.get("type") == _EPOCHIZED]
         if found:
             return found[0]
         return {"epoch": self.epoch, "passes": [[0, 0]] * self.num_leaves, "done": False}
@@ -219,19 +247,11 @@ class _Redistribution:
         """The samples in old worker ``g``'s buffers, in stage order."""
         keys: list[Any] = []
         for level in walk_states(self.old[g]):
-            kind = level.get("type")
-            if kind == "ShuffleBuffer":
-                keys += level["keys"]
-            elif kind == "Pack":
-                keys += level["buffer"] + [k for group in level["pending"] for k in group]
-            elif kind == "GroupBatch":
-                keys += [k for bucket in level["buckets"] for k in bucket]
-            elif kind == "Encode" and level["pending"]:
-                raise StateError(
-                    f"old global worker {g}: a generator encode_sample is part-way through its "
-                    f"outputs for {short_repr(level['pending'][0])}; an elastic restore cannot "
-                    "split them exactly. Save at a step where no generator hook is mid-way"
-                )
+            cls = _stage(level)
+            refusal = cls.elastic_refusal(level)
+            if refusal is not None:
+                raise StateError(f"old global worker {g}: {refusal}")
+            keys += cls.held_keys(level)
         out = []
         for plain in keys:
             key = from_plain(plain)
@@ -311,40 +331,22 @@ class _Redistribution:
     def _worker(
         self, w: int, keys: list[list[Any]], leaves: list[Any], blend_epoch: int
     ) -> dict[str, Any]:
-        readers = iter(range(self.num_leaves))
+        deal = ElasticDeal(
+            worker=w,
+            workers=self.new,
+            old_workers=self.G,
+            epoch=self.epoch,
+            blend_epoch=blend_epoch,
+            reader_repeat=self.reader_repeat,
+            leaves=iter(
+                LeafWork(keys[leaf], segs, last_reader)
+                for leaf, (segs, last_reader, _) in enumerate(leaves)
+            ),
+        )
 
         def rebuild(level: dict[str, Any]) -> dict[str, Any]:
-            kind = level["type"]
-            out: dict[str, Any] = {"type": kind}
-            if kind == "Reader":
-                leaf = next(readers)
-                segs, last_reader, _ = leaves[leaf]
-                after = last_reader + 1 if self.reader_repeat else self.epoch
-                out.update(epoch=after, next=0, open=[], rng=0, done=not self.reader_repeat)
-                out["left"] = {
-                    "keys": keys[leaf],
-                    "segs": segs,
-                    "share": [w, self.new],
-                    "G": self.G,
-                    "k": 0,
-                    "s": 0,
-                    "item": 0,
-                    "cur": [],
-                    "emitted": 0,
-                }
-            elif kind == "WeightedBlend":
-                out.update(rng=0, exhausted=[False] * len(level["sources"]))
-            elif kind == "EpochizedBlend":
-                passes_ = [[0, 0] for _ in level["sources"]]
-                out.update(rng=0, epoch=blend_epoch, passes=passes_, done=False, left=True)
-            elif kind == "GroupBatch":
-                out.update(buckets=[], emitted=0, sync=level["sync"])
-            elif kind in _FRESH:
-                out.update(copy.deepcopy(_FRESH[kind]))
-            else:
-                raise StateError(
-                    f"elastic restore does not know how to redistribute stage {kind!r}"
-                )
+            out: dict[str, Any] = {"type": level["type"]}
+            out.update(_stage(level).elastic_state(level, deal))
             if "source" in level:
                 out["source"] = rebuild(level["source"])
             if "sources" in level:
@@ -352,6 +354,17 @@ class _Redistribution:
             return out
 
         return rebuild(self.template)
+
+
+def _stage(level: dict[str, Any]) -> type[Stage]:
+    """The class of a saved level; StateError naming a stage no imported class has."""
+    cls = stage_class(level.get("type"))
+    if cls is None:
+        raise StateError(
+            "elastic restore does not know how to redistribute stage "
+            f"{short_repr(level.get('type'))} (no stage class of that name is imported)"
+        )
+    return cls
 
 
 def _has_sub(plain: Any) -> bool:

@@ -43,6 +43,13 @@ class LeafSpec:
 class Encode(Stage):
     STATE_KEYS = ("pending",)
     OPTIONAL_KEYS = ("calls",)  # absent in states saved before the hook indices: 0
+    STATS_LABEL = "decode"
+    STATS_HINT = (
+        "decode is {percent}%: decode images to uint8 "
+        '(SampleDecoder(image_decode="torchrgb8")) and normalise on the GPU, or {more_workers}'
+    )
+    STATS_HOOK = "hook"  # the task encoder's encode_sample / preencode_sample
+    ELASTIC_FRESH = {"pending": []}  # the hook index (calls) starts over too
     source: Stage  # always set: this stage has one parent
     _outputs: Iterator[Any] | None  # the running generator hook
     _parent: RestoreKey | None
@@ -68,6 +75,16 @@ class Encode(Stage):
         self.cook = task_encoder.overrides("cook_crude_sample") or bool(task_encoder.cookers)
         self.counts_batches = counts_batches  # no batching stage: each sample is a "batch"
         self.leaf_base = leaf_base
+
+    @classmethod
+    def elastic_refusal(cls, level: dict[str, Any]) -> str | None:
+        if not level["pending"]:
+            return None
+        return (
+            "a generator encode_sample is part-way through its outputs for "
+            f"{short_repr(level['pending'][0])}; an elastic restore cannot split them exactly. "
+            "Save at a step where no generator hook is mid-way"
+        )
 
     def encode(self, raw: dict[str, Any]) -> Any:
         restore_key: SampleKey = raw["__restore_key__"]

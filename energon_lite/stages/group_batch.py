@@ -24,20 +24,26 @@ survive msgpack (a ``BucketId`` would come back as a list).
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from energon_lite.errors import SKIPPED, ConfigError, FailureTracker, StateError, guarded
 from energon_lite.samples.types import basic_sample_keys
 from energon_lite.stages.base import Stage
-from energon_lite.stages.batch import collate_or_skip, fetch_batch
+from energon_lite.stages.batch import Batch, collate_or_skip, fetch_batch
 from energon_lite.stages.bucket_sync import BucketSync, choose_bucket
 from energon_lite.stages.buffer import check_held, fetch_keys, keys_of
 from energon_lite.state.codec import state_count
 from energon_lite.task_encoder.hook_index import INDEX
 
+if TYPE_CHECKING:
+    from energon_lite.stages.elastic import ElasticDeal
+
 
 class GroupBatch(Stage):
     STATE_KEYS = ("buckets", "emitted", "sync")
+    STATS_LABEL = Batch.STATS_LABEL
+    STATS_HINT = Batch.STATS_HINT
+    STATS_BATCHES = True
     source: Stage  # always set: this stage has one parent
     _source_done: bool
     _buckets: dict[Hashable, tuple[int, list[Any]]]
@@ -57,6 +63,21 @@ class GroupBatch(Stage):
         self.drop_last = drop_last
         self.failures = failures or FailureTracker(0)
         self.sync = sync
+
+    def stats_held(self) -> tuple[int, int | None] | None:
+        """The samples waiting in the buckets (no fixed capacity)."""
+        if not self._started:
+            return None
+        return sum(len(waiting) for _, waiting in self._buckets.values()), None
+
+    @classmethod
+    def held_keys(cls, level: dict[str, Any]) -> list[Any]:
+        return [key for bucket in level["buckets"] for key in bucket]
+
+    @classmethod
+    def elastic_state(cls, level: dict[str, Any], deal: ElasticDeal) -> dict[str, Any]:
+        """Empty buckets (their samples are dealt to the new readers), the same sync mode."""
+        return {"buckets": [], "emitted": 0, "sync": level["sync"]}
 
     def next(self) -> Any:
         self._start_if_fresh()

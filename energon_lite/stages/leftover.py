@@ -160,6 +160,33 @@ class Leftover:
         }
 
 
+def start_left(
+    keys: list[Any], segs: list[dict[str, Any]], worker: int, workers: int, old_workers: int
+) -> dict[str, Any]:
+    """The ``left`` state of new worker ``worker`` of ``workers``, nothing delivered yet:
+    its deal of the buffered ``keys`` and the old layout's unfinished ``segs``."""
+    return {
+        "keys": keys,
+        "segs": segs,
+        "share": [worker, workers],
+        "G": old_workers,
+        "k": 0,
+        "s": 0,
+        "item": 0,
+        "cur": [],
+        "emitted": 0,
+    }
+
+
+def describe_left(left: dict[str, Any]) -> str:
+    """A saved ``left`` in words (``energon-lite checkpoint info``)."""
+    return (
+        f"leftover of an elastic restore: {len(left['keys']) - left['k']} samples to "
+        f"replay, {len(left['segs']) - left['s']} unfinished epoch segment(s) of "
+        f"{left['G']} old workers"
+    )
+
+
 def _list(value: Any, what: str) -> list[Any]:
     if not isinstance(value, list):
         raise StateError(f"{what}: {short_repr(value)} must be a list; the state is corrupt")

@@ -11,6 +11,7 @@ from energon_lite.state.codec import state_count
 
 class Limit(Stage):
     STATE_KEYS = ("count",)
+    STATS_LABEL = "limit"
     source: Stage  # always set: this stage has one parent
 
     def __init__(self, source: Stage, limit: int) -> None:

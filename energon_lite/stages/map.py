@@ -16,6 +16,8 @@ from energon_lite.stages.base import Stage
 
 
 class Map(Stage):
+    STATS_LABEL = "encode_batch"
+    STATS_HINT = "encode_batch is {percent}%: move it onto the GPU, or {more_workers}"
     source: Stage  # always set: this stage has one parent
 
     def __init__(

@@ -36,6 +36,11 @@ from energon_lite.task_encoder.base import TaskEncoder
 
 class Pack(Stage):
     STATE_KEYS = ("buffer", "pending")
+    STATS_LABEL = "pack"
+    STATS_HINT = (
+        "packing is {percent}%: a cheaper select_samples_to_pack or a smaller packing_buffer_size"
+    )
+    ELASTIC_FRESH = {"buffer": [], "pending": []}  # its samples are dealt to the new readers
     source: Stage  # always set: this stage has one parent
     _buffer: KeyedBuffer
     _pending: list[list[Any]]
@@ -55,6 +60,17 @@ class Pack(Stage):
         self.task_encoder = task_encoder
         self.seed = seed
         self.failures = failures or FailureTracker(0)
+
+    def stats_held(self) -> tuple[int, int | None] | None:
+        """The buffer and the selected groups not yet packed."""
+        if not self._started:
+            return None
+        return len(self._buffer) + sum(len(group) for group in self._pending), self.size
+
+    @classmethod
+    def held_keys(cls, level: dict[str, Any]) -> list[Any]:
+        """The buffer's keys, then those of the selected groups not yet packed."""
+        return [*level["buffer"], *(key for group in level["pending"] for key in group)]
 
     def next(self) -> Any:
         self._start_if_fresh()

@@ -20,7 +20,7 @@ old layout's unfinished work this reader delivers first (:mod:`energon_lite.stag
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -28,9 +28,12 @@ from energon_lite.errors import StateError, short_repr
 from energon_lite.rng import CounterRng, Permutation, derive_seed, mix_draws
 from energon_lite.sources.base import Source
 from energon_lite.stages.base import Stage
-from energon_lite.stages.leftover import Leftover
+from energon_lite.stages.leftover import Leftover, describe_left, start_left
 from energon_lite.state.codec import state_count
 from energon_lite.state.restore_key import SampleKey
+
+if TYPE_CHECKING:
+    from energon_lite.stages.elastic import ElasticDeal
 
 _CHUNK = 16  # samples read per pread from an open slice
 
@@ -40,6 +43,12 @@ class Reader(Stage):
 
     STATE_KEYS = ("epoch", "next", "open", "rng", "done")
     OPTIONAL_KEYS = ("left",)  # only after an elastic restore, until that work is done
+    STATS_LABEL = "read"
+    STATS_HINT = (
+        "reading is {percent}%: the storage is slow for this access pattern; a larger "
+        "max_samples_per_sequence reads longer sequential runs, parallel_shard_iters "
+        "more shards at once; or {more_workers}"
+    )
 
     _open: list[list[int]]  # [slice_id, next sample] of each open slice
     _perm_cycle: int | None
@@ -81,6 +90,31 @@ class Reader(Stage):
         # derived caches (pure functions of the settings), not state
         self._bounds_cache: dict[int, tuple[int, int, int]] = {}
         self._perm_cycle = None
+
+    # what the library asks of the class (energon_lite.stages.base) ------------------------
+
+    def stats_name(self) -> str:
+        return f"Reader {self.leaf_id}"  # one row per leaf
+
+    @classmethod
+    def describe_level(cls, level: dict[str, Any]) -> list[str]:
+        left = level.get("left")
+        return [describe_left(left)] if isinstance(left, dict) else []
+
+    @classmethod
+    def elastic_state(cls, level: dict[str, Any], deal: ElasticDeal) -> dict[str, Any]:
+        """The leaf's leftover first (``left``), then the epoch after the old workers' latest
+        one (``repeat``) or nothing more."""
+        leaf = deal.next_leaf()
+        repeat = deal.reader_repeat
+        return {
+            "epoch": leaf.last_epoch + 1 if repeat else deal.epoch,
+            "next": 0,
+            "open": [],
+            "rng": 0,
+            "done": not repeat,
+            "left": start_left(leaf.keys, leaf.segs, deal.worker, deal.workers, deal.old_workers),
+        }
 
     # slice arithmetic ------------------------------------------------------------------
 

@@ -21,6 +21,9 @@ from energon_lite.state.codec import state_count
 
 class ShuffleBuffer(Stage):
     STATE_KEYS = ("keys", "rng")
+    STATS_LABEL = "shuffle"
+    STATS_HINT = "the shuffle buffer is {percent}%: a smaller shuffle_buffer_size"
+    ELASTIC_FRESH = {"keys": [], "rng": 0}  # its samples are dealt to the new readers
     source: Stage  # always set: this stage has one parent
     _buffer: KeyedBuffer
     _rng: CounterRng
@@ -34,6 +37,13 @@ class ShuffleBuffer(Stage):
         self.size = size
         self.seed = seed
         self.rng_keys = ("shuffle", *rng_keys)
+
+    def stats_held(self) -> tuple[int, int | None] | None:
+        return (len(self._buffer), self.size) if self._started else None
+
+    @classmethod
+    def held_keys(cls, level: dict[str, Any]) -> list[Any]:
+        return list(level["keys"])
 
     def next(self) -> Any:
         self._start_if_fresh()

@@ -97,7 +97,7 @@ class EpisodePipeline:
 
         sampler = EpisodeSweep if self.mode == "full" else EpisodePool
         return {
-            "type": "Batch",
+            "type": Batch.__name__,
             "keys": list(Batch.STATE_KEYS),
             "optional": list(Batch.OPTIONAL_KEYS),
             "source": {"type": sampler.__name__, "keys": list(sampler.STATE_KEYS)},
