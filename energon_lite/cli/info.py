@@ -114,7 +114,12 @@ def preview(
     lines = []
     for shard_id, index in itertools.islice(_positions(dataset), num):
         key, parts = dataset.read(shard_id, index)
-        raw = {"__key__": key, "__restore_key__": SampleKey(0, shard_id, index, 0), **parts}
+        raw = {
+            "__key__": key,
+            "__restore_key__": SampleKey(0, shard_id, index, 0),
+            "__shard__": dataset.shard_names[shard_id],
+            **parts,
+        }
         sample = factory.build(raw, decoder, None)
         fields = (
             sample.items()

@@ -21,7 +21,7 @@ import numpy as np
 
 from energon_lite.decode.image import MAX_IMAGE_PIXELS, check_image_mode, decode_image
 from energon_lite.decode.sniff import guess_extension
-from energon_lite.errors import ConfigError
+from energon_lite.errors import ConfigError, MediaDecodeError
 
 IMAGE_EXTS = frozenset(
     {"jpg", "jpeg", "png", "webp", "ppm", "pgm", "pbm", "bmp", "tif", "tiff", "gif"}
@@ -130,7 +130,10 @@ class SampleDecoder:
         if ext in TEXT_EXTS:
             return bytes(data).decode("utf-8")
         if ext == "json":
-            return json.loads(data)
+            try:
+                return json.loads(data)
+            except (ValueError, RecursionError) as exc:  # also a 100,000-digit integer
+                raise MediaDecodeError(f"part {part!r}: not readable as JSON: {exc}") from None
         if ext in INT_EXTS:
             return int(data)
         if ext == "npy":
@@ -176,6 +179,10 @@ class SampleDecoder:
                     out[name] = self.decode_part(name, value)
                 except ConfigError as exc:
                     raise ConfigError(f"sample {raw.get('__key__')!r}: {exc}") from None
+                except MediaDecodeError as exc:  # the file and the sample, for the log
+                    shard = raw.get("__shard__")
+                    where = f"{shard}: " if shard else ""
+                    raise MediaDecodeError(f"{where}sample {raw.get('__key__')!r}: {exc}") from None
         return out
 
     def __call__(self, sample: dict[str, Any]) -> dict[str, Any]:
