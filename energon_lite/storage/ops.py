@@ -30,27 +30,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from energon_lite.errors import ConfigError, DatasetFormatError
+from energon_lite.errors import DatasetFormatError
 from energon_lite.storage import retry
-from energon_lite.storage.clients import target
+from energon_lite.storage.clients import request_timeout, target
 from energon_lite.storage.path import RemotePath, StoragePath
 
 _small: dict[RemotePath, bytes] = {}
 _listings: dict[RemotePath, dict[str, dict[str, Any]]] = {}
 _SMALL_LIMIT = 4 << 20  # files kept in memory are metadata, never shards
-REQUEST_TIMEOUT = 60.0  # seconds one ranged GET may take in all (connect, headers, body)
-
-
-def request_timeout() -> float:
-    """``ENERGON_LITE_REQUEST_TIMEOUT`` seconds, else ``REQUEST_TIMEOUT``."""
-    value = os.environ.get("ENERGON_LITE_REQUEST_TIMEOUT")
-    try:
-        seconds = float(value) if value else REQUEST_TIMEOUT
-    except ValueError:
-        raise ConfigError(f"ENERGON_LITE_REQUEST_TIMEOUT={value!r}: a number of seconds") from None
-    if not seconds > 0:
-        raise ConfigError(f"ENERGON_LITE_REQUEST_TIMEOUT={value!r}: must be > 0 seconds")
-    return seconds
 
 
 class ObjectChangedError(DatasetFormatError):
