@@ -23,6 +23,12 @@ from energon_lite.cache import (
     SystemFileStore,
 )
 from energon_lite.cache.file_store_decoder import FileStoreDecoder
+from energon_lite.compat.arguments import (
+    get_loader,
+    get_savable_loader,
+    get_train_dataset,
+    get_val_dataset,
+)
 from energon_lite.compat.joined_factory import JoinedWebdatasetFactory
 from energon_lite.compat.metadataset_api import (
     DatasetLoader,
@@ -66,15 +72,8 @@ from energon_lite.errors import (
     log_exception,
     reraise_exception,
 )
-from energon_lite.loader.api import (
-    SavableDataset,
-    SavableLoader,
-    get_loader,
-    get_savable_loader,
-    get_train_dataset,
-    get_val_dataset,
-)
-from energon_lite.samples.crude import CrudeSample, CrudeWebdataset, cooker
+from energon_lite.loader.api import SavableDataset, SavableLoader
+from energon_lite.samples.crude import CrudeSample
 from energon_lite.samples.resolver import allow_sample_type_modules
 from energon_lite.samples.types import (
     Batch,
@@ -93,9 +92,11 @@ from energon_lite.samples.types import (
     VQASample,
     basic_sample_keys,
 )
+from energon_lite.shards.dataset import CrudeWebdataset
 from energon_lite.shards.prepare import prepare_dataset
 from energon_lite.task_encoder.augment import AugmentTaskEncoder
-from energon_lite.task_encoder.base import Cooker, DefaultTaskEncoder, TaskEncoder, stateless
+from energon_lite.task_encoder.base import DefaultTaskEncoder, TaskEncoder, stateless
+from energon_lite.task_encoder.cooking import Cooker, cooker
 from energon_lite.worker import WorkerConfig
 from energon_lite.wrappers import (
     BatchDataset,

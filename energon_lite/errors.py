@@ -234,6 +234,16 @@ def reraise_exception(exc: Exception, _sample: Any, _sources: Sequence[Any] | No
 _restore_handler: list[Callable[..., Any] | None] = [None]
 
 
+def failure_trackers(
+    tolerance: int, global_error_handler: Callable[..., Any] | None
+) -> Callable[[], FailureTracker]:
+    """Makes a fresh :class:`FailureTracker` per stage (a success in one stage must not reset
+    another's failure streak), calling Energon's ``WorkerConfig.global_error_handler``; its
+    default, :func:`log_exception`, is what a tracker without a handler does already."""
+    handler = None if global_error_handler is log_exception else global_error_handler
+    return lambda: FailureTracker(tolerance, handler)
+
+
 @contextmanager
 def restoring(handler: Callable[..., Any] | None) -> Iterator[None]:
     """While a worker's chain restores its state, buffered items that fail to be fetched

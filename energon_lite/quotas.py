@@ -6,6 +6,9 @@ pass. A fraction ``f`` of a last pass is split by largest remainder so that the 
 shares sum to exactly ``floor(f * N)`` (``N``: the leaf's samples in that pass, all
 workers). Every worker computes every worker's counts itself (slice ownership is a pure
 function of seed, epoch and worker), so no communication is needed.
+
+``share`` is the plain round-robin split of a count over workers (Energon's per-worker
+share), used wherever a rank-wide count is dealt to its workers.
 """
 
 from __future__ import annotations
@@ -13,6 +16,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from fractions import Fraction
+
+
+def share(total: int, parts: int, part: int) -> int:
+    """How many of ``total`` items part ``part`` of ``parts`` gets, dealt round robin (the
+    first ``total % parts`` parts get one more): Energon's per-worker share of a count."""
+    return total // parts + (1 if part < total % parts else 0)
 
 
 def exact_repetitions(value: float) -> Fraction:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gc
+import subprocess
+import sys
 import warnings
 import zlib
 from collections import defaultdict
@@ -22,6 +24,7 @@ from energon_lite import (
     get_train_dataset,
 )
 from energon_lite.batching import memory as batch_memory
+from energon_lite.batching.allocate import active_pool
 from energon_lite.batching.memory import MIN_BYTES, BatchMemoryPool, Held, _shares_storages
 
 ROWS = 4096  # 4096 x 8 float32 = 128 KiB per sample, 1 MiB per batch of 8: above MIN_BYTES
@@ -41,7 +44,7 @@ class BigEncoder(DefaultTaskEncoder):
     def batch(self, samples: list[dict[str, Any]]) -> dict[str, Any]:
         big = batch_stack([s["big"] for s in samples])
         info = get_worker_info()
-        pool = batch_memory._ACTIVE
+        pool = active_pool()
         segments = pool._segments if pool is not None else []
         return {
             "keys": [s["key"] for s in samples],
@@ -206,7 +209,7 @@ class ChannelLossEncoder(BigEncoder):
 
     def batch(self, samples: list[dict[str, Any]]) -> dict[str, Any]:
         info = get_worker_info()
-        pool = batch_memory._ACTIVE
+        pool = active_pool()
         if info is not None and info.id == 1 and pool is not None and pool._channel is not None:
             pool._channel.close()
         return super().batch(samples)
@@ -230,3 +233,14 @@ def test_a_finished_streams_socket_pairs_are_closed(loader_ds: Any) -> None:
         del loader
         gc.collect()
     assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []
+
+
+def test_preparing_a_dataset_does_not_load_the_shared_memory_machinery() -> None:
+    """The data model collates (``Batch.from_samples``); collating allocates through
+    ``batching.allocate``, which imports no pool: an offline ``prepare`` loads no sockets."""
+    code = (
+        "import energon_lite.shards.prepare, sys; "
+        "assert 'energon_lite.batching.memory' not in sys.modules, 'batching.memory imported'"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

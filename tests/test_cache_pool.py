@@ -130,6 +130,25 @@ def test_shared_references_in_one_process(files: Path, tmp_path: Path) -> None:
     pool.close()
 
 
+def test_a_lazy_waits_and_releases_through_the_pools_public_interface(
+    files: Path, tmp_path: Path
+) -> None:
+    """``FileCacheLazy`` needs two things of its pool, ``wait`` and ``release``: public."""
+    store = SystemFileStore(files)
+    pool = FileStoreCachePool(parent_cache_dir=tmp_path / "cache")
+    kept, dropped = pool.get_lazy(store, "f2.bin"), pool.get_lazy(store, "f2.bin")
+    entry = kept.entry
+    assert entry.refcount == 2
+    pool.release(dropped.entry)  # what an unread Lazy does when it goes
+    dropped._data = (None, None)  # ...so that its own __del__ does not release it again
+    assert entry.refcount == 1
+    data, source = pool.wait(store, "f2.bin", entry)
+    assert data == bytes([2]) * 30_000 and source.file_names == ("f2.bin",)
+    assert entry.refcount == 0  # waiting took the last reference
+    kept._data = (data, source)
+    pool.close()
+
+
 def _worker(pool: FileStoreCachePool, store: LoggingStore, barrier: Any, out: Any) -> None:
     barrier.wait(timeout=30)
     data = [pool.get(store, name) for name in ("f7.bin", "f8.bin", "f7.bin")]

@@ -27,7 +27,8 @@ from energon_lite import (
 )
 from energon_lite.cache import FileStoreCachePool, Lazy, WebdatasetFileStore
 from energon_lite.errors import DatasetFormatError
-from energon_lite.samples.crude import CrudeSample, cooker
+from energon_lite.samples.crude import CrudeSample
+from energon_lite.task_encoder.cooking import cooker
 from energon_lite.testing import assert_loader_resumes
 
 

@@ -86,6 +86,23 @@ def test_default_batch_lists_numbers_and_stacks_tensors(encoder: type) -> None:
     _check(encoder().batch(_samples()))
 
 
+def test_generic_batch_is_the_default_batching_rule() -> None:
+    """One rule: Energon's ``generic_batch`` batches a structure as the default batching
+    batches each field, tolerant alike of a column that mixes tensors with None."""
+    import energon_lite as el
+
+    _check(el.generic_batch(_samples()))
+    mixed = [{"x": torch.ones(2), "k": 1}, {"x": None, "k": 2}]
+    assert (
+        el.generic_batch(mixed)
+        == DefaultTaskEncoder().batch(mixed)
+        == {
+            "x": [mixed[0]["x"], None],
+            "k": [1, 2],
+        }
+    )
+
+
 def test_same_batch_as_energon() -> None:
     energon = pytest.importorskip("megatron.energon")
     theirs = energon.DefaultTaskEncoder().batch(_samples())

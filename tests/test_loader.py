@@ -477,6 +477,33 @@ def test_energons_older_decoder_arguments_warn_and_map(train_ds: Path) -> None:
     assert raw.decoder is None
 
 
+def test_energons_argument_forms_live_in_compat_not_in_the_core(train_ds: Path) -> None:
+    """The public entry points take Energon's forms (energon_lite.compat.arguments) and warn
+    at the caller's line; the core's own functions carry none of them."""
+    from energon_lite.loader import api
+
+    wc = WorkerConfig(rank=0, world_size=1, num_workers=0)
+    core = {"worker_config": wc, "batch_size": 2, "task_encoder": TaskEncoder()}
+    with pytest.raises(ConfigError, match=r"unknown arguments \['image_decode'\]"):
+        api.get_train_dataset(
+            train_ds,
+            shuffle_buffer_size=None,
+            max_samples_per_sequence=None,
+            image_decode="pil",
+            **core,
+        )
+    with pytest.raises(ConfigError, match=r"unknown arguments \['max_samples_per_sequence'\]"):
+        api.get_val_dataset(train_ds, max_samples_per_sequence=4, **core)
+    dataset = get_val_dataset(train_ds, split_part="train", max_samples_per_sequence=4, **core)
+    with pytest.raises(ConfigError, match=r"unknown loader arguments \['n_checkpoints'\]"):
+        api.get_loader(dataset, n_checkpoints=2)
+    get_loader(dataset, n_checkpoints=2, worker_config=wc)
+    with pytest.warns(FutureWarning) as caught:
+        get_train_dataset(train_ds, shuffle_buffer_size=None, max_samples_per_sequence=None,
+                          image_decode="pil", **core)  # fmt: skip
+    assert caught[0].filename == __file__
+
+
 def test_a_dropped_loader_shuts_its_workers_down_at_once(train_ds: Path) -> None:
     """Dropping a loader mid-pass frees it by reference counting, so its workers get the
     shutdown message at once (in a reference cycle, the garbage collector would finalise the

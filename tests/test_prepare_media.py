@@ -23,8 +23,8 @@ from energon_lite.cache import SystemFileStore, WebdatasetFileStore
 from energon_lite.cache.media_metadata import ImageMetadata
 from energon_lite.cli.main import main as cli
 from energon_lite.errors import DatasetFormatError
-from energon_lite.samples.crude import cooker
 from energon_lite.synth.shards import make_image
+from energon_lite.task_encoder.cooking import cooker
 
 pytest.importorskip("av")
 

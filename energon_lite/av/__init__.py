@@ -8,9 +8,9 @@ are here too (and in ``energon_lite.media``).
 from __future__ import annotations
 
 from energon_lite.av.clips import get_clips_uniform, get_single_frames_uniform, uniform_ranges
+from energon_lite.av.data import AVData
 from energon_lite.av.decoder import (
     AV_DECODE_MODES,
-    AVData,
     AVDecoder,
     DecodeStats,
     decode_av_part,

@@ -10,11 +10,29 @@ decoder walks the file once and seeks only across keyframes it does not need.
 
 from __future__ import annotations
 
+from typing import Any, Protocol
+
 import numpy as np
 import torch
 
-from energon_lite.av.decoder import AVData, AVDecoder
+from energon_lite.av.data import AVData
 from energon_lite.errors import ConfigError, MediaDecodeError
+
+
+class ClipDecoder(Protocol):
+    """What the sampling helpers ask of a decoder (``AVDecoder`` has it)."""
+
+    def _describe(self) -> str: ...
+
+    def get_video_fps(self) -> float: ...
+
+    def get_video_duration(
+        self, get_frame_count: bool = False
+    ) -> tuple[float | None, int | None]: ...
+
+    def get_audio_duration(self) -> float | None: ...
+
+    def get_clips(self, *args: Any, **kwargs: Any) -> AVData: ...  # AVDecoder.get_clips's
 
 
 def uniform_ranges(
@@ -43,7 +61,7 @@ def uniform_ranges(
 
 
 def get_clips_uniform(
-    av_decoder: AVDecoder,
+    av_decoder: ClipDecoder,
     clip_duration_seconds: float,
     num_clips: int,
     request_video: bool | None = None,
@@ -80,7 +98,7 @@ def get_clips_uniform(
 
 
 def get_single_frames_uniform(
-    av_decoder: AVDecoder,
+    av_decoder: ClipDecoder,
     num_frames: int,
     *,
     video_out_frame_size: tuple[int, int] | None = None,

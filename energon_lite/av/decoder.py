@@ -37,7 +37,7 @@ from __future__ import annotations
 import io
 import os
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, BinaryIO
 
@@ -45,23 +45,13 @@ import av
 import numpy as np
 import torch
 
+from energon_lite.av.data import AVData
 from energon_lite.av.energon_api import EnergonAVMethods
 from energon_lite.errors import ConfigError, MediaDecodeError
 from energon_lite.media import AVMetadata
 
 AV_DECODE_MODES = ("AVDecoder", "pyav", "torch")
 INF = float("inf")
-
-
-@dataclass
-class AVData:
-    """Decoded clips: video (T, C, H, W) uint8, audio (channels, samples) in the decoder's
-    sample type (int16 for 16-bit PCM, float32 in [-1, 1] for most compressed audio)."""
-
-    video_clips: list[torch.Tensor] = field(default_factory=list)
-    video_timestamps: list[tuple[float, float]] = field(default_factory=list)
-    audio_clips: list[torch.Tensor] = field(default_factory=list)
-    audio_timestamps: list[tuple[float, float]] = field(default_factory=list)
 
 
 @dataclass

@@ -10,12 +10,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from energon_lite.av.clips import get_clips_uniform, get_single_frames_uniform
+from energon_lite.av.data import AVData
 from energon_lite.errors import MediaDecodeError
 
 if TYPE_CHECKING:
     import torch
 
-    from energon_lite.av.decoder import AVData
     from energon_lite.media import AVMetadata
 
 ClipList = tuple[list["torch.Tensor"], list[tuple[float, float]]]
@@ -67,8 +68,6 @@ class EnergonAVMethods:
         video_out_frame_size: tuple[int, int] | None = None,
     ) -> AVData:
         """``energon_lite.av.get_clips_uniform`` on this decoder."""
-        from energon_lite.av.clips import get_clips_uniform
-
         return get_clips_uniform(
             self,  # type: ignore[arg-type]
             clip_duration_seconds,
@@ -86,8 +85,6 @@ class EnergonAVMethods:
         return_timestamps: bool = False,
     ) -> torch.Tensor | tuple[torch.Tensor, list[float]]:
         """``energon_lite.av.get_single_frames_uniform`` on this decoder."""
-        from energon_lite.av.clips import get_single_frames_uniform
-
         return get_single_frames_uniform(
             self,  # type: ignore[arg-type]
             num_frames,

@@ -8,39 +8,16 @@ from typing import Any
 
 import torch
 
-from energon_lite.batching.memory import pooled_empty
+from energon_lite.batching.allocate import batch_tensor
 from energon_lite.batching.slab import claim
 
 KEY_FIELDS = ("__key__", "__restore_key__", "__subflavors__")
 
 
-def _sources(column: Sequence[Any]) -> tuple[Any, ...] | None:
+def merged_sources(column: Sequence[Any]) -> tuple[Any, ...] | None:
     """A batch's ``__sources__``: every sample's entries, in order (None when there are none)."""
     merged = tuple(info for entry in column for info in (entry or ()))
     return merged or None
-
-
-def batch_tensor(first: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
-    """An uninitialised tensor for a batch; in a loader worker, in shared memory.
-
-    A worker's batch is pickled to the trainer process through shared memory. Allocating it
-    there from the start (as torch's own collate does) saves copying every batch once more;
-    reusing a segment the trainer has let go of saves faulting in fresh pages
-    (:mod:`energon_lite.batching.memory`).
-    """
-    pooled = pooled_empty(first, shape)  # a segment the trainer has let go of
-    if pooled is not None:
-        return pooled
-    numel = 1
-    for size in shape:
-        numel *= size
-    if first.device.type == "cpu" and torch.utils.data.get_worker_info() is not None:
-        try:
-            storage = first._typed_storage()._new_shared(numel, device=first.device)
-            return first.new(storage).resize_(*shape)
-        except (AttributeError, RuntimeError):  # private API moved: fall back to plain memory
-            pass
-    return torch.empty(tuple(shape), dtype=first.dtype, device=first.device)
 
 
 def batch_stack(values: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -71,29 +48,33 @@ def batch_list(values: Sequence[Any]) -> list[Any]:
     return list(values)
 
 
-def collate_values(values: Sequence[Any]) -> Any:
-    """One field across a batch, by Energon's default rule (``generic_batch``): tensors
-    pad-stacked, dicts, dataclasses and named tuples collated field by field (a dataclass
-    with ``from_samples`` builds itself), everything else (numbers, strings, NumPy arrays,
-    None) listed as it is."""
+def generic_batch(samples: Sequence[Any]) -> Any:
+    """Batch ``samples`` (or one field across a batch) by Energon's structure-recursing rule:
+    tensors pad-stacked, dicts, dataclasses and named tuples batched field by field (a
+    dataclass with ``from_samples`` builds itself), anything else (numbers, strings, NumPy
+    arrays, None) listed as it is. Where Energon would fail (a column mixing tensors with
+    other values or structures of several types), the column is listed; a dict keeps the
+    keys every sample has."""
+    values = list(samples)
     first = values[0]
     if isinstance(first, torch.Tensor) and all(isinstance(v, torch.Tensor) for v in values):
         return batch_pad_stack(values)
     if isinstance(first, dict) and all(isinstance(v, dict) for v in values):
         return {
-            k: collate_values([v[k] for v in values]) for k in first if all(k in v for v in values)
+            k: generic_batch([v[k] for v in values]) for k in first if all(k in v for v in values)
         }
     if all(type(v) is type(first) for v in values):
         if dataclasses.is_dataclass(first) and not isinstance(first, type):
             if hasattr(first, "from_samples"):
-                return first.from_samples(list(values))
+                return first.from_samples(values)
             names = [f.name for f in dataclasses.fields(first)]
-            return type(first)(
-                **{n: collate_values([getattr(v, n) for v in values]) for n in names}
-            )
+            return type(first)(**{n: generic_batch([getattr(v, n) for v in values]) for n in names})
         if isinstance(first, tuple) and hasattr(first, "_fields"):  # a NamedTuple
-            return type(first)(*(collate_values(list(column)) for column in zip(*values)))
-    return list(values)
+            return type(first)(*(generic_batch(list(column)) for column in zip(*values)))
+    return batch_list(values)
+
+
+collate_values = generic_batch  # the name the data model's Batch.from_samples used
 
 
 def default_collate(samples: Sequence[Any], result_type: type | None = None) -> Any:
@@ -110,18 +91,18 @@ def default_collate(samples: Sequence[Any], result_type: type | None = None) -> 
         for name in names:
             column = [getattr(s, name, None) for s in samples]
             if name == "__sources__":
-                values[name] = _sources(column)
+                values[name] = merged_sources(column)
             else:
-                values[name] = list(column) if name in KEY_FIELDS else collate_values(column)
+                values[name] = list(column) if name in KEY_FIELDS else generic_batch(column)
         return cls(**values)
     if isinstance(first, dict):
         batch = {
-            k: _sources(v)
+            k: merged_sources(v)
             if k == "__sources__"
             else list(v)
             if k in KEY_FIELDS
-            else collate_values(v)
+            else generic_batch(v)
             for k, v in ((k, [s[k] for s in samples]) for k in first)
         }
         return result_type(**batch) if result_type is not None else batch
-    return collate_values(samples)
+    return generic_batch(samples)

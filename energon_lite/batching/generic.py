@@ -1,7 +1,8 @@
 """Energon's structure-recursing collate helpers.
 
-``generic_batch`` stacks samples into a batch (tensors padded and stacked along a new first
-dimension); ``generic_concat`` joins batches into one (tensors padded and concatenated along
+``generic_batch`` (defined with the other collate rules in :mod:`energon_lite.batching.collate`,
+where the default batching uses it) stacks samples into a batch (tensors padded and stacked
+along a new first dimension); ``generic_concat`` joins batches into one (tensors padded and concatenated along
 their first dimension); both recurse into dicts, dataclasses and named tuples and list
 everything else. ``homogeneous_concat_mix`` is ``generic_concat`` for batches of one type.
 """
@@ -14,7 +15,9 @@ from typing import Any
 
 import torch
 
-from energon_lite.batching.collate import batch_list, batch_pad_stack
+from energon_lite.batching.collate import generic_batch
+
+__all__ = ["concat_pad", "generic_batch", "generic_concat", "homogeneous_concat_mix"]
 
 
 def _recurse(items: Sequence[Any], fn: Callable[[list[Any]], Any]) -> Any | None:
@@ -28,19 +31,6 @@ def _recurse(items: Sequence[Any], fn: Callable[[list[Any]], Any]) -> Any | None
     if isinstance(first, tuple) and hasattr(first, "_fields"):
         return type(first)(**{n: fn([getattr(item, n) for item in items]) for n in first._fields})
     return None
-
-
-def generic_batch(samples: Sequence[Any]) -> Any:
-    """Batch ``samples``: tensors pad-stacked, structures per field (a dataclass with
-    ``from_samples`` builds itself), anything else as a list."""
-    samples = list(samples)
-    first = samples[0]
-    if isinstance(first, torch.Tensor):
-        return batch_pad_stack(samples)
-    if dataclasses.is_dataclass(first) and hasattr(first, "from_samples"):
-        return first.from_samples(samples)
-    nested = _recurse(samples, generic_batch)
-    return nested if nested is not None else batch_list(samples)
 
 
 def concat_pad(tensors: Sequence[torch.Tensor]) -> torch.Tensor:

@@ -43,6 +43,8 @@ pool without it) or the send fails, the descriptor goes torch's way as before
 from __future__ import annotations
 
 import dataclasses
+import functools
+import math
 import mmap
 import os
 import socket
@@ -54,6 +56,8 @@ from typing import Any
 import torch
 import torch.multiprocessing
 from torch.multiprocessing.reductions import reduce_storage as _torch_reduce_storage
+
+from energon_lite.batching.allocate import use_pool
 
 MIN_BYTES = 256 * 1024
 _PAGE = 4096
@@ -126,9 +130,8 @@ class BatchMemoryPool:
 
     def activate(self, worker: int) -> None:
         """Make this the pool of the calling worker process (``worker``: torch's worker id)."""
-        global _ACTIVE
         self._worker = worker
-        _ACTIVE = self
+        use_pool(self)  # batch_tensor allocates the worker's batches from here
         if self._channels is not None:
             # keep this worker's end; the trainer's ends and other workers' ends are theirs
             for index, (trainer_end, worker_end) in enumerate(self._channels):
@@ -140,7 +143,7 @@ class BatchMemoryPool:
             self._channels = None
         if torch.multiprocessing.get_sharing_strategy() == "file_descriptor":
             # the worker's queue pickles storages with _reduce_storage from now on
-            ForkingPickler.register(torch.UntypedStorage, _reduce_storage)
+            ForkingPickler.register(torch.UntypedStorage, functools.partial(_reduce_storage, self))
 
     def reduce_segment(self, storage: torch.UntypedStorage) -> tuple[Any, tuple[Any, ...]] | None:
         """How to send ``storage`` when it is one of this worker's segments: with its file
@@ -180,11 +183,29 @@ class BatchMemoryPool:
             return self._hand_out(len(self._segments) - 1, self._segments[-1])
         return None
 
+    def empty(self, like: torch.Tensor, shape: Sequence[int]) -> torch.Tensor | None:
+        """An uninitialised tensor over a free segment of this worker's, or None (a small
+        tensor, not on the CPU, or every segment still in use)."""
+        if like.device.type != "cpu":
+            return None
+        numel = math.prod(shape)
+        nbytes = numel * like.element_size()
+        if nbytes < MIN_BYTES:
+            return None
+        segment = self.take(nbytes)
+        if segment is None:
+            return None
+        return torch.empty(0, dtype=like.dtype).set_(segment)[:numel].view(tuple(shape))
+
     def _hand_out(self, slot: int, segment: torch.UntypedStorage) -> torch.UntypedStorage:
         assert self._worker is not None
         self.flags[self._worker, slot] = _BUSY
         self._taken.append((slot, segment))
         return segment
+
+    def held_nothing(self, worker: int) -> Held:
+        """What travels with a batch built outside the pool (not in a worker process)."""
+        return Held(worker, [])
 
     def collect(self) -> Held:
         """The segments taken since the last call: they travel with the batch just made."""
@@ -269,16 +290,17 @@ def _release(flags: torch.Tensor, worker: int, slot: int) -> None:
     flags[worker, slot] = _FREE
 
 
-_ACTIVE: BatchMemoryPool | None = None
-# the trainer's pools by token, for the rebuild functions (a pool goes with its stream)
+# the trainer's pools by token (a pool goes with its stream): process-global because unpickling
+# calls the rebuild functions with the pickled arguments only, and those cannot hold a pool
 _POOLS: weakref.WeakValueDictionary[str, BatchMemoryPool] = weakref.WeakValueDictionary()
 
 
-def _reduce_storage(storage: torch.UntypedStorage) -> tuple[Any, tuple[Any, ...]]:
-    """A worker's pickling of storages: pool segments as :meth:`BatchMemoryPool.reduce_segment`
-    says, everything else as torch does."""
-    pool = _ACTIVE
-    reduced = None if pool is None else pool.reduce_segment(storage)
+def _reduce_storage(
+    pool: BatchMemoryPool, storage: torch.UntypedStorage
+) -> tuple[Any, tuple[Any, ...]]:
+    """A worker's pickling of storages: ``pool``'s segments as
+    :meth:`BatchMemoryPool.reduce_segment` says, everything else as torch does."""
+    reduced = pool.reduce_segment(storage)
     return _torch_reduce_storage(storage) if reduced is None else reduced
 
 
@@ -347,21 +369,3 @@ def _close_pairs(
 def _storage_over(mapped: mmap.mmap) -> torch.UntypedStorage:
     """A storage object of its own over ``mapped`` (it keeps the mapping alive)."""
     return torch.frombuffer(mapped, dtype=torch.uint8).untyped_storage()
-
-
-def pooled_empty(like: torch.Tensor, shape: Sequence[int]) -> torch.Tensor | None:
-    """An uninitialised tensor over a free pool segment of the calling worker, or None
-    (no pool in this process, a small tensor, or every segment still in use)."""
-    pool = _ACTIVE
-    if pool is None or like.device.type != "cpu":
-        return None
-    numel = 1
-    for size in shape:
-        numel *= size
-    nbytes = numel * like.element_size()
-    if nbytes < MIN_BYTES:
-        return None
-    segment = pool.take(nbytes)
-    if segment is None:
-        return None
-    return torch.empty(0, dtype=like.dtype).set_(segment)[:numel].view(tuple(shape))

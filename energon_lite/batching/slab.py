@@ -25,6 +25,8 @@ from typing import Any
 
 import torch
 
+from energon_lite.batching.allocate import batch_tensor
+
 MAX_BACKOFF = 64
 
 
@@ -43,6 +45,8 @@ class _Local(threading.local):
         self.stack: list[_Slab | None] = []
 
 
+# Per thread, not passed down: images are decoded inside the user's hooks (decoder, cookers,
+# encode_sample), and those have no place to receive the Batch stage's open scope.
 _LOCAL = _Local()
 
 
@@ -83,8 +87,6 @@ def slot(dtype: torch.dtype, shape: tuple[int, ...]) -> torch.Tensor | None:
     if slab is None:
         return None
     if slab.tensor is None:
-        from energon_lite.batching.collate import batch_tensor
-
         slab.tensor = batch_tensor(torch.empty(0, dtype=dtype), (slab.rows, *shape))
     elif slab.tensor.dtype != dtype or tuple(slab.tensor.shape[1:]) != shape:
         return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from energon_lite.cache.base import CachePool, Lazy
 from energon_lite.cache.file_store import (
     DecodeFileStore,
     FileStore,
@@ -12,9 +13,9 @@ from energon_lite.cache.file_store import (
     open_file_store,
     primary_file_store,
 )
-from energon_lite.cache.lazy import CacheFileLazy, DirectLazy, FileCacheLazy, Lazy, MockLazy
-from energon_lite.cache.no_cache import CachePool, NoCachePool
-from energon_lite.cache.pool import FileStoreCachePool
+from energon_lite.cache.lazy import CacheFileLazy, DirectLazy, MockLazy
+from energon_lite.cache.no_cache import NoCachePool
+from energon_lite.cache.pool import FileCacheLazy, FileStoreCachePool
 
 __all__ = [
     "CacheFileLazy",

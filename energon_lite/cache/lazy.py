@@ -2,9 +2,10 @@
 
 A cooker can return ``cache.get_lazy(store, name)`` in a sample instead of the data; a later
 hook (``pack_selected_samples``, ``postencode_sample``) calls ``.get(sample)`` once it knows
-the sample is used. ``DirectLazy`` reads on ``get``; ``FileCacheLazy`` (from
-``FileStoreCachePool``) is prefetched into the local cache in the background; ``MockLazy``
-wraps a function; ``CacheFileLazy`` holds data moved out to the cache by ``to_cache``.
+the sample is used. ``DirectLazy`` reads on ``get``; ``MockLazy`` wraps a function;
+``CacheFileLazy`` holds data moved out to the cache by ``to_cache``. ``Lazy`` itself is in
+:mod:`energon_lite.cache.base`; ``FileCacheLazy``, prefetched into the local cache in the
+background, lives with its ``FileStoreCachePool`` (:mod:`energon_lite.cache.pool`).
 """
 
 from __future__ import annotations
@@ -12,37 +13,14 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 import msgpack
 
+from energon_lite.cache.base import CachePool, Lazy
 from energon_lite.cache.file_store import FileStore, add_source_info
 
-if TYPE_CHECKING:
-    from energon_lite.cache.no_cache import CachePool
-    from energon_lite.cache.pool import FileStoreCachePool, _Pending
-
 T = TypeVar("T")
-
-
-class Lazy(Generic[T]):
-    """A reference to ``fname`` of ``ds``, fetched by ``get``."""
-
-    def __init__(self, *, ds: FileStore | None, fname: str, pool: CachePool | None) -> None:
-        self.ds, self.fname, self.pool = ds, fname, pool
-
-    def get(self, sample: Any = None) -> T:
-        """The data now; adds its source to ``sample``'s ``__sources__``."""
-        raise NotImplementedError
-
-    def __hash__(self) -> int:
-        return hash((id(self.ds), self.fname))
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Lazy) and self.ds is other.ds and self.fname == other.fname
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(fname={self.fname!r}, ds={self.ds})"
 
 
 class DirectLazy(Lazy[T]):
@@ -79,30 +57,6 @@ class MockLazy(Lazy[T]):
             and self.fname == other.fname
             and self.get_fn == other.get_fn
         )
-
-
-class FileCacheLazy(Lazy[T]):
-    """A background prefetch into a ``FileStoreCachePool``; ``get`` waits for it."""
-
-    pool: FileStoreCachePool
-
-    def __init__(
-        self, *, ds: FileStore, fname: str, pool: FileStoreCachePool, entry: _Pending
-    ) -> None:
-        super().__init__(ds=ds, fname=fname, pool=pool)
-        self.entry = entry
-        self._data: tuple[Any, Any] | None = None
-
-    def get(self, sample: Any = None) -> T:
-        if self._data is None:
-            assert self.ds is not None
-            self._data = self.pool._get_data(self.ds, self.fname, self.entry)
-        add_source_info(sample, self._data[1])
-        return self._data[0]
-
-    def __del__(self) -> None:
-        if getattr(self, "_data", None) is None and hasattr(self, "entry"):
-            self.pool._release(self.entry)
 
 
 class CacheFileLazy(Lazy[T]):

@@ -1,27 +1,12 @@
-"""``CachePool``, the interface cookers see as ``cache``, and ``NoCachePool`` (no caching)."""
+"""``NoCachePool``: the ``cache`` cookers see when the loader has no cache pool (no caching)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from energon_lite.cache.base import CachePool, Lazy
 from energon_lite.cache.file_store import FileStore
-from energon_lite.cache.lazy import DirectLazy, Lazy, MockLazy
-
-
-class CachePool:
-    """Fetches files of FileStores for cookers, now (``get``) or later (``get_lazy``)."""
-
-    def get(self, ds: FileStore, fname: str, sample: Any = None) -> Any:
-        raise NotImplementedError
-
-    def get_lazy(self, ds: FileStore, fname: str) -> Lazy:
-        raise NotImplementedError
-
-    def to_cache(self, data: Any, name: str) -> Lazy:
-        raise NotImplementedError
-
-    def close(self) -> None:
-        pass
+from energon_lite.cache.lazy import DirectLazy, MockLazy
 
 
 class NoCachePool(CachePool):

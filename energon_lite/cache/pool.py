@@ -37,19 +37,21 @@ import threading
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import msgpack
 
-from energon_lite.cache.file_store import FileStore
-from energon_lite.cache.lazy import CacheFileLazy, FileCacheLazy, Lazy, MockLazy
-from energon_lite.cache.no_cache import CachePool, _Constant
+from energon_lite.cache.base import CachePool, Lazy
+from energon_lite.cache.file_store import FileStore, add_source_info
+from energon_lite.cache.lazy import CacheFileLazy, MockLazy
+from energon_lite.cache.no_cache import _Constant
 from energon_lite.errors import ConfigError
 from energon_lite.samples.types import SourceInfo
 
 log = logging.getLogger(__name__)
 
 _FETCH, _PIN = 0, 1  # byte ranges of an entry's lock file
+T = TypeVar("T")
 
 
 class _Pending:
@@ -207,7 +209,11 @@ class FileStoreCachePool(CachePool):
         finally:
             fcntl.lockf(entry.lock_fd, fcntl.LOCK_UN, 1, _FETCH)
 
-    def _get_data(self, ds: FileStore, fname: str, entry: _Pending) -> tuple[Any, Any]:
+    # what a FileCacheLazy asks of its pool -------------------------------------------------
+
+    def wait(self, ds: FileStore, fname: str, entry: _Pending) -> tuple[Any, Any]:
+        """``(data, source info)`` of ``entry``'s file once its prefetch is done; the
+        reference is released (as by :meth:`release`)."""
         try:
             assert entry.send_to_cache_future is not None
             payload = entry.send_to_cache_future.result()
@@ -216,7 +222,7 @@ class FileStoreCachePool(CachePool):
             data, source = payload
             return ds._decode_raw(data, fname=fname), source
         finally:
-            self._release(entry)
+            self.release(entry)
 
     def _read_entry(self, ds: FileStore, fname: str, path: Path) -> tuple[bytes, Any]:
         """The raw bytes and source of a cached entry; an entry that is not one of ours
@@ -229,7 +235,8 @@ class FileStoreCachePool(CachePool):
             log.warning("%s: not a cache entry (%s); reading %r from its store", path, exc, fname)
             return ds._get_raw(fname)
 
-    def _release(self, entry: _Pending) -> None:
+    def release(self, entry: _Pending) -> None:
+        """Drop one reference to ``entry`` (a Lazy never read); the last one unpins the file."""
         if os.getpid() != self._pid:
             return
         with self._lock:
@@ -293,6 +300,30 @@ class FileStoreCachePool(CachePool):
                 os.close(lock_fd)
             used, count = max(0, used - nbytes), max(0, count - 1)
         return used, count
+
+
+class FileCacheLazy(Lazy[T]):
+    """A background prefetch into a ``FileStoreCachePool``; ``get`` waits for it."""
+
+    pool: FileStoreCachePool
+
+    def __init__(
+        self, *, ds: FileStore, fname: str, pool: FileStoreCachePool, entry: _Pending
+    ) -> None:
+        super().__init__(ds=ds, fname=fname, pool=pool)
+        self.entry = entry
+        self._data: tuple[Any, Any] | None = None
+
+    def get(self, sample: Any = None) -> T:
+        if self._data is None:
+            assert self.ds is not None
+            self._data = self.pool.wait(self.ds, self.fname, self.entry)
+        add_source_info(sample, self._data[1])
+        return self._data[0]
+
+    def __del__(self) -> None:
+        if getattr(self, "_data", None) is None and hasattr(self, "entry"):
+            self.pool.release(self.entry)
 
 
 class _PoolLock:

@@ -17,8 +17,9 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from energon_lite.compat.arguments import get_val_dataset
 from energon_lite.errors import ConfigError, DatasetFormatError
-from energon_lite.loader.api import SavableDataset, get_val_dataset
+from energon_lite.loader.api import SavableDataset
 from energon_lite.metadataset.parse import load_metadataset
 from energon_lite.metadataset.v1 import is_v1
 from energon_lite.shards.meta import load_yaml

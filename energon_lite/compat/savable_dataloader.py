@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from energon_lite.loader.api import SavableDataset, SavableLoader, _loader_options
+from energon_lite.compat.arguments import loader_options
+from energon_lite.loader.api import SavableDataset, SavableLoader, check_loader_options
 
 
 class SavableDataLoader(SavableLoader):
@@ -16,4 +17,6 @@ class SavableDataLoader(SavableLoader):
     """
 
     def __init__(self, dataset: SavableDataset, **options: Any) -> None:
-        super().__init__(dataset, **_loader_options(dataset, dict(options)))
+        super().__init__(
+            dataset, **check_loader_options(dataset, loader_options(dataset, dict(options)))
+        )

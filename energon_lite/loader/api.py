@@ -1,5 +1,6 @@
 """Datasets and loaders: ``get_train_dataset``, ``get_val_dataset``, ``get_loader``,
-``get_savable_loader`` (Energon's names and arguments).
+``get_savable_loader`` (Energon's names; its older argument forms are taken out by
+:mod:`energon_lite.compat.arguments`, whose versions of these functions are the public ones).
 
 The dataset a worker runs is :class:`~energon_lite.loader.savable_dataset.SavableDataset`; the
 loader that keeps exact state is :class:`~energon_lite.loader.savable_loader.SavableLoader`.
@@ -8,11 +9,9 @@ loader that keeps exact state is :class:`~energon_lite.loader.savable_loader.Sav
 from __future__ import annotations
 
 import os
-import warnings
 from typing import Any
 
-from energon_lite.cache.no_cache import CachePool
-from energon_lite.decode import SampleDecoder
+from energon_lite.cache.base import CachePool
 from energon_lite.errors import ConfigError
 from energon_lite.loader.savable_dataset import SavableDataset
 from energon_lite.loader.savable_loader import SavableLoader
@@ -127,7 +126,6 @@ def get_val_dataset(
     **kwargs: Any,
 ) -> SavableDataset:
     """The validation/test dataset: every sample once, in order, no shuffling; ``limit`` batches per worker."""
-    kwargs.pop("max_samples_per_sequence", None)  # val reads contiguous ranges
     return _dataset(
         path,
         split_part,
@@ -168,7 +166,6 @@ def _dataset(
     if not isinstance(options["failure_tolerance"], int) or options["failure_tolerance"] < 0:
         raise ConfigError(f"failure_tolerance={options['failure_tolerance']!r} must be >= 0")
     te = task_encoder if task_encoder is not None else DefaultTaskEncoder()
-    _map_deprecated_decoder_kwargs(kwargs, te)
     sample_type = kwargs.pop("sample_type", None)  # Energon's: checked, not converted
     leaves, mode = _leaves_for(path, split_part, kwargs)
     _check_kwargs(kwargs)
@@ -182,59 +179,9 @@ def _dataset(
     return SavableDataset(pipeline, worker_config, virtual_epoch_length)
 
 
-_DECODER_KWARGS = ("image_decode", "av_decode", "video_decode_audio")
-
-
-def _map_deprecated_decoder_kwargs(kwargs: dict[str, Any], task_encoder: TaskEncoder) -> None:
-    """Energon's older ``get_train_dataset`` arguments: warn, and map them as Energon does."""
-    given = {name: kwargs.pop(name) for name in _DECODER_KWARGS if name in kwargs}
-    auto_decode = kwargs.pop("auto_decode", True)
-    for name in ("handler", "ignore_decoder_errors"):
-        if name in kwargs:
-            kwargs.pop(name)
-            warnings.warn(
-                f"get_train_dataset({name}=...) is Energon's deprecated argument and is ignored: "
-                "bad samples are skipped and logged up to failure_tolerance",
-                FutureWarning,
-                stacklevel=4,
-            )
-    if not auto_decode:
-        task_encoder.decoder = None
-        return
-    if given:
-        warnings.warn(
-            f"get_train_dataset({', '.join(given)}) is Energon's deprecated form; set "
-            f"`decoder = SampleDecoder({', '.join(f'{k}={v!r}' for k, v in given.items())})` "
-            "on your TaskEncoder instead",
-            FutureWarning,
-            stacklevel=4,
-        )
-        decoder = SampleDecoder(**given)
-        current = task_encoder.decoder
-        if current is not None and current != TaskEncoder.decoder and current != decoder:
-            raise ConfigError(
-                f"{type(task_encoder).__name__} already has decoder {current}; the "
-                f"arguments {given} ask for another one"
-            )
-        task_encoder.decoder = decoder
-
-
-# Energon's loader knobs that energon_lite's design makes moot: the state is exact after
-# every batch (no periodic worker checkpoints to tune) and workers hold no garbage to collect.
-_MOOT_ENERGON_OPTIONS = frozenset(
-    {"checkpoint_every_sec", "checkpoint_every_min_n_samples", "n_checkpoints", "gc_collect_every_n_steps",
-     "gc_freeze_at_step"}
-)  # fmt: skip
-
-
-def _loader_options(dataset: SavableDataset, options: dict[str, Any]) -> dict[str, Any]:
-    """Energon's ``get_(savable_)loader`` arguments -> SavableLoader's, refusing what differs."""
-    worker_config = options.pop("worker_config", None)
-    if worker_config is not None and worker_config != dataset.worker_config:
-        raise ConfigError(
-            f"get_loader(worker_config={worker_config}) differs from the dataset's "
-            f"{dataset.worker_config}; pass the same one (or none)"
-        )
+def check_loader_options(dataset: SavableDataset, options: dict[str, Any]) -> dict[str, Any]:
+    """``get_(savable_)loader``'s options -> SavableLoader's: ``cache_pool`` goes to the task
+    encoder; anything unknown is refused."""
     cache_pool = options.pop("cache_pool", None)
     if cache_pool is not None and not isinstance(cache_pool, CachePool):
         raise ConfigError(
@@ -243,10 +190,6 @@ def _loader_options(dataset: SavableDataset, options: dict[str, Any]) -> dict[st
         )
     if cache_pool is not None:  # cookers reach it as TaskEncoder.cache, in every worker
         dataset.pipeline.task_encoder._cache_pool = cache_pool  # type: ignore[attr-defined]
-    if options.pop("fail_on_timeout", False):  # the watchdog raises: a batch timeout
-        options.setdefault("timeout_seconds", options.get("watchdog_timeout_seconds", 60.0))
-    for name in _MOOT_ENERGON_OPTIONS & set(options):
-        options.pop(name)
     known = {"pin_memory", "prefetch_factor", "timeout_seconds", "watchdog_timeout_seconds",
              "watchdog_initial_timeout_seconds", "stats", "reuse_batch_memory"}  # fmt: skip
     unknown = sorted(set(options) - known)
@@ -264,7 +207,8 @@ def get_savable_loader(dataset: SavableDataset, **options: Any) -> SavableLoader
     stage, sample key and stack; None turns the watchdog off) and
     ``watchdog_initial_timeout_seconds`` (for the first batch; default twice the timeout).
     Energon's ``fail_on_timeout=True`` makes the trainer raise after
-    ``watchdog_timeout_seconds``; its checkpoint and gc knobs have nothing to tune here;
+    ``watchdog_timeout_seconds``; its checkpoint and gc knobs have nothing to tune here
+    (both taken by ``energon_lite.get_savable_loader``, :mod:`energon_lite.compat.arguments`);
     ``cache_pool`` (a ``FileStoreCachePool``) is what cookers get as ``cache``.
     ``stats=True`` makes ``loader.stats()`` report where the time goes (per-stage time and
     counts, buffer fill, worker busy/idle, samples/s; overhead < 1%, docs/performance.md).
@@ -272,9 +216,9 @@ def get_savable_loader(dataset: SavableDataset, **options: Any) -> SavableLoader
     once the trainer has dropped every tensor of a batch, instead of fresh ones per batch
     (:mod:`energon_lite.batching.memory`; False gives torch's behaviour).
     """
-    return SavableLoader(dataset, **_loader_options(dataset, options))
+    return SavableLoader(dataset, **check_loader_options(dataset, options))
 
 
 def get_loader(dataset: SavableDataset, **options: Any) -> SavableLoader:
     """The same batches as ``get_savable_loader``, without the per-batch state bookkeeping."""
-    return SavableLoader(dataset, track_state=False, **_loader_options(dataset, options))
+    return SavableLoader(dataset, track_state=False, **check_loader_options(dataset, options))

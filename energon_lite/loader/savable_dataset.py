@@ -8,11 +8,10 @@ the batches alone (``get_train_dataset(...)`` used as a plain torch ``IterableDa
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch.utils.data import IterableDataset, get_worker_info
 
-from energon_lite.batching.memory import BatchMemoryPool, Held
 from energon_lite.errors import ConfigError, restoring
 from energon_lite.loader.probe import ChainProbe
 from energon_lite.loader.transport import check_sendable
@@ -20,6 +19,9 @@ from energon_lite.loader.watchdog import Watchdog
 from energon_lite.pipeline.dataset_pipeline import Pipeline
 from energon_lite.task_encoder.hook_index import INDEX
 from energon_lite.worker import WorkerConfig
+
+if TYPE_CHECKING:  # the pool's shared-memory machinery loads only with a loader that uses it
+    from energon_lite.batching.memory import BatchMemoryPool
 
 
 class SavableDataset(IterableDataset):
@@ -97,7 +99,9 @@ class SavableDataset(IterableDataset):
                 state = chain.save_state() if save_states else None
                 extra: tuple[Any, ...] = () if probe is None else (probe.snapshot(),)
                 if memory is not None:
-                    extra += (pool.collect() if pool is not None else Held(physical, []),)
+                    extra += (
+                        pool.collect() if pool is not None else memory.held_nothing(physical),
+                    )
                 out = [(logical, batch, state, *extra)]
                 del batch  # while suspended this frame holds no batch: a worker builds the
                 yield out.pop()  # next one without keeping the last one sent (shared memory)

@@ -14,12 +14,11 @@ from __future__ import annotations
 import time
 import weakref
 from collections.abc import Generator, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from energon_lite.batching.memory import BatchMemoryPool
 from energon_lite.errors import ConfigError, StateError, WorkerTimeoutError, short_repr
 from energon_lite.loader.savable_dataset import SavableDataset
 from energon_lite.loader.stats import LoaderStats
@@ -29,6 +28,15 @@ from energon_lite.state.codec import (
     check_state_shape,
     state_digest,
 )
+
+if TYPE_CHECKING:  # the pool's shared-memory machinery loads only with a loader that uses it
+    from energon_lite.batching.memory import BatchMemoryPool
+
+
+def _batch_memory_pool(num_workers: int, slots: int) -> BatchMemoryPool:
+    from energon_lite.batching.memory import BatchMemoryPool
+
+    return BatchMemoryPool(num_workers, slots)
 
 
 class _StatefulView(IterableDataset):
@@ -93,7 +101,7 @@ def _stream(
     # batch buffers the workers reuse once this process has let go of them: one per batch
     # a worker may have queued (prefetch_factor), the one the trainer holds, the one in making
     memory = (
-        BatchMemoryPool(wc.num_workers, (loader.prefetch_factor or 2) + 2)
+        _batch_memory_pool(wc.num_workers, (loader.prefetch_factor or 2) + 2)
         if wc.num_workers > 0 and loader.reuse_batch_memory
         else None
     )

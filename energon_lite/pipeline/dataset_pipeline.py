@@ -17,7 +17,7 @@ from functools import partial
 from typing import Any, Protocol
 
 from energon_lite.decode.decoder import require_av
-from energon_lite.errors import ConfigError, FailureTracker, log_exception
+from energon_lite.errors import ConfigError, failure_trackers
 from energon_lite.pipeline import lengths
 from energon_lite.samples.factory import SampleFactory
 from energon_lite.shards.meta import META_DIR
@@ -86,10 +86,7 @@ class DatasetPipeline:
         self.blend_mode = blend_mode
         self.task_encoder = task_encoder
         self.options = options
-        # Energon's WorkerConfig.global_error_handler; the default (log_exception) is our own
-        # warning per skipped sample, so only a user's handler is passed to the stages
-        handler = worker_config.global_error_handler
-        self.error_handler = None if handler is log_exception else handler
+        self.global_error_handler = worker_config.global_error_handler
         self.datasets = [open_source(leaf) for leaf in leaves]
         self.specs = [  # dataset.yaml subflavors, overridden by the metadataset's
             LeafSpec(
@@ -152,9 +149,7 @@ class DatasetPipeline:
         """The chain of one worker, as nodes (``plan(slot).build()`` makes it)."""
         opts, te = self.options, self.task_encoder
 
-        def failures() -> FailureTracker:
-            # one per stage: a success in one stage must not reset another's failure streak
-            return FailureTracker(opts.failure_tolerance, self.error_handler)
+        failures = failure_trackers(opts.failure_tolerance, self.global_error_handler)
 
         readers = self._reader_nodes(slot)
         # several leaves, or quotas (which need the blend even for one leaf): a blend
@@ -279,18 +274,32 @@ class DatasetPipeline:
 
     def samples_per_epoch(self, wc: WorkerConfig, epoch: int = 0) -> list[int]:
         """Samples each worker of this rank reads in ``epoch`` (before blending)."""
-        counts = []
-        for worker in range(wc.workers_per_rank):
-            total = 0
-            for reader in self.readers(wc.slot(worker, epoch)):
-                total += int(reader.samples_per_worker(epoch)[reader.worker_index])
-            counts.append(total)
-        return counts
+        return [
+            sum(lengths.read_samples(r, epoch) for r in self.readers(wc.slot(worker, epoch)))
+            for worker in range(wc.workers_per_rank)
+        ]
+
+    def counted_samples(self, wc: WorkerConfig, epoch: int = 0) -> list[int]:
+        """Samples each worker of ``wc``'s rank counts towards ``len()`` in ``epoch``
+        (:mod:`energon_lite.pipeline.lengths` says how a blend counts)."""
+
+        def counted(readers: list[Reader]) -> int:
+            if self.blend_mode == "epochized":
+                return sum(
+                    lengths.epochized_samples(r, leaf.repetitions or 0, epoch)
+                    for r, leaf in zip(readers, self.leaves)
+                )
+            if self.blend_mode == "weights" and len(readers) > 1:
+                return sum(lengths.dealt_samples(r) for r in readers)
+            return sum(lengths.read_samples(r, epoch) for r in readers)
+
+        return [counted(self.readers(wc.slot(w, epoch))) for w in range(wc.workers_per_rank)]
 
     def batches_per_epoch(self, wc: WorkerConfig, epoch: int = 0) -> int:
         """Batches this rank counts per epoch, by Energon's rules (:mod:`energon_lite.pipeline.lengths`)."""
-        per_worker = lengths.samples_per_worker(self, wc, epoch)
-        batches = lengths.batches(per_worker, self.options.batch_size, self.options.batch_drop_last)
+        opts = self.options
+        per_worker = self.counted_samples(wc, epoch)
+        batches = sum(lengths.batches_per_worker(per_worker, opts.batch_size, opts.batch_drop_last))
         if self.options.limit is not None:
             batches = min(batches, self.options.limit)
         return batches

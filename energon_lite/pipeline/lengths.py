@@ -12,6 +12,9 @@ Energon counts a rank's length as the sum over its workers of ``ceil(samples / b
   fraction of its last pass (:mod:`energon_lite.quotas`), so ``len(loader)`` is the number
   of batches the epoch really has.
 
+``DatasetPipeline.counted_samples`` applies these per worker; the wrapper classes count
+with :func:`batches_per_worker` too.
+
 Which samples a worker is dealt is energon_lite's slice dealing (``docs/migration.md``:
 per-worker counts may differ from Energon's sample-exact ranges by a slice).
 """
@@ -23,9 +26,7 @@ from typing import TYPE_CHECKING
 from energon_lite.quotas import exact_repetitions, pass_quotas, passes
 
 if TYPE_CHECKING:
-    from energon_lite.pipeline.dataset_pipeline import DatasetPipeline
     from energon_lite.stages.reader import Reader
-    from energon_lite.worker import WorkerConfig
 
 
 def dealt_samples(reader: Reader) -> int:
@@ -54,29 +55,15 @@ def epochized_samples(reader: Reader, repetitions: float, epoch: int) -> int:
     return sum(pass_quotas(reps, counts, reader.worker_index, epoch))
 
 
-def samples_per_worker(pipeline: DatasetPipeline, wc: WorkerConfig, epoch: int = 0) -> list[int]:
-    """Samples each worker of ``wc``'s rank counts towards ``len()`` in ``epoch``."""
-    counts = []
-    for worker in range(wc.workers_per_rank):
-        readers = pipeline.readers(wc.slot(worker, epoch))
-        if pipeline.blend_mode == "epochized":
-            leaves = pipeline.leaves
-            total = sum(
-                epochized_samples(r, leaf.repetitions or 0, epoch)
-                for r, leaf in zip(readers, leaves)
-            )
-        elif pipeline.blend_mode == "weights" and len(readers) > 1:
-            total = sum(dealt_samples(r) for r in readers)
-        else:
-            total = sum(int(r.samples_per_worker(epoch)[r.worker_index]) for r in readers)
-        counts.append(total)
-    return counts
+def read_samples(reader: Reader, epoch: int) -> int:
+    """Samples the reader's worker reads of its leaf in reader epoch ``epoch``."""
+    return int(reader.samples_per_worker(epoch)[reader.worker_index])
 
 
-def batches(per_worker: list[int], batch_size: int | None, drop_last: bool) -> int:
-    """A rank's batches: each worker batches its own samples (the last batch may be short)."""
+def batches_per_worker(per_worker: list[int], batch_size: int | None, drop_last: bool) -> list[int]:
+    """Each worker's batches: it batches its own items (its last batch may be short)."""
     if batch_size is None:
-        return sum(per_worker)
+        return list(per_worker)
     if drop_last:
-        return sum(n // batch_size for n in per_worker)
-    return sum(-(-n // batch_size) for n in per_worker)
+        return [n // batch_size for n in per_worker]
+    return [-(-n // batch_size) for n in per_worker]

@@ -18,6 +18,7 @@ from typing import Any
 
 from energon_lite.decode import SampleDecoder
 from energon_lite.errors import DatasetFormatError, short_repr
+from energon_lite.samples.crude import CrudeSample
 from energon_lite.samples.resolver import (
     check_trusted_module,
     inside_dataset,
@@ -165,8 +166,6 @@ class SampleFactory:
             "__sources__": (source,),
         }
         if self.crude:
-            from energon_lite.samples.crude import CrudeSample
-
             crude = CrudeSample({**decoded, **keys})
             crude.aux_stores = self.aux
             crude.primary_store = self.primary

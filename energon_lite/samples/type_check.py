@@ -12,6 +12,7 @@ import typing
 from typing import Any
 
 from energon_lite.errors import ConfigError
+from energon_lite.samples.crude import CrudeSample
 from energon_lite.samples.factory import SampleFactory
 
 
@@ -23,8 +24,6 @@ def dataset_sample_type(factory: SampleFactory) -> type | None:
     """The class a dataset's samples have; None when it cannot be known before reading
     (a join made by a plain function without a return annotation)."""
     if factory.crude:
-        from energon_lite.samples.crude import CrudeSample
-
         return CrudeSample
     if factory.joined is not None:
         owner = getattr(factory.joiner, "__self__", None)  # a Sample class's from_joined

@@ -14,7 +14,7 @@ from typing import Any, ClassVar, TypeVar
 
 import torch
 
-from energon_lite.batching.collate import collate_values
+from energon_lite.batching.collate import generic_batch, merged_sources
 from energon_lite.edataclass import edataclass
 
 T = TypeVar("T", bound="Sample")
@@ -99,13 +99,12 @@ class Batch:
             if name in fields or name.startswith("__"):
                 continue
             column = [s[name] if isinstance(s, dict) else getattr(s, name) for s in samples]
-            fields[name] = collate_values(column)
-        sources = tuple(info for k in keys for info in (k["__sources__"] or ()))
+            fields[name] = generic_batch(column)
         return cls(
             __key__=[k["__key__"] for k in keys],
             __restore_key__=[k["__restore_key__"] for k in keys],
             __subflavors__=[k["__subflavors__"] for k in keys],
-            __sources__=sources or None,
+            __sources__=merged_sources([k["__sources__"] for k in keys]),
             **fields,
         )
 

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from energon_lite.errors import DatasetFormatError, RemoteStorageError, short_repr
+from energon_lite.samples.crude import CrudeSample
 from energon_lite.shards.meta import DatasetInfo, load_dataset_config, load_info, load_split
 from energon_lite.shards.shard_record import (
     check_shards,
@@ -285,3 +286,10 @@ def _resolve_bound(bound: int | str, total: int, root: StoragePath) -> int:
     raise DatasetFormatError(
         f"{root}: subset bound {short_repr(bound)}: use an integer, 'N%' or 'end'"
     )
+
+
+class CrudeWebdataset(PreparedDataset):
+    """A prepared tar dataset whose ``dataset.yaml`` says ``__class__: CrudeWebdataset``: the
+    same split as ``PreparedDataset``, its samples crude dicts (Energon's name)."""
+
+    __sample_type__ = CrudeSample

@@ -22,7 +22,6 @@ import dataclasses
 import functools
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import numpy as np
@@ -32,48 +31,12 @@ from energon_lite.batching.collate import default_collate
 from energon_lite.decode import SampleDecoder
 from energon_lite.errors import ConfigError
 from energon_lite.rng import derive_seed, rng_for, torch_generator_for
+from energon_lite.task_encoder.cooking import Cooker
 
 T_sample = TypeVar("T_sample")
 T_encoded_sample = TypeVar("T_encoded_sample")
 T_raw_batch = TypeVar("T_raw_batch")
 T_batch = TypeVar("T_batch")
-
-
-@dataclass
-class Cooker:
-    """Turns a crude sample (dict of decoded parts) into a typed sample.
-
-    Used when ``has_subflavors`` items all equal the sample's subflavors and
-    ``condition(sample)`` (if given) is true.
-    """
-
-    cook: Callable[..., Any]
-    has_subflavors: dict[str, Any] | None = None
-    condition: Callable[[dict[str, Any]], bool] | None = None
-
-    @property
-    def need_primary(self) -> bool:
-        """The cook function wants ``primary=`` (marked with ``@cooker(need_primary=True)``)."""
-        return bool(getattr(self.cook, "__cooker_need_primary__", False))
-
-    @property
-    def need_cache(self) -> bool:
-        """The cook function wants ``cache=`` (marked with ``@cooker(need_cache=True)``)."""
-        return bool(getattr(self.cook, "__cooker_need_cache__", False))
-
-    def is_match(self, crude: dict[str, Any]) -> bool:
-        """Whether this cooker takes ``crude`` (a crude sample, or Energon-style its subflavors)."""
-        if "__key__" not in crude:  # Energon's call: is_match(subflavors)
-            crude = {"__subflavors__": crude}
-        subflavors = crude.get("__subflavors__") or {}
-        if self.has_subflavors and any(
-            subflavors.get(k, _MISSING) != v for k, v in self.has_subflavors.items()
-        ):
-            return False
-        return self.condition is None or bool(self.condition(crude))
-
-
-_MISSING = object()
 
 
 def stateless(fn: Callable | None = None, *, restore_seeds: bool = False) -> Callable:

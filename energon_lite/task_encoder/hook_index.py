@@ -38,4 +38,6 @@ class HookIndex:
         return local * self.workers + self.worker
 
 
+# Process-global: Energon's indices are properties read inside any hook (also a plain function
+# given to a wrapper), so no call carries them; a worker process runs one chain at a time.
 INDEX = HookIndex()

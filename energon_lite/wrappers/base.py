@@ -21,9 +21,10 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from energon_lite.errors import ConfigError, FailureTracker, log_exception
+from energon_lite.errors import ConfigError, FailureTracker, failure_trackers
 from energon_lite.loader.savable_dataset import SavableDataset
 from energon_lite.pipeline.dataset_pipeline import Pipeline
+from energon_lite.quotas import share
 from energon_lite.stages.base import Stage
 from energon_lite.stages.plan import Node
 from energon_lite.worker import WorkerConfig, WorkerSlot
@@ -71,7 +72,6 @@ def per_worker(pipeline: Any, wc: WorkerConfig, epoch: int = 0) -> list[int]:
     unbatched dataset, else the rank's count spread round robin."""
     if isinstance(pipeline, WrapperPipeline):
         return pipeline.items_per_worker(wc, epoch)
-    n = wc.workers_per_rank
     opts = getattr(pipeline, "options", None)
     samples = getattr(pipeline, "samples_per_epoch", None)
     if (
@@ -82,8 +82,7 @@ def per_worker(pipeline: Any, wc: WorkerConfig, epoch: int = 0) -> list[int]:
         and getattr(pipeline, "blend_mode", None) != "epochized"
     ):
         return list(samples(wc, epoch))
-    total = pipeline.batches_per_epoch(wc, epoch)
-    return [total // n + (1 if w < total % n else 0) for w in range(n)]
+    return split_count(pipeline.batches_per_epoch(wc, epoch), wc)
 
 
 def nesting(datasets: Sequence[Any]) -> int:
@@ -94,17 +93,14 @@ def nesting(datasets: Sequence[Any]) -> int:
 
 def split_count(total: int, wc: WorkerConfig) -> list[int]:
     """Energon's per-worker share of a rank-wide count (``LimitDataset``, ``EpochizeDataset``)."""
-    n = wc.workers_per_rank
-    return [total // n + (1 if w < total % n else 0) for w in range(n)]
+    return [share(total, wc.workers_per_rank, w) for w in range(wc.workers_per_rank)]
 
 
 def failures(tolerance: int, wc: WorkerConfig) -> Callable[[], FailureTracker]:
     """A fresh failure tracker per stage, with the worker config's error handler."""
     if isinstance(tolerance, bool) or not isinstance(tolerance, int) or tolerance < 0:
         raise ConfigError(f"failure_tolerance={tolerance!r} must be an integer >= 0")
-    # log_exception is our own per-sample warning; only a user's handler goes to the stages
-    handler = None if wc.global_error_handler is log_exception else wc.global_error_handler
-    return lambda: FailureTracker(tolerance, handler)
+    return failure_trackers(tolerance, wc.global_error_handler)
 
 
 class _Opaque(Node):

@@ -14,6 +14,7 @@ from typing import Any
 
 from energon_lite.errors import ConfigError, FailureTracker
 from energon_lite.loader.savable_dataset import SavableDataset
+from energon_lite.pipeline.lengths import batches_per_worker
 from energon_lite.samples.types import basic_sample_keys
 from energon_lite.stages.base import Stage
 from energon_lite.stages.batch import Batch
@@ -82,9 +83,7 @@ def batch_count(batch_size: int, drop_last: bool) -> Any:
     """Per-worker batch counts from the wrapped per-worker item counts."""
 
     def count(counts: list[list[int]], wc: WorkerConfig) -> list[int]:
-        if drop_last:
-            return [n // batch_size for n in counts[0]]
-        return [-(-n // batch_size) for n in counts[0]]
+        return batches_per_worker(counts[0], batch_size, drop_last)
 
     return count
 

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from energon_lite.batching.collate import batch_tensor
+from energon_lite.batching.allocate import batch_tensor
 
 
 def _collate(values: list[Any], to_float: bool = False, path: str = "") -> Any:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from energon_lite.errors import ConfigError
+from energon_lite.quotas import share  # one worker's share of a count: the core's rule
+
+__all__ = ["local_worker", "share"]
 
 
 def local_worker(
@@ -21,8 +24,3 @@ def local_worker(
             f"(its workers are {rank * num_workers}..{(rank + 1) * num_workers - 1})"
         )
     return worker_id, num_workers
-
-
-def share(total: int, parts: int, part: int) -> int:
-    """How many of ``total`` items part ``part`` of ``parts`` gets (the first ones get one more)."""
-    return total // parts + (1 if part < total % parts else 0)

@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import os
 
-from energon_lite.flavors.jsonl.file_store import JsonlFileStore
 from energon_lite.flavors.jsonl.index import LineIndexInfo, prepare_lines
-from energon_lite.flavors.jsonl.source import JsonlSource, is_line_file, parse_text_line
+from energon_lite.flavors.jsonl.source import (
+    JsonlFileStore,
+    JsonlSource,
+    is_line_file,
+    parse_text_line,
+)
 
 
 class CrudeJsonlDatasetFactory(JsonlSource):

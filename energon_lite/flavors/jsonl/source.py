@@ -22,8 +22,10 @@ from typing import Any
 
 import numpy as np
 
+from energon_lite.cache.file_store import FileStore, SystemFileStore
 from energon_lite.errors import DatasetFormatError
 from energon_lite.flavors.jsonl.index import index_path, read_info, sampled_digest
+from energon_lite.samples.types import SourceInfo
 from energon_lite.shards.dataset import _resolve_bound
 
 VIRTUAL_RUNS = 64
@@ -165,10 +167,8 @@ class JsonlSource:
             return {"json": line}
         return parse_text_line(line)
 
-    def as_file_store(self) -> Any:
+    def as_file_store(self) -> JsonlFileStore:
         """This file read by name, ``"<line>.json"`` (Energon's ``as_file_store``)."""
-        from energon_lite.flavors.jsonl.file_store import JsonlFileStore
-
         return JsonlFileStore(self.root)
 
     @property
@@ -176,8 +176,6 @@ class JsonlSource:
         """A meta list prepared with ``--media-root DIR`` gives its cookers aux ``media``."""
         if self.media_root is None:
             return {}
-        from energon_lite.cache.file_store import SystemFileStore
-
         return {"media": SystemFileStore(self.media_root)}
 
     def close(self) -> None:
@@ -214,3 +212,32 @@ def parse_text_line(line: bytes) -> dict[str, Any]:
         return {"path": path, "label": int(label)}
     except ValueError:
         return {"path": path, "label": label}
+
+
+class JsonlFileStore(FileStore):
+    """Lines of a prepared JSONL file: ``"<line>.json"`` (or the bare line number)."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path).resolve()
+        self._source: Any = None
+
+    def __getitem__(self, name: str) -> tuple[bytes, SourceInfo]:
+        if self._source is None:
+            self._source = JsonlSource(self.path)
+        try:
+            line = int(name.removesuffix(".json"))
+        except ValueError:
+            raise DatasetFormatError(f"{self.path}: {name!r} is no '<line>.json' name") from None
+        _, parts = self._source.read(0, line)
+        return parts["json"], SourceInfo(
+            dataset_path=str(self.path),
+            index=line,
+            shard_name=self.path.name,
+            file_names=(f"{line}.json",),
+        )
+
+    def get_path(self) -> str:
+        return str(self.path)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_source": None}

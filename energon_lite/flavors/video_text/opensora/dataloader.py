@@ -20,12 +20,13 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from energon_lite.compat.arguments import get_savable_loader, get_train_dataset
 from energon_lite.errors import ConfigError, StateError, logger
 from energon_lite.flavors.video_text.bucket_weights import bucket_counts, split_shapes
 from energon_lite.flavors.video_text.buckets import BucketId
 from energon_lite.flavors.video_text.opensora.dataset import VariableVideoTextDataset
 from energon_lite.flavors.video_text.task_encoder import VideoTextTaskEncoder
-from energon_lite.loader.api import SavableLoader, get_savable_loader, get_train_dataset
+from energon_lite.loader.api import SavableLoader
 from energon_lite.worker import WorkerConfig
 
 
