@@ -29,7 +29,7 @@ from energon_lite.errors import DatasetFormatError, RemoteStorageError
 from energon_lite.shards.meta import META_DIR
 from energon_lite.shards.shard_record import RECORD
 from energon_lite.storage import STATS, RemotePath, ops, ranged
-from energon_lite.synth.servers import TEST_CREDENTIALS, RangeHTTPServer, S3Server
+from energon_lite.synth.servers import TEST_CREDENTIALS, FaultProxy, RangeHTTPServer, S3Server
 
 BUCKET = "changes"
 
@@ -225,6 +225,31 @@ def test_a_trickling_server_is_bounded_per_request_then_retried(
         server.shutdown()
         server.server_close()
         thread.join(timeout=10)
+
+
+def test_a_slow_s3_answer_is_bounded_per_request_then_retried(
+    s3: S3Server, local_ds: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    prefix = _upload(s3, local_ds)
+    shard = f"/{BUCKET}/{prefix}/parts/data-0.tar"
+
+    def slow_shard_gets(number: int, path: str) -> str | None:
+        return "delay:6" if path.split("?")[0] == shard else None  # listings pass
+
+    monkeypatch.setenv("ENERGON_LITE_REQUEST_TIMEOUT", "1.5")
+    monkeypatch.setenv("ENERGON_LITE_REMOTE_ATTEMPTS", "2")
+    with FaultProxy(s3.endpoint, slow_shard_gets) as proxy:
+        url = RemotePath(
+            f"s3://{BUCKET}/{prefix}/parts/data-0.tar",
+            storage_options={"endpoint_url": proxy.endpoint, **TEST_CREDENTIALS},
+        )
+        started = time.monotonic()
+        with pytest.raises(RemoteStorageError) as info:
+            ops.read_range(url, 0, 4096)
+        elapsed = time.monotonic() - started
+        assert elapsed < 5.5, elapsed  # two attempts of 1.5 s, not 6 s each
+        assert "after 2 attempts" in str(info.value) and "within 1.5 s" in str(info.value)
+        assert proxy.counts["delay"] == 2
 
 
 @pytest.mark.skipif(os.getuid() != 0, reason="mounting a small tmpfs needs root")
