@@ -79,9 +79,10 @@ def _replace_shards(s3: S3Server, prefix: str) -> list[str]:
     return keys
 
 
-def _loader(path: str | RemotePath, num_workers: int = 0):
+def _loader(path: str | RemotePath, num_workers: int = 0, **kwargs: object):
     wc = WorkerConfig(rank=0, world_size=1, num_workers=num_workers)
     options = {"batch_size": 4, "shuffle_buffer_size": None, "max_samples_per_sequence": 4}
+    options.update(kwargs)
     return get_savable_loader(get_train_dataset(path, worker_config=wc, **options))
 
 
@@ -151,6 +152,23 @@ def test_msc_reads_are_conditional_too(
     with pytest.raises(DatasetFormatError, match=rf"msc://loop/{prefix}/parts/data-.*changed"):
         for _ in batches:
             pass
+
+
+def test_a_dataset_replaced_whole_opens_again_in_the_same_process(
+    s3: S3Server, local_ds: Path, tmp_path: Path
+) -> None:
+    """Versions are pinned from fresh listings at each open: a legitimately replaced
+    dataset (new shards and a new .nv-meta) is read, not refused on stale ETags."""
+    prefix = _upload(s3, local_ds)
+    url = f"s3://{BUCKET}/{prefix}"
+    first = [k for batch in _loader(url, repeat=False) for k in batch.__key__]
+    assert len(first) == 120
+    client = s3.client()
+    for item in client.list_objects_v2(Bucket=BUCKET, Prefix=f"{prefix}/")["Contents"]:
+        client.delete_object(Bucket=BUCKET, Key=item["Key"])
+    s3.upload(make_dataset(tmp_path / "other", 90, 30), BUCKET, prefix)  # 3 shards of 30
+    again = [k for batch in _loader(url, repeat=False) for k in batch.__key__]
+    assert len(again) == 90 and len(set(again)) == 90
 
 
 def test_an_http_shard_rewritten_at_the_same_size_is_refused(tmp_path: Path) -> None:

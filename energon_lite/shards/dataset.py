@@ -28,7 +28,7 @@ from energon_lite.shards.shard_record import (
 )
 from energon_lite.shards.tar import first_member_name, parse_sample, split_name
 from energon_lite.shards.tar_index import open_index
-from energon_lite.storage import RemotePath, ShardFile, StoragePath, as_path
+from energon_lite.storage import RemotePath, ShardFile, StoragePath, as_path, ops
 from energon_lite.storage.ranged import unreadable_samples
 
 _MAX_OPEN_FILES = 32
@@ -54,6 +54,8 @@ class PreparedDataset:
         self._indexes: dict[int, np.ndarray] = {}
         self._fingerprint: str | None = None
         self._versions: dict[str, str] = {}
+        if isinstance(self.root, RemotePath):
+            ops.forget_under(self.root)  # metadata and versions as they are now
         info = load_info(self.root)
         split = load_split(self.root, split_config)
         self.config: dict[str, Any] = load_dataset_config(self.root, dataset_config)

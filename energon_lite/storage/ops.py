@@ -57,6 +57,16 @@ def forget(path: RemotePath) -> None:
     _listings.pop(path.parent, None)
 
 
+def forget_under(root: RemotePath) -> None:
+    """Drop what this process remembers of files and listings below ``root``: a dataset that
+    opens reads its metadata and pins its shards' versions as they are now, never from an
+    earlier open (the dataset may have been replaced and prepared again since)."""
+    prefix = str(root).rstrip("/")
+    for cache in (_small, _listings):
+        for key in [k for k in cache if str(k) == prefix or str(k).startswith(prefix + "/")]:
+            del cache[key]
+
+
 def _info(path: RemotePath) -> dict[str, Any] | None:
     t = target(path)
     try:
@@ -258,7 +268,7 @@ def stat(path: RemotePath) -> tuple[str, int]:
         t = target(folder)
         try:
             listed = retry.call(
-                lambda: t.fs.ls(t.path, detail=True), "list", str(folder), t.secrets
+                lambda: t.fs.ls(t.path, detail=True, refresh=True), "list", str(folder), t.secrets
             )
         except DatasetFormatError:
             listed = []
