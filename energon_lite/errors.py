@@ -30,6 +30,11 @@ class StateError(EnergonLiteError, ValueError):
     """A saved loader state does not belong to this loader, or is corrupt."""
 
 
+class UnsavableStateError(StateError):
+    """A state was asked for while a buffer holds items that a hook left without
+    ``__restore_key__``: training runs (as in Energon), saving is refused."""
+
+
 class ConfigError(EnergonLiteError, ValueError):
     """An argument or configuration value is invalid."""
 

@@ -15,7 +15,7 @@ from energon_lite.errors import ConfigError, log_exception, reraise_exception
 ErrorHandler = Callable[[Exception, Any, Any], None]
 
 
-@dataclass
+@dataclass(slots=True)  # Energon's slots; positional arguments are accepted too
 class WorkerConfig:
     """Energon's worker configuration: rank and world size of the data-parallel group,
     loader worker processes per rank, and the seed (``seed_offset``)."""

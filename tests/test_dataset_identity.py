@@ -75,8 +75,10 @@ def _replace_caption(shard: Path, key: str) -> None:
 def test_changed_shard_is_refused_at_open(tmp_path: Path) -> None:
     root = _make(tmp_path / "ds", 90)
     shard = root / "parts/data-1.tar"
-    size = shard.stat().st_size
-    os.utime(shard, ns=(0, shard.stat().st_mtime_ns - 5 * 10**9))  # prepared "earlier"
+    os.utime(shard, ns=(0, shard.stat().st_mtime_ns - 5 * 10**9))  # touched, same content
+    PreparedDataset(root, "train")  # probed: the same bytes (a copy looks like this too)
+    with open(shard, "ab") as file:
+        file.write(b"\0" * 512)
     with pytest.raises(DatasetFormatError, match=r"data-1\.tar: shard changed since prepare"):
         PreparedDataset(root, "train")
     prepare_dataset(
@@ -87,14 +89,15 @@ def test_changed_shard_is_refused_at_open(tmp_path: Path) -> None:
         force_overwrite=True,
         progress=False,
     )
-    _replace_caption(shard, "000025")  # same size, new content, written later
+    size = shard.stat().st_size
+    _replace_caption(shard, "000020")  # same size, new content (its first sample), written later
     os.utime(shard, ns=(0, shard.stat().st_mtime_ns + 2 * 10**9))
     assert shard.stat().st_size == size
-    with pytest.raises(DatasetFormatError, match=r"data-1\.tar: shard changed.*re-run prepare"):
+    with pytest.raises(DatasetFormatError, match=r"data-1\.tar: shard replaced.*re-run prepare"):
         PreparedDataset(root, "train")
     prepare_dataset(root, tar_index_only=True, progress=False)  # re-index, keep the splits
     ds = PreparedDataset(root, "train")
-    assert ds.read(*ds.locate(25))[1]["txt"] == b"X" * len(ds.read(*ds.locate(25))[1]["txt"])
+    assert ds.read(*ds.locate(20))[1]["txt"] == b"X" * len(ds.read(*ds.locate(20))[1]["txt"])
     _replace_caption(shard, "000026")
     os.utime(shard, ns=(0, shard.stat().st_mtime_ns + 2 * 10**9))
     (root / ".nv-meta/energon_lite.json").unlink()  # Energon-prepared: no record, no check

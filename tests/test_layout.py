@@ -30,8 +30,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("stages",),  # the Stage contract and every stage
     ("pipeline",),  # wiring a chain
     ("loader",),  # datasets, loaders, workers, stats
-    ("wrappers", "compat"),  # Energon's wrapper classes and Energon-only names
-    ("flavors",),  # dataset kinds beyond tar shards
+    ("wrappers", "compat", "epathlib"),  # Energon's wrapper classes and Energon-only names
+    ("flavors", "dataset_config"),  # dataset kinds beyond tar shards; Energon's dataset_config
     ("synth", "testing"),  # sample data and resume test helpers
     ("__init__",),  # the public API
     ("cli",),  # the command line

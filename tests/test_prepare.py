@@ -21,7 +21,7 @@ FIELD_MAP = {"image": "jpg", "caption": "txt"}
 
 
 def _prepare(root: Path, **kwargs) -> object:
-    kwargs.setdefault("split_ratio", [("train", 8), ("val", 1), ("test", 1)])
+    kwargs.setdefault("split_ratio", [("train", 1)])
     kwargs.setdefault("sample_type", "CaptioningSample")
     kwargs.setdefault("field_map", FIELD_MAP)
     return prepare_dataset(root, progress=False, **kwargs)
@@ -42,7 +42,7 @@ def _expected_offsets(path: Path) -> list[int]:
 
 def test_files_match_the_format(tmp_path: Path) -> None:
     write_captioning_shards(tmp_path, 200, 20, image_size=(16, 16))
-    _prepare(tmp_path)
+    _prepare(tmp_path, split_ratio=[("train", 8), ("val", 1), ("test", 1)])
     meta = tmp_path / ".nv-meta"
     info = json.loads((meta / ".info.json").read_text())
     assert info["shard_counts"] == {f"parts/data-{i}.tar": 20 for i in range(10)}
@@ -74,8 +74,9 @@ def test_parallel_indexing_is_identical(tmp_path: Path) -> None:
     a, b = tmp_path / "a", tmp_path / "b"
     for root in (a, b):
         write_captioning_shards(root, 90, 15, image_size=(16, 16))
-    _prepare(a, num_workers=1)
-    _prepare(b, num_workers=2)
+    ratio = [("train", 4), ("val", 1), ("test", 1)]
+    _prepare(a, num_workers=1, split_ratio=ratio)
+    _prepare(b, num_workers=2, split_ratio=ratio)
     for i in range(6):
         assert (a / f"parts/data-{i}.tar.idx").read_bytes() == (
             b / f"parts/data-{i}.tar.idx"
@@ -91,10 +92,13 @@ def test_split_parts_regex_exclude_and_shuffle(tmp_path: Path) -> None:
         split_parts=[("train", r"parts/data-[0-6]\.tar"), ("val", r"parts/data-{7..9}\.tar")],
         exclude=["parts/data-0.tar", "parts/data-1.tar/00001{0..2}"],
     )
-    assert report.split_parts["train"] == [f"parts/data-{i}.tar" for i in range(7)]
+    # an excluded shard is left out of the dataset (as Energon's --exclude does); excluded
+    # samples are listed in split.yaml
+    assert report.split_parts["train"] == [f"parts/data-{i}.tar" for i in range(1, 7)]
     assert report.split_parts["val"] == ["parts/data-7.tar", "parts/data-8.tar", "parts/data-9.tar"]
+    assert report.num_samples == 90 - 3
     split = yaml.safe_load((tmp_path / ".nv-meta/split.yaml").read_text())
-    assert split["exclude"] == ["parts/data-0.tar", "parts/data-1.tar/00001{0..2}"]
+    assert split["exclude"] == ["parts/data-1.tar/00001{0..2}"]
     shuffled = prepare_dataset(
         tmp_path,
         split_ratio=[("train", 1), ("val", 1)],
@@ -105,11 +109,11 @@ def test_split_parts_regex_exclude_and_shuffle(tmp_path: Path) -> None:
         progress=False,
     )
     assert sorted(shuffled.split_parts["train"] + shuffled.split_parts["val"]) == sorted(
-        report.shard_names
+        shuffled.shard_names
     )
     assert (
         shuffled.split_parts["train"] != sorted(shuffled.split_parts["train"])
-        or shuffled.split_parts["val"] != report.shard_names[5:]
+        or shuffled.split_parts["val"] != shuffled.shard_names[5:]
     )
 
 
@@ -261,14 +265,18 @@ def test_cli_interactive_on_a_terminal(tmp_path: Path) -> None:
     assert config["field_map"] == {"image": "jpg", "caption": "txt"}
 
 
-def test_a_ratio_that_leaves_a_split_empty_warns_and_loading_names_it(
+def test_a_split_pattern_that_matches_nothing_warns_and_loading_names_it(
     tmp_path: Path, caplog
 ) -> None:
     from energon_lite import WorkerConfig, get_val_dataset
 
     write_captioning_shards(tmp_path, 30, 10, image_size=(8, 8))
+    with pytest.raises(ConfigError, match=r"--split-ratio 8,1,1 over 3 shard\(s\) leaves split"):
+        _prepare(tmp_path, split_ratio=[("train", 8), ("val", 1), ("test", 1)])  # over 3 shards
     with caplog.at_level("WARNING", logger="energon_lite"):
-        report = _prepare(tmp_path)  # 8,1,1 over 3 whole shards
+        report = _prepare(
+            tmp_path, split_ratio=None, split_parts=[("train", ".*"), ("val", "nothing")]
+        )
     assert report.split_parts["val"] == [] and len(report.warnings) == 1
     assert "split 'val' gets no shard: 3 shard(s)" in caplog.text and "--split-parts" in caplog.text
     with pytest.raises(ConfigError, match=r"the split is empty \(0 samples\): split 'val' of "):

@@ -154,6 +154,26 @@ def test_prepare_failure_writes_nothing(s3: S3Server, tmp_path: Path) -> None:
     assert not any(k.endswith(".idx") or META_DIR in k for k in keys)
 
 
+def test_a_replaced_shard_of_the_same_size_is_refused_on_s3(
+    s3: S3Server, local_ds: Path, s3_ds: str
+) -> None:
+    """An S3 copy has no mtimes to trust: each shard's probe (its first and last samples'
+    bytes) is read again, with ranged GETs, when a process first reads the shard."""
+    prefix = f"replaced-{uuid.uuid4().hex[:8]}"
+    s3.upload(local_ds, "data", prefix)
+    shards = sorted(local_ds.glob("parts/*.tar"))
+    sizes = [p.stat().st_size for p in shards]
+    a, b = next((i, j) for i in range(len(shards)) for j in range(i) if sizes[i] == sizes[j])
+    s3.client().put_object(
+        Bucket="data", Key=f"{prefix}/parts/{shards[a].name}", Body=shards[b].read_bytes()
+    )
+    with pytest.raises(
+        DatasetFormatError, match=rf"{shards[a].name}: shard replaced since prepare"
+    ):
+        take(_train(f"s3://data/{prefix}", shuffle_buffer_size=None), 20)
+    assert len(take(_train(s3_ds, shuffle_buffer_size=None), 20)) == 20  # the true copy reads
+
+
 def test_metadataset_blends_a_local_and_an_s3_dataset(
     s3: S3Server, local_ds: Path, s3_ds: str, tmp_path: Path
 ) -> None:

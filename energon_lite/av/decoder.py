@@ -237,7 +237,7 @@ class AVDecoder(EnergonAVMethods):
             raise MediaDecodeError(f"{video_unit=} is not 'seconds' or 'frames'")
         if audio_unit not in ("seconds", "samples"):
             raise MediaDecodeError(f"{audio_unit=} is not 'seconds' or 'samples'")
-        data = AVData()
+        data = AVData(video_clips=[], video_timestamps=[], audio_clips=[], audio_timestamps=[])
         for start, end in video_clip_ranges or ():
             found = self._video_clip(start, end, video_unit, video_out_frame_size)
             if found is not None:  # None: the range starts past the end

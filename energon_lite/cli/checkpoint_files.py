@@ -3,7 +3,9 @@
 ``read_checkpoint(path)`` gives the rank states in rank order, and how they were stored;
 ``write_checkpoint`` writes new rank states the same way (same format, file names with the
 rank number changed), which ``energon-lite checkpoint redist`` uses. Files are read as plain
-data only (:mod:`energon_lite.cli.state_file`): nothing in them ever runs.
+data only (:mod:`energon_lite.cli.state_file`): nothing in them ever runs. A file may be a
+trainer's checkpoint with the loader state inside (:mod:`energon_lite.cli.checkpoint_find`);
+the new states are then written under the same keys, without the rest of the checkpoint.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from energon_lite.cli.checkpoint_find import Found, Path_, find_states
 from energon_lite.cli.state_file import read_state_file
 from energon_lite.errors import StateError
 from energon_lite.state.codec import encode_state
@@ -25,6 +28,12 @@ class Checkpoint:
     names: list[str]  # the file of each rank, or one name for a single list file
     fmt: str  # "msgpack", "json" or "torch"
     one_file: bool = False  # every rank's state in one file, as a list
+    key: Path_ = ()  # where in each file the state (or the list of states) was found
+
+    @property
+    def where(self) -> str:
+        """Where the states were found, for messages ("" when the file is the state)."""
+        return ".".join(str(k) for k in self.key)
 
 
 def _natural(name: str) -> list[Any]:
@@ -39,30 +48,57 @@ def _format(path: Path) -> str:
     return "json" if head.lstrip()[:1] in (b"{", b"[") else "msgpack"
 
 
-def read_checkpoint(path: str | Path | list[Path]) -> Checkpoint:
+def _read(path: Path, key: str | None) -> Found:
+    return find_states(read_state_file(path), str(path), key)
+
+
+def _per_rank(files: list[Path], key: str | None, where: Path) -> Checkpoint:
+    found = [_read(f, key) for f in files]
+    if len(files) == 1 and found[0].form != "one":
+        return Checkpoint(found[0].states, [files[0].name], _format(files[0]), True, found[0].path)
+    for f, got in zip(files, found):
+        if got.form != "one":
+            raise StateError(
+                f"{f}: holds {len(got.states)} ranks' states at {got.where}; {where} mixes "
+                "per-rank files and files with every rank's states: give one or the other"
+            )
+    if len({got.path for got in found}) > 1:
+        raise StateError(
+            f"{where}: the rank files keep their states under different keys "
+            f"({', '.join(sorted({got.where for got in found}))}); pass --key"
+        )
+    return Checkpoint(
+        [got.states[0] for got in found],
+        [f.name for f in files],
+        _format(files[0]),
+        key=found[0].path,
+    )
+
+
+def read_checkpoint(path: str | Path | list[Path], key: str | None = None) -> Checkpoint:
     """A folder of per-rank state files (ordered by the numbers in their names), one file
-    holding one state or the list of every rank's, or a list of per-rank files in rank order
-    (Energon's ``redist`` form)."""
+    holding one state or every rank's (a list or a dict), or a list of per-rank files in rank
+    order (Energon's ``redist`` form). Each file may be a trainer checkpoint with the states
+    inside, found in nested dicts and lists or at ``key`` (``path.to.state``)."""
     if isinstance(path, list):
-        states = [read_state_file(f) for f in path]
-        if any(isinstance(s, list) for s in states):
-            raise StateError(f"{path[0]}: one state per rank file expected, found a list of ranks")
-        return Checkpoint(states, [f.name for f in path], _format(path[0]))
+        return _per_rank(path, key, path[0].parent)
     path = Path(path)
     if path.is_dir():
         files = sorted((p for p in path.iterdir() if p.is_file()), key=lambda p: _natural(p.name))
         if not files:
             raise StateError(f"{path}: no state files in this folder")
-        states = [read_state_file(f) for f in files]
-        if len(files) == 1 and isinstance(states[0], list):
-            return Checkpoint(states[0], [files[0].name], _format(files[0]), one_file=True)
-        if any(isinstance(s, list) for s in states):
-            raise StateError(f"{path}: mixes per-rank files and files with a list of ranks")
-        return Checkpoint(states, [f.name for f in files], _format(files[0]))
-    state = read_state_file(path)
-    if isinstance(state, list):
-        return Checkpoint(state, [path.name], _format(path), one_file=True)
-    return Checkpoint([state], [path.name], _format(path))
+        return _per_rank(files, key, path)
+    return _per_rank([path], key, path)
+
+
+def _wrap(key: Path_, value: Any) -> tuple[Any, bool]:
+    """``value`` under the same dict keys it was found at; (value, False) when a list index
+    is on the way (the states are then written bare)."""
+    if any(not isinstance(k, str) for k in key):
+        return value, False
+    for k in reversed(key):
+        value = {k: value}
+    return value, True
 
 
 def rank_name(first: str, rank: int) -> str:
@@ -84,7 +120,8 @@ def write_checkpoint(old: Checkpoint, states: list[Any], out: str | Path) -> lis
         targets = [(out / old.names[0], states)]
     else:
         targets = [(out / rank_name(old.names[0], r), s) for r, s in enumerate(states)]
-    for target, value in targets:
+    for target, bare in targets:
+        value, _ = _wrap(old.key, bare)
         if old.fmt == "torch":
             import torch
 

@@ -70,7 +70,9 @@ def run_demo(
     with tempfile.TemporaryDirectory(prefix="energon-lite-demo-") as tmp:
         root = Path(folder) if folder else Path(tmp) / "captions"
         print_fn(f"1. writing {num_samples} JPEG+caption samples to {root}")
-        write_captioning_shards(root, num_samples, samples_per_shard=200, image_size=(96, 96))
+        # ten shards (of at most 200): every split of the 8,1,1 ratio gets whole shards
+        per_shard = max(1, min(200, num_samples // 10))
+        write_captioning_shards(root, num_samples, per_shard, image_size=(96, 96))
         print_fn("2. preparing the dataset (energon-lite prepare)")
         report = prepare_dataset(
             root,

@@ -3,7 +3,8 @@
 Every error - a usage mistake, a path that does not exist, one of energon_lite's own errors,
 an OS error, or an unexpected exception - prints ``energon-lite CMD: error: ...`` on stderr
 and exits with status 1, as Energon's command does. Tracebacks are for bugs only, and shown
-with ``ENERGON_LITE_TRACEBACK=1``.
+with ``ENERGON_LITE_TRACEBACK=1``. A reader that stops early (``energon-lite ... | head``) is
+not an error: the command stops writing and exits 0, quietly.
 """
 
 from __future__ import annotations
@@ -19,6 +20,17 @@ from energon_lite.errors import EnergonLiteError
 from energon_lite.storage import is_url
 
 PATH_COMMANDS = ("info", "preview", "lint")
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's last flush into the closed pipe
+    does not print "Exception ignored ... BrokenPipeError"."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # stdout replaced by an object without a descriptor
+        pass
 
 
 class Parser(argparse.ArgumentParser):
@@ -38,7 +50,12 @@ def run_reporting_errors(args: argparse.Namespace) -> int:
             raise FileNotFoundError(
                 2, "no such file or directory (the path does not exist)", args.path
             )
-        return int(args.fn(args))
+        code = int(args.fn(args))
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
+        return code
+    except BrokenPipeError:  # `... | head` read what it wanted: stop writing, quietly
+        _silence_stdout()
+        return 0
     except SystemExit as exc:  # our argument checks exit with a message
         if exc.code is None or isinstance(exc.code, int):
             raise

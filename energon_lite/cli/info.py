@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -67,8 +68,10 @@ def dataset_info(root: str | os.PathLike[str] | RemotePath) -> str:
     ]
     if kind.describe is not None:
         lines.extend(kind.describe(_local(given)))
+    dropped = Counter(e.partition(".tar/")[0] + ".tar" for e in set(split.exclude) if ".tar/" in e)
     for name, shards in split.split_parts.items():
-        samples = sum(counts.get(s, 0) for s in shards if s not in split.exclude)
+        kept = [s for s in shards if s not in split.exclude]  # excluded samples not counted
+        samples = sum(counts.get(s, 0) - dropped.get(s, 0) for s in kept)
         lines.append(f"  split {name}: {samples} samples in {len(shards)} shards")
     if split.exclude:
         lines.append(f"  excluded: {len(split.exclude)} entries")

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from energon_lite.cli.errors import Parser, run_reporting_errors
-from energon_lite.storage import as_path
 
 
 def _parse_ratio(text: str) -> list[tuple[str, float]]:
@@ -35,39 +34,8 @@ def _parse_split_parts(items: Sequence[str]) -> list[tuple[str, str]]:
     return parts
 
 
-def _ask(question: str, default: str | None = None) -> str:
-    suffix = f" [{default}]" if default else ""
-    answer = input(f"{question}{suffix}: ").strip()
-    return answer or (default or "")
-
-
-def _interactive(args: argparse.Namespace) -> None:
-    """Ask what the flags would have said."""
-    from energon_lite.samples.types import SAMPLE_TYPES, sample_field_names
-    from energon_lite.shards.prepare import find_shards
-
-    shards = find_shards(as_path(args.path))
-    print(f"Found {len(shards)} shards under {args.path}")
-    if not (args.split_ratio or args.split_parts):
-        args.split_ratio = _ask("Split ratio train,val,test", "8,1,1")
-    if not args.sample_type:
-        names = [*sorted(SAMPLE_TYPES), "CrudeWebdataset"]
-        print("Sample types: " + ", ".join(names))
-        args.sample_type = _ask("Sample type", "CaptioningSample")
-    if (
-        args.sample_type != "CrudeWebdataset"
-        and not args.field_map
-        and args.sample_type in SAMPLE_TYPES
-    ):
-        field_map = {}
-        for name in sample_field_names(SAMPLE_TYPES[args.sample_type]):
-            part = _ask(f"Part for field {name!r} (e.g. jpg, txt, json[caption]; empty to skip)")
-            if part:
-                field_map[name] = part
-        args.field_map = json.dumps(field_map)
-
-
 def cmd_prepare(args: argparse.Namespace) -> int:
+    from energon_lite.cli.prepare_questions import ask, ask_prepare_options
     from energon_lite.shards.prepare import prepare_dataset
     from energon_lite.sources.kinds import kind_of
 
@@ -84,13 +52,13 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     meta = Path(args.path) / ".nv-meta"
     if meta.is_dir() and not args.force_overwrite and not args.tar_index_only and interactive:
         # Energon asks on a terminal; scripts keep passing --force-overwrite
-        answer = _ask(f"{meta} exists: the dataset was prepared before. Overwrite it? (y/N)", "n")
+        answer = ask(f"{meta} exists: the dataset was prepared before. Overwrite it? (y/N)", "n")
         if answer.lower() not in ("y", "yes"):
             print("Nothing written.")
             return 0
         args.force_overwrite = True
     if interactive:
-        _interactive(args)
+        ask_prepare_options(args, _parse_ratio)
     field_map = None
     if args.field_map:
         try:
@@ -116,8 +84,30 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     )
     for split, shards in report.split_parts.items():
         print(f"  {split}: {len(shards)} shards")
+    for line in _excluded_lines(report):
+        print(line)
     print("Done")  # Energon's last line, which scripts look for
     return 0
+
+
+def _excluded_lines(report: Any) -> list[str]:
+    """What --exclude left out: each entry's shards, and the samples excluded by key."""
+    excluded = report.excluded
+    lines = []
+    if excluded.shards:
+        lines.append(f"  excluded {len(excluded.shards)} shard(s), not indexed:")
+        for entry, shards in excluded.matched.items():
+            if shards:
+                shown = ", ".join(shards[:10]) + (
+                    f" ... ({len(shards)})" if len(shards) > 10 else ""
+                )
+                lines.append(f"    --exclude {entry!r}: {shown}")
+    if excluded.num_samples:
+        lines.append(
+            f"  excluded {excluded.num_samples} sample(s) by key in "
+            f"{len(excluded.samples)} shard(s) (split.yaml's exclude)"
+        )
+    return lines
 
 
 def cmd_prepare_media(args: argparse.Namespace) -> int:
@@ -170,22 +160,17 @@ def cmd_lint(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
-def _load_checkpoint(path: Path) -> Any:
-    """A saved loader state, read as plain data only: no code from the file ever runs."""
-    from energon_lite.cli.state_file import read_state_file
-
-    return read_state_file(path)
-
-
 def cmd_checkpoint(args: argparse.Namespace) -> int:
+    """Summarise the loader states of a state file, a folder of per-rank files or a trainer
+    checkpoint with the states inside (read as plain data only: no code in them runs)."""
+    from energon_lite.cli.checkpoint_files import read_checkpoint
     from energon_lite.cli.info import describe_state
 
-    if Path(args.file).is_dir():  # a folder of per-rank files
-        from energon_lite.cli.checkpoint_files import read_checkpoint
-
-        print(describe_state(read_checkpoint(Path(args.file)).states))
-        return 0
-    print(describe_state(_load_checkpoint(Path(args.file))))
+    found = read_checkpoint(Path(args.file), args.key)
+    if found.key:
+        print(f"loader state of {len(found.states)} rank(s) at key {found.where}\n")
+    many = found.one_file or len(found.states) > 1
+    print(describe_state(found.states if many else found.states[0]))
     return 0
 
 
@@ -219,10 +204,15 @@ def cmd_checkpoint_redist(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"checkpoint redist: one folder or file of old states, got {len(paths)} paths"
         )
-    old = read_checkpoint(paths[0]) if len(paths) == 1 else read_checkpoint(paths)
-    config = old.states[0]["config"] if isinstance(old.states[0], dict) else {}
+    old = read_checkpoint(paths[0] if len(paths) == 1 else paths, args.key)
+    config = old.states[0].get("config")
+    if not isinstance(config, dict) or not isinstance(config.get("num_workers"), int):
+        raise ConfigError(
+            f"checkpoint redist: {paths[0]}: the loader state has no config with num_workers; "
+            "is it a state from loader.save_state_rank()?"
+        )
     if energon_form is not None:  # keeps ranks x workers, as Energon's redist does
-        total = len(old.states) * max(1, int(config.get("num_workers", 0)))
+        total = len(old.states) * max(1, config["num_workers"])
         if energon_form < 1 or total % energon_form:
             raise ConfigError(
                 f"checkpoint redist --new-world-size {energon_form}: {len(old.states)} ranks "
@@ -238,6 +228,12 @@ def cmd_checkpoint_redist(args: argparse.Namespace) -> int:
         f"redistributed {len(old.states)} ranks x {config.get('num_workers')} workers -> "
         f"{world} ranks x {workers} workers: " + ", ".join(str(p) for p in written)
     )
+    if old.key:
+        print(
+            f"(found at key {old.where}; the new files hold the loader states only"
+            + (", under the same key" if all(isinstance(k, str) for k in old.key) else "")
+            + ": the rest of the trainer checkpoint is not copied)"
+        )
     return 0
 
 
@@ -287,7 +283,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sample-type", help="e.g. CaptioningSample, or CrudeWebdataset")
     p.add_argument("--field-map", help='JSON, e.g. \'{"image": "jpg", "caption": "txt"}\'')
     p.add_argument(
-        "--exclude", action="append", help="a shard or <shard>/<sample key> (repeatable)"
+        "--exclude",
+        action="append",
+        help="leave out a shard (its path in the dataset), a sample (<shard>/<sample key>), or "
+        "every shard whose path matches a regex (Energon's form); repeatable",
     )
     p.add_argument("--num-workers", type=int, default=1, help="index shards in N processes")
     p.add_argument(
@@ -375,12 +374,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("checkpoint", help="inspect a saved loader state")
     csub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     c = csub.add_parser(
-        "info", help="summarise a state file (msgpack, JSON or torch.save; never unpickled)"
+        "info",
+        help="summarise a state file or a trainer checkpoint with the loader state inside "
+        "(msgpack, JSON or torch.save; never unpickled)",
     )
     c.add_argument(
         "file",
-        help="a file written from save_state_rank()/save_state_global(), or a folder of "
-        "per-rank files",
+        help="a file written from save_state_rank()/save_state_global(), a trainer "
+        "checkpoint holding such states, or a folder of per-rank files",
+    )
+    c.add_argument(
+        "--key",
+        help="where the state is inside a trainer checkpoint, e.g. dataloader or "
+        "extra.loader_state (default: found in nested dicts and lists)",
     )
     c.set_defaults(fn=cmd_checkpoint)
     c = csub.add_parser(
@@ -402,6 +408,11 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         help="Energon's form: the new number of ranks, keeping ranks x workers (each "
         "worker pipeline moves whole and continues its own stream)",
+    )
+    c.add_argument(
+        "--key",
+        help="where the states are inside trainer checkpoints, e.g. dataloader_state_dict "
+        "(default: found in nested dicts and lists); the new files keep that key",
     )
     c.set_defaults(fn=cmd_checkpoint_redist)
 

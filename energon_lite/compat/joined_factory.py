@@ -24,6 +24,7 @@ from energon_lite.metadataset.join import NONMATCH, write_spec
 from energon_lite.samples.resolver import allow_sample_type_modules
 from energon_lite.sources.kinds import open_source
 from energon_lite.sources.leaf import Leaf
+from energon_lite.storage import StoragePath
 
 
 def _joiner_ref(joiner: Any) -> dict[str, str]:
@@ -105,7 +106,7 @@ class JoinedWebdatasetFactory:
         self.leaf = Leaf(self.spec_path, self.split_part, subflavors=factories[0].subflavors)
 
     @property
-    def paths(self) -> list[Path]:
+    def paths(self) -> list[StoragePath]:
         return [f.paths[0] for f in self.inner_datasets]
 
     def __len__(self) -> int:

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
 from energon_lite.compat.arguments import get_val_dataset
 from energon_lite.errors import ConfigError, DatasetFormatError
 from energon_lite.loader.api import SavableDataset
+from energon_lite.metadataset.loader_interface import DatasetBlendMode
 from energon_lite.metadataset.parse import load_metadataset
 from energon_lite.metadataset.v1 import is_v1
 from energon_lite.shards.meta import load_yaml
@@ -28,14 +28,6 @@ from energon_lite.sources.leaf import Leaf
 from energon_lite.storage import StoragePath
 
 _MODES = {"weights": "DATASET_WEIGHT", "epochized": "SAMPLE_REPETITIONS", "single": "NONE"}
-
-
-class DatasetBlendMode(Enum):
-    """How the datasets of a split are combined (Energon's names)."""
-
-    NONE = "none"
-    DATASET_WEIGHT = "dataset_weight"
-    SAMPLE_REPETITIONS = "sample_repetitions"
 
 
 @dataclass

@@ -51,6 +51,7 @@ from energon_lite.shards.shard_record import make_record, write_record
 from energon_lite.shards.tar_index import write_index
 from energon_lite.sources.kinds import open_source
 from energon_lite.sources.leaf import Leaf
+from energon_lite.storage import RemotePath, as_path
 
 
 class BaseCoreDatasetFactory:
@@ -60,7 +61,7 @@ class BaseCoreDatasetFactory:
 
     def __init__(
         self,
-        path: str | os.PathLike[str],
+        path: str | os.PathLike[str] | RemotePath,
         *,
         split_part: str = "train",
         training: bool = True,
@@ -78,7 +79,7 @@ class BaseCoreDatasetFactory:
                 f"{type(self).__name__}: unsupported arguments {sorted(kwargs)}; "
                 "see docs/migration.md"
             )
-        self.paths = [Path(path)]
+        self.paths = [as_path(path)]  # a folder, a URL, a RemotePath or an EPath
         self.split_part = split_part
         self.training = training
         self.worker_config = worker_config
@@ -88,7 +89,7 @@ class BaseCoreDatasetFactory:
             "max_samples_per_sequence": max_samples_per_sequence,
         }
         self.leaf = Leaf(
-            Path(path),
+            self.paths[0],
             split_part,
             subflavors=subflavors,
             shuffle_over_epochs_multiplier=shuffle_over_epochs_multiplier,

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch.utils.data import IterableDataset, get_worker_info
 
-from energon_lite.errors import ConfigError, restoring
+from energon_lite.errors import ConfigError, UnsavableStateError, restoring
 from energon_lite.loader.probe import ChainProbe
 from energon_lite.loader.transport import check_sendable
 from energon_lite.loader.watchdog import Watchdog
@@ -96,7 +96,7 @@ class SavableDataset(IterableDataset):
                     check_sendable(batch, logical)
                 if dog is not None:
                     dog.beat()
-                state = chain.save_state() if save_states else None
+                state = _save(chain) if save_states else None
                 extra: tuple[Any, ...] = () if probe is None else (probe.snapshot(),)
                 if memory is not None:
                     extra += (
@@ -125,3 +125,23 @@ class SavableDataset(IterableDataset):
             "virtual_epoch_length": self.virtual_epoch_length,
             **self.pipeline.fingerprint(),
         }
+
+
+def _save(chain: Any) -> dict[str, Any]:
+    """The chain's state, or (a hook left items without ``__restore_key__``, which Energon
+    trains with) ``{"unsavable": reason}``, which ``save_state_rank`` refuses with the reason."""
+    try:
+        return chain.save_state()
+    except UnsavableStateError as exc:
+        return {UNSAVABLE: str(exc)}
+
+
+UNSAVABLE = "unsavable"
+
+
+def unsavable_reason(states: list[Any]) -> str | None:
+    """The reason a worker gave for having no state, if any worker did."""
+    for state in states:
+        if isinstance(state, dict) and UNSAVABLE in state:
+            return str(state[UNSAVABLE])
+    return None

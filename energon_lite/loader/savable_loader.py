@@ -19,8 +19,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from energon_lite.errors import ConfigError, StateError, WorkerTimeoutError, short_repr
-from energon_lite.loader.savable_dataset import SavableDataset
+from energon_lite.errors import (
+    ConfigError,
+    StateError,
+    UnsavableStateError,
+    WorkerTimeoutError,
+    short_repr,
+)
+from energon_lite.loader.savable_dataset import SavableDataset, unsavable_reason
 from energon_lite.loader.stats import LoaderStats
 from energon_lite.state.codec import (
     STATE_VERSION,
@@ -251,6 +257,9 @@ class SavableLoader:
 
     def _stream(self) -> Generator[Any, None, None]:
         """Batches from the worker chains, from the saved states to the end of the epoch."""
+        reason = unsavable_reason(self._states)
+        if reason is not None:  # closed mid-pass: there is no state to continue from
+            raise UnsavableStateError(f"the loader cannot continue its pass: {reason}")
         running: list[Any] = []  # torch's iterator, once the stream has made it
         stream = _stream(weakref.proxy(self), self.dataset, self._stats, running)
         weakref.finalize(stream, _shut_down, running)
@@ -305,6 +314,9 @@ class SavableLoader:
             raise StateError(
                 "this loader was made with get_loader(); use get_savable_loader() to save state"
             )
+        reason = unsavable_reason(self._states)
+        if reason is not None:
+            raise UnsavableStateError(f"save_state_rank: {reason}")
         state = {
             "type": "SavableLoader",
             "version": STATE_VERSION,

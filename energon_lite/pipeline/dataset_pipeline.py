@@ -177,13 +177,19 @@ class DatasetPipeline:
         )
         if opts.packing_buffer_size:
             size = opts.packing_buffer_size
-            then(Pack, lambda s: Pack(s, size, te, slot.seed, failures()))
+            then(Pack, lambda s: Pack(s, size, te, slot.seed, failures(), hook))
         if te.overrides("batch_group_criterion"):
             sync = BucketSync.for_slot(opts.bucket_sync, slot)
             then(
                 GroupBatch,
                 lambda s: GroupBatch(
-                    s, te.batch_group_criterion, te.batch, opts.batch_drop_last, failures(), sync
+                    s,
+                    te.batch_group_criterion,
+                    te.batch,
+                    opts.batch_drop_last,
+                    failures(),
+                    sync,
+                    "pack_selected_samples" if opts.packing_buffer_size else hook,
                 ),
             )
         elif opts.batch_size is not None:

@@ -51,16 +51,20 @@ class Sample:
     def extend(cls: type[T], src: Any, **fields: Any) -> T:
         """A ``cls`` holding every init field of ``src`` plus ``fields`` (Energon's ``extend``);
         ``cls`` must be ``type(src)`` or a subclass of it."""
-        if not issubclass(cls, type(src)):
-            raise TypeError(f"{cls.__name__}.extend: {type(src).__name__} is not a base of it")
-        for f in dataclasses.fields(src):
-            if f.init and typing.get_origin(f.type) is not ClassVar and f.type is not ClassVar:
-                fields.setdefault(f.name, getattr(src, f.name))
-        return cls(**fields)
+        return _extend(cls, src, fields)
 
     def pin_memory(self: T) -> T:
         """A copy whose tensors are in pinned memory (the loader calls it when pinning)."""
         return _pinned(self)
+
+
+def _extend(cls: type[Any], src: Any, fields: dict[str, Any]) -> Any:
+    if not issubclass(cls, type(src)):
+        raise TypeError(f"{cls.__name__}.extend: {type(src).__name__} is not a base of it")
+    for f in dataclasses.fields(src):
+        if f.init and typing.get_origin(f.type) is not ClassVar and f.type is not ClassVar:
+            fields.setdefault(f.name, getattr(src, f.name))
+    return cls(**fields)
 
 
 def basic_sample_keys(sample: Any) -> dict[str, Any]:
@@ -80,7 +84,9 @@ def basic_sample_keys(sample: Any) -> dict[str, Any]:
     }
 
 
-@dataclass(kw_only=True)
+# The same layout as Sample (Energon's): a subclass may re-declare the key fields without
+# defaults (``__subflavors__: List[Dict]``) and then add fields without defaults.
+@edataclass
 class Batch:
     """Base for user batch types: ``__key__`` and ``__restore_key__`` hold one entry per sample."""
 
@@ -112,6 +118,12 @@ class Batch:
     def derive_from(cls: type[Any], base: Any, **fields: Any) -> Any:
         """A new ``cls`` batch with ``base``'s key lists plus ``fields``."""
         return cls(**basic_sample_keys(base), **fields)
+
+    @classmethod
+    def extend(cls: type[Any], src: Any, **fields: Any) -> Any:
+        """A ``cls`` holding every init field of ``src`` plus ``fields`` (Energon's ``extend``);
+        ``cls`` must be ``type(src)`` or a subclass of it."""
+        return _extend(cls, src, fields)
 
     def pin_memory(self) -> Any:
         """A copy whose tensors are in pinned memory (the loader calls it when pinning)."""

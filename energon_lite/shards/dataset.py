@@ -19,8 +19,16 @@ import numpy as np
 
 from energon_lite.errors import DatasetFormatError, RemoteStorageError, short_repr
 from energon_lite.samples.crude import CrudeSample
-from energon_lite.shards.meta import DatasetInfo, load_dataset_config, load_info, load_split
+from energon_lite.shards.meta import (
+    META_DIR,
+    DatasetInfo,
+    load_dataset_config,
+    load_info,
+    load_split,
+)
 from energon_lite.shards.shard_record import (
+    RECORD,
+    check_probe,
     check_shards,
     content_identity,
     load_record,
@@ -133,6 +141,11 @@ class PreparedDataset:
         """Refuse a shard changed or deleted since prepare (datasets with a shard record)."""
         record = load_record(self.root)
         self._content_digest = None if record is None else str(record["content_digest"])
+        # remote shards are probed when a process first reads them (two ranged GETs each)
+        self._probes = (
+            record.get("probes") if record and isinstance(self.root, RemotePath) else None
+        )
+        self._probed: set[int] = set()
         counts = dict(zip(info.shard_names, info.shard_counts))
         known = [name for name in dict.fromkeys(names) if name in counts]
         if record is not None:
@@ -235,6 +248,10 @@ class PreparedDataset:
                 f"the shard's {fd.size} bytes: the index is corrupt; re-run prepare"
             )
         try:
+            if self._probes is not None and shard_id not in self._probed:
+                where_record = self.root / META_DIR / RECORD
+                check_probe(self.root, self.shard_names[shard_id], self._probes, where_record, fd)
+                self._probed.add(shard_id)  # a probe that could not be read is tried again
             buf = fd.pread(bounds[-1] - base, base)
         except RemoteStorageError as exc:  # retries spent: these samples fail, training goes on
             return unreadable_samples(where, bounds, exc)

@@ -39,6 +39,7 @@ from energon_lite.shards.meta import (
     INFO_YAML,
     META_DIR,
     DatasetInfo,
+    load_info,
     write_info,
     write_split,
 )
@@ -48,7 +49,16 @@ from energon_lite.shards.prepare_checks import (
     check_unique_keys,
     warn_empty_splits,
 )
-from energon_lite.shards.prepare_splits import split_by_patterns, split_by_ratio
+from energon_lite.shards.prepare_exclude import (
+    Exclusions,
+    check_excluded_keys,
+    resolve_excludes,
+)
+from energon_lite.shards.prepare_splits import (
+    check_ratio_fills_splits,
+    split_by_patterns,
+    split_by_ratio,
+)
 from energon_lite.shards.shard_record import RECORD, make_record, write_record
 from energon_lite.shards.tar_index import ShardScan, scan_shard, write_index
 from energon_lite.storage import RemotePath, StoragePath, as_path
@@ -67,10 +77,12 @@ class PrepareReport:
     parts: set[str]
     split_parts: dict[str, list[str]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)  # e.g. a split that got no shard
+    excluded: Exclusions = field(default_factory=Exclusions)  # what --exclude left out
 
     @property
     def num_samples(self) -> int:
-        return sum(self.shard_counts)
+        """Samples in the prepared dataset: excluded shards and samples not counted."""
+        return sum(self.shard_counts) - self.excluded.num_samples
 
 
 def find_shards(root: StoragePath) -> list[str]:
@@ -183,6 +195,12 @@ def prepare_dataset(
     (or the previous, still consistent ``.nv-meta``). One prepare runs per folder at a time:
     a second one fails with :class:`~energon_lite.shards.folder_lock.FolderLockedError`.
 
+    ``exclude``: shard paths (left out of the dataset: not indexed, in no split),
+    ``<shard>/<sample key>`` entries (written to ``split.yaml``) or regexes searched in the
+    shard paths (Energon's form); an entry that matches nothing is a ConfigError naming the
+    nearest shards (:mod:`energon_lite.shards.prepare_exclude`). A ``split_ratio`` that leaves
+    a split with a non-zero part without a shard is a ConfigError, raised before any scan.
+
     ``dataset_yaml_name``: the file the sample type and field map go to (Energon's
     ``--dataset-yaml-name``; load it with ``dataset_config=``); other files in ``.nv-meta``
     are kept.
@@ -208,18 +226,31 @@ def prepare_dataset(
         meta = root / META_DIR
         if is_prepared(root) and not (force_overwrite or tar_index_only):
             raise ConfigError(f"{meta} exists; pass --force-overwrite to prepare {root} again")
-        shards = find_shards(root)
+        if tar_index_only and is_prepared(root):  # the dataset's shards, as Energon does
+            shards = load_info(root).shard_names
+        else:
+            shards = find_shards(root)
         if not shards:
             raise DatasetFormatError(f"{root}: no .tar shards found (searched recursively)")
+        excluded = resolve_excludes(exclude, shards)  # before any shard is read
+        left_out = set(excluded.shards)
+        shards = [name for name in shards if name not in left_out]
+        if split_ratio is not None and not tar_index_only:  # before the scan, too
+            check_ratio_fills_splits(
+                split_by_ratio(shards, split_ratio, None), split_ratio, len(shards)
+            )
         written: list[StoragePath] = []
         try:
             scans = []
             for name, scan in zip(shards, scan_shards(root, shards, num_workers, progress)):
                 if scan.count == 0:
-                    raise DatasetFormatError(f"{root / name}: shard holds no samples")
+                    raise DatasetFormatError(
+                        f"{root / name}: shard holds no samples; leave it out with --exclude {name}"
+                    )
                 if not remote:  # not yet "prepared"; remote ones once all checks passed
                     written.append(write_index(root / name, scan.offsets))
                 scans.append(scan)
+            check_excluded_keys(excluded, shards, scans)
             if not allow_duplicate_keys:
                 check_unique_keys(root, shards, scans)
             parts = set().union(*(scan.parts for scan in scans))
@@ -236,6 +267,7 @@ def prepare_dataset(
             for name, scan in zip(shards, scans):
                 write_index(root / name, scan.offsets)
         report = PrepareReport(root, shards, [scan.count for scan in scans], parts)
+        report.excluded = excluded
         for scan in scans:
             scan.key_hashes = scan.key_hashes[:0]  # free them before the metadata
         record = make_record(root, report.shard_names, scans)
@@ -254,7 +286,7 @@ def prepare_dataset(
         report.warnings = warn_empty_splits(
             {k: v for k, v in report.split_parts.items() if k in wanted}, len(shards)
         )
-        _write_meta(root, report, config or {}, list(exclude), record, dataset_yaml_name)
+        _write_meta(root, report, config or {}, excluded.sample_entries, record, dataset_yaml_name)
     return report
 
 

@@ -1,22 +1,33 @@
 """``.nv-meta/energon_lite.json``: what each shard was when prepare indexed it.
 
-Prepare records every shard's byte size and modification time and one digest over all
-sample offsets (the ``.tar.idx`` content) and the first and last 64 KiB of every shard (read
-during the header scan anyway). Opening a split compares the split's shards with the record
-(one ``stat`` per shard, no shard data read) and refuses a replaced or edited shard by name;
-the digest gives the dataset an identity that follows its content, not its folder name.
+Prepare records every shard's byte size and modification time, a *probe* per shard (a hash
+of the first and the last 4 KiB of its samples, ``tar_index.probe_ranges``) and one digest
+over all sample offsets (the ``.tar.idx`` content) and the first and last 64 KiB of every
+shard (read during the header scan anyway). Opening a split compares the split's shards with
+the record: one ``stat`` per shard; a shard of another size is refused, one whose mtime
+differs (a ``cp -r`` copy, or a replacement) is probed again (two reads of 4 KiB) and refused
+by name unless its probe is the recorded one. So a copy opens, and a replaced shard, even of
+the same size, is refused. (An edit inside a shard that keeps its size and its first and
+last samples is not seen, as bit rot is not: ``energon-lite lint`` decodes every sample.)
+The digest gives the dataset an identity that follows its content, not its folder name.
+Records written before the probes (no ``probes`` key) still open: where a shard's mtime
+differs (a copy), the content digest is computed again from the files (each shard's 64 KiB
+ends and its ``.tar.idx``, once per open) and must match; ``prepare --tar-index-only`` adds
+the probes (same digest, so saved states still restore) and makes later opens cheap.
 Energon reads ``.info.json`` strictly (unknown keys fail) but ignores other files in
 ``.nv-meta``, so the record lives in a file of its own. Datasets prepared without it (by
 Energon) skip the check; their identity reads the sizes and both 4 KiB ends of each shard
 and index once, when a loader first asks for it.
 
 Remote datasets (``s3://``, ``msc://``, ``http(s)://``): a copy into object storage gets new
-modification times, so their shards are checked by size (from the folder listing or a
-HEAD), and a remote prepare records mtime 0. A remote prepare also records each shard's
-version (``remote_versions``: its ETag, else its Last-Modified), and opening refuses a shard
-whose version changed, even at the same size; opening pins the versions it saw (recorded or
-not: a dataset uploaded after a local prepare has none recorded), and every ranged read is
-conditional on them (``storage.ops.read_range``), so a shard replaced mid-run is refused too. Neither the digest nor the identity involves the
+modification times, so their shards are checked by size at open (from the folder listing or
+a HEAD) and by probe (two ranged GETs) the first time a process reads each shard; a remote
+prepare records mtime 0. A remote prepare also records each shard's version
+(``remote_versions``: its ETag, else its Last-Modified), and opening refuses a shard whose
+version changed, even at the same size; opening pins the versions it saw (recorded or not: a
+dataset uploaded after a local prepare has none recorded), and every ranged read is
+conditional on them (``storage.ops.read_range``), so a shard replaced mid-run is refused
+too. Neither the digest nor the identity involves the
 dataset's location or any mtime, so a local folder and its S3 copy are the same dataset and a
 state saved on one restores on the other.
 """
@@ -31,8 +42,14 @@ from typing import Any
 
 from energon_lite.errors import DatasetFormatError
 from energon_lite.shards.meta import META_DIR
-from energon_lite.shards.tar_index import IDX_SUFFIX, ShardScan
-from energon_lite.storage import RemotePath, StoragePath, ops
+from energon_lite.shards.tar_index import (
+    EDGE,
+    IDX_SUFFIX,
+    ShardScan,
+    probe_digest,
+    probe_ranges,
+)
+from energon_lite.storage import RemotePath, ShardFile, StoragePath, ops
 
 RECORD = "energon_lite.json"
 RECORD_VERSION = 1
@@ -42,10 +59,11 @@ _EDGE = 4096  # bytes at each end of a shard and its index hashed without a reco
 def make_record(
     root: StoragePath, shard_names: list[str], scans: list[ShardScan]
 ) -> dict[str, Any]:
-    """Sizes, mtimes (0 remotely) and one digest over the ``.tar.idx`` files and the shards'
-    edges; the digest holds no location and no mtime."""
+    """Sizes, mtimes (0 remotely), probes and one digest over the ``.tar.idx`` files and the
+    shards' edges; the digest holds no location, no mtime and no probe."""
     digest = hashlib.blake2b(digest_size=16)
     shards: dict[str, list[int]] = {}
+    probes: dict[str, list[int | str]] = {}
     for name, scan in zip(shard_names, scans):
         path = root / name
         if isinstance(path, Path):
@@ -54,10 +72,16 @@ def make_record(
         else:
             size, mtime_ns = ops.size(path), 0
         shards[name] = [size, mtime_ns]
+        probes[name] = [int(scan.offsets[-1]), scan.probe]
         digest.update(f"{name}\0{scan.count}\0{size}\0".encode("utf-8", "surrogateescape"))
         digest.update(scan.offsets.tobytes())
         digest.update(scan.edge_digest.encode())
-    record = {"version": RECORD_VERSION, "shards": shards, "content_digest": digest.hexdigest()}
+    record = {
+        "version": RECORD_VERSION,
+        "shards": shards,
+        "content_digest": digest.hexdigest(),
+        "probes": probes,  # a key of its own: readers of the first records ignore it
+    }
     if isinstance(root, RemotePath):  # not part of the digest: a copy has other ETags
         versions = {name: ops.version(root / name) for name in shard_names}
         record["remote_versions"] = {k: v for k, v in versions.items() if v}
@@ -111,6 +135,8 @@ def check_shards(
         _check_remote(root, where, recorded, names, counts)
         return
     base = str(root)
+    probes = record.get("probes")
+    moved: list[str] = []  # records without probes: shards whose mtime differs
     for name in names:
         path = os.path.join(base, name)  # str paths: one stat each, nothing parsed
         entry = recorded.get(name)
@@ -127,14 +153,16 @@ def check_shards(
                 "re-run prepare"
             ) from None
         size, mtime_ns = entry
-        if st.st_size != size or not _same_mtime(st.st_mtime_ns, mtime_ns):
+        if st.st_size != size:
             raise DatasetFormatError(
-                f"{path}: shard changed since prepare (size {size} -> {st.st_size} bytes, "
-                f"modified {mtime_ns / 1e9:.3f} -> {st.st_mtime_ns / 1e9:.3f}); its index "
-                "may no longer match it: re-run prepare (`--tar-index-only` keeps the splits). "
-                "A copy that did not keep modification times looks changed too: copy with "
-                "`cp -p` or `rsync -a`"
+                f"{path}: shard changed since prepare (size {size} -> {st.st_size} bytes); its "
+                "index no longer matches it: re-run prepare (`--tar-index-only` keeps the splits)"
             )
+        if not _same_mtime(st.st_mtime_ns, mtime_ns):  # a copy, or a replacement
+            if probes is None:
+                moved.append(name)
+            else:
+                check_probe(root, name, probes, where)
         idx = path + IDX_SUFFIX
         try:
             idx_size = os.stat(idx).st_size
@@ -145,6 +173,78 @@ def check_shards(
                 f"{idx}: has {idx_size} bytes, expected {(counts[name] + 1) * 8} for "
                 f"{counts[name]} samples; re-run prepare"
             )
+    if moved and not _digest_matches(Path(base), record, counts):
+        shown = ", ".join(moved[:5]) + (f" ... ({len(moved)} in all)" if len(moved) > 5 else "")
+        raise DatasetFormatError(
+            f"{base}: a shard changed since prepare: the content digest of {where} no longer "
+            f"matches, and these shards have another mtime than recorded: {shown}; the "
+            "indexes may no longer match them: re-run prepare (`--tar-index-only` keeps the "
+            "splits)"
+        )
+
+
+def _digest_matches(root: Path, record: dict[str, Any], counts: dict[str, int]) -> bool:
+    """Recompute ``content_digest`` from the files, for a record written before the probes
+    whose shards have other mtimes (a copy): each shard's edges and ``.tar.idx`` read once."""
+    digest = hashlib.blake2b(digest_size=16)
+    for name in record["shards"]:
+        if name not in counts:
+            return False
+        path = root / name
+        try:
+            with open(path, "rb") as file:
+                size = os.fstat(file.fileno()).st_size
+                edges = hashlib.blake2b(file.read(EDGE), digest_size=16)
+                if size > EDGE:
+                    file.seek(max(EDGE, size - EDGE))
+                    edges.update(file.read())
+            offsets = Path(str(path) + IDX_SUFFIX).read_bytes()
+        except OSError:
+            return False
+        digest.update(f"{name}\0{counts[name]}\0{size}\0".encode("utf-8", "surrogateescape"))
+        digest.update(offsets)
+        digest.update(edges.hexdigest().encode())
+    return digest.hexdigest() == record["content_digest"]
+
+
+def check_probe(
+    root: StoragePath, name: str, probes: Any, where: StoragePath, file: ShardFile | None = None
+) -> None:
+    """Read the shard's probe ranges again (through ``file`` when given: a remote shard's
+    reads then share its read-ahead windows) and compare them with the record;
+    DatasetFormatError naming the shard for a replaced one (or, locally, for a record
+    without probes)."""
+    path = root / name
+    entry = probes.get(name) if isinstance(probes, dict) else None
+    if entry is None:
+        if isinstance(root, RemotePath):
+            return  # records without probes: remote shards are checked by size only
+        raise DatasetFormatError(
+            f"{where}: shard {name!r} has no probe; the record is damaged: re-run prepare "
+            "(`--tar-index-only` keeps the splits)"
+        )
+    if not (
+        isinstance(entry, list)
+        and len(entry) == 2
+        and isinstance(entry[0], int)
+        and isinstance(entry[1], str)
+    ):
+        raise DatasetFormatError(f"{where}: probes[{name!r}] is not [end, digest]; re-run prepare")
+    end, recorded = entry
+    (h0, h1), (t0, t1) = probe_ranges(end)
+    shard = file if file is not None else ShardFile(path)
+    try:
+        head = shard.pread(h1 - h0, h0) if h1 > h0 else b""
+        tail = shard.pread(t1 - t0, t0) if t1 > t0 else b""
+    finally:
+        if file is None:
+            shard.close()
+    if probe_digest(end, head, tail) != recorded:
+        raise DatasetFormatError(
+            f"{path}: shard replaced since prepare: the same size, but its first and last "
+            "samples' bytes are not those prepare indexed, so its index does not match it: "
+            "re-run prepare (`--tar-index-only` keeps the splits)"
+        )
 
 
 def _check_remote(

@@ -22,6 +22,24 @@ from energon_lite.storage.ops import local_copy, write_atomic
 
 IDX_SUFFIX = ".idx"
 EDGE = 1 << 16  # bytes at each end of a shard hashed into its content digest
+PROBE = 4096  # bytes at each end of a shard's samples, rechecked when the shard looks moved
+
+
+def probe_ranges(end: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """The two byte ranges a shard's probe hashes: the first ``PROBE`` bytes (the first
+    sample's headers) and the last ``PROBE`` bytes before ``end``, the end of the last
+    member (the tar's zero padding after it is the same in every tar)."""
+    head = min(PROBE, end)
+    return (0, head), (max(head, end - PROBE), end)
+
+
+def probe_digest(end: int, head: bytes, tail: bytes) -> str:
+    """What prepare records per shard and an open compares: cheap to read again, and
+    different for another tar of the same size (other names, mtimes, checksums, data)."""
+    digest = hashlib.blake2b(f"{end}:".encode(), digest_size=16)
+    digest.update(head)
+    digest.update(tail)
+    return digest.hexdigest()
 
 
 @dataclass
@@ -32,6 +50,7 @@ class ShardScan:
     parts: set[str] = field(default_factory=set)
     key_hashes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))  # per sample
     edge_digest: str = ""  # of the shard's first and last EDGE bytes: content, cheaply
+    probe: str = ""  # probe_digest of the shard (see probe_ranges)
 
     @property
     def count(self) -> int:
@@ -96,6 +115,8 @@ def scan_shard(path: str | os.PathLike[str], display_name: str | None = None) ->
                 end = member.end
             edges = hashlib.blake2b(view[:EDGE], digest_size=16)
             edges.update(view[max(EDGE, size - EDGE) :])
+            (h0, h1), (t0, t1) = probe_ranges(end)
+            probe = probe_digest(end, bytes(view[h0:h1]), bytes(view[t0:t1]))
         except UnicodeDecodeError as exc:  # a long (GNU/pax) name that is not UTF-8
             raise DatasetFormatError(
                 f"{where}: a member name is not UTF-8 ({exc.object[:80]!r}); rename it when "
@@ -109,6 +130,7 @@ def scan_shard(path: str | os.PathLike[str], display_name: str | None = None) ->
         parts,
         np.frombuffer(hashes, np.uint64),
         edges.hexdigest(),
+        probe,
     )
 
 

@@ -11,7 +11,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from energon_lite.errors import ConfigError, StateError, current_restore_handler, short_repr
+from energon_lite.errors import (
+    ConfigError,
+    StateError,
+    UnsavableStateError,
+    current_restore_handler,
+    logger,
+    short_repr,
+)
 from energon_lite.stages.base import Stage
 from energon_lite.state.restore_key import RestoreKey, from_plain, to_plain
 
@@ -32,9 +39,44 @@ def restore_key_of(item: Any, what: str) -> RestoreKey:
     return key
 
 
-def keys_of(items: Iterable[Any], what: str) -> list[Any]:
-    """Plain restore keys of ``items``, for a state."""
-    return [to_plain(restore_key_of(item, what)) for item in items]
+def key_or_none(item: Any) -> RestoreKey | None:
+    """The item's restore key, or None when a hook left it out (a plain dict, as Energon allows)."""
+    if type(item) is dict:
+        return item.get("__restore_key__")
+    return getattr(item, "__restore_key__", None)
+
+
+def _keyless_fix(what: str, hook: str, item: Any) -> str:
+    return (
+        f"{what}: {hook} returned a {type(item).__name__} without __restore_key__ "
+        f"({short_repr(item)}), so the loader state cannot be saved. The one-line fix, in {hook}: "
+        'keep the key, e.g. `out["__restore_key__"] = sample.__restore_key__` for a dict, or '
+        "build the output with `MySample.derive_from(sample, ...)`"
+    )
+
+
+def warn_keyless(what: str, hook: str, item: Any) -> None:
+    """Log that keyless items are held: training goes on, as in Energon, but
+    ``save_state_rank`` will refuse (better learnt now than at the first checkpoint)."""
+    logger.warning(
+        "%s; training continues, save_state_rank() will refuse", _keyless_fix(what, hook, item)
+    )
+
+
+def unsavable(what: str, hook: str, item: Any) -> UnsavableStateError:
+    """The error a save raises while ``item`` (keyless) is held."""
+    return UnsavableStateError(_keyless_fix(what, hook, item))
+
+
+def keys_of(items: Iterable[Any], what: str, hook: str = "encode_sample") -> list[Any]:
+    """Plain restore keys of ``items``, for a state; UnsavableStateError for a keyless item."""
+    keys = []
+    for item in items:
+        key = key_or_none(item)
+        if key is None:
+            raise unsavable(what, hook, item)
+        keys.append(to_plain(key))
+    return keys
 
 
 def check_held(what: str, groups: list[Any], capacity: int | None, knob: str = "") -> None:
@@ -89,12 +131,18 @@ class KeyedBuffer:
 
     Each item's plain key is computed once, when the item enters the buffer, and kept in a
     parallel list: a state is taken after every batch, so saving must not walk the items.
+    An item that ``hook`` left without a key is held with the key None (Energon trains with
+    such items): the first one logs a warning, and from then on saving raises
+    UnsavableStateError (every time, not only while such an item happens to be held: a
+    checkpoint that works or fails by chance is worse than one that fails at once).
     """
 
-    __slots__ = ("items", "keys", "source_done", "what")
+    __slots__ = ("hook", "items", "keyless", "keys", "source_done", "what")
 
-    def __init__(self, what: str) -> None:
+    def __init__(self, what: str, hook: str = "encode_sample") -> None:
         self.what = what  # names the stage in errors
+        self.hook = hook  # the hook whose outputs fill the buffer (named in errors)
+        self.keyless: UnsavableStateError | None = None  # set by the first keyless item
         self.items: list[Any] = []
         self.keys: list[Any] = []  # the plain restore key of each item, same order
         self.source_done = False
@@ -111,7 +159,14 @@ class KeyedBuffer:
             except StopIteration:
                 self.source_done = True
                 return
-            keys.append(to_plain(restore_key_of(item, self.what)))
+            key = key_or_none(item)
+            if key is None:
+                if self.keyless is None:
+                    warn_keyless(self.what, self.hook, item)
+                    self.keyless = unsavable(self.what, self.hook, item)
+                keys.append(None)
+            else:
+                keys.append(to_plain(key))
             items.append(item)
 
     def pop_at(self, slot: int) -> Any:
@@ -138,6 +193,8 @@ class KeyedBuffer:
         self.source_done = False
 
     def save(self) -> list[Any]:
+        if self.keyless is not None:
+            raise self.keyless
         return list(self.keys)
 
     def restore(self, keys: Any, fetch: Callable[[RestoreKey], Any]) -> None:

@@ -26,12 +26,26 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any
 
-from energon_lite.errors import SKIPPED, ConfigError, FailureTracker, StateError, guarded
+from energon_lite.errors import (
+    SKIPPED,
+    ConfigError,
+    FailureTracker,
+    StateError,
+    UnsavableStateError,
+    guarded,
+)
 from energon_lite.samples.types import basic_sample_keys
 from energon_lite.stages.base import Stage
 from energon_lite.stages.batch import Batch, collate_or_skip, fetch_batch
 from energon_lite.stages.bucket_sync import BucketSync, choose_bucket
-from energon_lite.stages.buffer import check_held, fetch_keys, keys_of
+from energon_lite.stages.buffer import (
+    check_held,
+    fetch_keys,
+    key_or_none,
+    keys_of,
+    unsavable,
+    warn_keyless,
+)
 from energon_lite.state.codec import state_count
 from energon_lite.task_encoder.hook_index import INDEX
 
@@ -46,6 +60,7 @@ class GroupBatch(Stage):
     STATS_BATCHES = True
     source: Stage  # always set: this stage has one parent
     _source_done: bool
+    _keyless: UnsavableStateError | None  # set when a keyless item enters a bucket
     _buckets: dict[Hashable, tuple[int, list[Any]]]
 
     def __init__(
@@ -56,8 +71,10 @@ class GroupBatch(Stage):
         drop_last: bool = False,
         failures: FailureTracker | None = None,
         sync: BucketSync | None = None,
+        hook: str = "encode_sample",
     ) -> None:
         self.source = source
+        self.hook = hook  # the hook whose outputs are grouped (named when one has no key)
         self.criterion = criterion
         self.collate = collate
         self.drop_last = drop_last
@@ -163,6 +180,10 @@ class GroupBatch(Stage):
                 f"{batch_size}; one key must always have one batch size"
             )
         bucket[1].append(sample)
+        if self._keyless is None and key_or_none(sample) is None:
+            # trains as in Energon; saving is refused from now on (see KeyedBuffer)
+            warn_keyless("GroupBatch", self.hook, sample)
+            self._keyless = unsavable("GroupBatch", self.hook, sample)
         if self.sync is not None:
             waiting = sum(len(items) for _, items in self._buckets.values())
             if waiting > self.sync.max_buffered:
@@ -177,9 +198,12 @@ class GroupBatch(Stage):
         self._source_done = False
         self._buckets = {}
         self._emitted = 0
+        self._keyless = None
 
     def _save(self) -> dict[str, Any]:
-        buckets = [keys_of(items, "GroupBatch") for _, items in self._buckets.values()]
+        if self._keyless is not None:
+            raise self._keyless
+        buckets = [keys_of(items, "GroupBatch", self.hook) for _, items in self._buckets.values()]
         return {"buckets": buckets, "emitted": self._emitted, "sync": self.sync is not None}
 
     def _validate(self, state: dict[str, Any]) -> None:

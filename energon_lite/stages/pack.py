@@ -29,7 +29,7 @@ from typing import Any
 from energon_lite.errors import SKIPPED, ConfigError, FailureTracker, StateError, guarded, logger
 from energon_lite.samples.types import basic_sample_keys
 from energon_lite.stages.base import Stage
-from energon_lite.stages.buffer import KeyedBuffer, check_held, fetch_keys, keys_of, restore_key_of
+from energon_lite.stages.buffer import KeyedBuffer, check_held, fetch_keys, key_or_none, keys_of
 from energon_lite.state.restore_key import PackKey
 from energon_lite.task_encoder.base import TaskEncoder
 
@@ -52,6 +52,7 @@ class Pack(Stage):
         task_encoder: TaskEncoder,
         seed: int,
         failures: FailureTracker | None = None,
+        hook: str = "encode_sample",
     ) -> None:
         if size < 1:
             raise ConfigError(f"{size=} for the packing buffer; set packing_buffer_size >= 1")
@@ -60,6 +61,7 @@ class Pack(Stage):
         self.task_encoder = task_encoder
         self.seed = seed
         self.failures = failures or FailureTracker(0)
+        self.hook = hook  # the hook whose outputs are packed (named when one has no key)
 
     def stats_held(self) -> tuple[int, int | None] | None:
         """The buffer and the selected groups not yet packed."""
@@ -134,7 +136,7 @@ class Pack(Stage):
         te = self.task_encoder
         members, keys = [], []
         for sample in group:
-            key = restore_key_of(sample, "packing")
+            key = key_or_none(sample)  # None: a keyless dict, packed as Energon does
             te._set_sample_context(self.seed, key)
             member = self._call(
                 "postencode_sample", {"key": key}, te.postencode_sample, sample, strict
@@ -144,7 +146,9 @@ class Pack(Stage):
                 keys.append(key)
         if not members:
             return SKIPPED
-        pack_key = PackKey(tuple(keys))
+        # a pack of keyless members gets no key either: it cannot be fetched again
+        known = [key for key in keys if key is not None]
+        pack_key = PackKey(tuple(known)) if len(known) == len(keys) else None
         te._set_sample_context(self.seed, pack_key)
         packed = self._call(
             "pack_selected_samples", {"keys": keys}, te.pack_selected_samples, members, strict
@@ -154,6 +158,8 @@ class Pack(Stage):
                 "pack_selected_samples returned a generator: yielding several packs per group is "
                 "not supported; return one packed sample"
             )
+        if pack_key is None:
+            return packed
         if isinstance(packed, dict):
             packed["__restore_key__"] = pack_key
         elif packed is not SKIPPED and hasattr(packed, "__restore_key__"):
@@ -171,13 +177,13 @@ class Pack(Stage):
         return self._pack([self.source.fetch(key) for key in restore_key.members], strict=True)
 
     def _reset(self) -> None:
-        self._buffer = KeyedBuffer("Pack")
+        self._buffer = KeyedBuffer("Pack", self.hook)
         self._pending = []
 
     def _save(self) -> dict[str, Any]:
         return {
             "buffer": self._buffer.save(),
-            "pending": [keys_of(group, "Pack") for group in self._pending],
+            "pending": [keys_of(group, "Pack", self.hook) for group in self._pending],
         }
 
     def _validate(self, state: dict[str, Any]) -> None:

@@ -67,6 +67,11 @@ def forget_under(root: RemotePath) -> None:
             del cache[key]
 
 
+def info(path: RemotePath) -> dict[str, Any] | None:
+    """The store's description of an object (size, type, modification time), None if absent."""
+    return _info(path)
+
+
 def _info(path: RemotePath) -> dict[str, Any] | None:
     t = target(path)
     try:
@@ -332,6 +337,20 @@ def downloaded(path: StoragePath) -> Iterator[Path]:
         yield Path(name)
     finally:
         os.unlink(name)
+
+
+def delete(path: StoragePath) -> None:
+    """Remove a file (a missing one is a FileNotFoundError, as for a local path)."""
+    if isinstance(path, Path):
+        path.unlink()
+        return
+    if path.scheme in ("http", "https"):
+        raise DatasetFormatError(f"{path}: HTTP datasets are read-only")
+    if _info(path) is None:
+        raise FileNotFoundError(str(path))
+    t = target(path)
+    retry.call(lambda: t.fs.rm_file(t.path), "delete", str(path), t.secrets)
+    forget(path)
 
 
 def write_atomic(path: StoragePath, data: bytes) -> None:

@@ -167,7 +167,11 @@ StoragePath = Path | RemotePath
 def as_path(
     value: str | os.PathLike[str] | RemotePath, storage_options: Mapping[str, Any] | None = None
 ) -> StoragePath:
-    """A ``RemotePath`` for a URL (or a RemotePath, kept), else a ``pathlib.Path``."""
+    """A ``RemotePath`` for a URL (or a RemotePath, kept), else a ``pathlib.Path``. An object
+    with a ``__storage_path__()`` method (Energon's ``EPath``) gives its own."""
+    to_storage = getattr(value, "__storage_path__", None)
+    if to_storage is not None:
+        value = to_storage()
     if isinstance(value, RemotePath):
         if storage_options:
             return RemotePath(value.url, {**value.storage_options, **storage_options})

@@ -27,10 +27,17 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 import torch
 
-from energon_lite.batching.collate import default_collate
+from energon_lite.batching.collate import (  # noqa: F401  (Energon's module path re-exports)
+    batch_list,
+    batch_pad_stack,
+    batch_stack,
+    default_collate,
+    generic_batch,
+)
 from energon_lite.decode import SampleDecoder
 from energon_lite.errors import ConfigError
 from energon_lite.rng import derive_seed, rng_for, torch_generator_for
+from energon_lite.samples.types import Batch  # noqa: F401  (Energon's module path re-export)
 from energon_lite.task_encoder.cooking import Cooker
 
 T_sample = TypeVar("T_sample")
@@ -56,6 +63,11 @@ def stateless(fn: Callable | None = None, *, restore_seeds: bool = False) -> Cal
         return f
 
     return mark(fn) if fn is not None else mark
+
+
+def get_stateless(fn: Callable) -> bool:
+    """Whether ``fn`` was marked with :func:`stateless` (Energon's helper)."""
+    return bool(getattr(fn, "__stateless__", False))
 
 
 def _with_restored_seeds(f: Callable) -> Callable:
