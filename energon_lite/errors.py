@@ -51,6 +51,27 @@ class TooManyFailuresError(EnergonLiteError, RuntimeError):
     """More consecutive samples failed than the failure tolerance allows."""
 
 
+class MissingExtraError(ConfigError, ModuleNotFoundError):
+    """An optional dependency is not installed; the message names the extra that installs it.
+
+    Also a ``ModuleNotFoundError``, so ``except ImportError`` around an optional import still
+    catches it."""
+
+
+def missing_extra(
+    module: str, extra: str, needed_by: str, package: str | None = None
+) -> MissingExtraError:
+    """The error for ``needed_by`` when ``module`` cannot be imported: names ``pip install
+    'energon-lite[extra]'``. ``package``: the name users know it by, when not the module's.
+    Raise it ``from`` the ImportError."""
+    error = MissingExtraError(
+        f"{needed_by} needs {package or module}, which is not installed: "
+        f"pip install 'energon-lite[{extra}]'"
+    )
+    error.name = module
+    return error
+
+
 class _ShortRepr(reprlib.Repr):
     """``reprlib`` with tensors and arrays by shape, long bytes by length, dataclasses by field."""
 
@@ -124,8 +145,11 @@ class SkipSample(Exception):
     """Raise from a TaskEncoder hook to drop the current sample (or batch) silently."""
 
 
+LOGGED_FAILURES = 3  # failures a tracker logs in full before it only counts them
+
+
 class FailureTracker:
-    """Counts consecutive failures; logs each one and raises past ``tolerance``.
+    """Counts consecutive failures; logs the first few and raises past ``tolerance``.
 
     ``tolerance=0`` re-raises the first failure (strict mode, useful in tests).
     """
@@ -163,9 +187,17 @@ class FailureTracker:
                 f"last: {what} failed at {place}: {type(exc).__name__}: {exc}"
             ) from exc
         if self.handler is None:
-            logger.warning(
-                "skipping: %s failed at %s: %s: %s", what, place, type(exc).__name__, exc
-            )
+            # the first few in full, then one line at 10, 100, 1000 ... failures: a bug in a
+            # hook fails every sample, and hundreds of lines would hide the first one
+            counted = self.total > LOGGED_FAILURES
+            logged = not counted or str(self.total).rstrip("0") == "1"
+            logger.log(
+                logging.WARNING if logged else logging.DEBUG,
+                "skipping: %s failed at %s: %s: %s%s",
+                what, place, type(exc).__name__, exc,
+                f" ({self.total} failures so far; logged: the first {LOGGED_FAILURES}, then "
+                "each tenfold)" if counted else "",
+            )  # fmt: skip
 
 
 def _sources_of(sample: Any) -> Any:

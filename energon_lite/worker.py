@@ -40,10 +40,11 @@ class WorkerConfig:
             )
         if self.world_size < 1 or not 0 <= self.rank < self.world_size:
             raise ConfigError(
-                f"WorkerConfig: need 0 <= rank < world_size, got {self.rank=}, {self.world_size=}"
+                "WorkerConfig: need 0 <= rank < world_size, got "
+                f"rank={self.rank!r}, world_size={self.world_size!r}"
             )
         if self.num_workers < 0:
-            raise ConfigError(f"WorkerConfig: {self.num_workers=} must be >= 0")
+            raise ConfigError(f"WorkerConfig: num_workers={self.num_workers!r} must be >= 0")
 
     @staticmethod
     def default_worker_config(

@@ -32,7 +32,9 @@ def test_demo_resumes_identically(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "5. the 10 batches after the checkpoint are identical (keys and pixels)" in done.stdout
     assert "samples/s" in done.stdout and "first batch" in done.stdout
-    assert "train:" in done.stderr  # the progress bar
+    assert "train:" in done.stderr  # the progress bar, which ends at 100%
+    bars = [line for line in done.stderr.replace("\r", "\n").splitlines() if "train:" in line]
+    assert bars[-1].startswith("train: 100%") and "20/20" in bars[-1], bars[-1]
 
 
 def test_preview_lint_and_info(train_ds: Path, tmp_path: Path, dataset_factory, capsys) -> None:
@@ -51,7 +53,10 @@ def test_preview_lint_and_info(train_ds: Path, tmp_path: Path, dataset_factory, 
     assert main(["lint", str(broken), "--quiet"]) == 1
     out = capsys.readouterr().out
     assert (
-        "train: parts/data-1.tar #3 000013: UnidentifiedImageError" in out and "1 problem(s)" in out
+        "train: parts/data-1.tar #3 000013: MediaDecodeError: sample '000013' part 'jpg': "
+        "cannot decode: UnidentifiedImageError: not an image Pillow can read"
+        in out
+        and "1 problem(s)" in out
     )
 
 

@@ -1,9 +1,17 @@
-"""Every ```python block of every guide in docs/ runs, in order, in one namespace per guide."""
+"""Every guide in docs/ runs as a user pastes it: its ```python and ```bash blocks in order,
+the Python ones in one namespace per guide, all in one working folder.
+
+A ```bash block runs in bash with ``energon-lite`` being this checkout's command. A block
+that cannot run here (an install, cloud credentials) is preceded by
+``<!-- docs-test: skip (why) -->``, which the test requires to give a reason.
+"""
 
 from __future__ import annotations
 
+import os
 import re
 import signal
+import subprocess
 import sys
 import types
 from pathlib import Path
@@ -12,25 +20,83 @@ import pytest
 
 from energon_lite import SavableLoader
 
-DOCS = sorted((Path(__file__).resolve().parent.parent / "docs").glob("*.md"))
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+BLOCK = re.compile(
+    r"(?:<!-- docs-test: skip \((?P<why>[^)]*)\) -->\n)?```(?P<lang>python|bash)\n(?P<code>.*?)```",
+    flags=re.S,
+)
+
+
+def _blocks(doc: Path) -> list[tuple[str, str, str | None]]:
+    """``(language, code, reason to skip or None)`` of each python/bash block, in order."""
+    text = doc.read_text(encoding="utf-8")
+    return [(m["lang"], m["code"], m["why"]) for m in BLOCK.finditer(text)]
+
+
+# ``print(...)  # [0.0, 2.5]``: a comment that starts like a value (a bracket or a digit) is
+# what the line prints, and the test holds the guide to it; prose comments are left alone
+PRINTED = re.compile(
+    r"^(?P<indent>[ \t]*)print\((?P<args>.*)\)[ \t]+# (?P<shown>[\[({\d-].*?)[ \t]*$", re.M
+)
+
+
+def _checking_prints(code: str, where: str) -> str:
+    """``code`` with each ``print(...)  # <output>`` line checking that it prints <output>."""
+
+    def check(match: re.Match[str]) -> str:
+        shown, args = match["shown"], match["args"]
+        return f"{match['indent']}__printed__({shown!r}, {where!r}, {args})"
+
+    return PRINTED.sub(check, code)
+
+
+def _printed(shown: str, where: str, *values: object) -> None:
+    """``print(*values)``, and the guide's comment must be exactly what it printed."""
+    line = " ".join(str(value) for value in values)
+    print(line)
+    assert line == shown, f"{where}: the comment says {shown!r}, the code prints {line!r}"
+
+
+def _run_bash(code: str, where: str) -> None:
+    """A shell block as a user pastes it, ``energon-lite`` being this checkout's command."""
+    command = f'energon-lite() {{ "{sys.executable}" -m energon_lite.cli "$@"; }}\nset -e\n'
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    done = subprocess.run(
+        ["bash", "-c", command + code],
+        env={**os.environ, "PYTHONPATH": path},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, (
+        f"{where} failed:\n{code}\n{done.stdout[-2000:]}{done.stderr[-3000:]}"
+    )
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=[d.name for d in DOCS])
 def test_guide_code_runs(doc: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    blocks = re.findall(r"```python\n(.*?)```", doc.read_text(encoding="utf-8"), flags=re.S)
-    assert blocks, f"{doc.name} has no python block"
+    blocks = _blocks(doc)
+    assert any(lang == "python" for lang, _, _ in blocks), f"{doc.name} has no python block"
+    assert all(why is None or why.strip() for _, _, why in blocks), "a skip needs a reason"
     monkeypatch.chdir(tmp_path)
     # the guide's classes live in an importable module, as they would in a user's script,
     # so that worker processes can send instances of them to the trainer
     module = types.ModuleType("__docs__")
     monkeypatch.setitem(sys.modules, "__docs__", module)
     namespace = module.__dict__
+    namespace["__printed__"] = _printed
     try:
-        for number, block in enumerate(blocks):
+        for number, (lang, block, skip) in enumerate(blocks):
+            where = f"{doc.name}[block {number}]"
+            if skip is not None:
+                continue
+            if lang == "bash":
+                _run_bash(block, where)
+                continue
             # dont_inherit: the guide's code must not run under this file's __future__ imports
-            exec(
-                compile(block, f"{doc.name}[block {number}]", "exec", dont_inherit=True), namespace
-            )
+            code = _checking_prints(block, where)
+            exec(compile(code, where, "exec", dont_inherit=True), namespace)
     finally:
         # a script's loaders end with the script; this namespace lives in a reference cycle
         # (its functions hold it), so close them rather than leave them to the collector

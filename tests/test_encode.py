@@ -36,6 +36,7 @@ def _encode(ds: PreparedDataset, te: TaskEncoder, tolerance: int = 100) -> Encod
 def test_skip_log_and_deterministic_randomness(
     train_ds: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level("DEBUG", logger="energon_lite")  # past the first few, failures log at DEBUG
     ds = PreparedDataset(train_ds, "train")
     samples = list(_encode(ds, Noisy()))
     indices = sorted(int(s.__key__) for s in samples)
@@ -63,6 +64,27 @@ def test_failure_tolerance_stops_the_run(train_ds: Path) -> None:
         match=r"4 consecutive failures \(failure_tolerance=3\); last: encode_sample failed at key='\d+', shard='parts/data-\d\.tar': KeyError",
     ):
         list(_encode(ds, AllBroken(), tolerance=3))
+
+
+def test_a_hook_that_fails_every_sample_logs_a_few_lines_then_counts(
+    train_ds: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A typo in encode_sample fails all samples: the first 3 are logged, then the count at
+    10 and 100 failures, not one line per sample (the rest go to DEBUG)."""
+
+    class Typo(TaskEncoder):
+        def encode_sample(self, sample: CaptioningSample) -> CaptioningSample:
+            return sample.imagee  # type: ignore[attr-defined]
+
+    ds = PreparedDataset(train_ds, "train")
+    caplog.set_level("WARNING", logger="energon_lite")
+    assert list(_encode(ds, Typo(), tolerance=1000)) == []  # 120 samples, all failed
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("skipping:")]
+    assert len(lines) == 5, lines
+    assert all("AttributeError" in line and "imagee" in line for line in lines)
+    assert "failures so far" not in " ".join(lines[:3])
+    assert lines[3].endswith("(10 failures so far; logged: the first 3, then each tenfold)")
+    assert lines[4].endswith("(100 failures so far; logged: the first 3, then each tenfold)")
 
 
 def test_default_task_encoder_converts_to_the_given_types(train_ds) -> None:

@@ -330,8 +330,10 @@ def test_energon_loader_arguments(train_ds: Path) -> None:
     pool = NoCachePool()  # Energon's cache_pool= reaches the cookers as TaskEncoder.cache
     get_loader(dataset, cache_pool=pool)
     assert dataset.pipeline.task_encoder.cache is pool
-    with pytest.raises(ConfigError, match=r"unknown loader arguments \['batch_size'\]"):
-        get_loader(dataset, batch_size=3)
+    with pytest.raises(ConfigError, match=r"get_loader\(batch_size=\.\.\.\): an argument of get_"):
+        get_loader(dataset, batch_size=3)  # a dataset's argument, said so
+    with pytest.raises(ConfigError, match=r"unknown loader arguments \['prefetch'\]"):
+        get_loader(dataset, prefetch=3)
     config = loader.config()  # Energon's SavableDataLoader.config(), for a training log
     assert config["type"] == "SavableLoader" and config["num_workers"] == 2
     assert config["prefetch_factor"] == 2 and config["dataset"] == dataset.config()

@@ -27,6 +27,7 @@ def _upper(sample: dict) -> dict:
 
 
 def test_maps_skips_and_logs(train_ds: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("DEBUG", logger="energon_lite")  # past the first few, failures log at DEBUG
     ds = PreparedDataset(train_ds, "train")
     keys = sorted(item["__key__"] for item in Map(_reader(ds), _upper, "upper", FailureTracker(5)))
     assert keys == [f"{i:06d}!" for i in range(120) if i % 4 in (0, 3)]

@@ -41,14 +41,20 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, BinaryIO
 
-import av
 import numpy as np
 import torch
 
 from energon_lite.av.data import AVData
 from energon_lite.av.energon_api import EnergonAVMethods
-from energon_lite.errors import ConfigError, MediaDecodeError
+from energon_lite.errors import ConfigError, MediaDecodeError, missing_extra
 from energon_lite.media import AVMetadata
+
+try:
+    import av
+except ImportError as exc:
+    raise missing_extra(
+        "av", "av", "energon_lite.av (video and audio decoding)", package="PyAV"
+    ) from exc
 
 AV_DECODE_MODES = ("AVDecoder", "pyav", "torch")
 INF = float("inf")

@@ -22,6 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tqdm import tqdm
+
 from energon_lite.errors import ConfigError
 from energon_lite.loader.api import get_savable_loader, get_train_dataset
 from energon_lite.loader.stats_report import bottleneck, format_stats, hint, label
@@ -43,6 +45,18 @@ def load_task_encoder(spec: str) -> TaskEncoder:
     except ImportError as exc:
         raise ConfigError(f"--task-encoder {spec!r}: cannot import {module_name!r}: {exc}") from exc
     cls = getattr(module, class_name, None)
+    if cls is None:
+        names = sorted(
+            name
+            for name, value in vars(module).items()
+            if isinstance(value, type)
+            and issubclass(value, TaskEncoder)
+            and value is not TaskEncoder
+        )
+        raise ConfigError(
+            f"--task-encoder {spec!r}: {module_name} has no {class_name!r}"
+            + (f"; its TaskEncoder classes: {', '.join(names)}" if names else "")
+        )
     if not (isinstance(cls, type) and issubclass(cls, TaskEncoder)):
         raise ConfigError(
             f"--task-encoder {spec!r}: {module_name}.{class_name} is not a TaskEncoder subclass"
@@ -81,6 +95,35 @@ def throughput(timeline: list[tuple[float, int]], bins: int = 40) -> list[tuple[
     return [(start + (k + 0.5) * width, count / width) for k, count in enumerate(counts)]
 
 
+class _LiveRate:
+    """A bar over the measured seconds, showing samples/s over the last second (stderr)."""
+
+    def __init__(self, seconds: float, enabled: bool) -> None:
+        self.bar = tqdm(
+            total=round(seconds, 1), desc="bench (starting workers)", unit="s",
+            bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.1f}/{total:.1f} s{postfix}",
+            disable=not enabled,
+        )  # fmt: skip
+        self.shown = -1.0
+
+    def show(self, elapsed: float, timeline: list[tuple[float, int]]) -> None:
+        if self.bar.disable or elapsed - self.shown < 0.5:
+            return
+        self.shown = elapsed
+        now, samples = timeline[-1]
+        recent = next((i for i, (t, _) in enumerate(timeline) if t >= now - 1.0), 0)
+        span = now - timeline[recent][0] if recent < len(timeline) - 1 else 0.0
+        rate = (samples - timeline[recent][1]) / span if span > 0 else 0.0
+        self.bar.set_description_str("bench", refresh=False)
+        self.bar.set_postfix_str(f"{rate:,.0f} samples/s, {samples:,} samples", refresh=False)
+        self.bar.update(min(elapsed, self.bar.total) - self.bar.n)
+
+    def close(self) -> None:
+        if not self.bar.disable and self.bar.n < self.bar.total:
+            self.bar.update(self.bar.total - self.bar.n)  # a finished run ends at 100%
+        self.bar.close()
+
+
 def run_bench(
     path: str | os.PathLike[str],
     *,
@@ -93,11 +136,17 @@ def run_bench(
     split_part: str = "train",
     out: str | os.PathLike[str] | None = None,
     print_fn: Callable[[str], None] = print,
+    progress: bool = False,
 ) -> dict[str, Any]:
     """Run the pipeline ``seconds`` long; print the report; write the plots. Returns the stats
-    plus ``first_batch_s``, ``throughput`` points and ``bottleneck``/``hint``."""
+    plus ``first_batch_s``, ``throughput`` points and ``bottleneck``/``hint``.
+    ``progress``: a bar on stderr over the seconds, with the samples/s of the last second."""
     if seconds <= 0:
         raise ConfigError(f"--seconds {seconds}: must be > 0")
+    if batch_size < 1:
+        raise ConfigError(f"--batch-size {batch_size}: must be >= 1")
+    if num_workers < 0:
+        raise ConfigError(f"--num-workers {num_workers}: must be >= 0 (0: no worker processes)")
     begin = time.perf_counter()
     dataset = get_train_dataset(
         path,
@@ -111,16 +160,19 @@ def run_bench(
     loader = get_savable_loader(dataset, stats=True)
     timeline: list[tuple[float, int]] = []
     samples, first = 0, None
+    live = _LiveRate(seconds, progress)
     try:
         for batch in loader:
             now = time.perf_counter() - begin
             first = now if first is None else first
             samples += _batch_size(batch)
             timeline.append((now, samples))
+            live.show(now - first, timeline)
             if now - first >= seconds:
                 break
         stats = loader.stats()
     finally:
+        live.close()
         loader.close()
     name, share = bottleneck(stats)
     report = {

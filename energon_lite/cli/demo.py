@@ -91,14 +91,17 @@ def run_demo(
         )
         loader = _loader(root, num_workers, batch_size)
         start, seen, state, after_save = time.perf_counter(), 0, b"", []
-        for step, batch in enumerate(tqdm(loader, total=steps, desc="train", unit="batch")):
-            seen += len(batch.__key__)
-            if step >= save_at:
-                after_save.append((batch.__key__, batch.images))
-            if step + 1 == save_at:
-                state = encode_state(loader.save_state_rank())
-            if step + 1 == steps:
-                break
+        # a bar updated by hand: tqdm(loader) left it at 99% when the loop breaks at the end
+        with tqdm(total=steps, desc="train", unit="batch") as bar:
+            for step, batch in enumerate(loader):
+                seen += len(batch.__key__)
+                if step >= save_at:
+                    after_save.append((batch.__key__, batch.images))
+                if step + 1 == save_at:
+                    state = encode_state(loader.save_state_rank())
+                bar.update()
+                if step + 1 == steps:
+                    break
         rate = seen / (time.perf_counter() - start)
         print_fn(f"   {seen} samples at {rate:.0f} samples/s; loader state: {len(state)} bytes")
 

@@ -12,10 +12,8 @@ from typing import Any
 
 from tqdm import tqdm
 
-from energon_lite.decode import SampleDecoder
 from energon_lite.errors import ConfigError, EnergonLiteError, short_repr
-from energon_lite.samples.factory import SampleFactory
-from energon_lite.shards.meta import META_DIR, load_dataset_config, load_info, load_split
+from energon_lite.shards.meta import load_dataset_config, load_info, load_split
 from energon_lite.sources.base import Source
 from energon_lite.sources.kinds import DatasetKind, kind_of, resolve_path
 from energon_lite.state.restore_key import SampleKey
@@ -111,19 +109,34 @@ def preview(
         if kind.preview is None:
             raise _not_openable(kind, "preview")
         return kind.preview(_local(as_path(root)), split_part, num)
-    dataset = _open(resolve_path(root), split_part)
-    factory = SampleFactory(dataset.config, dataset.root / META_DIR)
-    decoder = SampleDecoder()
+    return preview_source(_open(resolve_path(root), split_part), num)
+
+
+def _decoding(source: Source) -> tuple[Any, Any]:
+    """The sample factory and decoder of a source (imported here: they need torch, which
+    ``info`` does not)."""
+    from energon_lite.decode import SampleDecoder
+    from energon_lite.samples.factory import SampleFactory
+    from energon_lite.shards.meta import META_DIR
+
+    return SampleFactory(source.config, source.root / META_DIR), SampleDecoder()
+
+
+def preview_source(
+    dataset: Source, num: int = 5, subflavors: dict[str, Any] | None = None
+) -> list[str]:
+    """One line per field of the first ``num`` samples of an opened split."""
+    factory, decoder = _decoding(dataset)
     lines = []
     for shard_id, index in itertools.islice(_positions(dataset), num):
         key, parts = dataset.read(shard_id, index)
         raw = {
             "__key__": key,
             "__restore_key__": SampleKey(0, shard_id, index, 0),
-            "__shard__": dataset.shard_names[shard_id],
+            "__shard__": dataset.shard_names[shard_id],  # errors name it
             **parts,
         }
-        sample = factory.build(raw, decoder, None)
+        sample = factory.build(raw, decoder, subflavors)
         fields = (
             sample.items()
             if isinstance(sample, dict)
@@ -172,28 +185,25 @@ def lint(
         except EnergonLiteError as exc:
             problems.append(f"{split_part}: {exc}")
             continue
-        factory = SampleFactory(dataset.config, root / META_DIR)
-        decoder = SampleDecoder()
-        bar = tqdm(
-            total=len(dataset), desc=f"lint {split_part}", unit="sample", disable=not progress
-        )
-        for run in range(len(dataset.run_shard)):
-            shard_id = int(dataset.run_shard[run])
-            for index in range(int(dataset.run_start[run]), int(dataset.run_end[run])):
-                where = f"{dataset.shard_names[shard_id]} #{index}"
-                try:
-                    key, parts = dataset.read(shard_id, index)
-                    where += f" {key}"
-                    raw = {
-                        "__key__": key,
-                        "__restore_key__": SampleKey(0, shard_id, index, 0),
-                        **parts,
-                    }
-                    factory.build(raw, decoder, None)
-                except (EnergonLiteError, Exception) as exc:
-                    problems.append(f"{split_part}: {where}: {type(exc).__name__}: {exc}")
-                bar.update()
-        bar.close()
+        problems.extend(lint_source(dataset, split_part, progress))
+    return problems
+
+
+def lint_source(dataset: Source, label: str, progress: bool = True) -> list[str]:
+    """Decode every sample of an opened split; one line per failure, starting with ``label``."""
+    factory, decoder = _decoding(dataset)
+    problems = []
+    with tqdm(total=len(dataset), desc=f"lint {label}", unit="sample", disable=not progress) as bar:
+        for shard_id, index in _positions(dataset):
+            where = f"{dataset.shard_names[shard_id]} #{index}"
+            try:
+                key, parts = dataset.read(shard_id, index)
+                where += f" {key}"
+                raw = {"__key__": key, "__restore_key__": SampleKey(0, shard_id, index, 0), **parts}
+                factory.build(raw, decoder, None)
+            except (EnergonLiteError, Exception) as exc:
+                problems.append(f"{label}: {where}: {type(exc).__name__}: {exc}")
+            bar.update()
     return problems
 
 

@@ -1,4 +1,5 @@
-"""``energon-lite``: prepare | info | preview | lint | bench | checkpoint info/redist | demo."""
+"""``energon-lite``: prepare | prepare-media | info | preview | lint | bench | checkpoint
+info/redist | demo (``DESCRIPTION`` is what ``--help`` prints)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from energon_lite.cli.errors import Parser, run_reporting_errors
+
+DESCRIPTION = (
+    "energon-lite: prepare WebDataset folders and other datasets for energon_lite (and "
+    "Megatron-Energon), look inside them, measure the training loader, and inspect or "
+    "redistribute saved loader states. Run 'energon-lite COMMAND --help' for a command's options."
+)
 
 
 def _parse_ratio(text: str) -> list[tuple[str, float]]:
@@ -121,14 +128,20 @@ def cmd_prepare_media(args: argparse.Namespace) -> int:
 
 def cmd_info(args: argparse.Namespace) -> int:
     from energon_lite.cli.info import dataset_info
+    from energon_lite.cli.meta_info import is_metadataset, metadataset_info
 
-    print(dataset_info(args.path))
+    print(metadataset_info(args.path) if is_metadataset(args.path) else dataset_info(args.path))
     return 0
 
 
 def cmd_preview(args: argparse.Namespace) -> int:
     from energon_lite.cli.info import preview
+    from energon_lite.cli.meta_info import is_metadataset, metadataset_preview
 
+    if is_metadataset(args.path):
+        if args.grid:
+            raise SystemExit("--grid: give one dataset folder, not a metadataset")
+        preview = metadataset_preview
     if args.grid:
         from energon_lite.cli.grid import preview_grid
 
@@ -152,7 +165,10 @@ def _split_list(text: str | None) -> list[str]:
 
 def cmd_lint(args: argparse.Namespace) -> int:
     from energon_lite.cli.info import lint
+    from energon_lite.cli.meta_info import is_metadataset, metadataset_lint
 
+    if is_metadataset(args.path):
+        lint = metadataset_lint
     problems = lint(args.path, progress=not args.quiet, split_parts=_split_list(args.split_parts))
     for problem in problems:
         print(problem)
@@ -256,6 +272,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         split_part=args.split_part,
         out=args.out,
+        progress=True,
     )
     return 0
 
@@ -263,7 +280,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from energon_lite import __version__
 
-    parser = Parser(prog="energon-lite", description=__doc__)
+    parser = Parser(prog="energon-lite", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"energon-lite {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 

@@ -183,11 +183,26 @@ class SampleDecoder:
                     shard = raw.get("__shard__")
                     where = f"{shard}: " if shard else ""
                     raise MediaDecodeError(f"{where}sample {raw.get('__key__')!r}: {exc}") from None
+                except OSError as exc:  # Pillow's: not an image, truncated ...
+                    raise MediaDecodeError(_cannot_decode(raw, name, value, exc)) from None
         return out
 
     def __call__(self, sample: dict[str, Any]) -> dict[str, Any]:
         """Decode every part of a raw sample dict (Energon's ``decoder(sample)``)."""
         return self.decode(sample)
+
+
+def _cannot_decode(raw: dict[str, Any], part: str, data: Any, exc: OSError) -> str:
+    """Which sample, part and shard failed to decode, and why, without Pillow's in-memory
+    file object (``cannot identify image file <_io.BytesIO object at 0x...>``)."""
+    shard = raw.get("__shard__")
+    where = f"sample {raw.get('__key__')!r} part {part!r}" + (f" of {shard}" if shard else "")
+    if type(exc).__name__ == "UnidentifiedImageError":
+        head = bytes(data[:8]).hex(" ") if isinstance(data, (bytes, bytearray)) else "?"
+        why = f"not an image Pillow can read ({len(data)} bytes, starting {head})"
+    else:
+        why = str(exc)
+    return f"{where}: cannot decode: {type(exc).__name__}: {why}"
 
 
 def _check_size(size: Any) -> tuple[int, int]:

@@ -12,7 +12,7 @@ import os
 from typing import Any
 
 from energon_lite.cache.base import CachePool
-from energon_lite.errors import ConfigError
+from energon_lite.errors import ConfigError, short_repr
 from energon_lite.loader.savable_dataset import SavableDataset
 from energon_lite.loader.savable_loader import SavableLoader
 from energon_lite.pipeline.dataset_pipeline import DatasetPipeline, PipelineOptions
@@ -179,9 +179,18 @@ def _dataset(
     return SavableDataset(pipeline, worker_config, virtual_epoch_length)
 
 
-def check_loader_options(dataset: SavableDataset, options: dict[str, Any]) -> dict[str, Any]:
+# arguments of get_train_dataset / get_val_dataset that people also try on the loader
+_DATASET_OPTIONS = frozenset(
+    ("batch_size", "shuffle_buffer_size", "max_samples_per_sequence", "task_encoder",
+     "split_part", "packing_buffer_size", "limit", "repeat", "virtual_epoch_length")
+)  # fmt: skip
+
+
+def check_loader_options(
+    dataset: SavableDataset, options: dict[str, Any], caller: str = "get_savable_loader"
+) -> dict[str, Any]:
     """``get_(savable_)loader``'s options -> SavableLoader's: ``cache_pool`` goes to the task
-    encoder; anything unknown is refused."""
+    encoder; anything unknown is refused (arguments of the dataset, saying where they go)."""
     cache_pool = options.pop("cache_pool", None)
     if cache_pool is not None and not isinstance(cache_pool, CachePool):
         raise ConfigError(
@@ -193,6 +202,22 @@ def check_loader_options(dataset: SavableDataset, options: dict[str, Any]) -> di
     known = {"pin_memory", "prefetch_factor", "timeout_seconds", "watchdog_timeout_seconds",
              "watchdog_initial_timeout_seconds", "stats", "reuse_batch_memory"}  # fmt: skip
     unknown = sorted(set(options) - known)
+    layout = [name for name in ("num_workers", "rank", "world_size") if name in options]
+    if layout:
+        wc = dataset.worker_config
+        raise ConfigError(
+            f"{caller}({layout[0]}={short_repr(options[layout[0]])}): the loader takes "
+            "rank, world_size and num_workers from the dataset's WorkerConfig; make the "
+            "dataset with get_train_dataset(..., worker_config=WorkerConfig(rank=..., "
+            f"world_size=..., num_workers=...)) (this one has rank={wc.rank}, "
+            f"world_size={wc.world_size}, num_workers={wc.num_workers})"
+        )
+    dataset_options = [name for name in unknown if name in _DATASET_OPTIONS]
+    if dataset_options:
+        raise ConfigError(
+            f"{caller}({dataset_options[0]}=...): an argument of "
+            "get_train_dataset / get_val_dataset, which made this dataset"
+        )
     if unknown:
         raise ConfigError(f"unknown loader arguments {unknown}")
     return options
@@ -221,4 +246,6 @@ def get_savable_loader(dataset: SavableDataset, **options: Any) -> SavableLoader
 
 def get_loader(dataset: SavableDataset, **options: Any) -> SavableLoader:
     """The same batches as ``get_savable_loader``, without the per-batch state bookkeeping."""
-    return SavableLoader(dataset, track_state=False, **check_loader_options(dataset, options))
+    return SavableLoader(
+        dataset, track_state=False, **check_loader_options(dataset, options, "get_loader")
+    )

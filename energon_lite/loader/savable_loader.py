@@ -325,9 +325,40 @@ class SavableLoader:
             "next_worker": self._next_worker,
             "workers": list(self._states),
             "in_pass": self._in_pass,
+            # where the datasets were read from, for messages only: a state restores into a
+            # copy elsewhere (the config identifies datasets by content)
+            "paths": self._dataset_paths(),
         }
         state["digest"] = state_digest(state)
         return state
+
+    def _dataset_paths(self) -> list[str]:
+        leaves = getattr(self.dataset.pipeline, "leaves", None) or []
+        return [f"{leaf.path} (split {leaf.split_part})" for leaf in leaves]
+
+    def _mismatch_hint(self, state: dict[str, Any]) -> str:
+        """What to do about a state saved by another loader (a sentence, or "")."""
+        saved, current = state.get("config"), self.dataset.config()
+        if not isinstance(saved, dict):
+            return ""
+        hints = []
+        if "datasets" in current and saved.get("datasets") != current["datasets"]:
+            paths = state.get("paths")
+            where = (
+                ", ".join(str(p) for p in paths[:8])
+                if isinstance(paths, list) and paths
+                else "paths not recorded in this state"
+            )
+            hints.append(
+                f"the state was saved reading {where}; this loader reads "
+                f"{', '.join(self._dataset_paths())}, whose content differs"
+            )
+        if any(saved.get(k) != current.get(k) for k in ("num_workers", "world_size")):
+            hints.append(
+                "to resume on another number of ranks or workers, give every rank's state to "
+                "loader.restore_state_global(states) (or run energon-lite checkpoint redist)"
+            )
+        return "".join(f". {hint[0].upper()}{hint[1:]}" for hint in hints)
 
     def restore_state_rank(self, state: dict[str, Any] | None) -> None:
         """Continue from ``state`` (from ``save_state_rank``). A pass that is running continues
@@ -345,7 +376,10 @@ class SavableLoader:
                 f"reads {STATE_VERSION}; states of version 1 (energon_lite 0.1) cannot be "
                 "resumed by this version"
             )
-        check_same_config(state.get("config"), self.dataset.config())
+        try:
+            check_same_config(state.get("config"), self.dataset.config())
+        except StateError as exc:
+            raise StateError(f"{exc}{self._mismatch_hint(state)}") from None
         if state.get("digest") != state_digest(state):
             raise StateError(
                 "loader state does not match its digest: it was edited or corrupted after "

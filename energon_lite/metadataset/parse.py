@@ -91,6 +91,25 @@ def load_metadataset(
     return leaves, mode
 
 
+def split_names(path: str | os.PathLike[str] | RemotePath) -> list[str]:
+    """The split names a metadataset YAML defines, in its order (v1 files read as v2)."""
+    path = as_path(path)
+    data = load_yaml(path)
+    if is_v1(data):
+        data = v1_as_v2(data, path)
+    splits = data.get("splits") if isinstance(data, dict) else None
+    if not isinstance(splits, dict) or not splits:
+        raise (_Where(path, "") / "splits").error(
+            "needs a mapping of split names (train, val, ...) to datasets"
+        )
+    return [str(name) for name in splits]
+
+
+def epoch_quota(leaf: Leaf, count: int) -> int:
+    """Samples of a ``blend_epochized`` leaf of ``count`` samples in each blend epoch."""
+    return math.floor(exact_repetitions(leaf.repetitions or 1) * count)
+
+
 @dataclass(frozen=True)
 class _Inherited:
     """What outer levels impose on everything below them."""
@@ -246,8 +265,7 @@ def _check_quotas(path: StoragePath, leaves: list[Leaf]) -> None:
     """Every leaf of a blend_epochized contributes samples to an epoch (see Blend.epochized)."""
     for leaf in leaves:
         count = len(open_source(leaf))
-        reps = exact_repetitions(leaf.repetitions or 1)  # as the Blend plans it
-        if math.floor(reps * count) == 0:
+        if epoch_quota(leaf, count) == 0:  # as the Blend plans it
             raise DatasetFormatError(
                 f"{path}: blend_epochized: {leaf.path} (split {short_repr(leaf.split_part)}) has "
                 f"repetitions {leaf.repetitions:g} (multiplied down the tree) x {count} samples "

@@ -107,21 +107,25 @@ def _scan(args: tuple[StoragePath, str]) -> ShardScan:
 def scan_shards(
     root: StoragePath, shards: Sequence[str], num_workers: int, progress: bool
 ) -> Iterator[ShardScan]:
-    """Scans in shard order, each as soon as it (and the ones before it) are done."""
+    """Scans in shard order, each as soon as it (and the ones before it) are done.
+
+    The bar counts a shard before handing it out: a caller that stops asking after the last
+    shard (``zip``) never resumes the generator, and the bar would end one shard short."""
     jobs = [(root / name, str(root / name)) for name in shards]
     bar = tqdm(total=len(jobs), desc="indexing shards", unit="shard", disable=not progress)
     try:
         if num_workers <= 1:
             for job in jobs:
-                yield _scan(job)
+                scan = _scan(job)
                 bar.update()
+                yield scan
             return
         with ProcessPoolExecutor(max_workers=num_workers) as pool:
             # a few shards per task: one round trip per shard costs as much as a small scan
             chunk = max(1, min(16, len(jobs) // (num_workers * 8)))
             for scan in pool.map(_scan, jobs, chunksize=chunk):
-                yield scan
                 bar.update()
+                yield scan
     finally:
         bar.close()
 

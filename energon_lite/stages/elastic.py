@@ -130,6 +130,8 @@ def redistribute(
             "workers": workers[rank * new_wpr : (rank + 1) * new_wpr],
             "in_pass": 0,
         }
+        if isinstance(states[0], dict) and "paths" in states[0]:  # for messages only
+            state["paths"] = states[0]["paths"]
         state["digest"] = state_digest(state)
         result.append(state)
     return result

@@ -8,8 +8,8 @@ Modules, in the order data flows:
 * ``stats``       - ``compute_norm_stats`` (ACT's keys);
 * ``pool`` / ``sweep`` - the ``pool`` and ``full`` sampling stages, one per global worker;
 * ``pipeline``    - ``EpisodePipeline``: the per-worker chain the loader builds;
-* ``dataloader``  - ``create_qc_dataloader_v3``: the requirement document's interface;
-* ``qc_dataset``  - ``QCSimpleDatasetV3``: the document's map-style dataset, for a plain DataLoader;
+* ``dataloader``  - ``create_qc_dataloader_v3``: the Q-chunking loader's interface;
+* ``qc_dataset``  - ``QCSimpleDatasetV3``: the Q-chunking map-style dataset, for a plain DataLoader;
 * ``frame_cache`` - ``FrameCache``: decoded frames kept up to a byte budget (LRU).
 """
 

@@ -1,4 +1,4 @@
-"""``create_qc_dataloader_v3``: the requirement document's entry point, on energon_lite.
+"""``create_qc_dataloader_v3``: the Q-chunking loader's entry point, on energon_lite.
 
 Same arguments and return value as the Q-chunking loader users have today -
 ``(dataset, loader)`` - with its weaknesses fixed: the pool is chosen per (seed, epoch,
@@ -24,7 +24,8 @@ from energon_lite.worker import WorkerConfig
 
 
 class EpisodeDataset(SavableDataset):
-    """A SavableDataset of episode batches with the document's ``get_stats``/``refresh_epoch``."""
+    """A SavableDataset of episode batches with the Q-chunking loader's ``get_stats`` and
+    ``refresh_epoch``."""
 
     pipeline: EpisodePipeline
 

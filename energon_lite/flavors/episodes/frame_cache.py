@@ -1,6 +1,6 @@
 """``FrameCache``: decoded camera frames kept in memory up to a byte budget, LRU.
 
-A pool of episodes is drawn from many times per epoch (the document's loader: 5,000 steps
+A pool of episodes is drawn from many times per epoch (the Q-chunking loader: 5,000 steps
 of 128 draws over ~12,800 frames), and decoding three JPEGs per draw is what makes a
 draw slow. The cache keeps decoded frames keyed by ``(episode, frame, dataset key)``:
 

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from energon_lite.errors import ConfigError, DatasetFormatError, FailureTracker
+from energon_lite.errors import ConfigError, DatasetFormatError, FailureTracker, missing_extra
 
 logger = logging.getLogger("energon_lite")
 
@@ -174,6 +174,15 @@ def load_episode_index(folder: str | Path) -> EpisodeIndex:
         raise DatasetFormatError(f"{path}: corrupt episode index ({exc}); prepare again") from exc
 
 
+def import_h5py() -> Any:
+    """The h5py module; without it, an error naming the extra that installs it."""
+    try:
+        import h5py
+    except ImportError as exc:
+        raise missing_extra("h5py", "h5", "robot episodes (HDF5 files)") from exc
+    return h5py
+
+
 def frame_pixels(key: str, shape: tuple[int, ...]) -> int:
     """Pixels per frame of a raw camera dataset (0 for encoded bytes: checked at decode)."""
     depth = key.startswith("observations/depth")
@@ -194,8 +203,7 @@ def check_frame_budget(path: Path, key: str, shape: tuple[int, ...], budget: int
 def _scan_one(
     path: Path, max_frame_pixels: int = MAX_FRAME_PIXELS
 ) -> tuple[int, bool, list[str], list[str], bool, int, int, str]:
-    import h5py
-
+    h5py = import_h5py()
     with h5py.File(path, "r") as f:
         for key in ("observations/qpos", "action"):
             if key not in f:
@@ -249,6 +257,7 @@ def scan_episodes(
     if not root.is_dir():
         raise ConfigError(f"dataset_dir={str(root)!r} is not a directory")
     files = sorted(p for ext in ("*.hdf5", "*.h5") for p in root.rglob(ext))
+    import_h5py()  # before the progress bar: a missing extra is one clear line
     tracker = FailureTracker(failure_tolerance)
     rows, skipped, dims = [], [], None
     for path in tqdm(files, desc="scanning episodes", unit="episode", disable=not progress):

@@ -67,7 +67,7 @@ def choose_pool(
 
 
 def pool_stats(index: EpisodeIndex, pool: np.ndarray) -> dict[str, Any]:
-    """The requirement document's ``get_stats()`` for one pool."""
+    """The Q-chunking loader's ``get_stats()`` for one pool."""
     return {
         "total_possible_starts": int(index.lengths[pool].sum()),
         "loaded_episodes": len(pool),

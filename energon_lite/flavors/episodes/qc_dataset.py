@@ -1,6 +1,6 @@
 """``QCSimpleDatasetV3``: the Q-chunking loader's map-style dataset, with its constructor.
 
-For code written against the requirement document's class: a ``torch.utils.data.Dataset``
+For code written against the Q-chunking loader's class: a ``torch.utils.data.Dataset``
 to put in a plain ``DataLoader(dataset, batch_size, shuffle=True, num_workers=...)``.
 
 * ``_load_current_epoch()`` picks this rank's pool of ``episodes_per_epoch`` episodes

@@ -33,6 +33,7 @@ from energon_lite.flavors.episodes.index import (
     MAX_FRAME_PIXELS,
     EpisodeIndex,
     check_frame_budget,
+    import_h5py,
 )
 
 
@@ -76,8 +77,7 @@ class EpisodeReader:
         self._reset()
 
     def _file(self, episode: int) -> Any:
-        import h5py
-
+        h5py = import_h5py()
         if os.getpid() != self._pid:
             self._reset()  # inherited across fork: the parent's handles are not ours to use
         f = self._files.get(episode)

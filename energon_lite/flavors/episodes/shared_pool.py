@@ -1,8 +1,7 @@
 """``SharedFramePool``: a pool's decoded camera frames in shared memory, decoded once for all workers.
 
-The decode-everything loader of the requirement document decodes every frame of its pool
-when the pool loads, in one process. A :class:`FrameCache` decodes lazily but per worker:
-``W`` workers hold up to ``W`` copies. This store holds **one** decoded copy of the pool per
+The Q-chunking loader decodes every frame of its pool when the pool loads, in one process.
+A :class:`FrameCache` decodes lazily but per worker: ``W`` workers hold up to ``W`` copies. This store holds **one** decoded copy of the pool per
 rank, in a file under ``/dev/shm`` (tmpfs: the pages are RAM, shared by every process that
 maps the file), and every worker of the rank reads it:
 

@@ -6,15 +6,15 @@ bucket's batches as often as they are chosen, or samples of the other buckets pi
 the weights are derived from how many samples of the split fall into each bucket
 (``count``) and the bucket's batch size (``count / batch_size`` batches per pass):
 
-* **aspect-ratio form** (the requirement document's ``(weight, batch_size)``): bucket ``b``
-  is chosen with probability ``weight_b / sum(weights)`` exactly as the document says. To
+* **aspect-ratio form** (``(weight, batch_size)`` per bucket): bucket ``b``
+  is chosen with probability ``weight_b / sum(weights)`` exactly. To
   keep supply and demand equal, samples of a bucket that has more batches than its weight
   asks for are thinned: each is kept with probability
   ``keep_b = (weight_b / batches_b) / max_c(weight_c / batches_c)`` (1 for the bucket the
   data supplies least, relative to its weight). The decision is a pure function of the
   sample's restore key, so it is the same on every rank and after a resume, and a
   different subset is kept every epoch. Buckets with no samples in the table get no
-  weight (the document's sampler would fail on them).
+  weight (a plain weighted sampler would fail on them).
 * **resolution form** (Open-Sora's keep probabilities): weights are the expected batches per
   pass, ``count_b / batch_size_b``, so every batch of a pass is visited once, as Open-Sora's
   sampler does; nothing is thinned.

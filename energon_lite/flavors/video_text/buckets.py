@@ -38,7 +38,7 @@ aspect-ratio tables are in :mod:`energon_lite.flavors.video_text.aspect_ratios`.
 Unlike Open-Sora 1.2, a video with exactly ``t`` frames fills bucket ``t`` (1.2 demanded
 ``T > t``; 2.0 uses ``T >= t`` as here).
 
-**Aspect-ratio form** (the shape written in the requirements doc)::
+**Aspect-ratio form** (per aspect ratio: a weight and a batch size)::
 
     {"1:1": {256: {1: (1.0, 64), 17: (1.0, 16)}, 512: {17: (1.0, 4)}},
      "16:9": {"240x426": {17: (1.0, 8)}}, "9:16": {"426x240": {17: (1.0, 8)}}}

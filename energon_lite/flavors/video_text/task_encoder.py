@@ -52,8 +52,8 @@ class VideoTextTaskEncoder(TaskEncoder[VideoTextSample, dict, dict, dict]):
     """Same-shape video batches from a bucket config (see the module docstring).
 
     ``temporal_sampling="window"`` takes every ``frame_interval``-th frame of a window;
-    ``"stride"`` spreads the bucket's frames over the whole clip (``stride = total // T``,
-    the requirement document's sampling). ``training`` picks a random start (else frame 0);
+    ``"stride"`` spreads the bucket's frames over the whole clip (``stride = total // T``).
+    ``training`` picks a random start (else frame 0);
     ``random_crop`` crops at a random offset when training (else the centre), or
     ``transform_name`` names the spatial transform (``resize_crop``, ``center_crop``,
     ``random_crop``; see ``transforms.TRANSFORMS``). ``feature_columns`` name extra CSV

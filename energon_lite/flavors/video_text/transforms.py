@@ -6,7 +6,7 @@ Two temporal samplings, named by :data:`TEMPORAL_SAMPLINGS`:
   window of ``T * frame_interval`` frames that starts at a random frame (train, from the
   sample's generator) or at frame 0 (val). A video shorter than the window spreads ``T``
   indices over all its frames (repeating some when it has fewer than ``T``).
-* ``"stride"`` - :func:`stride_frame_indices`: the requirement document's sampling over
+* ``"stride"`` - :func:`stride_frame_indices`: even sampling over
   the whole clip, ``stride = total // T`` and indices ``start + i * stride``; 300 frames,
   17 asked: stride 17, indices 0, 17, ..., 272. ``start`` is 0 (val) or random in
   ``[0, total - (T - 1) * stride - 1]`` (train). A clip with fewer than ``T`` frames
@@ -100,7 +100,7 @@ def resize_crop(
         raise ValueError("random_crop=True needs rng (e.g. task_encoder.sample_rng)")
     h, w = frames.shape[-2:]
     scale = max(height / h, width / w)
-    # rounded as the requirement document's example: 1080x1920 to cover 256 -> 256x455
+    # rounded so that 1080x1920 covering 256 gives 256x455
     new_h, new_w = max(height, round(h * scale)), max(width, round(w * scale))
     x = frames.float()
     if (new_h, new_w) != (h, w):
@@ -133,7 +133,7 @@ def _resize_random_crop(
     return resize_crop(frames, size, rng=rng, random_crop=rng is not None)
 
 
-# The requirement document: "Resize -> CenterCrop/RandomCrop", then [-1, 1], (C, T, H, W).
+# Video-text training's usual order: resize, then centre or random crop, then [-1, 1], (C, T, H, W).
 # ``center_crop`` is ``resize_crop`` under Open-Sora 1.x's name for it; ``random_crop``
 # crops at a random offset when given a generator (training), else the centre.
 TRANSFORMS: dict[str, Transform] = {

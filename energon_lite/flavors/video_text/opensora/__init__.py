@@ -1,8 +1,7 @@
 """Open-Sora's data-loading interface on energon_lite: bring the training script over as is.
 
-The names and arguments are Open-Sora's (``opensora/datasets``) and the requirement
-document's; underneath is the ordinary energon_lite pipeline (prepared memory-mapped
-tables, bucketed batches, savable state):
+The names and arguments are Open-Sora's (``opensora/datasets``); underneath is the ordinary
+energon_lite pipeline (prepared memory-mapped tables, bucketed batches, savable state):
 
 * :class:`VariableVideoTextDataset` - ``data_path`` (one CSV or a list), ``image_data_path``
   (image tables; ``num_frames`` may be absent), ``transform_name`` (``resize_crop``,

@@ -54,8 +54,8 @@ def prepared_table(path: Path, images: bool = False) -> Path:
 class VariableVideoTextDataset:
     """Open-Sora's ``VariableVideoTextDataset`` arguments (see the package docstring).
 
-    Arguments after ``data_path`` are keyword-only: Open-Sora's versions and the
-    requirement document order them differently, and configs pass them by name.
+    Arguments after ``data_path`` are keyword-only: Open-Sora's versions order them
+    differently, and configs pass them by name.
     ``num_frames`` and ``image_size`` are used without a bucket config (fixed shape);
     with one, the bucket sets each batch's shape. ``split_part`` picks the split of
     prepared tables (``train`` unless prepared with a split ratio).
@@ -139,7 +139,8 @@ class VariableVideoTextDataset:
         if self.num_frames is None or height is None or width is None:
             raise ConfigError(
                 "without bucket_config, VariableVideoTextDataset needs num_frames and "
-                f"image_size=(H, W) (got {self.num_frames=}, {self.image_size=})"
+                f"image_size=(H, W) (got num_frames={self.num_frames!r}, "
+                f"image_size={self.image_size!r})"
             )
         return FixedShapeTaskEncoder(
             self.num_frames, (height, width), frame_interval=self.frame_interval,
