@@ -185,6 +185,76 @@ def test_an_http_shard_rewritten_at_the_same_size_is_refused(tmp_path: Path) -> 
                 pass
 
 
+def _last_modified_server(folder: Path) -> ThreadingHTTPServer:
+    """Serves ``folder`` with Range and a Last-Modified header, but no ETag."""
+    from email.utils import formatdate
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        timeout = 30
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+        def _head(self, status: int, path: Path, length: int) -> None:
+            self.send_response(status)
+            self.send_header("Content-Length", str(length))
+            self.send_header("Last-Modified", formatdate(path.stat().st_mtime, usegmt=True))
+            self.end_headers()
+
+        def _path(self) -> Path | None:
+            path = folder / self.path.split("?", 1)[0].lstrip("/")
+            if not path.is_file():
+                self.send_error(404)
+                return None
+            return path
+
+        def do_HEAD(self) -> None:
+            path = self._path()
+            if path is not None:
+                self._head(200, path, path.stat().st_size)
+
+        def do_GET(self) -> None:
+            path = self._path()
+            if path is None:
+                return
+            data = path.read_bytes()
+            first, _, last = (
+                self.headers.get("Range", "bytes=0-").removeprefix("bytes=").partition("-")
+            )
+            start, end = int(first or 0), int(last) + 1 if last else len(data)
+            body = data[start:end]
+            self._head(206, path, len(body))
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    return server
+
+
+def test_an_http_shard_without_etag_is_pinned_by_last_modified(tmp_path: Path) -> None:
+    folder = make_dataset(tmp_path / "web" / "ds")
+    server = _last_modified_server(tmp_path / "web")
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/ds"
+        assert ops.version(RemotePath(f"{url}/parts/data-0.tar")).startswith("last-modified:")
+        batches = iter(_loader(url))
+        next(batches)
+        for shard in sorted((folder / "parts").glob("*.tar")):
+            data = shard.read_bytes()
+            shard.write_bytes(_same_size_edit(data))
+            os.utime(shard, (time.time() + 10, time.time() + 10))  # another second
+        with pytest.raises(DatasetFormatError, match=rf"{url}/parts/data-.*changed"):
+            for _ in batches:
+                pass
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
 class _Trickle(BaseHTTPRequestHandler):
     """Answers every GET with 1,000 bytes per second, for at most 20 s (a bounded test)."""
 
