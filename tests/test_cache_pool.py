@@ -194,3 +194,70 @@ def test_to_cache_and_the_simple_lazies(files: Path, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="method"):
         FileStoreCachePool(parent_cache_dir=tmp_path, method="zip")  # type: ignore[arg-type]
     pool.close()
+
+
+class _Planted:
+    """A pickle that creates a folder when unpickled (stands for any code)."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (os.mkdir, (str(self.marker),))
+
+
+def test_a_planted_pickle_in_the_cache_never_runs(files: Path, tmp_path: Path) -> None:
+    import pickle
+
+    store = SystemFileStore(files)
+    pool = FileStoreCachePool(parent_cache_dir=tmp_path / "cache", num_workers=1)
+    marker = tmp_path / "planted-code-ran"
+    name = pool._entry_name(store, "f2.bin")  # computable by anyone from the path and name
+    planted = pickle.dumps((_Planted(marker), None))
+    (pool.cache_dir / f"{name}.bin").write_bytes(planted)
+    assert pool.get(store, "f2.bin") == bytes([2]) * 30_000  # read from the store instead
+    assert not marker.exists()
+    # what the pool writes itself is plain bytes behind a JSON header, no pickle opcodes
+    pool.get(store, "f5.bin")
+    blob = (pool.cache_dir / f"{pool._entry_name(store, 'f5.bin')}.bin").read_bytes()
+    assert blob.startswith(b"ELCACHE1") and blob.endswith(bytes([5]) * 30_000)
+    assert b'"file_names": ["f5.bin"]' in blob
+    # to_cache writes plain data as msgpack, and keeps everything else in memory
+    plain = pool.to_cache({"a": [1, 2], "b": b"x"}, "plain")
+    assert isinstance(plain, CacheFileLazy) and plain.get() == {"a": [1, 2], "b": b"x"}
+    obj = pool.to_cache(_Planted(marker), "object")
+    assert isinstance(obj, MockLazy) and isinstance(obj.get(), _Planted)
+    assert not list(pool.cache_dir.glob("*.pkl"))
+
+
+def test_the_default_folder_is_private_and_a_shared_one_is_refused(
+    files: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    pool = FileStoreCachePool(num_workers=1)
+    root = tmp_path / "energon_lite_cache"
+    assert pool.cache_dir == root / "data"
+    for folder in (root, root / "data", root / "locks", root / "tmp"):
+        assert folder.stat().st_mode & 0o777 == 0o700, folder
+    pool.close()
+
+    os.chmod(root, 0o777)  # a folder others may write to: they could plant entries
+    with pytest.raises(ConfigError, match=rf"cache folder {root} has mode 0777.*chmod 700"):
+        FileStoreCachePool(num_workers=1)
+    os.chmod(root, 0o700)
+    os.chmod(root / "data", 0o777)
+    with pytest.raises(ConfigError, match=rf"cache folder {root / 'data'} has mode 0777"):
+        FileStoreCachePool(num_workers=1)
+    os.chmod(root / "data", 0o700)
+    FileStoreCachePool(num_workers=1).close()
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="giving a folder to another user needs root")
+def test_a_cache_folder_owned_by_another_user_is_refused(tmp_path: Path) -> None:
+    root = tmp_path / "energon_lite_cache"
+    root.mkdir(mode=0o700)
+    os.chown(root, 54321, -1)
+    with pytest.raises(ConfigError, match=rf"cache folder {root} is owned by uid 54321"):
+        FileStoreCachePool(parent_cache_dir=tmp_path, num_workers=1)

@@ -32,10 +32,11 @@ from energon_lite.shards.shard_record import (
     check_shards,
     content_identity,
     load_record,
+    remote_versions,
 )
 from energon_lite.shards.tar import first_member_name, parse_sample, split_name
 from energon_lite.shards.tar_index import open_index
-from energon_lite.storage import RemotePath, ShardFile, StoragePath, as_path
+from energon_lite.storage import RemotePath, ShardFile, StoragePath, as_path, ops
 
 _MAX_OPEN_FILES = 32
 _MAX_OPEN_INDEXES = 256
@@ -59,6 +60,9 @@ class PreparedDataset:
         self._files: OrderedDict[int, ShardFile] = OrderedDict()
         self._indexes: dict[int, np.ndarray] = {}
         self._fingerprint: str | None = None
+        self._versions: dict[str, str] = {}
+        if isinstance(self.root, RemotePath):
+            ops.forget_under(self.root)  # metadata and versions as they are now
         info = load_info(self.root)
         split = load_split(self.root, split_config)
         self.config: dict[str, Any] = load_dataset_config(self.root, dataset_config)
@@ -141,10 +145,14 @@ class PreparedDataset:
             record.get("probes") if record and isinstance(self.root, RemotePath) else None
         )
         self._probed: set[int] = set()
+        counts = dict(zip(info.shard_names, info.shard_counts))
+        known = [name for name in dict.fromkeys(names) if name in counts]
         if record is not None:
-            counts = dict(zip(info.shard_names, info.shard_counts))
-            known = [name for name in dict.fromkeys(names) if name in counts]
             check_shards(self.root, record, known, counts)
+        # a remote shard's ETag / Last-Modified now: every read is conditional on it
+        self._versions = (
+            remote_versions(self.root, record, known) if isinstance(self.root, RemotePath) else {}
+        )
 
     def fingerprint(self) -> str:
         """Changes when the shard list, counts, the split's runs or the shards' content change.
@@ -199,7 +207,8 @@ class PreparedDataset:
         if fd is None:
             if len(self._files) >= _MAX_OPEN_FILES:
                 self._files.popitem(last=False)[1].close()
-            fd = ShardFile(self.root / self.shard_names[shard_id])  # missing: names the path
+            name = self.shard_names[shard_id]
+            fd = ShardFile(self.root / name, self._versions.get(name, ""))  # missing: named
             self._files[shard_id] = fd
         else:
             self._files.move_to_end(shard_id)
