@@ -261,3 +261,68 @@ def test_a_cache_folder_owned_by_another_user_is_refused(tmp_path: Path) -> None
     os.chown(root, 54321, -1)
     with pytest.raises(ConfigError, match=rf"cache folder {root} is owned by uid 54321"):
         FileStoreCachePool(parent_cache_dir=tmp_path, num_workers=1)
+
+
+def test_the_cache_folder_deleted_mid_run_is_made_again(files: Path, tmp_path: Path) -> None:
+    """A tmp cleaner removes the folder under a running pool: every file still comes back
+    (before: FileNotFoundError for each, and the loader skipped 151 of 200 samples)."""
+    import shutil
+
+    log = tmp_path / "fetch.log"
+    store = LoggingStore(files, log)
+    pool = FileStoreCachePool(parent_cache_dir=tmp_path / "cache", num_workers=2)
+    for i in range(4):
+        assert pool.get(store, f"f{i}.bin") == bytes([i]) * 30_000
+    shutil.rmtree(tmp_path / "cache" / "energon_lite_cache")
+    for i in range(12):
+        assert pool.get(store, f"f{i}.bin") == bytes([i]) * 30_000
+    assert pool.to_cache({"a": 1}, "obj").get() == {"a": 1}
+    assert _cached_bytes(pool) > 0  # the folders are back and cache again
+    assert os.stat(pool.cache_dir.parent).st_mode & 0o777 == 0o700
+    assert pool.get(store, "f11.bin") == bytes([11]) * 30_000
+    assert _fetches(log).count(f"{os.getpid()} f11.bin") == 1  # cached again after the loss
+    pool.close()
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):
+    """A real 256 KiB filesystem (tmpfs): writes past it fail with ENOSPC."""
+    import subprocess
+
+    mount = tmp_path / "small"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=256k,mode=0700", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], capture_output=True, timeout=30, check=True)
+
+
+def test_a_full_cache_disk_reads_around_itself(
+    files: Path, tmp_path: Path, small_disk: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """12 files of 30 KB on a 256 KiB disk, under a 1 TB limit: the writes past the disk
+    fail. Every file still comes back, no temp file is left to keep the disk full, and one
+    warning says so (before: OSError ENOSPC per file, and orphaned .tmp files)."""
+    import logging
+
+    store = LoggingStore(files, tmp_path / "fetch.log")
+    pool = FileStoreCachePool(parent_cache_dir=small_disk, num_workers=2)
+    big = {"blob": b"x" * 300_000}  # to_cache of more than the disk holds
+    with caplog.at_level(logging.WARNING, logger="energon_lite.cache.pool"):
+        for _ in range(2):
+            for i in range(12):
+                assert pool.get(store, f"f{i}.bin") == bytes([i]) * 30_000
+        assert pool.to_cache(big, "big").get() == big
+    assert list(pool._tmp.iterdir()) == []  # no orphaned temp files
+    assert 0 < _cached_bytes(pool) <= 256 * 1024
+    warnings = [r for r in caplog.records if "reading around it" in r.getMessage()]
+    assert len(warnings) == 1 and "No space left on device" in warnings[0].getMessage()
+    pool.close()

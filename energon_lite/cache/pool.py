@@ -21,6 +21,11 @@ lock (evicting least recently used, unpinned entries until it fits; a file that 
 is not cached but handed over in memory), write a temp file and rename it into place.
 Every byte on disk was reserved first, so the folder never holds more than the limit.
 Within a process, references to the same entry share one prefetch (a refcount).
+
+The cache never costs a sample. Its folders deleted under a running pool (a tmp cleaner)
+are made again; an entry that cannot be written (the disk is full) or read back is handed
+over from the store in memory instead, with one warning per process; a failed write
+removes its temp file and gives its reserved bytes back.
 """
 
 from __future__ import annotations
@@ -103,10 +108,13 @@ class FileStoreCachePool(CachePool):
         self._lock = threading.RLock()
         self._pending: dict[str, _Pending] = {}
         self._executor: ThreadPoolExecutor | None = None
+        self._warned = False  # the one warning of this process that the cache is read around
 
     def __getstate__(self) -> dict[str, Any]:
         return {
-            k: v for k, v in self.__dict__.items() if k not in ("_lock", "_pending", "_executor")
+            k: v
+            for k, v in self.__dict__.items()
+            if k not in ("_lock", "_pending", "_executor", "_warned")
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -151,7 +159,11 @@ class FileStoreCachePool(CachePool):
         except (TypeError, ValueError, OverflowError):
             return MockLazy(name, _Constant(data))
         path = self.cache_dir / f"{uuid.uuid4().hex}.msgpack"
-        _write_atomic(path, blob, self._tmp)
+        try:
+            self._write(path, blob)
+        except OSError as exc:
+            self._read_around(exc)
+            return MockLazy(name, _Constant(data))
         return CacheFileLazy(fname=name, pool=self, cache_path=path)
 
     def close(self) -> None:
@@ -171,11 +183,38 @@ class FileStoreCachePool(CachePool):
         text = f"{type(ds).__name__}\0{ds.get_path()}\0{fname}\0{self.method}"
         return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
+    def _folders(self) -> None:
+        """Make the cache's folders again (deleted under a running pool), as private ones."""
+        for folder in (self.cache_dir.parent, self.cache_dir, self._locks, self._tmp):
+            private_folder(folder)
+
+    def _write(self, path: Path, blob: bytes) -> None:
+        """``_write_atomic`` into the cache, its folders made again once if they vanished."""
+        try:
+            _write_atomic(path, blob, self._tmp)
+        except FileNotFoundError:
+            self._folders()
+            _write_atomic(path, blob, self._tmp)
+
+    def _read_around(self, exc: OSError) -> None:
+        """Log, once per process, that the cache is read around (data handed over in memory)."""
+        if not self._warned:
+            self._warned = True
+            log.warning(
+                "%s: cannot write to the cache (%s: %s); reading around it: files are "
+                "handed over from their store in memory, uncached, until it can again",
+                self.cache_dir.parent, type(exc).__name__, exc,
+            )  # fmt: skip
+
     def _open_pinned(self, name: str) -> int:
         """Open ``<name>.lock`` and hold a shared lock on its pin byte."""
         path = self._locks / f"{name}.lock"
         while True:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            except FileNotFoundError:  # the folder was deleted: make it again, once
+                self._folders()
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
             fcntl.lockf(fd, fcntl.LOCK_SH, 1, _PIN)
             try:
                 same = os.fstat(fd).st_ino == os.stat(path).st_ino
@@ -191,20 +230,29 @@ class FileStoreCachePool(CachePool):
         data_path = self.cache_dir / f"{name}.bin"
         fcntl.lockf(entry.lock_fd, fcntl.LOCK_EX, 1, _FETCH)
         try:
-            if data_path.is_file():
-                os.utime(data_path)  # recently used
+            try:
+                os.utime(data_path)  # a hit: recently used
                 return None
+            except FileNotFoundError:
+                pass
             payload: Any = ds._get_raw(fname)  # decoded on read, for both methods
             if not isinstance(payload[0], (bytes, bytearray, memoryview)):
                 return payload  # a store that gives no raw bytes: handed over, never pickled
             blob = _encode_entry(bytes(payload[0]), payload[1])
-            if not self._reserve(len(blob), name):
-                return payload  # too large for the cache: hand it over in memory
             try:
-                _write_atomic(data_path, blob, self._tmp)
-            except BaseException:
+                if not self._reserve(len(blob), name):
+                    return payload  # too large for the cache: hand it over in memory
+            except OSError as exc:  # the usage file cannot be written (a full disk)
+                self._read_around(exc)
+                return payload
+            try:
+                self._write(data_path, blob)
+            except BaseException as exc:
                 self._unreserve(len(blob))
-                raise
+                if not isinstance(exc, OSError):
+                    raise
+                self._read_around(exc)  # a full disk: the sample is not lost
+                return payload
             return None
         finally:
             fcntl.lockf(entry.lock_fd, fcntl.LOCK_UN, 1, _FETCH)
@@ -227,8 +275,11 @@ class FileStoreCachePool(CachePool):
     def _read_entry(self, ds: FileStore, fname: str, path: Path) -> tuple[bytes, Any]:
         """The raw bytes and source of a cached entry; an entry that is not one of ours
         (truncated, or written by something else) is logged and read from the store."""
-        with open(path, "rb") as file:
-            blob = file.read()
+        try:
+            with open(path, "rb") as file:
+                blob = file.read()
+        except FileNotFoundError:  # deleted after it was fetched (the folder, by a cleaner)
+            return ds._get_raw(fname)
         try:
             return _decode_entry(blob)
         except ValueError as exc:
@@ -251,6 +302,8 @@ class FileStoreCachePool(CachePool):
     # space accounting -------------------------------------------------------------------
 
     def _pool_locked(self) -> _PoolLock:
+        if not self._locks.is_dir():  # deleted under the running pool
+            self._folders()
         return _PoolLock(self._locks / "usage")
 
     def _reserve(self, size: int, name: str) -> bool:
@@ -266,9 +319,12 @@ class FileStoreCachePool(CachePool):
             return True
 
     def _unreserve(self, size: int) -> None:
-        with self._pool_locked() as fd:
-            used, count = _read_usage(fd)
-            _write_usage(fd, max(0, used - size), max(0, count - 1))
+        try:
+            with self._pool_locked() as fd:
+                used, count = _read_usage(fd)
+                _write_usage(fd, max(0, used - size), max(0, count - 1))
+        except OSError as exc:  # the usage file went with its folder: counted from 0 again
+            log.debug("cache usage not updated: %s", exc)
 
     def _evict(self, fd: int, used: int, count: int, size: int, keep: str) -> tuple[int, int]:
         """Remove least recently used, unpinned entries until ``size`` more bytes fit."""
@@ -423,7 +479,16 @@ def private_folder(path: Path) -> Path:
 
 
 def _write_atomic(path: Path, blob: bytes, tmp_dir: Path) -> None:
+    """Write ``blob`` to a temp file, then rename it to ``path``; a failed write (a full
+    disk) removes its temp file, which would otherwise keep the disk full."""
     tmp = tmp_dir / f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp"
-    with open(tmp, "wb") as file:
-        file.write(blob)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as file:
+            file.write(blob)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError as exc:
+            log.debug("%s: not removed: %s", tmp, exc)
+        raise
