@@ -499,7 +499,7 @@ def test_redist_without_the_dataset_leaves_positions_to_the_restore(data, tmp_pa
     """Offline without ``--dataset`` the slice count is unknown: overlaps are still refused
     by redist, a ``next`` past the end by the reader when the new states are restored."""
     done, out = _redist_cli(_edited(data, "key_twice"), tmp_path / "a")
-    assert done.returncode == 1 and "twice" in done.stderr
+    assert done.returncode == 1 and "twice" in done.stderr and "--dataset PATH" in done.stderr
     done, out = _redist_cli(_edited(data, "next_past_end"), tmp_path / "b")
     assert done.returncode == 0, done.stderr
     new = loader(data, "shuffle", 0, 3, 1)
@@ -520,3 +520,20 @@ def test_redist_with_the_dataset_checks_and_matches_the_in_process_restore(data,
     assert Counter(before + after) == expected_epoch("shuffle")
     other, _ = _redist_cli(states, tmp_path / "w", "--dataset", str(data["weighted"]))
     assert other.returncode == 1 and "not the states'" in other.stderr
+
+
+def test_a_leaf_that_deals_a_slice_twice_per_epoch_is_not_refused_for_it(data, tmp_path):
+    """With shuffle_over_epochs_multiplier 2 one epoch may deal a slice (and its samples)
+    twice, so the same key in two old workers' buffers is not an overlap there."""
+    yaml = tmp_path / "twice.yaml"
+    yaml.write_text(
+        "__module__: energon_lite\n__class__: MetadatasetV2\nsplits:\n  train:\n"
+        f"    path: {data['a']}\n    shuffle_over_epochs_multiplier: 2\n"
+    )
+    states = _edited({**data, "a": yaml}, "key_twice")
+    new = loader({**data, "a": yaml}, "shuffle", 0, 3, 1)
+    new.restore_state_global(states)  # accepted: this leaf's epoch may hold the key twice
+    assert take(new, 1)
+    new.close()
+    with pytest.raises(StateError, match="twice"):  # the plain leaf refuses the same edit
+        loader(data, "shuffle", 0, 3, 1).restore_state_global(_edited(data, "key_twice"))

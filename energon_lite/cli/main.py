@@ -8,9 +8,12 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from energon_lite.cli.errors import Parser, run_reporting_errors
+
+if TYPE_CHECKING:
+    from energon_lite.stages.elastic import LeafPlan
 
 DESCRIPTION = (
     "energon-lite: prepare WebDataset folders and other datasets for energon_lite (and "
@@ -190,12 +193,13 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
     return 0
 
 
-def _leaf_slices(args: argparse.Namespace, config: dict[str, Any]) -> list[int]:
-    """Each leaf's slice count in the dataset the states were saved from (``--dataset``),
-    so that ``redistribute`` checks every old position against the epoch's plan."""
+def _leaf_plans(args: argparse.Namespace, config: dict[str, Any]) -> list[LeafPlan]:
+    """Each leaf's plan in the dataset the states were saved from (``--dataset``), so that
+    ``redistribute`` checks every old position against the epoch's plan."""
     from energon_lite import WorkerConfig, get_train_dataset
     from energon_lite.errors import ConfigError, short_repr
     from energon_lite.pipeline.dataset_pipeline import DatasetPipeline
+    from energon_lite.stages.elastic import LeafPlan
 
     dataset = get_train_dataset(
         args.dataset,
@@ -215,7 +219,8 @@ def _leaf_slices(args: argparse.Namespace, config: dict[str, Any]) -> list[int]:
         )
     pipeline = dataset.pipeline
     assert isinstance(pipeline, DatasetPipeline)  # what get_train_dataset builds
-    return [reader.num_slices for reader in pipeline.readers(dataset.worker_config.slot(0))]
+    readers = pipeline.readers(dataset.worker_config.slot(0))
+    return [LeafPlan(reader.num_slices, reader.slices_once()) for reader in readers]
 
 
 def cmd_checkpoint_redist(args: argparse.Namespace) -> int:
@@ -266,8 +271,8 @@ def cmd_checkpoint_redist(args: argparse.Namespace) -> int:
             )
         world, workers = energon_form, total // energon_form
     assert world is not None and workers is not None  # checked above
-    leaf_slices = None if args.dataset is None else _leaf_slices(args, config)
-    new = redistribute(old.states, world, workers, leaf_slices=leaf_slices)
+    leaves = None if args.dataset is None else _leaf_plans(args, config)
+    new = redistribute(old.states, world, workers, leaves=leaves)
     written = write_checkpoint(old, new, Path(output))
     print(
         f"redistributed {len(old.states)} ranks x {config.get('num_workers')} workers -> "

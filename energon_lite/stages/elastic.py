@@ -98,16 +98,16 @@ def redistribute(
     world_size: int,
     num_workers: int,
     current_config: dict[str, Any] | None = None,
-    leaf_slices: list[int] | None = None,
+    leaves: list[LeafPlan] | None = None,
 ) -> list[dict[str, Any]]:
     """The loader states of ``world_size`` ranks x ``num_workers`` workers that together
     continue ``states`` (one per old rank, from ``save_state_global``): nothing repeated,
     nothing lost. ``current_config`` (the new loader's ``dataset.config()``) makes a state of
     another dataset, seed, batch size or stage set fail here, naming the difference;
-    ``leaf_slices`` (each leaf's slice count, where the dataset is at hand) also checks that
-    every old position is inside the epoch's plan (:func:`check_ownership`)."""
+    ``leaves`` (each leaf's plan, where the dataset is at hand) also checks that every old
+    position is inside the epoch's plan (:func:`check_ownership`)."""
     config, epoch = _check_old(states)
-    check_ownership(states, leaf_slices)
+    check_ownership(states, leaves)
     if current_config is not None:
         check_same_config({**config, **{k: current_config[k] for k in LAYOUT}}, current_config)
     if world_size < 1 or num_workers < 0:
@@ -202,14 +202,29 @@ def _check_old(states: Any) -> tuple[dict[str, Any], int]:
     return first, epochs.pop()
 
 
-def check_ownership(states: list[Any], leaf_slices: list[int] | None = None) -> None:
-    """StateError unless the old states, taken together, own their work once: no sample key
-    is buffered twice (in two old workers, or twice in one), no slice of a reader epoch is
-    open twice, and with ``leaf_slices`` (the dataset's slice count per leaf) every Reader
-    ``next`` and open slice is inside the epoch's plan. Each state passes its own checks
-    when restored alone; an edit made consistently in two states (the digest recomputed,
-    as anyone holding the files can) passes those and would repeat or lose samples.
+class LeafPlan(NamedTuple):
+    """What the dataset says about one leaf's epoch, for :func:`check_ownership`."""
 
+    slices: int  # slice positions per reader epoch
+    once: bool  # each slice at most once per epoch (no shuffle_over_epochs_multiplier != 1)
+
+
+NO_PLAN_HINT = (
+    " (a leaf with shuffle_over_epochs_multiplier other than 1 may deal a slice twice in one "
+    "epoch: if the dataset has one, give the dataset so that this is checked per leaf, e.g. "
+    "energon-lite checkpoint redist --dataset PATH)"
+)
+
+
+def check_ownership(states: list[Any], leaves: list[LeafPlan] | None = None) -> None:
+    """StateError unless the old states, taken together, own their work once: no sample is
+    buffered twice (in two old workers, or twice in one), no slice of a reader epoch is open
+    twice, and with ``leaves`` (the dataset's plan per leaf) every Reader ``next`` and open
+    slice is inside the epoch's plan. Each state passes its own checks when restored alone;
+    an edit made consistently in two states (the digest recomputed, as anyone holding the
+    files can) passes those and would repeat or lose samples.
+
+    Without ``leaves`` every leaf is taken to deal each slice once per epoch (the default).
     Shapes are checked by the restore itself; this only reads what has the expected shape."""
     trees = [
         (rank, worker, tree)
@@ -217,34 +232,34 @@ def check_ownership(states: list[Any], leaf_slices: list[int] | None = None) -> 
         if isinstance(state, dict) and isinstance(state.get("workers"), list)
         for worker, tree in enumerate(state["workers"])
     ]
-    workers = len(trees)
+    hint = NO_PLAN_HINT if leaves is None else ""
     keys: dict[Any, tuple[int, int, Any]] = {}
     slices: dict[tuple[int, int, int], tuple[int, int]] = {}
-
-    def who(rank: int, worker: int) -> str:
-        return f"old rank {rank} worker {worker}"
-
     for g, (rank, worker, tree) in enumerate(trees):
         leaf = 0
         for level in walk_states(tree):
-            cls = stage_class(level.get("type"))
             if level.get("type") == _READER:
-                _check_reader(level, leaf, g, workers, leaf_slices, (rank, worker), slices)
+                plan = leaves[leaf] if leaves is not None and leaf < len(leaves) else None
+                _check_reader(level, leaf, plan, (g, len(trees), rank, worker), slices, hint)
                 leaf += 1
                 continue
+            cls = stage_class(level.get("type"))
             if cls is None:
                 continue  # named by the restore (an unknown stage)
             for plain in cls.held_keys(level):
                 key = from_plain(plain)
                 for identity in [key] if _has_sub(plain) else sample_keys(key):
+                    of_leaf = sample_keys(identity)[0].leaf
+                    if leaves is not None and of_leaf < len(leaves) and not leaves[of_leaf].once:
+                        continue  # this leaf may deal a sample twice in an epoch
                     if identity in keys:
                         first_rank, first_worker, first_plain = keys[identity]
                         raise StateError(
-                            f"the old states hold sample {short_repr(to_plain(identity))} twice: "
-                            f"{who(first_rank, first_worker)} buffers "
-                            f"{short_repr(first_plain)} and {who(rank, worker)} "
+                            f"the old states hold sample {short_repr(to_plain(identity))} "
+                            f"twice: old rank {first_rank} worker {first_worker} buffers "
+                            f"{short_repr(first_plain)} and old rank {rank} worker {worker} "
                             f"({level.get('type')}) buffers {short_repr(plain)}; delivering "
-                            "both would repeat it. The states were edited; refusing them"
+                            f"both would repeat it. The states were edited; refusing them{hint}"
                         )
                     keys[identity] = (rank, worker, plain)
 
@@ -252,20 +267,20 @@ def check_ownership(states: list[Any], leaf_slices: list[int] | None = None) -> 
 def _check_reader(
     level: dict[str, Any],
     leaf: int,
-    g: int,
-    workers: int,
-    leaf_slices: list[int] | None,
-    owner: tuple[int, int],
+    plan: LeafPlan | None,
+    where: tuple[int, int, int, int],
     slices: dict[tuple[int, int, int], tuple[int, int]],
+    hint: str,
 ) -> None:
-    """One old Reader level of :func:`check_ownership` (``owner``: old rank and worker)."""
-    who = f"old rank {owner[0]} worker {owner[1]}"
+    """One old Reader level of :func:`check_ownership`; ``where``: its old global worker,
+    the old global workers, its old rank and worker."""
+    g, workers, rank, worker = where
+    who = f"old rank {rank} worker {worker}"
     epoch, opened, nxt = level.get("epoch"), level.get("open"), level.get("next")
     if not isinstance(epoch, int) or not isinstance(opened, list):
         return
-    num_slices = leaf_slices[leaf] if leaf_slices is not None and leaf < len(leaf_slices) else None
-    if num_slices is not None and isinstance(nxt, int):
-        past = next_past_end(nxt, num_slices, g, workers)
+    if plan is not None and isinstance(nxt, int):
+        past = next_past_end(nxt, plan.slices, g, workers)
         if past is not None:
             raise StateError(
                 f"{who} (global worker {g}): leaf {leaf}'s Reader: {past}; its samples would "
@@ -275,20 +290,22 @@ def _check_reader(
         if not (isinstance(entry, list) and entry and isinstance(entry[0], int)):
             continue
         slice_id = entry[0]
-        if num_slices is not None and not 0 <= slice_id < num_slices:
+        if plan is not None and not 0 <= slice_id < plan.slices:
             raise StateError(
                 f"{who}: leaf {leaf}'s Reader has slice {slice_id} open, outside the leaf's "
-                f"{num_slices} slices; refusing the state"
+                f"{plan.slices} slices; refusing the state"
             )
+        if plan is not None and not plan.once:
+            continue  # a slice may be dealt twice in one epoch of this leaf
         place = (leaf, epoch, slice_id)
         if place in slices:
             first = slices[place]
             raise StateError(
                 f"the old states have slice {slice_id} of leaf {leaf} (reader epoch {epoch}) "
                 f"open twice: in old rank {first[0]} worker {first[1]} and in {who}; reading "
-                "it in both would repeat its samples. The states were edited; refusing them"
+                f"it in both would repeat its samples. The states were edited; refusing them{hint}"
             )
-        slices[place] = owner
+        slices[place] = (rank, worker)
 
 
 def walk_states(tree: Any) -> Iterator[dict[str, Any]]:

@@ -138,6 +138,11 @@ class Reader(Stage):
     def _end(self, slice_id: int) -> int:
         return self._bounds(slice_id)[2]
 
+    def slices_once(self) -> bool:
+        """Whether an epoch deals each slice at most once (shuffle_over_epochs_multiplier
+        1, or no shuffle); with another multiplier a slice may come twice in one epoch."""
+        return self.multiplier in (None, 1)
+
     def worker_slice_count(self) -> int:
         """How many slices this worker reads per epoch."""
         return worker_slices(self.num_slices, self.worker_index, self.num_workers)
