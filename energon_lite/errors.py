@@ -295,6 +295,11 @@ def guarded(
         raise
     except Exception as exc:
         if is_infrastructure(exc):
+            place = ", ".join(f"{k}={v!r}" for k, v in where(*args).items())
+            logger.error(
+                "stopping: %s failed at %s: %s: %s (the store or disk failed, not this "
+                "sample: never skipped)", what, place, type(exc).__name__, exc,
+            )  # fmt: skip
             raise
         item = subject() if subject is not None else (args[0] if args else None)
         failures.failed(what, where(*args), exc, item)

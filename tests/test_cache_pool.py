@@ -284,27 +284,6 @@ def test_the_cache_folder_deleted_mid_run_is_made_again(files: Path, tmp_path: P
     pool.close()
 
 
-@pytest.fixture
-def small_disk(tmp_path: Path):
-    """A real 256 KiB filesystem (tmpfs): writes past it fail with ENOSPC."""
-    import subprocess
-
-    mount = tmp_path / "small"
-    mount.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=256k,mode=0700", "tmpfs", str(mount)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.strip()}")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", str(mount)], capture_output=True, timeout=30, check=True)
-
-
 def test_a_full_cache_disk_reads_around_itself(
     files: Path, tmp_path: Path, small_disk: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

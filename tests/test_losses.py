@@ -8,6 +8,7 @@ on 127.0.0.1.
 
 from __future__ import annotations
 
+import errno
 import io
 import logging
 import re
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from energon_lite import (
+    TaskEncoder,
     WorkerConfig,
     get_savable_loader,
     get_train_dataset,
@@ -132,3 +134,28 @@ def test_the_s3_server_killed_mid_epoch_stops_the_run_naming_the_store(tmp_path,
         server.__exit__(None, None, None)
     assert 220 <= len(delivered) < 300
     assert "s3://data/ds/parts/data-" in str(caught.value), caught.value
+
+
+class _Spill(TaskEncoder):
+    """Writes 40 KB per sample to a folder, as a hook that spills to local disk would."""
+
+    def __init__(self, folder: Path) -> None:
+        super().__init__()
+        self.folder = folder
+
+    def encode_sample(self, sample):
+        (self.folder / f"{sample.__key__}.bin").write_bytes(b"x" * 40_000)
+        return sample
+
+
+def test_a_full_disk_inside_a_hook_stops_the_run(tmp_path, small_disk, caplog):
+    """ENOSPC is the machine's failure, not the sample's: before, each sample after the disk
+    filled was skipped as bad, 101 of them, until the streak bound raised
+    TooManyFailuresError; now the first ENOSPC stops the run, logged with the key."""
+    root = _write(tmp_path / "ds", 120, 20, set())
+    spill = _Spill(small_disk)
+    with caplog.at_level(logging.ERROR, logger="energon_lite"), pytest.raises(OSError) as caught:
+        _keys(root, workers=0, task_encoder=spill, max_skip_fraction=None)
+    assert caught.value.errno == errno.ENOSPC
+    assert "stopping: encode_sample failed at key=" in caplog.text
+    assert "never skipped" in caplog.text
