@@ -435,10 +435,17 @@ def _slice_twice(states: list[dict[str, Any]]) -> None:
     _reader(states[1])["open"][0] = list(_reader(states[0])["open"][0])
 
 
+def _position_before_its_slice(states: list[dict[str, Any]]) -> None:
+    # leaf a: shards of 20, slices of 5, so slice s starts at sample 5 * (s % 4) of its shard
+    entry = next(e for e in _reader(states[0])["open"] if e[0] % 4)
+    entry[1] = 5 * (entry[0] % 4) - 1  # the last sample of the slice before: repeated
+
+
 EDITS = {
     "next_past_end": (_next_past_end, "next slice 50 is past the 12 slices global worker 0"),
     "key_twice": (_key_twice, "hold sample .* twice: old rank 0 worker 0 .* old rank 1 worker 0"),
     "slice_twice": (_slice_twice, "open twice: in old rank 0 worker 0 and in old rank 1 worker 0"),
+    "position_outside": (_position_before_its_slice, r"position \d+ outside slice \d+ \["),
 }
 
 
@@ -481,7 +488,7 @@ def test_elastic_restore_refuses_states_whose_work_overlaps_or_exceeds_the_plan(
     new = loader(data, "shuffle", 0, 3, 1)
     with pytest.raises(StateError, match=match):
         new.restore_state_global(states)
-    if edit != "next_past_end":  # on the old layout too (each rank alone cannot see them)
+    if edit not in ("next_past_end", "position_outside"):  # the old layout: each rank alone
         same = loader(data, "shuffle", 1, 2, 1)
         with pytest.raises(StateError, match=match):
             same.restore_state_global(states)

@@ -220,7 +220,7 @@ def _leaf_plans(args: argparse.Namespace, config: dict[str, Any]) -> list[LeafPl
     pipeline = dataset.pipeline
     assert isinstance(pipeline, DatasetPipeline)  # what get_train_dataset builds
     readers = pipeline.readers(dataset.worker_config.slot(0))
-    return [LeafPlan(reader.num_slices, reader.slices_once()) for reader in readers]
+    return [LeafPlan.of(reader) for reader in readers]
 
 
 def cmd_checkpoint_redist(args: argparse.Namespace) -> int:

@@ -467,9 +467,7 @@ class SavableLoader:
             return states
         readers = getattr(self.dataset.pipeline, "readers", None)  # None: a wrapper chain
         leaves = (
-            None
-            if readers is None
-            else [LeafPlan(r.num_slices, r.slices_once()) for r in readers(wc.slot(0))]
+            None if readers is None else [LeafPlan.of(reader) for reader in readers(wc.slot(0))]
         )
         if same_layout(states, wc.world_size, wc.num_workers):
             if leaves is not None:  # each rank's own checks cannot see overlaps

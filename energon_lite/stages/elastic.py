@@ -40,7 +40,7 @@ one algorithm, read top to bottom.)
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, NamedTuple
@@ -207,6 +207,13 @@ class LeafPlan(NamedTuple):
 
     slices: int  # slice positions per reader epoch
     once: bool  # each slice at most once per epoch (no shuffle_over_epochs_multiplier != 1)
+    # why an open [slice, position] is outside the leaf (Reader.open_slice_error), or None
+    open_error: Callable[[int, int], str | None] | None = None
+
+    @classmethod
+    def of(cls, reader: Reader) -> LeafPlan:
+        """A Reader's plan: the rules its own restore applies."""
+        return cls(reader.num_slices, reader.slices_once(), reader.open_slice_error)
 
 
 NO_PLAN_HINT = (
@@ -294,6 +301,17 @@ def _check_reader(
             raise StateError(
                 f"{who}: leaf {leaf}'s Reader has slice {slice_id} open, outside the leaf's "
                 f"{plan.slices} slices; refusing the state"
+            )
+        position = entry[1] if len(entry) == 2 and isinstance(entry[1], int) else None
+        outside = (
+            plan.open_error(slice_id, position)
+            if plan is not None and plan.open_error is not None and position is not None
+            else None
+        )
+        if outside is not None:
+            raise StateError(
+                f"{who}: leaf {leaf}'s Reader: {outside}; its samples would be repeated or "
+                "lost. The state was edited or belongs to another dataset; refusing it"
             )
         if plan is not None and not plan.once:
             continue  # a slice may be dealt twice in one epoch of this leaf

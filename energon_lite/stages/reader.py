@@ -138,6 +138,16 @@ class Reader(Stage):
     def _end(self, slice_id: int) -> int:
         return self._bounds(slice_id)[2]
 
+    def open_slice_error(self, slice_id: int, position: int) -> str | None:
+        """Why an open slice ``[slice_id, position]`` of a saved state is outside this
+        leaf's plan, or None: the rule of this restore and of an elastic one."""
+        if not 0 <= slice_id < self.num_slices:
+            return f"slice {slice_id} outside this dataset's {self.num_slices}"
+        _, start, end = self.slice_bounds(slice_id)
+        if not start <= position < end:
+            return f"position {position} outside slice {slice_id} [{start}, {end})"
+        return None
+
     def slices_once(self) -> bool:
         """Whether an epoch deals each slice at most once (shuffle_over_epochs_multiplier
         1, or no shuffle); with another multiplier a slice may come twice in one epoch."""
@@ -353,15 +363,9 @@ class Reader(Stage):
             if not isinstance(entry, list) or len(entry) != 2:
                 raise StateError(f"Reader: open slice {short_repr(entry)} is not [slice, position]")
             slice_id, position = (state_count(x, "Reader open slice") for x in entry)
-            if not slice_id < self.num_slices:
-                raise StateError(
-                    f"Reader: slice {slice_id} outside this dataset's {self.num_slices}"
-                )
-            _, start, end = self.slice_bounds(slice_id)
-            if not start <= position < end:
-                raise StateError(
-                    f"Reader: position {position} outside slice {slice_id} [{start}, {end})"
-                )
+            outside = self.open_slice_error(slice_id, position)
+            if outside is not None:
+                raise StateError(f"Reader: {outside}")
             self._open.append([slice_id, position])
         if state.get("left") is not None:
             self._left = Leftover(self, state["left"])
