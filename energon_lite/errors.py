@@ -282,8 +282,9 @@ def guarded(
 
     ``SkipSample`` skips silently; a ``ConfigError`` (a mistake in the setup, not in this
     sample) and an infrastructure failure (:func:`is_infrastructure`: a store whose retries
-    are spent, a full disk) propagate at once; any other exception is logged with ``where(*args)`` (keys, shard)
-    and counted, and raises ``TooManyFailuresError`` past the tolerance. A success resets
+    are spent, a full disk) propagate at once; any other exception is logged with
+    ``where(*args)`` (keys, shard) and counted, and raises ``TooManyFailuresError`` past the
+    tolerance (a streak) or past the chain's :class:`SkipBudget` (the whole pass). A success resets
     the stage's failure streak. The failure tracker's handler gets ``subject()`` as the
     failed sample (default: the first argument).
     """
