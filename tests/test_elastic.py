@@ -544,3 +544,15 @@ def test_a_leaf_that_deals_a_slice_twice_per_epoch_is_not_refused_for_it(data, t
     new.close()
     with pytest.raises(StateError, match="twice"):  # the plain leaf refuses the same edit
         loader(data, "shuffle", 0, 3, 1).restore_state_global(_edited(data, "key_twice"))
+
+
+def test_a_state_of_another_shape_is_named_by_the_restore_not_the_overlap_check(data):
+    """The overlap check reads only what has the expected shape; a level missing its keys is
+    the restore's shape check to name (a StateError, never a KeyError)."""
+    from energon_lite.state.codec import state_digest
+
+    _, states = save_old(data, "shuffle", 2, 1, [3, 5])
+    del _shuffle(states[1])["keys"]
+    states[1]["digest"] = state_digest(states[1])
+    with pytest.raises(StateError, match="keys"):
+        loader(data, "shuffle", 1, 2, 1).restore_state_global(states)

@@ -253,7 +253,11 @@ def check_ownership(states: list[Any], leaves: list[LeafPlan] | None = None) -> 
             cls = stage_class(level.get("type"))
             if cls is None:
                 continue  # named by the restore (an unknown stage)
-            for plain in cls.held_keys(level):
+            try:
+                held = list(cls.held_keys(level))
+            except (KeyError, TypeError, AttributeError):
+                continue  # a level of another shape: the restore names it
+            for plain in held:
                 key = from_plain(plain)
                 for identity in [key] if _has_sub(plain) else sample_keys(key):
                     of_leaf = sample_keys(identity)[0].leaf
