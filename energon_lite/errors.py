@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import errno
 import logging
 import reprlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -146,6 +147,52 @@ class SkipSample(Exception):
 
 
 LOGGED_FAILURES = 3  # failures a tracker logs in full before it only counts them
+MAX_SKIP_FRACTION = 0.01  # default of get_train_dataset/get_val_dataset(max_skip_fraction=)
+SKIP_MIN_SAMPLES = 200  # samples a worker sees before its skip fraction is checked
+SKIPS_SHOWN = 5  # skips a SkipBudget's summary names
+
+_DISK_FULL = {errno.ENOSPC, errno.EDQUOT}
+
+
+def is_infrastructure(exc: BaseException) -> bool:
+    """Whether ``exc`` is a failure of the machinery, not of one sample's bytes: a remote
+    store whose retries are spent (``RemoteStorageError``) or a full disk. Such a failure is
+    never skipped as a bad sample: it stops the run, naming what failed."""
+    return isinstance(exc, RemoteStorageError) or (
+        isinstance(exc, OSError) and exc.errno in _DISK_FULL
+    )
+
+
+class SkipBudget:
+    """The skipped samples of one worker's chain over its whole pass, shared by every stage's
+    :class:`FailureTracker`: unlike a tracker's streak, a success never resets it. Once the
+    chain has seen ``min_samples`` samples, more than ``max_fraction`` of them skipped stops
+    the run with ``TooManyFailuresError`` and a summary (skipped/seen, the first few keys and
+    causes)."""
+
+    __slots__ = ("first", "max_fraction", "min_samples", "seen", "skipped", "who")
+
+    def __init__(
+        self, max_fraction: float, who: str = "a worker", min_samples: int = SKIP_MIN_SAMPLES
+    ) -> None:
+        self.max_fraction, self.min_samples, self.who = max_fraction, min_samples, who
+        self.seen = self.skipped = 0
+        self.first: list[str] = []
+
+    def skip(self, what: str, place: str, exc: BaseException) -> None:
+        """Count one skip; ``TooManyFailuresError`` when the fraction is over its bound."""
+        self.skipped += 1
+        if len(self.first) < SKIPS_SHOWN:
+            text = str(exc) if len(str(exc)) <= 200 else str(exc)[:197] + "..."
+            self.first.append(f"{what} at {place}: {type(exc).__name__}: {text}")
+        seen = max(self.seen, self.skipped)
+        if seen >= self.min_samples and self.skipped > self.max_fraction * seen:
+            raise TooManyFailuresError(
+                f"{self.who} skipped {self.skipped} of {seen} samples this pass "
+                f"({self.skipped / seen:.0%}; max_skip_fraction={self.max_fraction}, checked "
+                f"from {self.min_samples} samples on): the data is broken, not a few samples. "
+                f"First skips: {'; '.join(self.first)}"
+            ) from exc
 
 
 class FailureTracker:
@@ -154,12 +201,18 @@ class FailureTracker:
     ``tolerance=0`` re-raises the first failure (strict mode, useful in tests).
     """
 
-    __slots__ = ("consecutive", "handler", "tolerance", "total")
+    __slots__ = ("budget", "consecutive", "handler", "tolerance", "total")
 
-    def __init__(self, tolerance: int, handler: Callable[..., Any] | None = None) -> None:
+    def __init__(
+        self,
+        tolerance: int,
+        handler: Callable[..., Any] | None = None,
+        budget: SkipBudget | None = None,
+    ) -> None:
         if tolerance < 0:
             raise ConfigError(f"{tolerance=} must be >= 0")
         self.tolerance = tolerance
+        self.budget = budget  # the chain's skips over the whole pass (None: not counted)
         # Energon's WorkerConfig.global_error_handler: called as handler(exc, sample, sources)
         # for every failure, before counting; it may raise to stop the run (None: log a warning)
         self.handler = handler
@@ -168,6 +221,11 @@ class FailureTracker:
 
     def ok(self) -> None:
         self.consecutive = 0
+
+    def saw(self) -> None:
+        """One more sample entered the chain (the denominator of the pass's skip fraction)."""
+        if self.budget is not None:
+            self.budget.seen += 1
 
     def failed(
         self, what: str, where: dict[str, Any], exc: BaseException, sample: Any = None
@@ -186,6 +244,8 @@ class FailureTracker:
                 f"{self.consecutive} consecutive failures (failure_tolerance={self.tolerance}); "
                 f"last: {what} failed at {place}: {type(exc).__name__}: {exc}"
             ) from exc
+        if self.budget is not None:
+            self.budget.skip(what, place, exc)
         if self.handler is None:
             # the first few in full, then one line at 10, 100, 1000 ... failures: a bug in a
             # hook fails every sample, and hundreds of lines would hide the first one
@@ -221,8 +281,10 @@ def guarded(
     """``fn(*args)`` under the bad-sample policy: the result, or ``SKIPPED``.
 
     ``SkipSample`` skips silently; a ``ConfigError`` (a mistake in the setup, not in this
-    sample) propagates at once; any other exception is logged with ``where(*args)`` (keys, shard)
-    and counted, and raises ``TooManyFailuresError`` past the tolerance. A success resets
+    sample) and an infrastructure failure (:func:`is_infrastructure`: a store whose retries
+    are spent, a full disk) propagate at once; any other exception is logged with
+    ``where(*args)`` (keys, shard) and counted, and raises ``TooManyFailuresError`` past the
+    tolerance (a streak) or past the chain's :class:`SkipBudget` (the whole pass). A success resets
     the stage's failure streak. The failure tracker's handler gets ``subject()`` as the
     failed sample (default: the first argument).
     """
@@ -233,6 +295,13 @@ def guarded(
     except ConfigError:
         raise
     except Exception as exc:
+        if is_infrastructure(exc):
+            place = ", ".join(f"{k}={v!r}" for k, v in where(*args).items())
+            logger.error(
+                "stopping: %s failed at %s: %s: %s (the store or disk failed, not this "
+                "sample: never skipped)", what, place, type(exc).__name__, exc,
+            )  # fmt: skip
+            raise
         item = subject() if subject is not None else (args[0] if args else None)
         failures.failed(what, where(*args), exc, item)
         return SKIPPED
@@ -272,13 +341,30 @@ _restore_handler: list[Callable[..., Any] | None] = [None]
 
 
 def failure_trackers(
-    tolerance: int, global_error_handler: Callable[..., Any] | None
+    tolerance: int,
+    global_error_handler: Callable[..., Any] | None,
+    max_skip_fraction: float | None = None,
+    who: str = "a worker",
 ) -> Callable[[], FailureTracker]:
     """Makes a fresh :class:`FailureTracker` per stage (a success in one stage must not reset
     another's failure streak), calling Energon's ``WorkerConfig.global_error_handler``; its
-    default, :func:`log_exception`, is what a tracker without a handler does already."""
+    default, :func:`log_exception`, is what a tracker without a handler does already. With
+    ``max_skip_fraction``, the trackers of one call share one :class:`SkipBudget` (one
+    worker's chain, ``who``)."""
     handler = None if global_error_handler is log_exception else global_error_handler
-    return lambda: FailureTracker(tolerance, handler)
+    budget = None if max_skip_fraction is None else SkipBudget(max_skip_fraction, who)
+    return lambda: FailureTracker(tolerance, handler, budget)
+
+
+def check_skip_fraction(value: Any) -> None:
+    """ConfigError unless ``value`` is a fraction in [0, 1] or None (not counted)."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise ConfigError(
+            f"max_skip_fraction={short_repr(value)} must be a number in [0, 1] (or None: "
+            "skips are then bounded only by failure_tolerance, in a row)"
+        )
 
 
 @contextmanager

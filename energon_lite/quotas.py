@@ -64,3 +64,21 @@ def largest_remainder(counts: Sequence[int], fraction: Fraction, epoch: int) -> 
     for worker in order[:extra]:
         shares[worker] += 1
     return shares
+
+
+def worker_slices(num_slices: int, worker: int, workers: int) -> int:
+    """How many of an epoch's ``num_slices`` slice positions global worker ``worker`` of
+    ``workers`` reads (positions ``worker``, ``worker + workers``, ...)."""
+    return max(0, -(-(num_slices - worker) // workers))
+
+
+def next_past_end(next_slice: int, num_slices: int, worker: int, workers: int) -> str | None:
+    """Why a saved Reader ``next`` is outside the epoch's plan, or None: the one rule the
+    same-layout restore and the elastic restore (``energon_lite.stages.elastic``) share."""
+    count = worker_slices(num_slices, worker, workers)
+    if next_slice > count:
+        return (
+            f"next slice {next_slice} is past the {count} slices global worker {worker} of "
+            f"{workers} reads of the leaf's {num_slices}"
+        )
+    return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -65,3 +66,25 @@ def text_ds(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def dataset_factory():
     """``make_dataset`` as a fixture, for tests that need datasets of their own."""
     return make_dataset
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):
+    """A real 256 KiB filesystem (tmpfs): writes past it fail with ENOSPC."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=256k,mode=0700", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.strip()}")
+    try:
+        yield mount
+    finally:  # a file a failed test left open keeps it busy: then detach it lazily
+        if subprocess.run(["umount", str(mount)], capture_output=True, timeout=30).returncode:
+            subprocess.run(
+                ["umount", "-l", str(mount)], capture_output=True, timeout=30, check=True
+            )

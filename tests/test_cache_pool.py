@@ -194,3 +194,114 @@ def test_to_cache_and_the_simple_lazies(files: Path, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="method"):
         FileStoreCachePool(parent_cache_dir=tmp_path, method="zip")  # type: ignore[arg-type]
     pool.close()
+
+
+class _Planted:
+    """A pickle that creates a folder when unpickled (stands for any code)."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (os.mkdir, (str(self.marker),))
+
+
+def test_a_planted_pickle_in_the_cache_never_runs(files: Path, tmp_path: Path) -> None:
+    import pickle
+
+    store = SystemFileStore(files)
+    pool = FileStoreCachePool(parent_cache_dir=tmp_path / "cache", num_workers=1)
+    marker = tmp_path / "planted-code-ran"
+    name = pool._entry_name(store, "f2.bin")  # computable by anyone from the path and name
+    planted = pickle.dumps((_Planted(marker), None))
+    (pool.cache_dir / f"{name}.bin").write_bytes(planted)
+    assert pool.get(store, "f2.bin") == bytes([2]) * 30_000  # read from the store instead
+    assert not marker.exists()
+    # what the pool writes itself is plain bytes behind a JSON header, no pickle opcodes
+    pool.get(store, "f5.bin")
+    blob = (pool.cache_dir / f"{pool._entry_name(store, 'f5.bin')}.bin").read_bytes()
+    assert blob.startswith(b"ELCACHE1") and blob.endswith(bytes([5]) * 30_000)
+    assert b'"file_names": ["f5.bin"]' in blob
+    # to_cache writes plain data as msgpack, and keeps everything else in memory
+    plain = pool.to_cache({"a": [1, 2], "b": b"x"}, "plain")
+    assert isinstance(plain, CacheFileLazy) and plain.get() == {"a": [1, 2], "b": b"x"}
+    obj = pool.to_cache(_Planted(marker), "object")
+    assert isinstance(obj, MockLazy) and isinstance(obj.get(), _Planted)
+    assert not list(pool.cache_dir.glob("*.pkl"))
+
+
+def test_the_default_folder_is_private_and_a_shared_one_is_refused(
+    files: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    pool = FileStoreCachePool(num_workers=1)
+    root = tmp_path / "energon_lite_cache"
+    assert pool.cache_dir == root / "data"
+    for folder in (root, root / "data", root / "locks", root / "tmp"):
+        assert folder.stat().st_mode & 0o777 == 0o700, folder
+    pool.close()
+
+    os.chmod(root, 0o777)  # a folder others may write to: they could plant entries
+    with pytest.raises(ConfigError, match=rf"cache folder {root} has mode 0777.*chmod 700"):
+        FileStoreCachePool(num_workers=1)
+    os.chmod(root, 0o700)
+    os.chmod(root / "data", 0o777)
+    with pytest.raises(ConfigError, match=rf"cache folder {root / 'data'} has mode 0777"):
+        FileStoreCachePool(num_workers=1)
+    os.chmod(root / "data", 0o700)
+    FileStoreCachePool(num_workers=1).close()
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="giving a folder to another user needs root")
+def test_a_cache_folder_owned_by_another_user_is_refused(tmp_path: Path) -> None:
+    root = tmp_path / "energon_lite_cache"
+    root.mkdir(mode=0o700)
+    os.chown(root, 54321, -1)
+    with pytest.raises(ConfigError, match=rf"cache folder {root} is owned by uid 54321"):
+        FileStoreCachePool(parent_cache_dir=tmp_path, num_workers=1)
+
+
+def test_the_cache_folder_deleted_mid_run_is_made_again(files: Path, tmp_path: Path) -> None:
+    """A tmp cleaner removes the folder under a running pool: every file still comes back
+    (before: FileNotFoundError for each, and the loader skipped 151 of 200 samples)."""
+    import shutil
+
+    log = tmp_path / "fetch.log"
+    store = LoggingStore(files, log)
+    pool = FileStoreCachePool(parent_cache_dir=tmp_path / "cache", num_workers=2)
+    for i in range(4):
+        assert pool.get(store, f"f{i}.bin") == bytes([i]) * 30_000
+    shutil.rmtree(tmp_path / "cache" / "energon_lite_cache")
+    for i in range(12):
+        assert pool.get(store, f"f{i}.bin") == bytes([i]) * 30_000
+    assert pool.to_cache({"a": 1}, "obj").get() == {"a": 1}
+    assert _cached_bytes(pool) > 0  # the folders are back and cache again
+    assert os.stat(pool.cache_dir.parent).st_mode & 0o777 == 0o700
+    assert pool.get(store, "f11.bin") == bytes([11]) * 30_000
+    assert _fetches(log).count(f"{os.getpid()} f11.bin") == 1  # cached again after the loss
+    pool.close()
+
+
+def test_a_full_cache_disk_reads_around_itself(
+    files: Path, tmp_path: Path, small_disk: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """12 files of 30 KB on a 256 KiB disk, under a 1 TB limit: the writes past the disk
+    fail. Every file still comes back, no temp file is left to keep the disk full, and one
+    warning says so (before: OSError ENOSPC per file, and orphaned .tmp files)."""
+    import logging
+
+    store = LoggingStore(files, tmp_path / "fetch.log")
+    pool = FileStoreCachePool(parent_cache_dir=small_disk, num_workers=2)
+    big = {"blob": b"x" * 300_000}  # to_cache of more than the disk holds
+    with caplog.at_level(logging.WARNING, logger="energon_lite.cache.pool"):
+        for _ in range(2):
+            for i in range(12):
+                assert pool.get(store, f"f{i}.bin") == bytes([i]) * 30_000
+        assert pool.to_cache(big, "big").get() == big
+    assert list(pool._tmp.iterdir()) == []  # no orphaned temp files
+    assert 0 < _cached_bytes(pool) <= 256 * 1024
+    warnings = [r for r in caplog.records if "reading around it" in r.getMessage()]
+    assert len(warnings) == 1 and "No space left on device" in warnings[0].getMessage()
+    pool.close()

@@ -196,3 +196,38 @@ def test_checkpoint_info_of_odd_plain_data(tmp_path: Path, capsys) -> None:
         captured = capsys.readouterr()
         assert "Traceback" not in captured.err, name
         assert (code == 0 and captured.out) or str(tmp_path / name) in captured.err, name
+
+
+def _bounded_cli(*args: str) -> subprocess.CompletedProcess:
+    """The CLI in a real process with 3 GiB of address space and 60 s: a read without a
+    bound fails on either instead of filling the machine or hanging the suite."""
+    import resource
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+
+    return subprocess.run(
+        [sys.executable, "-m", "energon_lite.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=limit,
+    )
+
+
+def test_checkpoint_info_refuses_endless_and_huge_files(tmp_path: Path) -> None:
+    fifo = tmp_path / "state.fifo"
+    os.mkfifo(fifo)  # nobody ever writes: reading it would block forever
+    zero = tmp_path / "zero.msgpack"
+    zero.symlink_to("/dev/zero")  # never ends
+    huge = tmp_path / "huge.msgpack"
+    with open(huge, "wb") as file:  # sparse: 1 GiB + 1 on paper, nothing on disk
+        file.truncate((1 << 30) + 1)
+    for path, says in (
+        (fifo, "is a FIFO (named pipe), not a state file"),
+        (zero, "is a character device (a link to /dev/zero), not a state file"),
+        (huge, "1,073,741,825 bytes, more than the 1,073,741,824 a state file may have"),
+    ):
+        done = _bounded_cli("checkpoint", "info", str(path))
+        assert done.returncode == 1, (path, done.stderr[-2000:])
+        assert f"{path}: {says}" in done.stderr and "Traceback" not in done.stderr

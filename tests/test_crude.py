@@ -231,3 +231,37 @@ def test_energon_prepared_crude_datasets_cook_the_same(crude: Path, tmp_path: Pa
 
     assert texts(tmp_path) == texts(crude)
     assert len(texts(tmp_path)) == 55
+
+
+@pytest.mark.parametrize("trouble", ["folder deleted", "disk full"])
+def test_a_cache_pool_in_trouble_costs_no_sample(
+    crude: Path, tmp_path: Path, trouble: str, request: pytest.FixtureRequest
+) -> None:
+    """Every one of the 55 samples comes back, each with its lazily cached neighbour, when
+    the pool's folder is deleted mid-run (before: most were skipped, FileNotFoundError) or
+    its disk is full (before: skipped for ENOSPC, and temp files kept the disk full)."""
+    import shutil
+
+    parent = request.getfixturevalue("small_disk") if trouble == "disk full" else tmp_path
+    pool = FileStoreCachePool(parent_cache_dir=parent, num_workers=1)
+    loader = get_loader(
+        _train(crude / "aux.yaml", LazyEncoder(), 0, packing_buffer_size=2, repeat=False),
+        cache_pool=pool,
+    )
+    if trouble == "disk full":
+        with open(parent / "filler", "wb", buffering=0) as filler, pytest.raises(OSError):
+            while True:  # fill the disk: every later write to it fails with ENOSPC
+                filler.write(b"\0" * 4096)
+    texts = []
+    try:
+        for batch in loader:
+            texts += batch.text
+            if trouble == "folder deleted" and len(texts) == 10:
+                shutil.rmtree(parent / "energon_lite_cache")
+    finally:
+        pool.close()
+    assert len(texts) == 55
+    for text in texts:
+        first, second = map(int, text.split("|"))
+        assert second == (first + 1) % 55
+    assert not list((parent / "energon_lite_cache" / "tmp").glob("*"))  # no orphaned temps

@@ -272,3 +272,80 @@ def test_legacy_webdataset_class_loads_with_a_warning(
         samples = list(el.get_loader(ds))
     assert len(samples) == 20 and type(samples[0]).__name__ == sample_type
     assert samples[0].__subflavors__ == {"origin": "legacy"}
+
+
+def test_a_top_level_class_next_to_a_valid_sample_type_is_refused(tmp_path: Path) -> None:
+    valid = {"sample_type": {"__module__": "megatron.energon", "__class__": "TextSample"},
+             "field_map": {"text": "txt"}}  # fmt: skip
+    assert len(list(_open(_text_dataset(tmp_path / "plain", valid)))) == 3
+    for top in (
+        {"__module__": "os", "__class__": "system"},
+        {"__module__": "os"},
+        {"__class__": "Popen"},
+        {"__module__": "megatron.energon", "__class__": "SavableLoader"},
+    ):
+        root = _text_dataset(tmp_path / f"ds_{len(str(top))}_{sorted(top)[0]}", {**top, **valid})
+        with pytest.raises(el.DatasetFormatError, match="top-level __module__") as info:
+            _open(root)
+        message = str(info.value)
+        assert str(root / ".nv-meta" / "dataset.yaml") in message and "refused" in message
+        assert repr(top.get("__class__")) in message and "use sample_type" in message
+
+
+_LOAD_AND_MEASURE = """
+import resource, sys
+import energon_lite as el
+
+ds = el.get_train_dataset(
+    sys.argv[1], worker_config=el.WorkerConfig(0, 1, 0), batch_size=None,
+    shuffle_buffer_size=None, max_samples_per_sequence=None, repeat=False,
+)
+keys = [s.__key__ for s in el.get_loader(ds)]
+print(",".join(keys))
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)  # peak MiB
+"""
+
+
+def test_an_image_over_the_pixel_budget_is_skipped_from_its_header(tmp_path: Path) -> None:
+    from PIL import Image
+
+    huge = io.BytesIO()
+    Image.new("1", (13000, 13000)).save(huge, "PNG")  # 169 M pixels in 20 KB
+    assert len(huge.getvalue()) < 100_000
+    small = io.BytesIO()
+    Image.new("RGB", (32, 24), (200, 10, 10)).save(small, "PNG")
+    root = tmp_path / "ds"
+    root.mkdir()
+    _tar(root / "data-0.tar", {
+        "a": {"png": small.getvalue()}, "bomb": {"png": huge.getvalue()},
+        "c": {"png": small.getvalue()},
+    })  # fmt: skip
+    el.prepare_dataset(
+        root, split_ratio=[("train", 1)], sample_type="ImageSample",
+        field_map={"image": "png"}, progress=False,
+    )  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", _LOAD_AND_MEASURE, str(root)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    keys, peak_mib = done.stdout.split()
+    assert keys == "a,c"  # the bomb is skipped, the others delivered
+    # decoded to float RGB it would take 2 GB; skipped from the header, the process stays
+    # near its size after importing torch
+    assert int(peak_mib) < 1200, peak_mib
+    assert "'bomb'" in done.stderr and "png: PNG image of 13000x13000 = 169,000,000 pixels" in (
+        done.stderr
+    )
+    assert "per-image budget of 67,108,864 (SampleDecoder(max_image_pixels=...))" in done.stderr
+
+    data = huge.getvalue()  # settable: None keeps Pillow's own limit, a smaller one applies
+    wide = el.SampleDecoder(max_image_pixels=13000 * 13000, image_decode="pil")
+    assert wide.decode_part("x.png", data).size == (13000, 13000)
+    strict = el.SampleDecoder(max_image_pixels=32 * 24 - 1)
+    with pytest.raises(el.MediaDecodeError, match=r"x.png: PNG image of 32x24 = 768 pixels"):
+        strict.decode_part("x.png", small.getvalue())
+    with pytest.raises(el.ConfigError, match="max_image_pixels=0"):
+        el.SampleDecoder(max_image_pixels=0)

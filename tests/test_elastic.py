@@ -289,7 +289,7 @@ def test_repeat_true_old_epochs_then_a_full_new_epoch(data):
 def test_checkpoint_redist_cli_matches_in_process_restore(data, tmp_path, capsys):
     _, states = save_old(data, "weighted", 2, 1, [3, 2])
     ckpt, out = tmp_path / "ckpt", tmp_path / "ckpt3"
-    ckpt.mkdir()
+    ckpt.mkdir(parents=True)
     for rank, state in enumerate(states):
         (ckpt / f"state_rank_{rank}.msgpack").write_bytes(encode_state(state))
     argv = ["checkpoint", "redist", str(ckpt), "--world-size", "3", "--num-workers", "1"]
@@ -410,3 +410,149 @@ def test_checkpoint_redist_takes_energons_form(data, tmp_path, capsys):
     assert "do not split evenly over 3 ranks" in capsys.readouterr().err
     assert main(["checkpoint", "redist", str(out)]) == 1
     assert "--world-size, --num-workers and -o" in capsys.readouterr().err
+
+
+# states edited consistently (digest recomputed, as anyone holding the files can) ----------
+
+
+def _reader(state: dict[str, Any], worker: int = 0) -> dict[str, Any]:
+    return _levels(state["workers"][worker])[-1]
+
+
+def _shuffle(state: dict[str, Any], worker: int = 0) -> dict[str, Any]:
+    return next(lv for lv in _levels(state["workers"][worker]) if lv["type"] == "ShuffleBuffer")
+
+
+def _next_past_end(states: list[dict[str, Any]]) -> None:
+    _reader(states[0])["next"] = 50  # leaf a: 24 slices of 5, 12 per old worker
+
+
+def _key_twice(states: list[dict[str, Any]]) -> None:
+    _shuffle(states[1])["keys"][0] = list(_shuffle(states[0])["keys"][0])
+
+
+def _slice_twice(states: list[dict[str, Any]]) -> None:
+    _reader(states[1])["open"][0] = list(_reader(states[0])["open"][0])
+
+
+def _position_before_its_slice(states: list[dict[str, Any]]) -> None:
+    # leaf a: shards of 20, slices of 5, so slice s starts at sample 5 * (s % 4) of its shard
+    entry = next(e for e in _reader(states[0])["open"] if e[0] % 4)
+    entry[1] = 5 * (entry[0] % 4) - 1  # the last sample of the slice before: repeated
+
+
+EDITS = {
+    "next_past_end": (_next_past_end, "next slice 50 is past the 12 slices global worker 0"),
+    "key_twice": (_key_twice, "hold sample .* twice: old rank 0 worker 0 .* old rank 1 worker 0"),
+    "slice_twice": (_slice_twice, "open twice: in old rank 0 worker 0 and in old rank 1 worker 0"),
+    "position_outside": (_position_before_its_slice, r"position \d+ outside slice \d+ \["),
+}
+
+
+def _edited(data, edit: str) -> list[dict[str, Any]]:
+    from energon_lite.state.codec import state_digest
+
+    _, states = save_old(data, "shuffle", 2, 1, [3, 5])
+    EDITS[edit][0](states)
+    for state in states:
+        state["digest"] = state_digest(state)
+    return states
+
+
+def _redist_cli(states, tmp_path: Path, *extra: str):
+    import os
+    import subprocess
+    import sys
+
+    ckpt, out = tmp_path / "ckpt", tmp_path / "out"
+    ckpt.mkdir(parents=True)
+    for rank, state in enumerate(states):
+        (ckpt / f"state_rank_{rank}.msgpack").write_bytes(encode_state(state))
+    argv = ["checkpoint", "redist", str(ckpt), "--world-size", "3", "--num-workers", "1"]
+    done = subprocess.run(
+        [sys.executable, "-m", "energon_lite.cli", *argv, "-o", str(out), *extra],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+    )
+    return done, out
+
+
+@pytest.mark.parametrize("edit", sorted(EDITS))
+def test_elastic_restore_refuses_states_whose_work_overlaps_or_exceeds_the_plan(
+    data, tmp_path, edit
+):
+    """Each old state passes its own checks; together they would repeat or lose samples."""
+    states, match = _edited(data, edit), EDITS[edit][1]
+    new = loader(data, "shuffle", 0, 3, 1)
+    with pytest.raises(StateError, match=match):
+        new.restore_state_global(states)
+    if edit not in ("next_past_end", "position_outside"):  # the old layout: each rank alone
+        same = loader(data, "shuffle", 1, 2, 1)
+        with pytest.raises(StateError, match=match):
+            same.restore_state_global(states)
+    done, out = _redist_cli(states, tmp_path, "--dataset", str(data["a"]))
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert (
+        done.stderr.startswith("energon-lite checkpoint: error: ")
+        and "Traceback" not in done.stderr
+    )
+    assert __import__("re").search(match, done.stderr), done.stderr
+    assert not out.exists()
+
+
+def test_redist_without_the_dataset_leaves_positions_to_the_restore(data, tmp_path):
+    """Offline without ``--dataset`` the slice count is unknown: overlaps are still refused
+    by redist, a ``next`` past the end by the reader when the new states are restored."""
+    done, out = _redist_cli(_edited(data, "key_twice"), tmp_path / "a")
+    assert done.returncode == 1 and "twice" in done.stderr and "--dataset PATH" in done.stderr
+    done, out = _redist_cli(_edited(data, "next_past_end"), tmp_path / "b")
+    assert done.returncode == 0, done.stderr
+    new = loader(data, "shuffle", 0, 3, 1)
+    new.restore_state_rank(read_state_file(out / "state_rank_0.msgpack"))
+    with pytest.raises(StateError, match="next slice 50 is past the 12 slices"):
+        take(new, 1)
+    new.close()
+
+
+def test_redist_with_the_dataset_checks_and_matches_the_in_process_restore(data, tmp_path):
+    _, states = save_old(data, "shuffle", 2, 1, [3, 5])
+    done, out = _redist_cli(states, tmp_path, "--dataset", str(data["a"]))
+    assert done.returncode == 0, done.stderr
+    written = [read_state_file(out / f"state_rank_{r}.msgpack") for r in range(3)]
+    assert json.loads(json.dumps(written)) == json.loads(json.dumps(redistribute(states, 3, 1)))
+    before, _ = save_old(data, "shuffle", 2, 1, [3, 5])
+    after = [k for rank in range(3) for k in rest_of_epoch(data, "shuffle", states, 3, 1, rank)]
+    assert Counter(before + after) == expected_epoch("shuffle")
+    other, _ = _redist_cli(states, tmp_path / "w", "--dataset", str(data["weighted"]))
+    assert other.returncode == 1 and "not the states'" in other.stderr
+
+
+def test_a_leaf_that_deals_a_slice_twice_per_epoch_is_not_refused_for_it(data, tmp_path):
+    """With shuffle_over_epochs_multiplier 2 one epoch may deal a slice (and its samples)
+    twice, so the same key in two old workers' buffers is not an overlap there."""
+    yaml = tmp_path / "twice.yaml"
+    yaml.write_text(
+        "__module__: energon_lite\n__class__: MetadatasetV2\nsplits:\n  train:\n"
+        f"    path: {data['a']}\n    shuffle_over_epochs_multiplier: 2\n"
+    )
+    states = _edited({**data, "a": yaml}, "key_twice")
+    new = loader({**data, "a": yaml}, "shuffle", 0, 3, 1)
+    new.restore_state_global(states)  # accepted: this leaf's epoch may hold the key twice
+    assert take(new, 1)
+    new.close()
+    with pytest.raises(StateError, match="twice"):  # the plain leaf refuses the same edit
+        loader(data, "shuffle", 0, 3, 1).restore_state_global(_edited(data, "key_twice"))
+
+
+def test_a_state_of_another_shape_is_named_by_the_restore_not_the_overlap_check(data):
+    """The overlap check reads only what has the expected shape; a level missing its keys is
+    the restore's shape check to name (a StateError, never a KeyError)."""
+    from energon_lite.state.codec import state_digest
+
+    _, states = save_old(data, "shuffle", 2, 1, [3, 5])
+    del _shuffle(states[1])["keys"]
+    states[1]["digest"] = state_digest(states[1])
+    with pytest.raises(StateError, match="keys"):
+        loader(data, "shuffle", 1, 2, 1).restore_state_global(states)

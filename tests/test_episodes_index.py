@@ -114,3 +114,74 @@ def test_require_cameras_leaves_out_and_logs_episodes_missing_a_camera(tmp_path,
         index.require_cameras(["cam_high", "cam_left_wrist"], failure_tolerance=0)
     with pytest.raises(DatasetFormatError, match="cam_nope"):
         index.require_cameras(["cam_nope"], failure_tolerance=5)
+
+
+def _write_bomb(path, length, qpos_dim=4, shape=(8000, 8000)):
+    """An episode whose cameras declare ``length`` frames of ``shape`` x 3 bytes: chunked and
+    compressed but never written, so the file stays a few KB."""
+    with h5py.File(path, "w") as f:
+        f.attrs["success"] = True
+        f.create_dataset("observations/qpos", data=np.zeros((length, qpos_dim), np.float32))
+        f.create_dataset("action", data=np.zeros((length, 4), np.float32))
+        for cam in ("cam_high", "cam_left_wrist"):
+            f.create_dataset(
+                f"observations/images/{cam}", shape=(length, *shape, 3), dtype=np.uint8,
+                chunks=(1, 64, 64, 3), compression="gzip",
+            )  # fmt: skip
+    return path
+
+
+def test_cameras_declaring_huge_frames_are_left_out_at_prepare(tmp_path, caplog):
+    folder = write_dataset(tmp_path / "eps", [4, 2])
+    bomb = _write_bomb(folder / "bomb.hdf5", 60)
+    assert bomb.stat().st_size < 100_000  # 60 x 8000 x 8000 x 3 = 11.5 GB declared
+    with caplog.at_level(logging.WARNING, logger="energon_lite"):
+        prepare_episodes(folder, progress=False)
+    index = load_episode_index(folder)
+    assert index.paths.tolist() == ["episode_0.hdf5", "episode_1.hdf5"]
+    (path, why), = index.skipped  # fmt: skip
+    assert path == "bomb.hdf5"
+    assert "/observations/images/cam_high declares frames of shape (8000, 8000, 3)" in why
+    assert "64,000,000 pixels, over the budget of 16,777,216 pixels per frame" in why
+    assert "bomb.hdf5" in caplog.text
+    assert index.frame_shape(0, "observations/images/cam_high") == (4, 24, 32, 3)
+    wide = scan_episodes(folder, max_frame_pixels=8000 * 8000)  # the budget is a setting
+    assert "bomb.hdf5" in wide.paths.tolist()
+
+
+def _builder(index):
+    from energon_lite.flavors.episodes.transitions import TransitionBuilder
+
+    unit = {"qpos_mean": 0.0, "qpos_std": 1.0, "action_mean": 0.0, "action_std": 1.0}
+    return TransitionBuilder(index, ["cam_high", "cam_left_wrist"], unit, chunk_size=2)
+
+
+def test_an_episode_whose_cameras_grew_after_prepare_is_named_before_reading(tmp_path):
+    import resource
+
+    folder = write_dataset(tmp_path / "eps", [5, 5])
+    prepare_episodes(folder, progress=False)
+    builder = _builder(load_episode_index(folder))
+    assert builder.build(0, 1)["observations"]["images"].shape == (2, 24, 32, 3)
+    _write_bomb(folder / "episode_1.hdf5", 5, shape=(4000, 4000))  # under the budget
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(DatasetFormatError) as info:
+        builder.build(1, 0)
+    message = str(info.value)
+    assert str(folder / "episode_1.hdf5") in message and "prepare again" in message
+    assert "/observations/images/cam_high has shape (5, 4000, 4000, 3)" in message
+    assert "it was (5, 24, 32, 3) when the episodes were prepared" in message
+    # refused from the declaration: not one 48 MB frame was read
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak < 40_000  # KiB
+
+
+def test_an_episode_whose_qpos_dimension_changed_is_named(tmp_path):
+    folder = write_dataset(tmp_path / "eps", [5, 5])
+    prepare_episodes(folder, progress=False)
+    builder = _builder(load_episode_index(folder))
+    write_episode(folder / "episode_1.hdf5", 5, episode_id=1, qpos_dim=6)  # was 4
+    with pytest.raises(DatasetFormatError) as info:
+        builder.build(1, 0)
+    message = str(info.value)
+    assert str(folder / "episode_1.hdf5") in message and "prepare again" in message
+    assert "/observations/qpos has shape (5, 6), but it was (5, 4)" in message

@@ -153,3 +153,81 @@ def test_text_list_round_trips_every_line(tmp_path: Path, monkeypatch: pytest.Mo
     got = [parts for _, parts in source.read_range(0, 0, 300)]
     assert got == [parse_text_line(line.encode()) for line in lines]
     assert got[5] == {"path": "dir 2/img_00005.jpg", "label": 5}
+
+
+def _swap_lines(path: Path, pairs: range) -> None:
+    """Swap lines ``i`` and ``i + 1`` (of different lengths) for each ``i`` in ``pairs``: the
+    size stays, every line is still valid JSON, but the lines' byte boundaries move."""
+    lines = path.read_bytes().split(b"\n")
+    before = path.stat().st_size
+    swapped = 0
+    for i in pairs:
+        if len(lines[i]) != len(lines[i + 1]):
+            lines[i], lines[i + 1] = lines[i + 1], lines[i]
+            swapped += 1
+    assert swapped
+    path.write_bytes(b"\n".join(lines))
+    assert path.stat().st_size == before
+
+
+def test_an_edit_of_the_same_size_is_refused_at_open(tmp_path: Path) -> None:
+    path = write_caption_jsonl(tmp_path / "s.jsonl", 40)
+    prepare_lines(path, progress=False)
+    recorded = json.loads((tmp_path / "s.jsonl.idx.json").read_text())["sampled_blake2b"]
+    assert recorded and len(JsonlSource(path)) == 40
+    _swap_lines(path, range(20, 22))
+    with pytest.raises(DatasetFormatError) as info:
+        JsonlSource(path)
+    assert f"{path}: content changed since it was prepared" in str(info.value)
+    assert f"re-run `energon-lite prepare {path}`" in str(info.value)
+    prepare_lines(path, progress=False)  # the fix the message names
+    assert len(JsonlSource(path)) == 40
+
+
+def test_an_edit_between_the_sampled_windows_is_caught_when_read(tmp_path: Path) -> None:
+    path = write_caption_jsonl(tmp_path / "big.jsonl", 12_000)  # well over 256 KiB
+    prepare_lines(path, progress=False)
+    source = JsonlSource(path)
+    size = path.stat().st_size
+    assert size > 64 * 4096
+    step = (size - 4096) / 63  # the windows the open check hashes
+    covered = [(round(i * step), round(i * step) + 4096) for i in range(64)]
+    offsets = source.offsets(0, source.count).tolist()
+    line = next(
+        i
+        for i in range(source.count - 1)
+        if not any(a < offsets[i + 2] and offsets[i] < b for a, b in covered)
+    )
+    assert source.read_range(0, 0, 10)[0][0] == "0"  # reading before the edit: fine
+    _swap_lines(path, range(line, line + 1))
+    source_after = JsonlSource(path)  # the windows did not see it ...
+    for opened in (source, source_after):  # ... the read does, mid-run or after reopening
+        with pytest.raises(DatasetFormatError, match=rf"{path}: the line of sample {line}"):
+            opened.read_range(0, max(0, line - 3), line + 3)
+
+
+def test_an_index_written_without_a_digest_still_opens(tmp_path: Path) -> None:
+    path = write_caption_jsonl(tmp_path / "old.jsonl", 30)
+    prepare_lines(path, progress=False)
+    side = tmp_path / "old.jsonl.idx.json"
+    data = json.loads(side.read_text())
+    del data["sampled_blake2b"]  # as written before the digest existed
+    side.write_text(json.dumps(data))
+    assert len(JsonlSource(path)) == 30
+
+
+def test_a_100000_digit_integer_names_the_file_and_line(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    path = tmp_path / "big_int.jsonl"
+    path.write_text('{"a": 1}\n{"a": 2}\n{"n": ' + "7" * 100_000 + "}\n", encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-m", "energon_lite.cli", "prepare", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1
+    assert f"{path}:3: line 3: unreadable JSON value" in done.stderr, done.stderr[-500:]
+    assert "unexpected" not in done.stderr and "report it" not in done.stderr

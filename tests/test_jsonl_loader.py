@@ -272,3 +272,36 @@ def test_energon_reads_the_same_lines(lines: Path) -> None:
     ours = _train(lines / "ds1.jsonl", repeat=False)
     assert sorted(t for b in get_loader(ours) for t in b.text) == their_texts
     assert len(their_texts) == 55
+
+
+def test_a_100000_digit_integer_in_an_energon_indexed_file_is_a_named_skip(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    lines = [
+        b'{"idx": 0, "caption": "a"}',
+        b'{"idx": 1, "caption": ' + b"7" * 100_000 + b"}",  # valid JSON Python refuses
+        b'{"idx": 2, "caption": "c"}',
+    ]
+    path = tmp_path / "big.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    offsets = np.cumsum([0] + [len(line) + 1 for line in lines]).astype("<u8")
+    (tmp_path / "big.jsonl.idx").write_bytes(offsets.tobytes())  # as Energon's preparer writes
+    done = subprocess.run(
+        [sys.executable, "-m", "energon_lite.cli", "preview", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1
+    assert "big.jsonl: sample '1': part 'json': not readable as JSON" in done.stderr
+    assert "unexpected" not in done.stderr and "report it" not in done.stderr
+    with caplog.at_level(logging.WARNING, logger="energon_lite"):
+        batches = list(get_loader(_train(path, repeat=False)))
+    assert [i for batch in batches for i in batch.idx] == [0, 2]  # the bad line skipped
+    assert "big.jsonl: sample '1': part 'json': not readable as JSON" in caplog.text

@@ -21,7 +21,7 @@ from conftest import make_dataset
 
 from energon_lite import WorkerConfig, get_savable_loader, get_train_dataset, get_val_dataset
 from energon_lite.cli import main as cli_main
-from energon_lite.errors import DatasetFormatError, EnergonLiteError
+from energon_lite.errors import DatasetFormatError, EnergonLiteError, RemoteStorageError
 from energon_lite.shards.meta import META_DIR
 from energon_lite.storage import STATS, RemotePath
 from energon_lite.synth.servers import TEST_CREDENTIALS, FaultProxy, RangeHTTPServer, S3Server
@@ -318,25 +318,29 @@ def test_faults_are_retried_nothing_lost_or_repeated(
     assert proxy.counts["503"] <= retries <= proxy.counts["503"] + proxy.counts["drop"]
 
 
-def test_a_range_that_stays_broken_is_skipped_and_logged(
-    s3: S3Server, s3_ds: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+def test_a_range_that_stays_broken_stops_the_run_naming_the_object(
+    s3: S3Server, s3_ds: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """An infrastructure failure, not bad samples: retried, then the run stops naming the
+    object and byte range (skipping its samples would lose them; docs/safety.md)."""
+
     def schedule(n: int, path: str) -> str | None:
         return "503" if path.split("?")[0].endswith("data-2.tar") else None
 
-    broken = {"count": 0}
     with FaultProxy(s3.endpoint, schedule) as proxy:
         monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
         monkeypatch.setenv("ENERGON_LITE_REMOTE_ATTEMPTS", "2")
         wc = WorkerConfig(rank=0, world_size=1, num_workers=0)
         ds = get_val_dataset(s3_ds, worker_config=wc, batch_size=10, split_part="train")
-        with caplog.at_level(logging.WARNING):
-            keys = [k for b in get_savable_loader(ds) for k in b.__key__]
-        broken["count"] = proxy.counts["503"]
-    assert len(keys) == 100 and len(set(keys)) == 100  # shard 2's 20 samples skipped
-    assert broken["count"] > 0
-    assert "s3://data/copies/ds/parts/data-2.tar" in caplog.text and "bytes=" in caplog.text
-    assert SECRET not in caplog.text
+        keys: list[str] = []
+        with pytest.raises(RemoteStorageError) as caught:
+            for batch in get_savable_loader(ds):
+                keys += batch.__key__
+        broken = proxy.counts["503"]
+    assert broken == 2 and len(keys) == 40  # shards 0 and 1, then the attempts on shard 2
+    message = str(caught.value)
+    assert "s3://data/copies/ds/parts/data-2.tar" in message and "after 2 attempts" in message
+    assert SECRET not in message
 
 
 def test_http_server_with_ranges_serves_a_prepared_folder(local_ds: Path) -> None:

@@ -120,3 +120,6 @@ def test_images_and_decode_errors(tmp_path: Path) -> None:
         _sample(tmp_path / "short.mp4", 30, 16, 16, key="k:8").read_frames([5, 20])
     with pytest.raises(MediaDecodeError, match=r"sample 'k:9'.*gone\.jpg"):
         _sample(tmp_path / "gone.jpg", 1, 8, 8, key="k:9").read_frames([0])
+    Image.new("1", (13000, 13000)).save(tmp_path / "bomb.png")  # 169 M pixels in 20 KB
+    with pytest.raises(MediaDecodeError, match=r"sample 'k:10'.*bomb\.png is 13000x13000, over"):
+        _sample(tmp_path / "bomb.png", 1, 13000, 13000, key="k:10").read_frames([0])

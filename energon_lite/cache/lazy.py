@@ -11,10 +11,11 @@ background, lives with its ``FileStoreCachePool`` (:mod:`energon_lite.cache.pool
 from __future__ import annotations
 
 import os
-import pickle
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
+
+import msgpack
 
 from energon_lite.cache.base import CachePool, Lazy
 from energon_lite.cache.file_store import FileStore, add_source_info
@@ -59,7 +60,8 @@ class MockLazy(Lazy[T]):
 
 
 class CacheFileLazy(Lazy[T]):
-    """Data pickled into a cache file by ``to_cache``; the file is removed when read."""
+    """Plain data written (as msgpack) into a cache file by ``to_cache``; the file is
+    removed when read."""
 
     def __init__(self, *, fname: str, pool: CachePool, cache_path: Path) -> None:
         super().__init__(ds=None, fname=fname, pool=pool)
@@ -69,7 +71,7 @@ class CacheFileLazy(Lazy[T]):
     def get(self, sample: Any = None) -> T:
         if self.cache_path is not None:
             with open(self.cache_path, "rb") as file:
-                self._data = pickle.load(file)
+                self._data = msgpack.unpackb(file.read(), raw=False, strict_map_key=False)
             os.unlink(self.cache_path)
             self.cache_path = None
         return self._data

@@ -41,7 +41,8 @@ def _natural(name: str) -> list[Any]:
 
 
 def _format(path: Path) -> str:
-    head = path.read_bytes()[:64]
+    with open(path, "rb") as file:  # read_state_file read it already: a regular file
+        head = file.read(64)
     if head[:2] == b"PK":
         return "torch"
     return "json" if head.lstrip()[:1] in (b"{", b"[") else "msgpack"

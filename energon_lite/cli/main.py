@@ -8,9 +8,12 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from energon_lite.cli.errors import Parser, run_reporting_errors
+
+if TYPE_CHECKING:
+    from energon_lite.stages.elastic import LeafPlan
 
 DESCRIPTION = (
     "energon-lite: prepare WebDataset folders and other datasets for energon_lite (and "
@@ -201,6 +204,36 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
     return 0
 
 
+def _leaf_plans(args: argparse.Namespace, config: dict[str, Any]) -> list[LeafPlan]:
+    """Each leaf's plan in the dataset the states were saved from (``--dataset``), so that
+    ``redistribute`` checks every old position against the epoch's plan."""
+    from energon_lite import WorkerConfig, get_train_dataset
+    from energon_lite.errors import ConfigError, short_repr
+    from energon_lite.pipeline.dataset_pipeline import DatasetPipeline
+    from energon_lite.stages.elastic import LeafPlan
+
+    dataset = get_train_dataset(
+        args.dataset,
+        split_part=args.split_part,
+        worker_config=WorkerConfig(0, 1, 0, seed_offset=int(config.get("seed") or 0)),
+        batch_size=None,
+        shuffle_buffer_size=None,
+        max_samples_per_sequence=config.get("max_samples_per_sequence"),
+        parallel_shard_iters=config.get("parallel_shard_iters"),
+    )
+    mine, theirs = dataset.config().get("datasets"), config.get("datasets")
+    if mine != theirs:
+        raise ConfigError(
+            f"checkpoint redist --dataset {args.dataset} (split {args.split_part}): its "
+            f"datasets {short_repr(mine)} are not the states' {short_repr(theirs)}; give the "
+            "dataset or metadataset the states were saved from"
+        )
+    pipeline = dataset.pipeline
+    assert isinstance(pipeline, DatasetPipeline)  # what get_train_dataset builds
+    readers = pipeline.readers(dataset.worker_config.slot(0))
+    return [LeafPlan.of(reader) for reader in readers]
+
+
 def cmd_checkpoint_redist(args: argparse.Namespace) -> int:
     from energon_lite.cli.checkpoint_files import read_checkpoint, write_checkpoint
     from energon_lite.errors import ConfigError
@@ -249,7 +282,8 @@ def cmd_checkpoint_redist(args: argparse.Namespace) -> int:
             )
         world, workers = energon_form, total // energon_form
     assert world is not None and workers is not None  # checked above
-    new = redistribute(old.states, world, workers)
+    leaves = None if args.dataset is None else _leaf_plans(args, config)
+    new = redistribute(old.states, world, workers, leaves=leaves)
     written = write_checkpoint(old, new, Path(output))
     print(
         f"redistributed {len(old.states)} ranks x {config.get('num_workers')} workers -> "
@@ -442,6 +476,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="where the states are inside trainer checkpoints, e.g. dataloader_state_dict "
         "(default: found in nested dicts and lists); the new files keep that key",
     )
+    c.add_argument(
+        "--dataset",
+        help="the dataset or metadataset the states were saved from: also checks that every "
+        "old reader position is inside its epoch (without it, only overlaps between the old "
+        "states are checked here, and positions when the new states are restored)",
+    )
+    c.add_argument("--split-part", default="train", help="the split of --dataset (default: train)")
     c.set_defaults(fn=cmd_checkpoint_redist)
 
     p = sub.add_parser("demo", help="prepare a small dataset, train, checkpoint and resume")

@@ -19,7 +19,7 @@ from typing import Any, cast
 import msgpack
 import numpy as np
 
-from energon_lite.decode.image import check_image_mode, decode_image
+from energon_lite.decode.image import MAX_IMAGE_PIXELS, check_image_mode, decode_image
 from energon_lite.decode.sniff import guess_extension
 from energon_lite.errors import ConfigError, MediaDecodeError
 
@@ -54,6 +54,9 @@ class SampleDecoder:
     replace the built-in decoding of those extensions. ``allow_pickle``: unpickle ``.pyd`` /
     ``.pickle`` parts (refused by default: unpickling runs code stored in the dataset; the
     environment variable ``ENERGON_LITE_ALLOW_PICKLE=1`` allows it for the whole process).
+    ``max_image_pixels``: the most pixels one image may decode to (default 8192 x 8192), read
+    from its header before decoding: a larger image raises ``MediaDecodeError``, so its sample
+    is skipped and logged with its key; ``None`` leaves only Pillow's own bomb limit.
     ``image_size``: the (height, width) the task needs (an int for a square): images are
     resized to cover it keeping their aspect ratio, and JPEGs are decoded with DCT-domain
     downscaling to no less than twice that size first (``image_draft=False``: decode the
@@ -70,6 +73,7 @@ class SampleDecoder:
     decoders: Mapping[str, Callable[[bytes], Any]] = field(default_factory=dict, hash=False)
     image_size: tuple[int, int] | int | None = None
     image_draft: bool | float = True
+    max_image_pixels: int | None = MAX_IMAGE_PIXELS
 
     def __post_init__(self) -> None:
         check_image_mode(self.image_decode)
@@ -79,6 +83,14 @@ class SampleDecoder:
         if not isinstance(draft, (bool, int, float)) or (draft is not False and draft < 1):
             raise ConfigError(
                 f"SampleDecoder(image_draft={draft!r}): True, False or a factor >= 1.0"
+            )
+        budget = self.max_image_pixels
+        if budget is not None and (
+            not isinstance(budget, int) or isinstance(budget, bool) or budget < 1
+        ):
+            raise ConfigError(
+                f"SampleDecoder(max_image_pixels={budget!r}): a number of pixels >= 1, or None "
+                "for Pillow's own limit only"
             )
         if self.av_decode not in AV_MODES:
             raise ConfigError(f"unknown av_decode={self.av_decode!r}; allowed: {list(AV_MODES)}")
@@ -107,11 +119,21 @@ class SampleDecoder:
             ext = guess_extension(data) or ext
         if ext in IMAGE_EXTS:
             size = cast("tuple[int, int] | None", self.image_size)  # normalised at init
-            return decode_image(data, self.image_decode, size, self.image_draft)
+            return decode_image(
+                data,
+                self.image_decode,
+                size,
+                self.image_draft,
+                max_pixels=self.max_image_pixels,
+                name=part,
+            )
         if ext in TEXT_EXTS:
             return bytes(data).decode("utf-8")
         if ext == "json":
-            return json.loads(data)
+            try:
+                return json.loads(data)
+            except (ValueError, RecursionError) as exc:  # also a 100,000-digit integer
+                raise MediaDecodeError(f"part {part!r}: not readable as JSON: {exc}") from None
         if ext in INT_EXTS:
             return int(data)
         if ext == "npy":
@@ -157,6 +179,10 @@ class SampleDecoder:
                     out[name] = self.decode_part(name, value)
                 except ConfigError as exc:
                     raise ConfigError(f"sample {raw.get('__key__')!r}: {exc}") from None
+                except MediaDecodeError as exc:  # the file and the sample, for the log
+                    shard = raw.get("__shard__")
+                    where = f"{shard}: " if shard else ""
+                    raise MediaDecodeError(f"{where}sample {raw.get('__key__')!r}: {exc}") from None
                 except OSError as exc:  # Pillow's: not an image, truncated ...
                     raise MediaDecodeError(_cannot_decode(raw, name, value, exc)) from None
         return out

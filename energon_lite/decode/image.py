@@ -20,7 +20,7 @@ from PIL import Image
 
 from energon_lite.batching.slab import slot
 from energon_lite.decode.resize import resize_uint8
-from energon_lite.errors import ConfigError
+from energon_lite.errors import ConfigError, MediaDecodeError
 
 # mode -> (Pillow mode or None to keep, output kind)
 IMAGE_MODES: dict[str, tuple[str | None, str]] = {
@@ -45,6 +45,11 @@ IMAGE_MODES: dict[str, tuple[str | None, str]] = {
     "torchrgba": ("RGBA", "torchfloat"),
 }
 
+
+# The most pixels one image may decode to (``SampleDecoder(max_image_pixels=...)``), checked
+# from the header before any pixel is decoded: 8192 x 8192, four times a 4K frame, far above
+# training images, while a 13000 x 13000 PNG of 500 KB (3.5 GB decoded) is skipped.
+MAX_IMAGE_PIXELS = 8192 * 8192
 
 DRAFT_FACTOR = 2.0  # a drafted JPEG keeps >= this many times the target size per side
 RESAMPLE = Image.Resampling.BICUBIC
@@ -77,19 +82,33 @@ def _draft_request(
 
 
 def decode_image(
-    data: bytes, mode: str, size: tuple[int, int] | None = None, draft: bool | float = True
+    data: bytes,
+    mode: str,
+    size: tuple[int, int] | None = None,
+    draft: bool | float = True,
+    *,
+    max_pixels: int | None = None,
+    name: str = "image",
 ) -> Any:
     """Decode image bytes: numpy layouts are HWC, torch layouts CHW; floats lie in [0, 1].
 
     ``size`` = (H, W): resize to cover it (see the module text); ``draft=False`` decodes the
     full image before that resize (the reference the drafted output is compared with), a
-    number >= 1 drafts to that many times the target instead of ``DRAFT_FACTOR``."""
+    number >= 1 drafts to that many times the target instead of ``DRAFT_FACTOR``.
+    ``max_pixels``: an image that would decode to more pixels (after a JPEG draft) raises
+    ``MediaDecodeError`` naming ``name`` before any pixel is decoded."""
     pil_mode, kind = IMAGE_MODES[mode]
     with Image.open(io.BytesIO(data)) as opened:
         target = None if size is None else cover_size(opened.width, opened.height, size)
         if target is not None and draft and opened.format == "JPEG":
             factor = DRAFT_FACTOR if draft is True else float(draft)
             opened.draft(None, _draft_request(opened.size, target, factor))
+        if max_pixels is not None and opened.width * opened.height > max_pixels:
+            raise MediaDecodeError(
+                f"{name}: {opened.format} image of {opened.width}x{opened.height} = "
+                f"{opened.width * opened.height:,} pixels is over the per-image budget of "
+                f"{max_pixels:,} (SampleDecoder(max_image_pixels=...)); not decoded"
+            )
         opened.load()
         img: Image.Image = opened
         if pil_mode is not None and img.mode != pil_mode:

@@ -12,7 +12,7 @@ import os
 from typing import Any
 
 from energon_lite.cache.base import CachePool
-from energon_lite.errors import ConfigError, short_repr
+from energon_lite.errors import MAX_SKIP_FRACTION, ConfigError, check_skip_fraction, short_repr
 from energon_lite.loader.savable_dataset import SavableDataset
 from energon_lite.loader.savable_loader import SavableLoader
 from energon_lite.pipeline.dataset_pipeline import DatasetPipeline, PipelineOptions
@@ -74,6 +74,7 @@ def get_train_dataset(
     repeat: bool = True,
     parallel_shard_iters: int | None = None,
     failure_tolerance: int = 100,
+    max_skip_fraction: float | None = MAX_SKIP_FRACTION,
     bucket_sync: dict[str, Any] | None = None,
     **kwargs: Any,
 ) -> SavableDataset:
@@ -82,7 +83,9 @@ def get_train_dataset(
     Samples are shuffled (slice order per epoch, ``parallel_shard_iters`` open slices per
     worker, a ``shuffle_buffer_size`` buffer), encoded, optionally packed, batched and
     batch-encoded. ``repeat=False`` ends after one epoch. ``failure_tolerance`` bounds the
-    consecutive bad samples skipped before the run stops. ``bucket_sync={"weights": {bucket:
+    consecutive bad samples skipped before the run stops; ``max_skip_fraction`` bounds the
+    share of a worker's samples skipped over its pass (checked from 200 samples on; None:
+    not counted). A store or disk that fails stops the run at once (docs/safety.md). ``bucket_sync={"weights": {bucket:
     weight}}`` makes every rank emit the same ``batch_group_criterion`` bucket at each step
     (``energon_lite.stages.group_batch``); without it, a task encoder's
     ``default_bucket_sync(path, split_part)`` (if it has one) supplies the setting.
@@ -107,6 +110,7 @@ def get_train_dataset(
         repeat=repeat,
         packing_buffer_size=packing_buffer_size,
         failure_tolerance=failure_tolerance,
+        max_skip_fraction=max_skip_fraction,
         bucket_sync=bucket_sync,
         virtual_epoch_length=virtual_epoch_length,
     )
@@ -123,9 +127,11 @@ def get_val_dataset(
     limit: int | None = None,
     task_encoder: TaskEncoder | None = None,
     failure_tolerance: int = 100,
+    max_skip_fraction: float | None = MAX_SKIP_FRACTION,
     **kwargs: Any,
 ) -> SavableDataset:
-    """The validation/test dataset: every sample once, in order, no shuffling; ``limit`` batches per worker."""
+    """The validation/test dataset: every sample once, in order, no shuffling; ``limit``
+    batches per worker. Bad samples are bounded as in :func:`get_train_dataset`."""
     return _dataset(
         path,
         split_part,
@@ -139,6 +145,7 @@ def get_val_dataset(
         packing_buffer_size=packing_buffer_size,
         limit=limit,
         failure_tolerance=failure_tolerance,
+        max_skip_fraction=max_skip_fraction,
     )
 
 
@@ -165,6 +172,7 @@ def _dataset(
             raise ConfigError(f"{name}={value!r} must be an integer >= {minimum} (or None)")
     if not isinstance(options["failure_tolerance"], int) or options["failure_tolerance"] < 0:
         raise ConfigError(f"failure_tolerance={options['failure_tolerance']!r} must be >= 0")
+    check_skip_fraction(options["max_skip_fraction"])
     te = task_encoder if task_encoder is not None else DefaultTaskEncoder()
     sample_type = kwargs.pop("sample_type", None)  # Energon's: checked, not converted
     leaves, mode = _leaves_for(path, split_part, kwargs)

@@ -455,11 +455,22 @@ class SavableLoader:
     def _for_this_layout(self, states: Any) -> Any:
         """``states`` as they are, or redistributed when they were saved with another
         number of ranks or workers (elastic resume, :mod:`energon_lite.stages.elastic`)."""
-        from energon_lite.stages.elastic import redistribute, same_layout
+        from energon_lite.stages.elastic import (
+            LeafPlan,
+            check_ownership,
+            redistribute,
+            same_layout,
+        )
 
         wc = self.worker_config
         if not isinstance(states, list) or not states:
             return states
+        readers = getattr(self.dataset.pipeline, "readers", None)  # None: a wrapper chain
+        leaves = (
+            None if readers is None else [LeafPlan.of(reader) for reader in readers(wc.slot(0))]
+        )
         if same_layout(states, wc.world_size, wc.num_workers):
+            if leaves is not None:  # each rank's own checks cannot see overlaps
+                check_ownership(states, leaves)
             return states
-        return redistribute(states, wc.world_size, wc.num_workers, self.dataset.config())
+        return redistribute(states, wc.world_size, wc.num_workers, self.dataset.config(), leaves)

@@ -17,7 +17,7 @@ from functools import partial
 from typing import Any, Protocol
 
 from energon_lite.decode.decoder import require_av
-from energon_lite.errors import ConfigError, failure_trackers
+from energon_lite.errors import MAX_SKIP_FRACTION, ConfigError, failure_trackers
 from energon_lite.pipeline import lengths
 from energon_lite.samples.factory import SampleFactory
 from energon_lite.shards.meta import META_DIR
@@ -54,6 +54,7 @@ class PipelineOptions:
     packing_buffer_size: int | None = None
     limit: int | None = None
     failure_tolerance: int = 100
+    max_skip_fraction: float | None = MAX_SKIP_FRACTION  # of a worker's pass (SkipBudget)
     bucket_sync: dict[str, Any] | None = None  # GroupBatch's synchronised mode (BucketSync)
 
 
@@ -149,7 +150,12 @@ class DatasetPipeline:
         """The chain of one worker, as nodes (``plan(slot).build()`` makes it)."""
         opts, te = self.options, self.task_encoder
 
-        failures = failure_trackers(opts.failure_tolerance, self.global_error_handler)
+        failures = failure_trackers(
+            opts.failure_tolerance,
+            self.global_error_handler,
+            opts.max_skip_fraction,
+            f"rank {slot.rank} worker {slot.worker_id}",
+        )
 
         readers = self._reader_nodes(slot)
         # several leaves, or quotas (which need the blend even for one leaf): a blend

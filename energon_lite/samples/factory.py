@@ -17,11 +17,12 @@ from types import ModuleType
 from typing import Any
 
 from energon_lite.decode import SampleDecoder
-from energon_lite.errors import DatasetFormatError
+from energon_lite.errors import DatasetFormatError, short_repr
 from energon_lite.samples.crude import CrudeSample
 from energon_lite.samples.resolver import (
     check_trusted_module,
     inside_dataset,
+    is_our_module,
     load_module_file,
     resolve_class,
     upgrade_legacy_config,
@@ -73,6 +74,23 @@ def _parse_field(spec: str, where: str) -> tuple[str, list[str | int]]:
     return part, path
 
 
+def _check_top_level_class(config: dict[str, Any], where: str) -> None:
+    """A top-level ``__module__``/``__class__`` names the dataset class: only the crude ones
+    (and joins, which energon_lite writes itself) are known. Anything else is refused rather
+    than ignored next to a ``sample_type``: the file asks for a class that would not be used."""
+    if "__module__" not in config and "__class__" not in config:
+        return
+    module, cls = config.get("__module__", "megatron.energon"), config.get("__class__")
+    known = (*CRUDE_CLASSES, "JoinedWebdataset")
+    if not isinstance(module, str) or not is_our_module(module) or cls not in known:
+        raise DatasetFormatError(
+            f"{where}: top-level __module__ {short_repr(module, 60)} / __class__ "
+            f"{short_repr(cls, 60)} refused: a dataset.yaml may name only the dataset classes "
+            f"{', '.join(CRUDE_CLASSES)} (megatron.energon); for typed samples remove the "
+            "top-level __module__ and __class__ and use sample_type:"
+        )
+
+
 class SampleFactory:
     """``build(raw, decoder, subflavors)``: a raw sample of one dataset -> typed sample or crude dict."""
 
@@ -83,6 +101,7 @@ class SampleFactory:
         besides energon_lite's types and classes of the dataset's own sample_loader file."""
         where = str(meta_dir / "dataset.yaml")
         config = upgrade_legacy_config(config, where)
+        _check_top_level_class(config, where)
         self.root = str(meta_dir.parent)
         self.crude = config.get("__class__") in CRUDE_CLASSES
         self.sample_type: type | None = None

@@ -44,14 +44,15 @@ def allow_sample_type_modules(*modules: str) -> None:
     _allowed.update(modules)
 
 
-def _ours(module: str) -> bool:
+def is_our_module(module: str) -> bool:
+    """Whether ``module`` is energon_lite's or Energon's."""
     return any(module == m or module.startswith(m + ".") for m in OUR_MODULES)
 
 
 def check_trusted_module(module: str, where: str, what: str) -> None:
     """Refuse importing ``module`` for a data file unless it is ours, Energon's, or trusted
     by the user (:func:`allow_sample_type_modules`): a data file must not run other code."""
-    if _ours(module) or module in _allowed:
+    if is_our_module(module) or module in _allowed:
         return
     raise DatasetFormatError(
         f"{where}: {what} from module {module!r} refused: a data file may name energon_lite / "
@@ -104,7 +105,7 @@ def resolve_class(
         "energon_lite.samples.types",
     ):
         allowed_modules = (*allowed_modules, module)  # our own code (e.g. a flavor's type)
-    elif _ours(module):
+    elif is_our_module(module):
         if name not in SAMPLE_TYPES:
             raise DatasetFormatError(
                 f"{where}: sample_type {module}.{name} is not a built-in type; "
@@ -145,7 +146,7 @@ def upgrade_legacy_config(config: dict[str, Any], where: str) -> dict[str, Any]:
     if cls not in LEGACY_WEBDATASETS:
         return config
     module = config.get("__module__", "megatron.energon")
-    if not _ours(str(module)):
+    if not is_our_module(str(module)):
         raise DatasetFormatError(
             f"{where}: __class__ {module}.{cls} refused: only megatron.energon / energon_lite "
             "dataset classes are known"

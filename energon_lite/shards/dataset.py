@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from energon_lite.errors import DatasetFormatError, RemoteStorageError, short_repr
+from energon_lite.errors import DatasetFormatError, short_repr
 from energon_lite.samples.crude import CrudeSample
 from energon_lite.shards.meta import (
     META_DIR,
@@ -32,11 +32,11 @@ from energon_lite.shards.shard_record import (
     check_shards,
     content_identity,
     load_record,
+    remote_versions,
 )
 from energon_lite.shards.tar import first_member_name, parse_sample, split_name
 from energon_lite.shards.tar_index import open_index
-from energon_lite.storage import RemotePath, ShardFile, StoragePath, as_path
-from energon_lite.storage.ranged import unreadable_samples
+from energon_lite.storage import RemotePath, ShardFile, StoragePath, as_path, ops
 
 _MAX_OPEN_FILES = 32
 _MAX_OPEN_INDEXES = 256
@@ -60,6 +60,9 @@ class PreparedDataset:
         self._files: OrderedDict[int, ShardFile] = OrderedDict()
         self._indexes: dict[int, np.ndarray] = {}
         self._fingerprint: str | None = None
+        self._versions: dict[str, str] = {}
+        if isinstance(self.root, RemotePath):
+            ops.forget_under(self.root)  # metadata and versions as they are now
         info = load_info(self.root)
         split = load_split(self.root, split_config)
         self.config: dict[str, Any] = load_dataset_config(self.root, dataset_config)
@@ -142,10 +145,14 @@ class PreparedDataset:
             record.get("probes") if record and isinstance(self.root, RemotePath) else None
         )
         self._probed: set[int] = set()
+        counts = dict(zip(info.shard_names, info.shard_counts))
+        known = [name for name in dict.fromkeys(names) if name in counts]
         if record is not None:
-            counts = dict(zip(info.shard_names, info.shard_counts))
-            known = [name for name in dict.fromkeys(names) if name in counts]
             check_shards(self.root, record, known, counts)
+        # a remote shard's ETag / Last-Modified now: every read is conditional on it
+        self._versions = (
+            remote_versions(self.root, record, known) if isinstance(self.root, RemotePath) else {}
+        )
 
     def fingerprint(self) -> str:
         """Changes when the shard list, counts, the split's runs or the shards' content change.
@@ -200,7 +207,8 @@ class PreparedDataset:
         if fd is None:
             if len(self._files) >= _MAX_OPEN_FILES:
                 self._files.popitem(last=False)[1].close()
-            fd = ShardFile(self.root / self.shard_names[shard_id])  # missing: names the path
+            name = self.shard_names[shard_id]
+            fd = ShardFile(self.root / name, self._versions.get(name, ""))  # missing: named
             self._files[shard_id] = fd
         else:
             self._files.move_to_end(shard_id)
@@ -238,14 +246,13 @@ class PreparedDataset:
                 f"{where}.idx: offsets of samples [{start}, {end}) are not increasing inside "
                 f"the shard's {fd.size} bytes: the index is corrupt; re-run prepare"
             )
-        try:
-            if self._probes is not None and shard_id not in self._probed:
-                where_record = self.root / META_DIR / RECORD
-                check_probe(self.root, self.shard_names[shard_id], self._probes, where_record, fd)
-                self._probed.add(shard_id)  # a probe that could not be read is tried again
-            buf = fd.pread(bounds[-1] - base, base)
-        except RemoteStorageError as exc:  # retries spent: these samples fail, training goes on
-            return unreadable_samples(where, bounds, exc)
+        # a RemoteStorageError (the retries are spent) propagates: the store failed, not
+        # these samples, and skipping them would lose them silently (docs/safety.md)
+        if self._probes is not None and shard_id not in self._probed:
+            where_record = self.root / META_DIR / RECORD
+            check_probe(self.root, self.shard_names[shard_id], self._probes, where_record, fd)
+            self._probed.add(shard_id)  # a probe that could not be read is tried again
+        buf = fd.pread(bounds[-1] - base, base)
         if len(buf) != bounds[-1] - base:
             raise DatasetFormatError(f"{where}: file is shorter than its .tar.idx says")
         view = memoryview(buf)

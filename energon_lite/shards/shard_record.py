@@ -22,7 +22,12 @@ and index once, when a loader first asks for it.
 Remote datasets (``s3://``, ``msc://``, ``http(s)://``): a copy into object storage gets new
 modification times, so their shards are checked by size at open (from the folder listing or
 a HEAD) and by probe (two ranged GETs) the first time a process reads each shard; a remote
-prepare records mtime 0. Neither the digest nor the identity involves the
+prepare records mtime 0. A remote prepare also records each shard's version
+(``remote_versions``: its ETag, else its Last-Modified), and opening refuses a shard whose
+version changed, even at the same size; opening pins the versions it saw (recorded or not: a
+dataset uploaded after a local prepare has none recorded), and every ranged read is
+conditional on them (``storage.ops.read_range``), so a shard replaced mid-run is refused
+too. Neither the digest nor the identity involves the
 dataset's location or any mtime, so a local folder and its S3 copy are the same dataset and a
 state saved on one restores on the other.
 """
@@ -71,12 +76,16 @@ def make_record(
         digest.update(f"{name}\0{scan.count}\0{size}\0".encode("utf-8", "surrogateescape"))
         digest.update(scan.offsets.tobytes())
         digest.update(scan.edge_digest.encode())
-    return {
+    record = {
         "version": RECORD_VERSION,
         "shards": shards,
         "content_digest": digest.hexdigest(),
         "probes": probes,  # a key of its own: readers of the first records ignore it
     }
+    if isinstance(root, RemotePath):  # not part of the digest: a copy has other ETags
+        versions = {name: ops.version(root / name) for name in shard_names}
+        record["remote_versions"] = {k: v for k, v in versions.items() if v}
+    return record
 
 
 def write_record(meta_dir: StoragePath, record: dict[str, Any]) -> None:
@@ -274,6 +283,26 @@ def _check_remote(
                 f"{idx}: has {idx_size} bytes, expected {(counts[name] + 1) * 8} for "
                 f"{counts[name]} samples; re-run prepare"
             )
+
+
+def remote_versions(
+    root: RemotePath, record: dict[str, Any] | None, names: list[str]
+) -> dict[str, str]:
+    """The current version of each shard of ``names``, to pin for reading; a shard whose
+    version differs from the one prepare recorded is refused, naming it."""
+    recorded = (record or {}).get("remote_versions")
+    recorded = recorded if isinstance(recorded, dict) else {}
+    pinned: dict[str, str] = {}
+    for name in names:
+        try:
+            now = ops.version(root / name)
+        except DatasetFormatError:
+            continue  # a missing shard is named when it is opened
+        then = recorded.get(name)
+        if isinstance(then, str) and then and now and now != then:
+            raise ops.changed_error(root / name, then, now)
+        pinned[name] = now
+    return pinned
 
 
 def content_identity(root: StoragePath, names: list[str]) -> str:

@@ -111,6 +111,7 @@ class Encode(Stage):
                     return out
                 continue
             raw = self.source.next()
+            self.failures.saw()
             self._calls += 1
             self._set_index()
             sample = guarded(

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from energon_lite.errors import StateError, short_repr
-from energon_lite.quotas import largest_remainder
+from energon_lite.quotas import largest_remainder, next_past_end
 from energon_lite.state.codec import state_count
 from energon_lite.state.restore_key import SampleKey, from_plain
 
@@ -83,9 +83,14 @@ class Leftover:
         reader, G, epoch = self.reader, self.old_workers, seg["epoch"]
         n = reader.num_slices
         opened = sorted((int(s), int(p)) for s, p in seg["open"])
-        for slice_id, _ in opened:
-            if slice_id >= n:
-                raise StateError(f"leftover: slice {slice_id} outside the leaf's {n} slices")
+        for slice_id, position in opened:
+            outside = reader.open_slice_error(slice_id, position)  # the Reader's own rule
+            if outside is not None:
+                raise StateError(f"leftover of reader epoch {epoch}: {outside}; corrupt")
+        for g, nxt, _ in seg["workers"]:
+            past = next_past_end(nxt, n, g, G) if g < G else f"old worker {g} is not one of {G}"
+            if past is not None:  # the rule of the Reader's own restore
+                raise StateError(f"leftover of reader epoch {epoch}: {past}; corrupt")
         owed = [
             np.arange(g + nxt * G, n, G, dtype=np.int64) for g, nxt, _ in seg["workers"] if g < n
         ]
@@ -96,9 +101,6 @@ class Leftover:
         _, open_ends = reader.slice_extents(open_ids)
         items = [(s, p, int(e)) for (s, p), e in zip(opened, open_ends)]
         items += list(zip(ids.tolist(), starts.tolist(), ends.tolist()))
-        for slice_id, start, end in items[: len(opened)]:
-            if not start < end:
-                raise StateError(f"leftover: open slice {slice_id} at {start}, past its end {end}")
         mine = items[self.share :: self.workers]
         if not seg["fraction"]:
             return mine, None

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from energon_lite.errors import StateError, short_repr
+from energon_lite.quotas import next_past_end, worker_slices
 from energon_lite.rng import CounterRng, Permutation, derive_seed, mix_draws
 from energon_lite.sources.base import Source
 from energon_lite.stages.base import Stage
@@ -137,9 +138,24 @@ class Reader(Stage):
     def _end(self, slice_id: int) -> int:
         return self._bounds(slice_id)[2]
 
+    def open_slice_error(self, slice_id: int, position: int) -> str | None:
+        """Why an open slice ``[slice_id, position]`` of a saved state is outside this
+        leaf's plan, or None: the rule of this restore and of an elastic one."""
+        if not 0 <= slice_id < self.num_slices:
+            return f"slice {slice_id} outside this dataset's {self.num_slices}"
+        _, start, end = self.slice_bounds(slice_id)
+        if not start <= position < end:
+            return f"position {position} outside slice {slice_id} [{start}, {end})"
+        return None
+
+    def slices_once(self) -> bool:
+        """Whether an epoch deals each slice at most once (shuffle_over_epochs_multiplier
+        1, or no shuffle); with another multiplier a slice may come twice in one epoch."""
+        return self.multiplier in (None, 1)
+
     def worker_slice_count(self) -> int:
         """How many slices this worker reads per epoch."""
-        return max(0, -(-(self.num_slices - self.worker_index) // self.num_workers))
+        return worker_slices(self.num_slices, self.worker_index, self.num_workers)
 
     def _slice_at(self, epoch: int, position: int) -> int:
         return int(self.slice_ids(epoch, np.asarray([position]))[0])
@@ -340,24 +356,16 @@ class Reader(Stage):
                 f"Reader: {short_repr(opened)} is not a list of at most {self.open_slices} open "
                 "slices; was it saved with another parallel_shard_iters?"
             )
-        if self._next > self.worker_slice_count():
-            raise StateError(
-                f"Reader: next slice {self._next} is past this worker's "
-                f"{self.worker_slice_count()} slices; the state belongs to another layout"
-            )
+        past = next_past_end(self._next, self.num_slices, self.worker_index, self.num_workers)
+        if past is not None:
+            raise StateError(f"Reader: {past}; the state belongs to another layout")
         for entry in opened:
             if not isinstance(entry, list) or len(entry) != 2:
                 raise StateError(f"Reader: open slice {short_repr(entry)} is not [slice, position]")
             slice_id, position = (state_count(x, "Reader open slice") for x in entry)
-            if not slice_id < self.num_slices:
-                raise StateError(
-                    f"Reader: slice {slice_id} outside this dataset's {self.num_slices}"
-                )
-            _, start, end = self.slice_bounds(slice_id)
-            if not start <= position < end:
-                raise StateError(
-                    f"Reader: position {position} outside slice {slice_id} [{start}, {end})"
-                )
+            outside = self.open_slice_error(slice_id, position)
+            if outside is not None:
+                raise StateError(f"Reader: {outside}")
             self._open.append([slice_id, position])
         if state.get("left") is not None:
             self._left = Leftover(self, state["left"])

@@ -26,8 +26,27 @@ from energon_lite.storage.path import RemotePath
 
 DEFAULT_TIMEOUT = 30.0  # seconds per request (connect and read)
 
+
+# seconds one request may take in all (connect, headers, body): every ranged GET, and every
+# HTTP request; S3 listings and metadata reads have botocore's per-read timeout only
+REQUEST_TIMEOUT = 60.0
+
+
+def request_timeout() -> float:
+    """``ENERGON_LITE_REQUEST_TIMEOUT`` seconds, else ``REQUEST_TIMEOUT``."""
+    value = os.environ.get("ENERGON_LITE_REQUEST_TIMEOUT")
+    try:
+        seconds = float(value) if value else REQUEST_TIMEOUT
+    except ValueError:
+        raise ConfigError(f"ENERGON_LITE_REQUEST_TIMEOUT={value!r}: a number of seconds") from None
+    if not seconds > 0:
+        raise ConfigError(f"ENERGON_LITE_REQUEST_TIMEOUT={value!r}: must be > 0 seconds")
+    return seconds
+
+
 _ENV = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
-        "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_DEFAULT_REGION", "MSC_CONFIG")  # fmt: skip
+        "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_DEFAULT_REGION", "MSC_CONFIG",
+        "ENERGON_LITE_REQUEST_TIMEOUT")  # fmt: skip
 _pid = os.getpid()
 _clients: dict[tuple[Any, ...], Any] = {}
 _profiles: dict[tuple[str, ...], MscProfile] = {}
@@ -89,7 +108,11 @@ def _http_client(options: dict[str, Any]) -> Any:
     options = dict(options)
     timeout = float(options.pop("timeout", DEFAULT_TIMEOUT))
     client_kwargs = {
-        "timeout": aiohttp.ClientTimeout(total=None, connect=timeout, sock_read=timeout),
+        # total: a server trickling bytes never stalls a request past it (each socket read
+        # alone would wait at most ``timeout``, and a trickle never lets it)
+        "timeout": aiohttp.ClientTimeout(
+            total=request_timeout(), connect=timeout, sock_read=timeout
+        ),
         **(options.pop("client_kwargs", {}) or {}),
     }
     return HTTPFileSystem(skip_instance_cache=True, client_kwargs=client_kwargs, **options)

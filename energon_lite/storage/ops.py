@@ -9,12 +9,20 @@ Local paths go to the OS as before. Remote paths go through the process's client
   is fetched again and an unchanged one is memory-mapped from the local copy; the ETags come
   from one listing per folder and process.
 
-Shard bytes are not read here but through ``ranged.ShardFile`` (windows with read-ahead).
+Shard bytes are not read here but through ``ranged.ShardFile`` (windows with read-ahead),
+which calls ``read_range``: one ranged GET, bounded in total time (``request_timeout()``, not
+only per socket read, so a server trickling bytes cannot stall a worker) and, given the
+object's ``version`` (its ETag, else its Last-Modified: see ``version``), conditional on it:
+S3 gets ``IfMatch``, HTTP ``If-Match`` (or ``If-Unmodified-Since``), and the version the
+answer carries is compared too, so an object replaced by one of the same size is refused
+with ``ObjectChangedError`` naming it, never served through the old index.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import errno
 import hashlib
 import os
 import tempfile
@@ -24,12 +32,16 @@ from typing import Any
 
 from energon_lite.errors import DatasetFormatError
 from energon_lite.storage import retry
-from energon_lite.storage.clients import target
+from energon_lite.storage.clients import request_timeout, target
 from energon_lite.storage.path import RemotePath, StoragePath
 
 _small: dict[RemotePath, bytes] = {}
 _listings: dict[RemotePath, dict[str, dict[str, Any]]] = {}
 _SMALL_LIMIT = 4 << 20  # files kept in memory are metadata, never shards
+
+
+class ObjectChangedError(DatasetFormatError):
+    """A remote object's ETag (or Last-Modified) is not the one its dataset was read with."""
 
 
 def cache_dir() -> Path:
@@ -43,6 +55,16 @@ def forget(path: RemotePath) -> None:
     """Drop what this process remembers about ``path`` (after writing it)."""
     _small.pop(path, None)
     _listings.pop(path.parent, None)
+
+
+def forget_under(root: RemotePath) -> None:
+    """Drop what this process remembers of files and listings below ``root``: a dataset that
+    opens reads its metadata and pins its shards' versions as they are now, never from an
+    earlier open (the dataset may have been replaced and prepared again since)."""
+    prefix = str(root).rstrip("/")
+    for cache in (_small, _listings):
+        for key in [k for k in cache if str(k) == prefix or str(k).startswith(prefix + "/")]:
+            del cache[key]
 
 
 def info(path: RemotePath) -> dict[str, Any] | None:
@@ -109,14 +131,18 @@ def read_text(path: StoragePath) -> str:
     return read_bytes(path).decode("utf-8")
 
 
-def read_range(path: RemotePath, start: int, end: int) -> bytes:
-    """Bytes ``[start, end)`` of a remote object, cut at its end (one ranged GET, retried)."""
+def read_range(path: RemotePath, start: int, end: int, version: str = "") -> bytes:
+    """Bytes ``[start, end)`` of a remote object, cut at its end (one ranged GET, retried,
+    each attempt bounded by ``request_timeout()``); with ``version`` (from :func:`version`)
+    the GET is conditional on it and ``ObjectChangedError`` refuses a replaced object."""
     end = min(end, stat(path)[1])
+    if end <= start:
+        return b""
     t = target(path)
     where = f"{path} bytes {start}-{end}"
 
     def get() -> bytes:
-        data = t.fs.cat_file(t.path, start=start, end=end)
+        data = _bounded_get(path, t, start, end, version)
         if len(data) != end - start:
             raise ConnectionResetError(f"short read: {len(data)} of {end - start} bytes")
         return data
@@ -124,6 +150,101 @@ def read_range(path: RemotePath, start: int, end: int) -> bytes:
     data = retry.call(get, "ranged read", where, t.secrets)
     retry.STATS.add("bytes", len(data))
     return data
+
+
+def version(path: RemotePath) -> str:
+    """What names the content of a remote object now: ``"etag:<ETag>"``, else
+    ``"last-modified:<date>"`` (an HTTP server without ETags), else ``""`` (nothing to check)."""
+    _, _ = stat(path)  # fills the listing entry
+    info = _listings[path.parent].get(path.name) or {}
+    tag = info.get("ETag") or info.get("etag")
+    if tag:
+        return f"etag:{tag}"
+    modified = info.get("Last-Modified") or info.get("last-modified")
+    return f"last-modified:{modified}" if modified else ""
+
+
+def changed_error(path: RemotePath, old: str, new: str) -> ObjectChangedError:
+    return ObjectChangedError(
+        f"{path}: the object changed since the dataset was prepared or opened ({old} -> "
+        f"{new or 'a different version'}): it was replaced, perhaps by one of the same size, "
+        "and its index no longer describes it. Restore the object, or re-run `energon-lite "
+        "prepare` on the dataset and start the run again"
+    )
+
+
+def _bounded_get(path: RemotePath, t: Any, start: int, end: int, expected: str) -> bytes:
+    """One ranged GET within ``request_timeout()`` seconds in all, conditional on ``expected``."""
+    if path.scheme == "msc" and not hasattr(t.fs, "_call_s3"):  # a local ``file`` profile
+        return bytes(t.fs.cat_file(t.path, start=start, end=end))
+    from fsspec.asyn import sync
+
+    get = _s3_get if path.scheme in ("s3", "msc") else _http_get
+    timeout = request_timeout()
+
+    async def bounded() -> tuple[bytes, str] | None:
+        try:
+            return await asyncio.wait_for(get(t, start, end, expected), timeout)
+        except asyncio.TimeoutError:
+            return None  # raised below: fsspec's sync would turn it into a bare FSTimeoutError
+
+    try:
+        answer = sync(t.fs.loop, bounded)
+    except ObjectChangedError:
+        raise
+    except Exception as exc:
+        if retry.precondition_failed(exc):
+            raise changed_error(path, expected, "") from None
+        raise
+    if answer is None:
+        raise TimeoutError(
+            f"no complete answer within {timeout:g} s "
+            "(ENERGON_LITE_REQUEST_TIMEOUT, the bound on one request)"
+        )
+    data, seen = answer
+    if expected and seen and seen != expected:
+        raise changed_error(path, expected, seen)
+    return data
+
+
+async def _s3_get(t: Any, start: int, end: int, expected: str) -> tuple[bytes, str]:
+    bucket, key, _ = t.fs.split_path(t.path)
+    kwargs: dict[str, Any] = {"Range": f"bytes={start}-{end - 1}"}
+    if expected.startswith("etag:"):
+        kwargs["IfMatch"] = expected[5:]
+    response = await t.fs._call_s3("get_object", Bucket=bucket, Key=key, **kwargs)
+    try:
+        data = await response["Body"].read()
+    finally:
+        response["Body"].close()
+    tag = response.get("ETag")
+    return data, f"etag:{tag}" if tag and expected.startswith("etag:") else ""
+
+
+async def _http_get(t: Any, start: int, end: int, expected: str) -> tuple[bytes, str]:
+    kwargs = dict(t.fs.kwargs)
+    headers = dict(kwargs.pop("headers", None) or {})
+    headers["Range"] = f"bytes={start}-{end - 1}"
+    if expected.startswith("etag:") and not expected[5:].startswith("W/"):
+        headers["If-Match"] = expected[5:]  # a weak ETag cannot be matched, only compared
+    elif expected.startswith("last-modified:"):
+        headers["If-Unmodified-Since"] = expected[14:]
+    session = await t.fs.set_session()
+    async with session.get(t.fs.encode_url(t.path), headers=headers, **kwargs) as response:
+        if response.status == 412:
+            raise retry.PreconditionFailed(f"HTTP 412 for {headers}")
+        if response.status == 404:
+            raise FileNotFoundError(errno.ENOENT, "not found", t.path)
+        response.raise_for_status()
+        data = await response.read()
+        if response.status == 200:  # the server ignored Range: the whole object came
+            data = data[start:end]
+        seen = ""
+        if expected.startswith("etag:") and response.headers.get("ETag"):
+            seen = f"etag:{response.headers['ETag']}"
+        elif expected.startswith("last-modified:") and response.headers.get("Last-Modified"):
+            seen = f"last-modified:{response.headers['Last-Modified']}"
+    return data, seen
 
 
 def size(path: StoragePath) -> int:
@@ -152,7 +273,7 @@ def stat(path: RemotePath) -> tuple[str, int]:
         t = target(folder)
         try:
             listed = retry.call(
-                lambda: t.fs.ls(t.path, detail=True), "list", str(folder), t.secrets
+                lambda: t.fs.ls(t.path, detail=True, refresh=True), "list", str(folder), t.secrets
             )
         except DatasetFormatError:
             listed = []
@@ -176,7 +297,19 @@ def local_copy(path: StoragePath) -> Path:
     name = hashlib.sha256(f"{path}|{stat(path)}".encode()).hexdigest()[:40] + path.suffix
     local = cache_dir() / name
     if not local.is_file():
-        write_atomic(local, read_range_all(path))
+        data = read_range_all(path)
+        try:
+            write_atomic(local, data)  # removes its temporary file when it fails
+        except OSError as exc:
+            full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+            raise OSError(
+                exc.errno,
+                f"cannot keep the index of {path} in the remote index cache "
+                f"({exc.strerror or exc}): "
+                + ("free space there or " if full else "")
+                + "point ENERGON_LITE_CACHE_DIR at a writable folder with room",
+                str(local.parent),
+            ) from None
     return local
 
 

@@ -1,11 +1,8 @@
 """``ShardFile``: ``pread`` on a shard, local (one system call) or remote (windows with read-ahead).
 
 When a remote read fails for good (``RemoteStorageError``: the retries are spent), the
-dataset returns ``unreadable_samples``: one stand-in per sample, keyed
-``<unreadable: URL bytes a-b>`` and with no parts, so that the Encode stage fails it, logs it
-and counts it against ``failure_tolerance`` like any other bad sample (and a store that stays
-down stops the run with ``TooManyFailuresError``). The failure is logged here too, with the
-object and byte range.
+error propagates and stops the run, naming the object and byte range: the store failed, not
+the samples, so they are never skipped as bad ones (docs/safety.md).
 
 A remote ``pread(n, offset)`` that misses the windows already fetched issues one ranged GET
 of ``max(n, READAHEAD)`` bytes from ``offset``: the Reader asks for a chunk of consecutive
@@ -15,18 +12,20 @@ one or two requests, never one per sample. Windows are kept in a small per-proce
 Once a read passes the middle of a window, the next window is fetched by a background
 thread (sequential read-ahead, at most two in flight), so a long slice does not wait for
 its second request; a failed background fetch is simply done again in the foreground.
+
+A remote ``ShardFile`` carries the object's ``version`` (ETag or Last-Modified) its dataset
+pinned at open: every GET is conditional on it (``ops.read_range``), so a shard replaced
+mid-run stops the run with ``ObjectChangedError`` naming it instead of serving other bytes.
 """
 
 from __future__ import annotations
 
-import itertools
 import os
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
-from energon_lite.errors import DatasetFormatError, RemoteStorageError, logger
+from energon_lite.errors import DatasetFormatError
 from energon_lite.storage import ops
 from energon_lite.storage.path import RemotePath, StoragePath
 
@@ -42,8 +41,9 @@ _pid = os.getpid()
 class ShardFile:
     """Random reads of one shard; open it per process (local files hold a descriptor)."""
 
-    def __init__(self, path: StoragePath) -> None:
+    def __init__(self, path: StoragePath, version: str = "") -> None:
         self.path = path
+        self.version = version  # a remote object's pinned ETag / Last-Modified ("": none)
         self._fd: int | None = None
         self._size: int | None = None
         if isinstance(path, Path):
@@ -68,7 +68,7 @@ class ShardFile:
         if self._fd is not None:
             return os.pread(self._fd, size, offset)
         assert isinstance(self.path, RemotePath)  # no descriptor: a remote shard
-        return _remote_pread(self.path, size, offset)
+        return _remote_pread(self.path, size, offset, self.version)
 
     def close(self) -> None:
         if self._fd is not None:
@@ -76,7 +76,7 @@ class ShardFile:
             self._fd = None
 
 
-def _remote_pread(path: RemotePath, size: int, offset: int) -> bytes:
+def _remote_pread(path: RemotePath, size: int, offset: int, version: str = "") -> bytes:
     global _pid, _pool
     if os.getpid() != _pid:  # a forked worker: its own windows, requests and thread
         _windows.clear()
@@ -88,16 +88,16 @@ def _remote_pread(path: RemotePath, size: int, offset: int) -> bytes:
         _windows.move_to_end((win_path, start))
         end = start + len(data)
         if offset + size - start > len(data) // 2:
-            _prefetch(path, end, len(data))
+            _prefetch(path, end, len(data), version)
         if offset + size <= end:
             return data[offset - start : offset + size - start]
         if len(data) < READAHEAD:
             break  # the object ends here; a short read is the caller's to judge
         # the read runs past this window: its tail comes from the next one
-        return data[offset - start :] + _remote_pread(path, offset + size - end, end)
+        return data[offset - start :] + _remote_pread(path, offset + size - end, end, version)
     window = _take_pending(path, offset, size)
     if window is None:
-        window = (offset, ops.read_range(path, offset, offset + max(size, READAHEAD)))
+        window = (offset, ops.read_range(path, offset, offset + max(size, READAHEAD), version))
         _keep(path, *window)
     start, data = window
     return data[offset - start : offset + size - start]
@@ -109,7 +109,7 @@ def _keep(path: RemotePath, start: int, data: bytes) -> None:
         _windows.popitem(last=False)
 
 
-def _prefetch(path: RemotePath, start: int, previous: int) -> None:
+def _prefetch(path: RemotePath, start: int, previous: int, version: str) -> None:
     """Fetch the window after a half-read one in the background (sequential read-ahead)."""
     global _pool
     if previous < READAHEAD or (path, start) in _windows or (path, start) in _pending:
@@ -118,7 +118,7 @@ def _prefetch(path: RemotePath, start: int, previous: int) -> None:
         return
     if _pool is None:
         _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="energon-lite-readahead")
-    _pending[(path, start)] = _pool.submit(ops.read_range, path, start, start + READAHEAD)
+    _pending[(path, start)] = _pool.submit(ops.read_range, path, start, start + READAHEAD, version)
 
 
 def _take_pending(path: RemotePath, offset: int, size: int) -> tuple[int, bytes] | None:
@@ -135,17 +135,3 @@ def _take_pending(path: RemotePath, offset: int, size: int) -> tuple[int, bytes]
         if offset + size <= start + len(data):
             return start, data
     return None
-
-
-def unreadable_samples(
-    where: str, bounds: list[int], exc: RemoteStorageError
-) -> list[tuple[str, dict[str, Any]]]:
-    """Stand-ins for samples whose bytes could not be fetched (see the module doc)."""
-    logger.warning(
-        "skipping: read failed at object=%r, bytes=%d-%d (%d samples): %s",
-        where, bounds[0], bounds[-1], len(bounds) - 1, exc,
-    )  # fmt: skip
-    return [
-        (f"<unreadable: {where} bytes {a}-{b}>", {"__read_error__": str(exc)})
-        for a, b in itertools.pairwise(bounds)
-    ]

@@ -87,6 +87,26 @@ def _chain(exc: BaseException) -> Iterable[BaseException]:
         current = current.__cause__ or current.__context__
 
 
+class PreconditionFailed(Exception):
+    """HTTP 412: a conditional request's ETag / date no longer matches the object."""
+
+
+def precondition_failed(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it) is a 412 / S3 ``PreconditionFailed``."""
+    for item in _chain(exc):
+        if isinstance(item, PreconditionFailed):
+            return True
+        response = getattr(item, "response", None)  # botocore ClientError
+        if isinstance(response, dict):
+            code = str(response.get("Error", {}).get("Code", ""))
+            status = int(response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+            if code == "PreconditionFailed" or status == 412:
+                return True
+        if getattr(item, "status", None) == 412 and not isinstance(item, OSError):
+            return True
+    return False
+
+
 def classify(exc: BaseException) -> str:
     """``"missing"``, ``"transient"`` or ``"permanent"``."""
     for item in _chain(exc):
@@ -136,6 +156,8 @@ def call(
         STATS.add("requests")
         try:
             return fn()
+        except DatasetFormatError:  # the data is wrong (a changed object): no retry helps
+            raise
         except Exception as exc:
             kind = classify(exc)
             detail = scrub(f"{type(exc).__name__}: {exc}", secrets)

@@ -5,8 +5,11 @@ records, per episode, its relative path, length ``T`` (frames), label (the file 
 ``success``; :data:`DEFAULT_SUCCESS` when it is absent), camera names, depth cameras and
 whether it has a ``/reward`` dataset. Episodes that cannot be used (unreadable, missing
 ``/observations/qpos`` or ``/action``, ``qpos`` and ``action`` of different lengths, empty,
-dimensions unlike the first episode) are logged and left out, up to ``failure_tolerance``
-consecutive failures; the reasons are kept in the index (``skipped``).
+dimensions unlike the first episode, a camera whose declared frames are larger than
+``max_frame_pixels``) are logged and left out, up to ``failure_tolerance`` consecutive
+failures; the reasons are kept in the index (``skipped``). The declared shape of each camera
+dataset is recorded (``frame_shapes``), so a reader can refuse a file whose cameras changed
+since prepare before it reads a frame.
 
 A global start index ``i`` in ``[0, sum(T))`` names frame ``i - starts[e]`` of episode
 ``e = searchsorted(cum_lengths, i, side="right")``: numpy arrays, no per-frame objects.
@@ -16,6 +19,7 @@ Memory: a few integers per episode, shared by every worker.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +35,10 @@ logger = logging.getLogger("energon_lite")
 INDEX_PATH = ".nv-meta/episodes.npz"
 FORMAT_VERSION = 1
 DEFAULT_SUCCESS = True  # demonstrations (ACT/ALOHA) carry no label and are successful
+# The most pixels one camera frame may have (robot cameras are 640x480; 4096 x 4096 leaves
+# room for any real camera): an episode declaring more is left out at prepare, and a frame
+# read later is checked against it before it is read (EpisodeReader(max_frame_pixels=...)).
+MAX_FRAME_PIXELS = 4096 * 4096
 _SEP = "\n"
 
 
@@ -48,6 +56,9 @@ class EpisodeIndex:
     qpos_dim: int
     action_dim: int
     skipped: tuple[tuple[str, str], ...] = ()
+    # unicode (E,): JSON {dataset key: declared shape} of each camera; None in an index
+    # written before it was recorded
+    frame_shapes: np.ndarray | None = None
     cum_lengths: np.ndarray = field(init=False)
 
     def __post_init__(self) -> None:
@@ -66,6 +77,13 @@ class EpisodeIndex:
 
     def path(self, episode: int) -> Path:
         return self.root / str(self.paths[episode])
+
+    def frame_shape(self, episode: int, key: str) -> tuple[int, ...] | None:
+        """The shape prepare recorded for dataset ``key`` of ``episode`` (None: unknown)."""
+        if self.frame_shapes is None:
+            return None
+        shape = json.loads(str(self.frame_shapes[episode])).get(key)
+        return None if shape is None else tuple(shape)
 
     def cameras_of(self, episode: int) -> list[str]:
         return [c for c in str(self.cameras[episode]).split(_SEP) if c]
@@ -93,6 +111,7 @@ class EpisodeIndex:
             self.root, self.paths[keep], self.lengths[keep], self.labels[keep],
             self.cameras[keep], self.depth_cameras[keep], self.has_reward[keep],
             self.qpos_dim, self.action_dim, self.skipped,
+            None if self.frame_shapes is None else self.frame_shapes[keep],
         )  # fmt: skip
 
     def require_cameras(
@@ -121,12 +140,15 @@ class EpisodeIndex:
         out = self.root / INDEX_PATH
         out.parent.mkdir(parents=True, exist_ok=True)
         skipped = np.array([f"{p}{_SEP}{why}" for p, why in self.skipped], dtype=str)
+        extra: dict[str, Any] = {}
+        if self.frame_shapes is not None:
+            extra["frame_shapes"] = self.frame_shapes
         with open(out, "wb") as f:
             np.savez(
                 f, version=FORMAT_VERSION, paths=self.paths, lengths=self.lengths,
                 labels=self.labels, cameras=self.cameras, depth_cameras=self.depth_cameras,
                 has_reward=self.has_reward, dims=np.array([self.qpos_dim, self.action_dim]),
-                skipped=skipped,
+                skipped=skipped, **extra,
             )  # fmt: skip
         return out
 
@@ -142,10 +164,11 @@ def load_episode_index(folder: str | Path) -> EpisodeIndex:
             if int(z["version"]) != FORMAT_VERSION:
                 raise DatasetFormatError(f"{path}: index version {int(z['version'])} unknown")
             skipped = tuple(tuple(s.split(_SEP, 1)) for s in z["skipped"].tolist())
+            shapes = z["frame_shapes"] if "frame_shapes" in z.files else None
             return EpisodeIndex(
                 root, z["paths"], z["lengths"].astype(np.int64), z["labels"].astype(bool),
                 z["cameras"], z["depth_cameras"], z["has_reward"].astype(bool),
-                int(z["dims"][0]), int(z["dims"][1]), skipped,
+                int(z["dims"][0]), int(z["dims"][1]), skipped, shapes,
             )  # fmt: skip
     except (KeyError, ValueError, OSError) as exc:
         raise DatasetFormatError(f"{path}: corrupt episode index ({exc}); prepare again") from exc
@@ -160,7 +183,26 @@ def import_h5py() -> Any:
     return h5py
 
 
-def _scan_one(path: Path) -> tuple[int, bool, list[str], list[str], bool, int, int]:
+def frame_pixels(key: str, shape: tuple[int, ...]) -> int:
+    """Pixels per frame of a raw camera dataset (0 for encoded bytes: checked at decode)."""
+    depth = key.startswith("observations/depth")
+    if len(shape) == 4 or (depth and len(shape) == 3):
+        return int(shape[1]) * int(shape[2])
+    return 0
+
+
+def check_frame_budget(path: Path, key: str, shape: tuple[int, ...], budget: int) -> None:
+    pixels = frame_pixels(key, shape)
+    if pixels > budget:
+        raise DatasetFormatError(
+            f"{path}: /{key} declares frames of shape {tuple(shape[1:])} = {pixels:,} pixels, "
+            f"over the budget of {budget:,} pixels per frame (max_frame_pixels)"
+        )
+
+
+def _scan_one(
+    path: Path, max_frame_pixels: int = MAX_FRAME_PIXELS
+) -> tuple[int, bool, list[str], list[str], bool, int, int, str]:
     h5py = import_h5py()
     with h5py.File(path, "r") as f:
         for key in ("observations/qpos", "action"):
@@ -183,6 +225,7 @@ def _scan_one(path: Path) -> tuple[int, bool, list[str], list[str], bool, int, i
             )
         images = f.get("observations/images")
         depth = f.get("observations/depth")
+        shapes: dict[str, list[int]] = {}
         for group, where in ((images, "images"), (depth, "depth")):
             for cam in group or ():
                 if group[cam].shape[0] != length:
@@ -190,14 +233,24 @@ def _scan_one(path: Path) -> tuple[int, bool, list[str], list[str], bool, int, i
                         f"{path}: /observations/{where}/{cam} has {group[cam].shape[0]} frames, "
                         f"not {length}"
                     )
+                key = f"observations/{where}/{cam}"
+                check_frame_budget(path, key, group[cam].shape, max_frame_pixels)
+                shapes[key] = [int(n) for n in group[cam].shape]
         success = bool(f.attrs.get("success", DEFAULT_SUCCESS))
         cams = sorted(images) if images is not None else []
         depth_cams = sorted(depth) if depth is not None else []
-        return length, success, cams, depth_cams, "reward" in f, qpos.shape[1], action.shape[1]
+        return (
+            length, success, cams, depth_cams, "reward" in f, qpos.shape[1], action.shape[1],
+            json.dumps(shapes, sort_keys=True),
+        )  # fmt: skip
 
 
 def scan_episodes(
-    folder: str | Path, *, failure_tolerance: int = 10, progress: bool = False
+    folder: str | Path,
+    *,
+    failure_tolerance: int = 10,
+    progress: bool = False,
+    max_frame_pixels: int = MAX_FRAME_PIXELS,
 ) -> EpisodeIndex:
     """Open every episode under ``folder`` once and build the index (not written)."""
     root = Path(folder)
@@ -209,17 +262,17 @@ def scan_episodes(
     rows, skipped, dims = [], [], None
     for path in tqdm(files, desc="scanning episodes", unit="episode", disable=not progress):
         try:
-            row = _scan_one(path)
-            if dims is not None and row[5:] != dims:
+            row = _scan_one(path, max_frame_pixels)
+            if dims is not None and row[5:7] != dims:
                 raise DatasetFormatError(
-                    f"{path}: qpos/action dims {row[5:]} differ from the first episode's {dims}"
+                    f"{path}: qpos/action dims {row[5:7]} differ from the first episode's {dims}"
                 )
         except (OSError, DatasetFormatError) as exc:
             skipped.append((str(path.relative_to(root)), f"{type(exc).__name__}: {exc}"))
             tracker.failed("episode scan", {"file": str(path)}, exc)
             continue
         tracker.ok()
-        dims = dims or row[5:]
+        dims = dims or row[5:7]
         rows.append((str(path.relative_to(root)), *row))
     if not rows or dims is None:
         raise DatasetFormatError(f"no usable HDF5 episode (*.hdf5, *.h5) under {root}")
@@ -228,15 +281,24 @@ def scan_episodes(
         root, np.array(cols[0], dtype=str), np.array(cols[1], dtype=np.int64),
         np.array(cols[2], dtype=bool), np.array([_SEP.join(c) for c in cols[3]], dtype=str),
         np.array([_SEP.join(c) for c in cols[4]], dtype=str), np.array(cols[5], dtype=bool),
-        int(dims[0]), int(dims[1]), tuple(skipped),
+        int(dims[0]), int(dims[1]), tuple(skipped), np.array(cols[8], dtype=str),
     )  # fmt: skip
 
 
 def prepare_episodes(
-    folder: str | Path, *, failure_tolerance: int = 10, progress: bool = True
+    folder: str | Path,
+    *,
+    failure_tolerance: int = 10,
+    progress: bool = True,
+    max_frame_pixels: int = MAX_FRAME_PIXELS,
 ) -> Path:
     """Scan the episodes under ``folder`` and write the index; returns its path."""
-    return scan_episodes(folder, failure_tolerance=failure_tolerance, progress=progress).save()
+    return scan_episodes(
+        folder,
+        failure_tolerance=failure_tolerance,
+        progress=progress,
+        max_frame_pixels=max_frame_pixels,
+    ).save()
 
 
 def open_episode_index(folder: str | Path) -> EpisodeIndex:

@@ -10,7 +10,10 @@ kept in an LRU of ``cache_episodes`` episodes: a few KB each. Camera images stay
 stored - raw ``(T, H, W, 3)`` uint8, or encoded bytes (JPEG/PNG) as padded ``(T, L)`` uint8
 rows or a variable-length ``(T,)`` dataset - and one frame is read and decoded per request,
 so a worker's memory does not grow with the episodes it samples; the page cache shares the
-bytes between workers. With ``frame_cache`` (a :class:`FrameCache` with a byte budget) decoded
+bytes between workers. Before a frame is read, its dataset's declared shape is checked
+against the one prepare recorded and against ``max_frame_pixels`` (an encoded frame: its
+image header), and ``qpos``/``action`` against the index's dimensions, so a file that
+changed since prepare is named instead of allocating what it declares. With ``frame_cache`` (a :class:`FrameCache` with a byte budget) decoded
 frames are kept, LRU, and a frame drawn again is not decoded again.
 """
 
@@ -26,7 +29,12 @@ import numpy as np
 
 from energon_lite.errors import DatasetFormatError, MediaDecodeError
 from energon_lite.flavors.episodes.frame_cache import FrameCache
-from energon_lite.flavors.episodes.index import EpisodeIndex, import_h5py
+from energon_lite.flavors.episodes.index import (
+    MAX_FRAME_PIXELS,
+    EpisodeIndex,
+    check_frame_budget,
+    import_h5py,
+)
 
 
 class LowDim(NamedTuple):
@@ -45,8 +53,10 @@ class EpisodeReader:
         max_open_files: int = 16,
         cache_episodes: int = 64,
         frame_cache: FrameCache | None = None,
+        max_frame_pixels: int = MAX_FRAME_PIXELS,
     ) -> None:
         self.index = index
+        self.max_frame_pixels = max_frame_pixels
         self.max_open_files = max(1, max_open_files)
         self.cache_episodes = max(1, cache_episodes)
         self.frame_cache = frame_cache
@@ -59,7 +69,7 @@ class EpisodeReader:
         self._low: OrderedDict[int, LowDim] = OrderedDict()
 
     def __getstate__(self) -> dict[str, Any]:
-        keys = ("index", "max_open_files", "cache_episodes", "frame_cache")
+        keys = ("index", "max_open_files", "cache_episodes", "frame_cache", "max_frame_pixels")
         return {k: self.__dict__[k] for k in keys}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -96,8 +106,30 @@ class EpisodeReader:
         f = self._file(episode)
         if key not in f:
             raise DatasetFormatError(f"{self.index.path(episode)}: no dataset /{key}")
-        ds = self._datasets[episode, key] = f[key]
+        ds = f[key]
+        self._check_shape(episode, key, ds.shape)
+        self._datasets[episode, key] = ds
         return ds
+
+    def _check_shape(self, episode: int, key: str, shape: tuple[int, ...]) -> None:
+        """What ``key`` declares, against the index and the budgets, before any read."""
+        path, length = self.index.path(episode), int(self.index.lengths[episode])
+        dims = {"observations/qpos": self.index.qpos_dim, "action": self.index.action_dim}
+        expected: tuple[int, ...] | None = None
+        if key in dims:
+            expected = (length, dims[key])
+        elif key == "reward":
+            expected = shape if shape[:1] == (length,) else (length,)
+        elif key.startswith("observations/"):
+            check_frame_budget(path, key, shape, self.max_frame_pixels)
+            expected = self.index.frame_shape(episode, key)
+            if expected is None and shape[:1] != (length,):
+                expected = (length, *shape[1:])
+        if expected is not None and tuple(shape) != tuple(expected):
+            raise DatasetFormatError(
+                f"{path}: /{key} has shape {tuple(shape)}, but it was {tuple(expected)} when "
+                "the episodes were prepared: the file changed since prepare - prepare again"
+            )
 
     def low_dim(self, episode: int) -> LowDim:
         """qpos, action and reward of a whole episode (cached)."""
@@ -163,7 +195,15 @@ class EpisodeReader:
         data = stored.tobytes() if isinstance(stored, np.ndarray) else bytes(stored)
         try:
             with Image.open(io.BytesIO(data)) as im:
+                if im.width * im.height > self.max_frame_pixels:
+                    raise MediaDecodeError(
+                        f"{self.index.path(episode)}: /{key} frame {frame} is a {im.width}x"
+                        f"{im.height} image, over the budget of {self.max_frame_pixels:,} "
+                        "pixels per frame (max_frame_pixels); not decoded"
+                    )
                 return np.asarray(im if depth or im.mode == "RGB" else im.convert("RGB"))
+        except MediaDecodeError:
+            raise
         except Exception as exc:  # Pillow raises several types for bad bytes
             raise MediaDecodeError(
                 f"{self.index.path(episode)}: /{key} frame {frame} does not decode: {exc}"

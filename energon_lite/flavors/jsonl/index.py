@@ -6,8 +6,14 @@ then one final entry = the file size (``count + 1`` entries). Blank lines are no
 their bytes belong to the sample before them, and the first sample starts at byte 0 even
 after leading blank lines, exactly as Energon's preparer writes it.
 
-energon_lite also writes ``<file>.idx.json`` (format, count, file size, media root). It is
-optional: an index written by Energon has none and is read as JSONL.
+energon_lite also writes ``<file>.idx.json`` (format, count, file size, media root, and a
+content digest). It is optional: an index written by Energon has none and is read as JSONL.
+
+The content digest (``sampled_blake2b``) hashes the file's size and up to 64 windows of
+4 KiB spread evenly over it (the whole file when it is at most 256 KiB): opening checks it
+with a few reads, so a file edited without changing its size is refused instead of served
+through stale offsets. Reads check that each line still sits between newlines, which
+catches an edit between the windows that moves a line boundary.
 
 Algorithm (prepare): the file is read in blocks of a few MiB; line ends, blank lines and
 the first/last non-blank byte of each line are found with numpy (no Python object per
@@ -18,6 +24,7 @@ line number. Offsets stream into the index file, so memory stays flat in the lin
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from dataclasses import dataclass
@@ -35,6 +42,21 @@ FORMATS = ("jsonl", "text")
 _BLOCK = 8 << 20
 _SOLID = np.ones(256, dtype=bool)  # byte -> not JSON whitespace
 _SOLID[[9, 10, 13, 32]] = False
+_WINDOW, _WINDOWS = 4096, 64
+
+
+def sampled_digest(path: str | os.PathLike[str], size: int) -> str:
+    """A blake2b of ``size`` and of up to 64 evenly spread 4 KiB windows of the file."""
+    digest = hashlib.blake2b(str(size).encode(), digest_size=16)
+    with open(path, "rb") as file:
+        if size <= _WINDOW * _WINDOWS:
+            digest.update(file.read(size))
+        else:
+            step = (size - _WINDOW) / (_WINDOWS - 1)
+            for i in range(_WINDOWS):
+                file.seek(round(i * step))
+                digest.update(file.read(_WINDOW))
+    return digest.hexdigest()
 
 
 def index_path(path: str | os.PathLike[str]) -> Path:
@@ -54,6 +76,7 @@ class LineIndexInfo:
     count: int
     size: int
     media_root: str | None = None  # relative to the file's folder, or absolute
+    digest: str | None = None  # sampled_digest of the file when it was indexed
 
 
 def guess_format(path: str | os.PathLike[str]) -> str:
@@ -123,7 +146,7 @@ def prepare_lines(
     media = None
     if media_root is not None:  # stored relative to the file's folder: the pair can move
         media = os.path.relpath(Path(media_root).resolve(), path.resolve().parent)
-    info = LineIndexInfo(path, fmt, count, size, media)
+    info = LineIndexInfo(path, fmt, count, size, media, sampled_digest(path, size))
     write_info(info)
     return info
 
@@ -135,6 +158,7 @@ def write_info(info: LineIndexInfo) -> None:
         "count": info.count,
         "size": info.size,
         "media_root": info.media_root,
+        "sampled_blake2b": info.digest,
     }
     target = info_path(info.path)
     tmp = target.with_name(target.name + ".tmp")
@@ -197,13 +221,17 @@ class _Scanner:
             parsed = json.loads(b"[" + joined[int(starts[0]) :].tobytes() + b"]")
             if len(parsed) == len(lines):
                 return
-        except (json.JSONDecodeError, UnicodeDecodeError):
+        except (ValueError, RecursionError):  # JSONDecodeError, bad UTF-8, a 5000-digit int
             pass
         for line, start, end in zip(lines.tolist(), starts.tolist(), ends.tolist()):
             try:
                 value = json.loads(data[start:end])
             except (json.JSONDecodeError, UnicodeDecodeError) as exc:
                 self._fail(line, f"malformed JSON ({exc})", data[start:end])
+            except ValueError as exc:  # valid JSON Python refuses: an int of 4300+ digits
+                self._fail(line, f"unreadable JSON value ({exc})", data[start:end])
+            except RecursionError:
+                self._fail(line, "JSON nested too deeply", data[start:end])
             if not isinstance(value, dict):
                 self._fail(line, "not a JSON object", data[start:end])
 

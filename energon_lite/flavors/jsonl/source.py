@@ -24,7 +24,7 @@ import numpy as np
 
 from energon_lite.cache.file_store import FileStore, SystemFileStore
 from energon_lite.errors import DatasetFormatError
-from energon_lite.flavors.jsonl.index import index_path, read_info
+from energon_lite.flavors.jsonl.index import index_path, read_info, sampled_digest
 from energon_lite.samples.types import SourceInfo
 from energon_lite.shards.dataset import _resolve_bound
 
@@ -54,6 +54,12 @@ class JsonlSource:
         self.media_root = None if media is None else (self.root.parent / media).resolve()
         self.shard_names = [self.root.name]
         self.count, self.size = self._check_index()
+        recorded = info.get("sampled_blake2b")
+        if recorded is not None and sampled_digest(self.root, self.size) != recorded:
+            raise DatasetFormatError(
+                f"{self.root}: content changed since it was prepared (same size, "
+                f"{self.size} bytes, different bytes); re-run `energon-lite prepare {self.root}`"
+            )
         self._pid = os.getpid()
         self._fds: tuple[int, int] | None = None
         runs = max(1, min(VIRTUAL_RUNS, self.count))
@@ -139,13 +145,20 @@ class JsonlSource:
         if shard_id != 0:
             raise IndexError(f"{self.root}: a line file has one shard, not {shard_id}")
         bounds = self.offsets(start, end).tolist()
-        base = bounds[0]
+        base = max(0, bounds[0] - 1)  # and the newline before the first line
         buf = os.pread(self._files()[0], bounds[-1] - base, base)
         if len(buf) != bounds[-1] - base:
             raise DatasetFormatError(f"{self.root}: file is shorter than its index says")
         out = []
         for i in range(end - start):
             line = buf[bounds[i] - base : bounds[i + 1] - base]
+            before = buf[bounds[i] - base - 1] if bounds[i] else 10
+            if before != 10 or (line[-1:] != b"\n" and bounds[i + 1] != self.size):
+                raise DatasetFormatError(
+                    f"{self.root}: the line of sample {start + i} no longer sits where its index says "
+                    f"(byte {bounds[i]}): the file changed since it was prepared; re-run "
+                    f"`energon-lite prepare {self.root}`"
+                )
             out.append((str(start + i), self._parts(line)))
         return out
 

@@ -79,8 +79,16 @@ class VideoTextSample(Sample):
     def _read_image(self) -> torch.Tensor:
         from PIL import Image, UnidentifiedImageError
 
+        from energon_lite.decode.image import MAX_IMAGE_PIXELS
+
         try:
             with Image.open(self.path) as image:
+                if image.width * image.height > MAX_IMAGE_PIXELS:  # from the header
+                    raise MediaDecodeError(
+                        f"sample {self.__key__!r}: image {self.path} is {image.width}x"
+                        f"{image.height}, over the per-image budget of {MAX_IMAGE_PIXELS:,} "
+                        "pixels; not decoded"
+                    )
                 array = np.asarray(image.convert("RGB"))
         except (OSError, UnidentifiedImageError) as exc:
             raise MediaDecodeError(
