@@ -297,6 +297,31 @@ endpoint = {s3.endpoint}
     assert "rcloned" in str(info.value) and SECRET not in str(info.value)
 
 
+def test_a_jsonl_file_on_remote_storage_is_refused_by_name(s3: S3Server, tmp_path: Path) -> None:
+    """Only prepared tar folders are read remotely: a .jsonl URL (directly, or as a
+    metadataset entry) is refused naming the URL, the YAML and its key, not taken for a
+    tar folder without a .nv-meta."""
+    lines = tmp_path / "lines"
+    lines.mkdir()
+    (lines / "ds1.jsonl").write_text('{"text": "a"}\n{"text": "b"}\n')
+    s3.upload(lines, "data", "lines")
+    url = "s3://data/lines/ds1.jsonl"
+    with pytest.raises(EnergonLiteError) as info:
+        _train(url)
+    assert url in str(info.value) and "jsonl dataset on remote storage is not read" in str(
+        info.value
+    )
+    mds = tmp_path / "blend.yaml"
+    mds.write_text(
+        "__module__: megatron.energon\n__class__: MetadatasetV2\nsplits:\n  train:\n"
+        f"    blend:\n      - path: {url}\n        weight: 1\n"
+    )
+    with pytest.raises(EnergonLiteError) as info:
+        _train(mds)
+    assert str(mds) in str(info.value) and url in str(info.value)
+    assert "remote storage is not read" in str(info.value) and ".nv-meta" not in str(info.value)
+
+
 def test_faults_are_retried_nothing_lost_or_repeated(
     s3: S3Server, local_ds: Path, s3_ds: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -26,7 +26,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
-from energon_lite.errors import ConfigError, logger
+from energon_lite.errors import ConfigError, DatasetFormatError, logger
 from energon_lite.sources.base import Source
 from energon_lite.sources.leaf import Leaf
 from energon_lite.storage import RemotePath, StoragePath, as_path
@@ -55,6 +55,9 @@ class DatasetKind:
     describe: Callable[[Path], list[str]] | None = None  # info lines
     preview: Callable[[Path, str, int], list[str]] | None = None  # (path, split, num) -> lines
     lint: Callable[[Path, bool], list[str]] | None = None  # (path, progress) -> problems
+    # file-name suffixes of this kind: such a path on remote storage is refused by name
+    # (flavors read local files; only the tar folder is read from s3://, msc://, http(s)://)
+    suffixes: tuple[str, ...] = ()
 
 
 def _open_tar_folder(path: Path, split_part: str, **options: Any) -> Source:
@@ -89,6 +92,13 @@ def kind_of(path: str | os.PathLike[str] | RemotePath) -> DatasetKind:
     """The kind of the dataset at ``path`` (the tar folder when no other kind claims it)."""
     path = as_path(path)
     if isinstance(path, RemotePath):  # flavors read local files; a remote store is a tar folder
+        for kind in registered_kinds():
+            if kind.suffixes and path.name.endswith(kind.suffixes):
+                raise DatasetFormatError(
+                    f"{path}: a {kind.name} dataset on remote storage is not read (only prepared "
+                    "tar folders are); copy the file and its .idx to a local folder and give "
+                    "that path"
+                )
         return TAR_FOLDER
     for kind in registered_kinds():
         if kind.detect(path):

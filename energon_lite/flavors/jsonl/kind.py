@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from energon_lite.flavors.jsonl.index import prepare_lines
-from energon_lite.flavors.jsonl.source import JsonlSource, is_line_file
+from energon_lite.flavors.jsonl.source import LINE_SUFFIXES, JsonlSource, is_line_file
 from energon_lite.sources.base import Source
 from energon_lite.sources.kinds import DatasetKind, register_kind
 
@@ -30,4 +30,6 @@ def _prepare(path: Path, options: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-KIND = register_kind(DatasetKind("jsonl", detect=is_line_file, open=_open, prepare=_prepare))
+KIND = register_kind(
+    DatasetKind("jsonl", detect=is_line_file, open=_open, prepare=_prepare, suffixes=LINE_SUFFIXES)
+)
