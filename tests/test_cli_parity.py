@@ -129,6 +129,36 @@ def test_dataset_yaml_name(tmp_path: Path) -> None:
     assert main(bad) != 0 and not (tmp_path / "x.yaml").exists()
 
 
+def test_a_dataset_yaml_may_name_its_split_file(tmp_path: Path) -> None:
+    """Energon's dataset.yaml may say ``split_config: split2.yaml`` (its test_exclusion does):
+    that file's splits and excludes are read; a name outside .nv-meta is refused."""
+    from energon_lite.errors import DatasetFormatError
+
+    write_captioning_shards(tmp_path, 40, 10, image_size=(8, 8), key_format="k{:03d}")
+    assert main([*_prepare_args(tmp_path), "--non-interactive"]) == 0
+    meta = tmp_path / ".nv-meta"
+    split = yaml.safe_load((meta / "split.yaml").read_text())
+    first = split["split_parts"]["train"][0]
+    split["exclude"] = [first, "parts/data-1.tar/k01{0..4}"]
+    (meta / "split2.yaml").write_text(yaml.safe_dump(split))
+    config = yaml.safe_load((meta / "dataset.yaml").read_text())
+    (meta / "excluding.yaml").write_text(yaml.safe_dump({**config, "split_config": "split2.yaml"}))
+
+    def keys(name: str) -> list[str]:
+        ds = get_val_dataset(
+            tmp_path, worker_config=WorkerConfig(0, 1, 0), batch_size=None,
+            split_part="train", dataset_config=name,
+        )  # fmt: skip
+        return [s.__key__ for s in get_loader(ds)]
+
+    every = keys("dataset.yaml")
+    left = keys("excluding.yaml")
+    assert len(left) == len(every) - 15 and not {"k010", "k014"} & set(left)
+    (meta / "bad.yaml").write_text(yaml.safe_dump({**config, "split_config": "../split.yaml"}))
+    with pytest.raises(DatasetFormatError, match=r"bad.yaml: split_config: '../split.yaml'"):
+        keys("bad.yaml")
+
+
 def test_preview_and_lint_take_split_parts(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -64,8 +64,9 @@ class PreparedDataset:
         if isinstance(self.root, RemotePath):
             ops.forget_under(self.root)  # metadata and versions as they are now
         info = load_info(self.root)
-        split = load_split(self.root, split_config)
         self.config: dict[str, Any] = load_dataset_config(self.root, dataset_config)
+        # a dataset.yaml may name its split file; as in Energon it wins over the argument
+        split = load_split(self.root, self.config.get("split_config") or split_config)
         if split_part not in split.split_parts:
             raise DatasetFormatError(
                 f"{split.source}: no split {short_repr(split_part)}; it has "

@@ -118,6 +118,7 @@ DATASET_KEYS = (
     "sample_loader",
     "part_filter",
     "subflavors",
+    "split_config",  # Energon: the split file in .nv-meta this dataset.yaml reads
 )
 
 
@@ -176,4 +177,16 @@ def load_dataset_config(
     unknown = unknown_keys(data, DATASET_KEYS)
     if unknown:
         raise DatasetFormatError(f"{path}: {unknown}")
+    split_config = data.get("split_config")
+    if split_config is not None and (
+        not isinstance(split_config, str)
+        or "/" in split_config
+        or "\\" in split_config
+        or split_config.startswith(".")
+        or not split_config.endswith((".yaml", ".yml"))
+    ):
+        raise DatasetFormatError(
+            f"{path}: split_config: {short_repr(split_config)}; give the name of a .yaml file "
+            f"in {META_DIR} (e.g. split.yaml)"
+        )
     return data
