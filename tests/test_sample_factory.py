@@ -84,6 +84,29 @@ def test_sample_loader_and_part_filter(tmp_path: Path, dataset_factory) -> None:
         SampleFactory(bad, _meta(root))
 
 
+def test_a_sample_loader_may_set_the_key_and_nothing_else_dunder(
+    tmp_path: Path, dataset_factory
+) -> None:
+    """As in Energon: ``__key__`` from the sample_loader replaces the sample's key; the
+    restore key, subflavors and sources stay the loader's own."""
+    root = dataset_factory(tmp_path / "d", 20, 10)
+    (_meta(root) / "loader.py").write_text(
+        "def sample_loader(raw):\n"
+        "    return {'__key__': '<SL>' + raw['__key__'], '__restore_key__': 'forged',\n"
+        "            '__subflavors__': {'forged': 1}, 'text': raw['txt']}\n"
+    )
+    config = {
+        "sample_type": {"__module__": "megatron.energon", "__class__": "TextSample"},
+        "sample_loader": "loader.py:sample_loader",
+    }
+    (_meta(root) / "dataset.yaml").write_text(yaml.safe_dump(config))
+    ds = PreparedDataset(root, "train")
+    raw = _raw(ds, 0)
+    sample = SampleFactory(ds.config, _meta(root)).build(raw, SampleDecoder(), {"a": 1})
+    assert sample.__key__ == "<SL>" + raw["__key__"]
+    assert sample.__restore_key__ == raw["__restore_key__"] and sample.__subflavors__ == {"a": 1}
+
+
 def test_crude_and_bad_types(tmp_path: Path, dataset_factory) -> None:
     root = dataset_factory(tmp_path / "d", 10, 10)
     ds = PreparedDataset(root, "train")

@@ -173,6 +173,8 @@ class SampleFactory:
         assert self.sample_type is not None  # set whenever not crude
         if self.loader is not None:
             fields = self.loader(decoded)
+            if "__key__" in fields:  # as in Energon, a sample_loader may set the key (only)
+                keys["__key__"] = fields["__key__"]
             fields = {k: v for k, v in fields.items() if not k.startswith("__")}
             return self.sample_type(**keys, **fields)
         values = {}
