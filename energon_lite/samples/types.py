@@ -25,7 +25,7 @@ class SourceInfo:
     """Where a sample was read from (Energon's ``__sources__`` entries)."""
 
     dataset_path: str
-    index: int | str
+    index: int | str | None  # None for a file that is not a sample (an aux or cached file)
     shard_name: str
     file_names: tuple[str, ...]
 
