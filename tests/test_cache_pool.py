@@ -308,15 +308,15 @@ def test_a_full_cache_disk_reads_around_itself(
 
 
 class UnindexedStore(SystemFileStore):
-    """A folder store whose files are not samples: their source has no index (Energon's
-    stores say ``index=None`` for such files)."""
+    """A folder store whose files are not samples: their source has no index and no shard
+    (Energon's stores say None for such files)."""
 
     def __getitem__(self, name: str) -> tuple[bytes, SourceInfo]:
         data, source = super().__getitem__(name)
         return data, SourceInfo(
             dataset_path=source.dataset_path,
             index=None,
-            shard_name=source.shard_name,
+            shard_name=None,
             file_names=source.file_names,
         )
 
@@ -330,6 +330,7 @@ def test_a_source_without_index_and_tuples_come_back_from_the_cache_as_they_went
         sample: dict[str, Any] = {"__key__": "x"}
         assert pool.get(store, "f4.bin", sample) == bytes([4]) * 30_000
         assert sample["__sources__"][0].index is None
+        assert sample["__sources__"][0].shard_name is None
     lazy = pool.to_cache((1, "some_data", (2, [3])), "tuple")
     assert isinstance(lazy, CacheFileLazy) and lazy.cache_path is not None
     assert lazy.get() == (1, "some_data", (2, [3])) and isinstance(lazy.get(), tuple)

@@ -443,7 +443,7 @@ def _decode_entry(blob: bytes) -> tuple[bytes, SourceInfo | None]:
             index=info["index"]
             if info["index"] is None or isinstance(info["index"], (int, str))
             else str(info["index"]),
-            shard_name=str(info["shard_name"]),
+            shard_name=None if info["shard_name"] is None else str(info["shard_name"]),
             file_names=tuple(str(name) for name in info["file_names"]),
         )
     except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:

@@ -26,7 +26,7 @@ class SourceInfo:
 
     dataset_path: str
     index: int | str | None  # None for a file that is not a sample (an aux or cached file)
-    shard_name: str
+    shard_name: str | None  # None where the file is not in a shard
     file_names: tuple[str, ...]
 
 
