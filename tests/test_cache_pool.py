@@ -305,3 +305,33 @@ def test_a_full_cache_disk_reads_around_itself(
     warnings = [r for r in caplog.records if "reading around it" in r.getMessage()]
     assert len(warnings) == 1 and "No space left on device" in warnings[0].getMessage()
     pool.close()
+
+
+class UnindexedStore(SystemFileStore):
+    """A folder store whose files are not samples: their source has no index and no shard
+    (Energon's stores say None for such files)."""
+
+    def __getitem__(self, name: str) -> tuple[bytes, SourceInfo]:
+        data, source = super().__getitem__(name)
+        return data, SourceInfo(
+            dataset_path=source.dataset_path,
+            index=None,
+            shard_name=None,
+            file_names=source.file_names,
+        )
+
+
+def test_a_source_without_index_and_tuples_come_back_from_the_cache_as_they_went_in(
+    files: Path, tmp_path: Path
+) -> None:
+    pool = FileStoreCachePool(parent_cache_dir=tmp_path / "cache")
+    store = UnindexedStore(files)
+    for _ in range(2):  # read through, then from the cache file
+        sample: dict[str, Any] = {"__key__": "x"}
+        assert pool.get(store, "f4.bin", sample) == bytes([4]) * 30_000
+        assert sample["__sources__"][0].index is None
+        assert sample["__sources__"][0].shard_name is None
+    lazy = pool.to_cache((1, "some_data", (2, [3])), "tuple")
+    assert isinstance(lazy, CacheFileLazy) and lazy.cache_path is not None
+    assert lazy.get() == (1, "some_data", (2, [3])) and isinstance(lazy.get(), tuple)
+    pool.close()

@@ -23,6 +23,32 @@ from energon_lite.cache.file_store import FileStore, add_source_info
 T = TypeVar("T")
 
 
+_TUPLE = 1  # msgpack extension code of a tuple: its items, packed the same way
+
+
+def _pack_ext(value: Any) -> msgpack.ExtType:
+    if isinstance(value, tuple):
+        return msgpack.ExtType(_TUPLE, pack_plain(list(value)))
+    raise TypeError(f"not plain data: {type(value).__name__}")
+
+
+def _unpack_ext(code: int, data: bytes) -> Any:
+    if code == _TUPLE:
+        return tuple(unpack_plain(data))
+    raise ValueError(f"unknown msgpack extension {code}")
+
+
+def pack_plain(value: Any) -> bytes:
+    """msgpack of plain data, tuples kept as tuples; TypeError for anything else (an array,
+    a tensor, an object: what only a pickle could store)."""
+    return msgpack.packb(value, use_bin_type=True, strict_types=True, default=_pack_ext)
+
+
+def unpack_plain(data: bytes) -> Any:
+    """What :func:`pack_plain` wrote (data only: no code runs while reading)."""
+    return msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=_unpack_ext)
+
+
 class DirectLazy(Lazy[T]):
     """Not lazy at all: reads ``ds[fname]`` on the first ``get``."""
 
@@ -71,7 +97,7 @@ class CacheFileLazy(Lazy[T]):
     def get(self, sample: Any = None) -> T:
         if self.cache_path is not None:
             with open(self.cache_path, "rb") as file:
-                self._data = msgpack.unpackb(file.read(), raw=False, strict_map_key=False)
+                self._data = unpack_plain(file.read())
             os.unlink(self.cache_path)
             self.cache_path = None
         return self._data

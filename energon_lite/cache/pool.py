@@ -44,11 +44,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-import msgpack
-
 from energon_lite.cache.base import CachePool, Lazy
 from energon_lite.cache.file_store import FileStore, add_source_info
-from energon_lite.cache.lazy import CacheFileLazy, MockLazy
+from energon_lite.cache.lazy import CacheFileLazy, MockLazy, pack_plain
 from energon_lite.cache.no_cache import _Constant
 from energon_lite.errors import ConfigError
 from energon_lite.samples.types import SourceInfo
@@ -150,12 +148,13 @@ class FileStoreCachePool(CachePool):
     def to_cache(self, data: Any, name: str) -> Lazy:
         """Move ``data`` out to the cache folder; the Lazy reads (and removes) it later.
 
-        Only plain data (dicts, lists, strings, bytes, numbers, booleans, None) is written,
-        as msgpack: anything else (tuples, arrays, tensors, objects) stays in memory, as with
-        ``NoCachePool``, because writing it would need a pickle, and reading a pickle runs code.
+        Only plain data (dicts, lists, tuples, strings, bytes, numbers, booleans, None) is
+        written, as msgpack (tuples as a data-only extension, so they come back as tuples):
+        anything else (arrays, tensors, objects) stays in memory, as with ``NoCachePool``,
+        because writing it would need a pickle, and reading a pickle runs code.
         """
         try:
-            blob = msgpack.packb(data, use_bin_type=True, strict_types=True)
+            blob = pack_plain(data)
         except (TypeError, ValueError, OverflowError):
             return MockLazy(name, _Constant(data))
         path = self.cache_dir / f"{uuid.uuid4().hex}.msgpack"
@@ -441,8 +440,10 @@ def _decode_entry(blob: bytes) -> tuple[bytes, SourceInfo | None]:
             return data, None
         source = SourceInfo(
             dataset_path=str(info["dataset_path"]),
-            index=info["index"] if isinstance(info["index"], (int, str)) else str(info["index"]),
-            shard_name=str(info["shard_name"]),
+            index=info["index"]
+            if info["index"] is None or isinstance(info["index"], (int, str))
+            else str(info["index"]),
+            shard_name=None if info["shard_name"] is None else str(info["shard_name"]),
             file_names=tuple(str(name) for name in info["file_names"]),
         )
     except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:

@@ -25,8 +25,8 @@ class SourceInfo:
     """Where a sample was read from (Energon's ``__sources__`` entries)."""
 
     dataset_path: str
-    index: int | str
-    shard_name: str
+    index: int | str | None  # None for a file that is not a sample (an aux or cached file)
+    shard_name: str | None  # None where the file is not in a shard
     file_names: tuple[str, ...]
 
 
