@@ -9,26 +9,14 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import make_dataset
 
 from energon_lite import WorkerConfig, get_savable_loader, get_train_dataset, prepare_dataset
 from energon_lite.errors import DatasetFormatError
 from energon_lite.shards.dataset import PreparedDataset
-from energon_lite.synth.shards import write_captioning_shards
 from energon_lite.testing import take
 
 RECORD = ".nv-meta/energon_lite.json"
-
-
-def _make(root: Path) -> Path:
-    write_captioning_shards(root, 60, 20, image_size=(16, 16))
-    prepare_dataset(
-        root,
-        split_ratio=[("train", 1)],
-        sample_type="CaptioningSample",
-        field_map={"image": "jpg", "caption": "txt"},
-        progress=False,
-    )
-    return root
 
 
 def _loader(root: Path):
@@ -59,7 +47,7 @@ def _same_size_other_shard(root: Path) -> tuple[Path, Path]:
 
 
 def test_a_cp_r_copy_opens_and_restores_a_state(tmp_path: Path) -> None:
-    original = _make(tmp_path / "ds")
+    original = make_dataset(tmp_path / "ds", 60, 20)
     copy = _cp_r(original, tmp_path / "copy")
     shard = copy / "parts/data-1.tar"
     assert shard.stat().st_mtime_ns != (original / "parts/data-1.tar").stat().st_mtime_ns
@@ -77,7 +65,7 @@ def test_a_cp_r_copy_opens_and_restores_a_state(tmp_path: Path) -> None:
 
 
 def test_a_replaced_shard_of_the_same_size_is_refused(tmp_path: Path) -> None:
-    root = _make(tmp_path / "ds")
+    root = make_dataset(tmp_path / "ds", 60, 20)
     copy = _cp_r(root, tmp_path / "copy")
     a, b = _same_size_other_shard(copy)
     a.write_bytes(b.read_bytes())  # another tar of exactly the same size, under a's name
@@ -94,7 +82,7 @@ def test_a_replaced_shard_of_the_same_size_is_refused(tmp_path: Path) -> None:
 
 
 def test_a_dataset_prepared_before_the_probes_still_opens(tmp_path: Path) -> None:
-    root = _make(tmp_path / "ds")
+    root = make_dataset(tmp_path / "ds", 60, 20)
     record = json.loads((root / RECORD).read_text())
     fingerprint = PreparedDataset(root, "train").fingerprint()
     del record["probes"]  # the record as prepared before this change
