@@ -168,11 +168,7 @@ def check_shards(
             idx_size = os.stat(idx).st_size
         except FileNotFoundError:
             raise DatasetFormatError(f"{idx}: missing tar index; re-run prepare") from None
-        if idx_size != (counts[name] + 1) * 8:
-            raise DatasetFormatError(
-                f"{idx}: has {idx_size} bytes, expected {(counts[name] + 1) * 8} for "
-                f"{counts[name]} samples; re-run prepare"
-            )
+        _check_index_size(idx, idx_size, counts[name])
     if moved and not _digest_matches(Path(base), record, counts):
         shown = ", ".join(moved[:5]) + (f" ... ({len(moved)} in all)" if len(moved) > 5 else "")
         raise DatasetFormatError(
@@ -278,11 +274,16 @@ def _check_remote(
             idx_size = ops.size(idx)
         except DatasetFormatError:
             raise DatasetFormatError(f"{idx}: missing tar index; re-run prepare") from None
-        if idx_size != (counts[name] + 1) * 8:
-            raise DatasetFormatError(
-                f"{idx}: has {idx_size} bytes, expected {(counts[name] + 1) * 8} for "
-                f"{counts[name]} samples; re-run prepare"
-            )
+        _check_index_size(idx, idx_size, counts[name])
+
+
+def _check_index_size(idx: Any, size: int, count: int) -> None:
+    """A shard's ``.tar.idx`` holds one offset per sample and the end: ``count + 1`` u64s."""
+    if size != (count + 1) * 8:
+        raise DatasetFormatError(
+            f"{idx}: has {size} bytes, expected {(count + 1) * 8} for {count} samples; "
+            "re-run prepare"
+        )
 
 
 def remote_versions(
