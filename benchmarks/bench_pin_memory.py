@@ -9,6 +9,9 @@ Two measurements, pinned against pageable, A/B alternated over ``--rounds`` roun
   25 MB for 32) copied ``--copies`` times to the GPU: pageable with ``.to("cuda")``, pinned
   (``tensor.pin_memory()`` once) with ``.to("cuda", non_blocking=True)``, timed with CUDA
   events around the copies: bytes/s of the copy engine as the process sees it.
+* **uint8**: the same two measurements for a uint8 batch (``SampleDecoder(image_decode=
+  "torchrgb8")``: a quarter of the bytes), converted to float on the GPU, so the copy a
+  uint8 loader saves shows beside the float one.
 * **Loader**: ``get_savable_loader(dataset, pin_memory=False | True)`` over ``--samples``
   256x256 JPEG + caption samples (batch 32, 2 workers, shuffle buffer 100), each batch's
   image tensor copied to the GPU (``non_blocking`` when pinned) and normalised there (a
@@ -17,7 +20,8 @@ Two measurements, pinned against pageable, A/B alternated over ``--rounds`` roun
   (CUDA events). Pinning happens in the loader's pin-memory thread (torch's DataLoader),
   calling the batch's ``pin_memory()`` (energon_lite's samples and batches have one).
 
-    python benchmarks/bench_pin_memory.py [--rounds 5] [--samples 4000] [--batches 100]
+    python benchmarks/bench_pin_memory.py [--rounds 5] [--samples 4000] [--batches 100] \
+        [--dtypes float32,uint8]
 """
 
 from __future__ import annotations
@@ -53,11 +57,14 @@ def build(samples: int) -> Path:
     return root
 
 
-def h2d(pinned: bool, batch: int, copies: int) -> float:
-    """Bytes/s of ``copies`` host-to-device copies of one loader-sized float batch."""
+def h2d(pinned: bool, batch: int, copies: int, dtype: str = "float32") -> dict[str, float]:
+    """Bytes/s and seconds per batch of ``copies`` host-to-device copies of one loader-sized
+    batch (float32 in [0, 1], or uint8 as ``torchrgb8`` decodes it)."""
     import torch
 
     host = torch.rand(batch, 3, 256, 256)
+    if dtype == "uint8":
+        host = (host * 255).to(torch.uint8)
     if pinned:
         host = host.pin_memory()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -68,17 +75,30 @@ def h2d(pinned: bool, batch: int, copies: int) -> float:
         host.to("cuda", non_blocking=pinned)
     end.record()
     torch.cuda.synchronize()
-    return copies * host.numel() * host.element_size() / (start.elapsed_time(end) / 1000)
+    seconds = start.elapsed_time(end) / 1000
+    return {
+        "h2d_bytes_per_s": copies * host.numel() * host.element_size() / seconds,
+        "ms_per_batch": 1000 * seconds / copies,
+    }
 
 
-def loader(root: Path, pinned: bool, batches: int) -> dict[str, float]:
+def loader(root: Path, pinned: bool, batches: int, dtype: str = "float32") -> dict[str, float]:
     import torch
 
+    import energon_lite as el
     from energon_lite import WorkerConfig, get_savable_loader, get_train_dataset
 
+    extra: dict[str, object] = {}
+    if dtype == "uint8":  # uint8 CHW batches, made float on the GPU
+
+        class Uint8TaskEncoder(el.DefaultTaskEncoder):
+            decoder = el.SampleDecoder(image_decode="torchrgb8")
+
+        extra["task_encoder"] = Uint8TaskEncoder()
     dataset = get_train_dataset(
         root,
         worker_config=WorkerConfig(rank=0, world_size=1, num_workers=2),
+        **extra,  # type: ignore[arg-type]
         batch_size=32,
         shuffle_buffer_size=100,
         max_samples_per_sequence=100,
@@ -98,6 +118,8 @@ def loader(root: Path, pinned: bool, batches: int) -> dict[str, float]:
         begin.record()
         image = batch.image.to("cuda", non_blocking=pinned)
         end.record()
+        if image.dtype == torch.uint8:
+            image = image.float() / 255
         ((image - mean) / 0.27).sum()  # a small step on the GPU
         torch.cuda.synchronize()
         copy_seconds += begin.elapsed_time(end) / 1000
@@ -114,6 +136,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=100)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--copies", type=int, default=50)
+    parser.add_argument("--dtypes", default="float32,uint8", help="batch dtypes to measure")
     args = parser.parse_args()
     import torch
 
@@ -126,11 +149,14 @@ def main() -> None:
     root = build(args.samples)
     results: dict[tuple[str, bool], list[dict[str, float]]] = {}
     cases = [False, True]
+    dtypes = args.dtypes.split(",")
     for round_index in range(args.rounds):
-        for pinned in ab_order(cases, round_index):
-            copy = {"h2d_bytes_per_s": h2d(pinned, args.batch, args.copies)}
-            results.setdefault(("copy", pinned), []).append(copy)
-            results.setdefault(("loader", pinned), []).append(loader(root, pinned, args.batches))
+        for dtype in dtypes:
+            for pinned in ab_order(cases, round_index):
+                copy = h2d(pinned, args.batch, args.copies, dtype)
+                results.setdefault((f"copy {dtype}", pinned), []).append(copy)
+                run = loader(root, pinned, args.batches, dtype)
+                results.setdefault((f"loader {dtype}", pinned), []).append(run)
         print(f"round {round_index + 1}: {json.dumps({str(k): v[-1] for k, v in results.items()})}")
     gpu = torch.cuda.get_device_name()
     print(
@@ -138,14 +164,18 @@ def main() -> None:
         f"{time.strftime('%Y-%m-%d %H:%M')}, load average {os.getloadavg()[0]:.1f}\n"
     )
     rows = []
-    for what in ("copy", "loader"):
-        for key in ("h2d_bytes_per_s", "samples_per_s"):
+    for what in [f"{kind} {dtype}" for kind in ("copy", "loader") for dtype in dtypes]:
+        for key in ("h2d_bytes_per_s", "ms_per_batch", "samples_per_s"):
             if key not in results[(what, False)][0]:
                 continue
             a = [r[key] for r in results[(what, False)]]
             b = [r[key] for r in results[(what, True)]]
             ratios = [y / x for x, y in zip(a, b)]
-            scale, unit = (1e9, "GB/s") if key.startswith("h2d") else (1, "samples/s")
+            scale, unit = {
+                "h2d_bytes_per_s": (1e9, "GB/s"),
+                "ms_per_batch": (1, "ms per batch copy"),
+                "samples_per_s": (1, "samples/s"),
+            }[key]
             rows.append(
                 [
                     what,
