@@ -12,8 +12,10 @@ caption, batch 32, shuffled), each in a fresh child process, rounds in A/B order
 * ``litdata``: the same converted once with ``litdata.optimize``, ``StreamingDataset`` +
   ``StreamingDataLoader``.
 
-Peers without a decoder of their own decode with the same Pillow call as the plain torch
-peer (``PIL.Image.open`` -> RGB -> float CHW in [0, 1]). Conversion times are printed. Before
+Peers without a decoder of their own (all but Energon) decode with energon_lite's own
+``decode_image(jpg, "torchrgb")`` (``--peer-decode same``, the default: simplejpeg where the
+``jpeg`` extra is installed, else Pillow), or with a plain Pillow call as a user would write
+it (``--peer-decode pillow``: ``PIL.Image.open`` -> RGB -> float CHW in [0, 1]). Conversion times are printed. Before
 timing, each child checks its first batch: 32 float 3x256x256 images whose captions name
 their sample (``sample <i>: ...``), and the first image equal to that sample's JPEG decoded
 from the tar shards. A peer that saves state (Energon, energon_lite, Streaming, LitData)
@@ -60,6 +62,7 @@ ALL = ("energon_lite", "energon", "torch", "webdataset", "streaming", "litdata")
 NEW = ("webdataset", "streaming", "litdata")
 WORKERS = (0, 2)
 RESULT, MARK = bp.RESULT, bp.MARK
+PEER_DECODE = "BENCH_PEER_DECODE"  # set by --peer-decode for the children
 
 
 # conversions, once per dataset size ----------------------------------------------------------
@@ -123,7 +126,14 @@ def convert_litdata(root: Path) -> tuple[Path, float | None]:
 
 
 def decode(jpg: bytes) -> Any:
-    """The plain torch peer's decode: Pillow -> RGB -> float CHW in [0, 1]."""
+    """The peers' decode (they have none of their own): float CHW in [0, 1], by
+    ``PEER_DECODE``: "same" is energon_lite's own ``decode_image`` (simplejpeg where the
+    jpeg extra is installed, else Pillow), "pillow" Pillow -> RGB -> float as a user would
+    write it."""
+    if os.environ.get(PEER_DECODE, "same") == "same":
+        from energon_lite.decode.image import decode_image
+
+        return decode_image(jpg, "torchrgb")
     import numpy as np
     import torch
     from PIL import Image
@@ -131,6 +141,14 @@ def decode(jpg: bytes) -> Any:
     with Image.open(io.BytesIO(jpg)) as img:
         array = np.asarray(img.convert("RGB"))
     return torch.from_numpy(array.transpose(2, 0, 1).copy()).float().div_(255.0)
+
+
+class PlainTarDecoded(bp.PlainTarDataset):
+    """The plain torch peer with the peers' decode."""
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        parts = self.read_parts(index)
+        return {"image": decode(parts["jpg"]), "caption": parts["txt"].decode("utf-8")}
 
 
 def _decoded(sample: dict[str, Any]) -> dict[str, Any]:
@@ -204,6 +222,16 @@ class NewPeer(bp.Peer):
             loader = litdata.StreamingDataLoader(
                 dataset, batch_size=bp.BATCH_SIZE, num_workers=self.workers, drop_last=True
             )
+        elif self.lib == "torch":
+            from torch.utils.data import DataLoader
+
+            return DataLoader(
+                PlainTarDecoded(self.root),
+                batch_size=bp.BATCH_SIZE,
+                shuffle=True,
+                num_workers=self.workers,
+                prefetch_factor=2 if self.workers else None,
+            )
         else:
             return super().loader(state)
         if state is not None:
@@ -230,7 +258,8 @@ class NewPeer(bp.Peer):
 
 def check_batch(peer: NewPeer, batch: Any, reference: bp.PlainTarDataset) -> None:
     """The first batch holds 32 float 3x256x256 images whose captions name their samples, and
-    the first image is that sample's JPEG from the tar shards, decoded by Pillow."""
+    the first image is that sample's JPEG from the tar shards, decoded by ``decode_image``
+    (Pillow and simplejpeg give the same pixels: bench_jpeg.py)."""
     import torch
 
     if peer.size(batch) != bp.BATCH_SIZE:
@@ -243,7 +272,9 @@ def check_batch(peer: NewPeer, batch: Any, reference: bp.PlainTarDataset) -> Non
     parts = reference.read_parts(index)
     if parts["txt"].decode("utf-8") != captions[0]:
         raise RuntimeError(f"{peer.lib}: caption {captions[0]!r} is not sample {index}'s")
-    if not torch.equal(image[0], decode(parts["jpg"])):
+    from energon_lite.decode.image import decode_image
+
+    if not torch.equal(image[0], decode_image(parts["jpg"], "torchrgb")):
         raise RuntimeError(f"{peer.lib}: the first image is not sample {index}'s JPEG")
 
 
@@ -372,6 +403,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batches", type=int, default=200, help="timed batches per run")
     parser.add_argument("--warmup", type=int, default=10, help="untimed batches before timing")
     parser.add_argument("--libs", default=",".join(ALL), help="loaders to run, comma-separated")
+    parser.add_argument(
+        "--peer-decode",
+        choices=("same", "pillow"),
+        default="same",
+        help="the peers' JPEG decode: energon_lite's decode_image (same) or plain Pillow",
+    )
     parser.add_argument("--quick", action="store_true", help="4,000 samples, 1 round, 30 batches")
     parser.add_argument("--child", choices=ALL, help=argparse.SUPPRESS)
     parser.add_argument("--workers", type=int, default=0, help=argparse.SUPPRESS)
@@ -394,6 +431,7 @@ def main(argv: list[str] | None = None) -> None:
             where, seconds = convert(root)
             took = "converted earlier" if seconds is None else f"converted in {seconds:.1f} s"
             conversions.append(f"{lib}: {where.name} ({took})")
+    os.environ[PEER_DECODE] = args.peer_decode  # the children inherit it
     started, load_before = time.perf_counter(), os.getloadavg()
     results = run_rounds(root, libs, args.rounds, args.batches, args.warmup)
     import torch
@@ -404,9 +442,8 @@ def main(argv: list[str] | None = None) -> None:
         f"{os.cpu_count()} CPUs, Python {platform.python_version()}, torch {torch.__version__}; "
         f"{time.perf_counter() - started:.0f} s in all; load average (1, 5, 15 min) "
         f"{'/'.join(f'{x:.1f}' for x in load_before)} before, "
-        f"{'/'.join(f'{x:.1f}' for x in os.getloadavg())} after; "
-        + ("; ".join(conversions) or "no conversions")
-        + "\n"
+        f"{'/'.join(f'{x:.1f}' for x in os.getloadavg())} after; peers decode with "
+        f"{args.peer_decode!r}; " + ("; ".join(conversions) or "no conversions") + "\n"
     )
     print(summarise(results, libs))
 
