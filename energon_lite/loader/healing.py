@@ -78,7 +78,8 @@ class Restart:
     seconds: float | None = None  # from noticing the loss to the next batch received
 
     def line(self) -> str:
-        where = self.stack.strip().splitlines()[-1].strip() if self.stack.strip() else ""
+        frames = [f.strip() for f in self.stack.splitlines() if f.strip().startswith("File ")]
+        where = frames[0] if frames else ""  # the innermost frame (most recent call first)
         return (
             f"restart {self.number} at {self.at}: rank {self.rank} worker {self.worker} "
             f"(pid {self.pid}) {self.cause}{f' at {where}' if where else ''}; "
@@ -306,9 +307,15 @@ def dump_stack(pid: int, directory: str, wait_s: float = _STACK_WAIT_S) -> str:
         size = now
     try:
         with open(path) as f:
-            return f.read() or f"(no stack within {wait_s:g} s)"
+            text = f.read()
     except OSError as exc:
         return f"(no stack: {exc})"
+    if not text:
+        return f"(no stack within {wait_s:g} s)"
+    # the worker's main thread: the one running torch's worker loop (any thread may have
+    # taken the signal; the watchdog's and the queues' threads are noise)
+    blocks = text.strip().split("\n\n")
+    return next((b for b in blocks if " in _worker_loop" in b), text.strip()) + "\n"
 
 
 # states ---------------------------------------------------------------------------------
