@@ -7,6 +7,8 @@ worker to poll. ``save_state_rank()`` is that, with no command channel into the 
 and no replay. Restore checks the state's shape against the pipeline's declared shape (no
 chain is built in the trainer), then each worker starts its chain from its state; the
 logical worker ids rotate so that the torch DataLoader's first worker is the saved next one.
+A worker pool that loses a worker is replaced the same way, from the states received so far
+(:mod:`energon_lite.loader.healing`).
 """
 
 from __future__ import annotations
