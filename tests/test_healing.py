@@ -222,7 +222,7 @@ def test_a_stalled_worker_is_replaced_when_fail_on_timeout_asks(
         flag,
         key,
         fail_on_timeout="restart",
-        watchdog_timeout_seconds=2.0,
+        watchdog_timeout_seconds=3.0,
     )
     healed = [_content(b) for b in loader]
     assert flag.exists()
@@ -240,7 +240,7 @@ def test_a_stalled_worker_is_replaced_when_fail_on_timeout_asks(
         flag,
         key,
         fail_on_timeout=True,
-        watchdog_timeout_seconds=2.0,
+        watchdog_timeout_seconds=3.0,
     )
     try:
         with pytest.raises(WorkerTimeoutError, match=r"rank 0: worker [01] .* timed out"):
