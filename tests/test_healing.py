@@ -25,8 +25,10 @@ from energon_lite import (
     get_loader,
     get_savable_loader,
     get_train_dataset,
+    prepare_dataset,
 )
 from energon_lite.errors import ConfigError, WorkerRestartError, WorkerTimeoutError
+from energon_lite.synth.shards import write_captioning_shards
 from energon_lite.task_encoder.packing import best_fit
 
 WAIT_S = 30  # the most a worker waits at its kill point for the test to kill it
@@ -114,7 +116,25 @@ SETUPS = {
     "full_shuffle_buffer": ("train_ds", dict(batch_size=8, shuffle_buffer_size=20), 6, 2),
     # inside pack_selected_samples, with the packing buffer holding samples
     "packing": ("text_ds", dict(batch_size=None, shuffle_buffer_size=16, packing_buffer_size=24), 20, 0),
+    # 1.5 MB batches built in the workers' reused shared-memory buffers: the new pool has
+    # buffers of its own, and the batches received before the kill stay intact
+    "batch_memory": ("big_ds", dict(batch_size=8, shuffle_buffer_size=None), 4, 5),
 }  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def big_ds(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """64 captioned 128x128 images in 8 shards."""
+    root = tmp_path_factory.mktemp("big_ds")
+    write_captioning_shards(root, 64, 8, image_size=(128, 128))
+    prepare_dataset(
+        root,
+        split_ratio=[("train", 1)],
+        sample_type="CaptioningSample",
+        field_map={"image": "jpg", "caption": "txt"},
+        progress=False,
+    )
+    return root
 
 
 def _loader(path: Path, setup: str, flag: Path, key: str = "", **loader_options: Any) -> Any:
@@ -152,7 +172,8 @@ def test_a_killed_worker_is_replaced_and_the_stream_is_unchanged(
     flag = tmp_path / "killed"
     loader = _loader(path, setup, flag, key, stats=True)
     killer = _killer(flag)
-    healed = [_content(b) for b in loader]
+    batches = list(loader)  # all kept: those from the lost pool must stay intact
+    healed = [_content(b) for b in batches]
     killer.join(timeout=5)
     assert flag.exists()  # the worker stopped at the kill point and was killed there
     assert healed == reference  # the same batches in the same order, payloads included
