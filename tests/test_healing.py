@@ -28,6 +28,7 @@ from energon_lite import (
     prepare_dataset,
 )
 from energon_lite.errors import ConfigError, WorkerRestartError, WorkerTimeoutError
+from energon_lite.loader.stats_report import format_stats
 from energon_lite.synth.shards import write_captioning_shards
 from energon_lite.task_encoder.packing import best_fit
 
@@ -186,6 +187,8 @@ def test_a_killed_worker_is_replaced_and_the_stream_is_unchanged(
     if setup == "full_shuffle_buffer":
         assert restart["refetched_samples"] >= 20  # the restored buffer was fetched again
     assert loader.stats()["worker_restarts"] == loader.worker_restarts
+    report = "\n".join(format_stats(loader.stats()))
+    assert f"worker restart 1: worker {restart['worker']} killed by signal 9 (SIGKILL)" in report
 
 
 class DiesOnStart(TaskEncoder):

@@ -17,10 +17,13 @@ worker's stack, taken with :mod:`faulthandler` on ``SIGUSR1`` before the worker 
 the batches made again and the samples its buffers fetch again; past the budget the run
 stops with a :class:`~energon_lite.errors.WorkerRestartError` naming every restart.
 
-Cost on a healthy run: nothing per batch. The trainer waits for a batch in slices of
-:data:`POLL_S` (torch's own ``timeout``), so it notices a dead worker within a slice;
-torch's ``SIGCHLD`` handler, which would raise in whatever the trainer's main thread is
-doing at that moment (the training step), is switched off for these workers.
+Cost on a healthy run: about a microsecond per batch in the trainer. A waiting trainer
+waits on torch's queue and on its workers' process sentinels together (one ``select``),
+so a dead worker wakes it at once; where torch reads the queue itself (a pin-memory
+thread, a batch it already holds), it waits in slices of :data:`POLL_S` (torch's own
+``timeout``) and looks at its workers after each. torch's ``SIGCHLD`` handler, which would
+raise in whatever the trainer's main thread is doing at that moment (the training step),
+is switched off for these workers.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import dataclasses
 import datetime
 import faulthandler
 import functools
+import multiprocessing.connection
 import os
 import shutil
 import signal
@@ -45,7 +49,8 @@ from energon_lite.errors import ConfigError, StateError, WorkerRestartError, log
 
 DEFAULT_MAX_RESTARTS = 3
 DEFAULT_WINDOW_S = 3600.0
-POLL_S = 0.1  # how often a waiting trainer checks that its workers are alive
+POLL_S = 0.25  # where torch reads its queue: the longest wait without a look at the workers
+_SLICE_S = 1.0  # where the trainer waits on the queue and the workers: one select's longest
 _STACK_WAIT_S = 2.0  # how long the trainer waits for a stalled worker's stack
 _EXIT_WAIT_S = 2.0  # how long a transport error waits for a worker's exit status
 _DUMP_FILE: list[TextIO] = []  # a worker's open stack file (faulthandler writes into it)
@@ -222,19 +227,26 @@ def next_or_loss(batches: Any, timeout_s: float | None) -> tuple[Any, Loss | Non
     awaited one gave nothing for that long. ``StopIteration`` and workers' errors pass."""
     since = time.monotonic()
     while True:
-        try:
-            return next(batches), None
-        except StopIteration:
-            raise
-        except Exception as exc:
-            # a batch whose worker died after sending it fails to arrive (its shared memory
-            # went with the worker): a transport error, seen before the worker's exit status
-            patience = _EXIT_WAIT_S if isinstance(exc, (OSError, EOFError)) else 0.0
-            loss = lost_worker(batches, patience)
+        left = _SLICE_S if timeout_s is None else timeout_s - (time.monotonic() - since)
+        ready = _wait_ready(batches, max(0.0, min(_SLICE_S, left)))
+        if ready == "ended":
+            loss = lost_worker(batches, _EXIT_WAIT_S)
             if loss is not None:
                 return None, loss
-            if "DataLoader timed out" not in str(exc):
+        if ready != "idle":
+            try:
+                return next(batches), None
+            except StopIteration:
                 raise
+            except Exception as exc:
+                # a batch whose worker died after sending it fails to arrive (its shared
+                # memory went with the worker): a transport error, seen before the exit status
+                patience = _EXIT_WAIT_S if isinstance(exc, (OSError, EOFError)) else 0.0
+                loss = lost_worker(batches, patience)
+                if loss is not None:
+                    return None, loss
+                if "DataLoader timed out" not in str(exc):
+                    raise
         waited = time.monotonic() - since
         if timeout_s is not None and waited >= timeout_s:
             physical = awaited_worker(batches)
@@ -246,6 +258,23 @@ def next_or_loss(batches: Any, timeout_s: float | None) -> tuple[Any, Loss | Non
                 f"stalled: no batch for {waited:.1f} s (timeout_seconds={timeout_s:g})",
                 stalled=True,
             )
+
+
+def _wait_ready(batches: Any, slice_s: float) -> str:
+    """Wait up to ``slice_s`` for the awaited batch to be readable or a worker to end:
+    ``"ready"``, ``"ended"``, ``"idle"`` (neither), or ``"ask"`` (nothing to wait on here:
+    a batch torch has already read, the pin-memory thread's queue; torch's own ``timeout``
+    of :data:`POLL_S` bounds its wait then). One ``select`` and no exception per slice."""
+    info = getattr(batches, "_task_info", {}).get(getattr(batches, "_rcvd_idx", None))
+    reader = getattr(getattr(batches, "_data_queue", None), "_reader", None)
+    if info is None or len(info) != 1 or reader is None or getattr(batches, "_pin_memory", True):
+        return "ask"
+    status = batches._workers_status
+    ends = [w.sentinel for i, w in enumerate(batches._workers) if status[i]]
+    found = multiprocessing.connection.wait([reader, *ends], timeout=slice_s)
+    if any(item is not reader for item in found):
+        return "ended"
+    return "ready" if found else "idle"
 
 
 def lost_worker(batches: Any, patience: float = 0.0) -> Loss | None:
