@@ -270,6 +270,8 @@ def _wait_ready(batches: Any, slice_s: float) -> str:
     if info is None or len(info) != 1 or reader is None or getattr(batches, "_pin_memory", True):
         return "ask"
     status = batches._workers_status
+    if not status[info[0]]:  # its worker has ended: torch skips its task without reading
+        return "ask"
     ends = [w.sentinel for i, w in enumerate(batches._workers) if status[i]]
     found = multiprocessing.connection.wait([reader, *ends], timeout=slice_s)
     if any(item is not reader for item in found):
