@@ -45,7 +45,13 @@ from typing import Any, TextIO
 
 from torch.utils.data import _utils as torch_data_utils
 
-from energon_lite.errors import ConfigError, StateError, WorkerRestartError, logger
+from energon_lite.errors import (
+    ConfigError,
+    StateError,
+    WorkerRestartError,
+    WorkerTimeoutError,
+    logger,
+)
 
 DEFAULT_MAX_RESTARTS = 3
 DEFAULT_WINDOW_S = 3600.0
@@ -155,8 +161,22 @@ class Healer:
             weakref.finalize(self, shutil.rmtree, self._stack_dir, True)
         return functools.partial(arm_stack_dump, self._stack_dir)
 
-    def admit(self, loss: Loss, rank: int, worker: int, states: list[Any], remade: int) -> None:
-        """Record a restart and log it, or raise past the budget (naming every restart)."""
+    def admit(
+        self,
+        loss: Loss,
+        batches: Any,
+        rank: int,
+        rotation: int,
+        states: list[Any],
+        timeout_s: float | None,
+    ) -> None:
+        """Record a restart of pool ``batches`` (torch's worker 0 is logical ``rotation``)
+        and log it, killing a stalled worker; or raise: a stall not to be restarted, or a
+        loss past the budget (naming every restart)."""
+        worker = (loss.physical + rotation) % len(states)
+        if loss.stalled and not self.restart_on_timeout:
+            raise timeout_error(rank, worker, timeout_s)
+        remade = in_flight(batches)
         now = time.monotonic()
         while self._times and now - self._times[0] > self.window_s:
             self._times.popleft()
@@ -187,6 +207,8 @@ class Healer:
                 f"does not replace it: {why}. Restarts so far:{earlier}"
                 + (f"\nThe stalled worker's stack:\n{loss.stack}" if loss.stack else "")
             )
+        if loss.stalled:
+            kill(batches, loss.physical)
         self._times.append(now)
         self.restarts.append(restart)
         self._pending = (restart, now)
@@ -209,6 +231,15 @@ class Healer:
 
     def report(self) -> list[dict[str, Any]]:
         return [dataclasses.asdict(r) for r in self.restarts]
+
+
+def timeout_error(rank: int, worker: int, timeout_s: float | None) -> WorkerTimeoutError:
+    """A worker gave no batch within ``timeout_s`` and ``on_timeout`` is ``"raise"``."""
+    return WorkerTimeoutError(
+        f"rank {rank}: worker {worker} (logical id) timed out: no batch for "
+        f"{timeout_s} s (fail_on_timeout); the worker's log shows its "
+        "stage, sample key and stack"
+    )
 
 
 # torch's iterator ------------------------------------------------------------------------

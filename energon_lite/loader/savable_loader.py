@@ -25,7 +25,6 @@ from energon_lite.errors import (
     ConfigError,
     StateError,
     UnsavableStateError,
-    WorkerTimeoutError,
     short_repr,
 )
 from energon_lite.loader import healing
@@ -110,6 +109,8 @@ def _stream(
     healer = loader._healer if wc.num_workers > 0 and loader._healer.enabled else None
     timeout = loader.timeout_seconds
     pools: list[BatchMemoryPool | None] = []  # replaced pools stay: batches held may use them
+    # healing waits in short slices, to notice a dead worker (healing.py)
+    wait = healing.POLL_S if healer is not None else timeout if wc.num_workers > 0 else None
 
     def start() -> Any:
         """torch's iterator over worker chains restored from the states received so far."""
@@ -139,12 +140,7 @@ def _stream(
                 pin_memory=loader.pin_memory,
                 prefetch_factor=loader.prefetch_factor if wc.num_workers > 0 else None,
                 persistent_workers=False,
-                # healing: wait in short slices, to notice a dead worker (healing.py)
-                timeout=healing.POLL_S
-                if healer is not None
-                else timeout
-                if wc.num_workers > 0 and timeout
-                else 0,
+                timeout=wait or 0,
                 worker_init_fn=None if healer is None else healer.worker_init(),
             )
         )
@@ -166,15 +162,8 @@ def _stream(
                     item = next(batches)
                 else:
                     item, loss = healing.next_or_loss(batches, timeout)
-                    if loss is not None:
-                        worker = (loss.physical + rotation) % n
-                        if loss.stalled and not healer.restart_on_timeout:
-                            raise _timeout_error(wc.rank, worker, timeout)
-                        healer.admit(
-                            loss, wc.rank, worker, loader._states, healing.in_flight(batches)
-                        )
-                        if loss.stalled:
-                            healing.kill(batches, loss.physical)
+                    if loss is not None:  # raises, or records a restart and lets it happen:
+                        healer.admit(loss, batches, wc.rank, rotation, loader._states, timeout)
                         _shut_down(running)
                         batches, rotation = start(), loader._next_worker
                         continue
@@ -185,7 +174,7 @@ def _stream(
             except RuntimeError as exc:
                 if healer is not None or "timed out" not in str(exc):
                     raise
-                raise _timeout_error(wc.rank, loader._next_worker, timeout) from exc
+                raise healing.timeout_error(wc.rank, loader._next_worker, timeout) from exc
             memory = pools[-1]
             if memory is not None:
                 memory.received(batch, extra.pop())
@@ -204,14 +193,6 @@ def _stream(
     loader._states = [None] * n
     loader._next_worker = 0
     loader._epoch += 1
-
-
-def _timeout_error(rank: int, worker: int, timeout: float | None) -> WorkerTimeoutError:
-    return WorkerTimeoutError(
-        f"rank {rank}: worker {worker} (logical id) timed out: no batch for "
-        f"{timeout} s (fail_on_timeout); the worker's log shows its "
-        "stage, sample key and stack"
-    )
 
 
 class SavableLoader:
