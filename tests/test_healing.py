@@ -4,6 +4,7 @@ uninterrupted one, each sample once. A worker that dies on every start spends th
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
@@ -31,6 +32,7 @@ from energon_lite.errors import ConfigError, WorkerRestartError, WorkerTimeoutEr
 from energon_lite.loader.stats_report import format_stats
 from energon_lite.synth.shards import write_captioning_shards
 from energon_lite.task_encoder.packing import best_fit
+from energon_lite.testing import take
 
 WAIT_S = 30  # the most a worker waits at its kill point for the test to kill it
 
@@ -162,8 +164,9 @@ def _content(batch: Any) -> tuple:
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("setup", sorted(SETUPS))
 def test_a_killed_worker_is_replaced_and_the_stream_is_unchanged(
-    setup: str, request: pytest.FixtureRequest, tmp_path: Path
+    setup: str, request: pytest.FixtureRequest, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.WARNING, logger="energon_lite")
     path = request.getfixturevalue(SETUPS[setup][0])
     never = tmp_path / "never"
     never.touch()  # the flag exists: nobody stops
@@ -173,7 +176,11 @@ def test_a_killed_worker_is_replaced_and_the_stream_is_unchanged(
     flag = tmp_path / "killed"
     loader = _loader(path, setup, flag, key, stats=True)
     killer = _killer(flag)
-    batches = list(loader)  # all kept: those from the lost pool must stay intact
+    stream = iter(loader)
+    batches = take(stream, len(reference) - 3)  # all kept: the lost pool's must stay intact
+    assert loader.worker_restarts  # the kill came before this checkpoint
+    state = loader.save_state_rank()
+    batches += list(stream)
     healed = [_content(b) for b in batches]
     killer.join(timeout=5)
     assert flag.exists()  # the worker stopped at the kill point and was killed there
@@ -189,6 +196,12 @@ def test_a_killed_worker_is_replaced_and_the_stream_is_unchanged(
     assert loader.stats()["worker_restarts"] == loader.worker_restarts
     report = "\n".join(format_stats(loader.stats()))
     assert f"worker restart 1: worker {restart['worker']} killed by signal 9 (SIGKILL)" in report
+    assert f"restart 1 at {restart['at']}: rank 0 worker {restart['worker']}" in caplog.text
+    assert "replacing the worker pool from the states of the batches received" in caplog.text
+    # a state saved after the restart resumes exactly, as any state does
+    resumed = _loader(path, setup, never)
+    resumed.restore_state_rank(state)
+    assert [_content(b) for b in resumed] == reference[-3:]
 
 
 class DiesOnStart(TaskEncoder):
