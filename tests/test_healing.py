@@ -140,10 +140,18 @@ def big_ds(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def _loader(path: Path, setup: str, flag: Path, key: str = "", **loader_options: Any) -> Any:
+def _loader(
+    path: Path,
+    setup: str,
+    flag: Path,
+    key: str = "",
+    encoder: TaskEncoder | None = None,
+    **loader_options: Any,
+) -> Any:
     options = dict(SETUPS[setup][1])
     packing = setup == "packing"
-    encoder = PackingEncoder(flag, key) if packing else CaptionEncoder(flag, key)
+    if encoder is None:
+        encoder = PackingEncoder(flag, key) if packing else CaptionEncoder(flag, key)
     dataset = get_train_dataset(
         path,
         worker_config=WorkerConfig(rank=0, world_size=1, num_workers=2),
@@ -202,6 +210,37 @@ def test_a_killed_worker_is_replaced_and_the_stream_is_unchanged(
     resumed = _loader(path, setup, never)
     resumed.restore_state_rank(state)
     assert [_content(b) for b in resumed] == reference[-3:]
+
+
+class StopsTwice(CaptionEncoder):
+    """A CaptionEncoder that stops at two samples, each the first time (its own flag)."""
+
+    def __init__(self, stops: list[tuple[Path, str]]) -> None:
+        super().__init__(stops[0][0])
+        self.stops = stops
+
+    def encode_sample(self, sample: CaptioningSample) -> CaptioningSample:
+        for flag, key in self.stops:
+            if sample.__key__ == key and not flag.exists():
+                _hold(flag)
+        return super().encode_sample(sample)
+
+
+@pytest.mark.timeout(120)
+def test_two_kills_in_one_epoch_are_two_restarts(train_ds: Path, tmp_path: Path) -> None:
+    never = tmp_path / "never"
+    never.touch()
+    reference = [_content(b) for b in _loader(train_ds, "full_shuffle_buffer", never)]
+    stops = [(tmp_path / "first", reference[3][0][1]), (tmp_path / "second", reference[9][0][6])]
+    loader = _loader(train_ds, "full_shuffle_buffer", never, encoder=StopsTwice(stops))
+    killers = [_killer(flag) for flag, _ in stops]
+    healed = [_content(b) for b in loader]
+    for killer in killers:
+        killer.join(timeout=5)
+    assert healed == reference
+    restarts = loader.worker_restarts
+    assert [r["pid"] for r in restarts] == [int(flag.read_text()) for flag, _ in stops]
+    assert {r["cause"] for r in restarts} == {"killed by signal 9 (SIGKILL)"}
 
 
 class DiesOnStart(TaskEncoder):
