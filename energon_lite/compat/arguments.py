@@ -11,7 +11,8 @@ documentation) that first take these forms out of their keyword arguments:
   ``get_val_dataset`` ignores ``max_samples_per_sequence`` (validation reads contiguous
   ranges);
 * a loader's ``worker_config`` must be the dataset's; ``fail_on_timeout=True`` makes the
-  trainer raise after ``watchdog_timeout_seconds``; the checkpoint and gc knobs have nothing
+  trainer raise after ``watchdog_timeout_seconds`` (``"restart"``: replace the stalled
+  worker, :mod:`energon_lite.loader.healing`); the checkpoint and gc knobs have nothing
   to tune (the state is exact after every batch, workers hold no garbage to collect).
 """
 
@@ -90,8 +91,16 @@ def loader_options(dataset: SavableDataset, options: dict[str, Any]) -> dict[str
             f"get_loader(worker_config={worker_config}) differs from the dataset's "
             f"{dataset.worker_config}; pass the same one (or none)"
         )
-    if options.pop("fail_on_timeout", False):  # the watchdog raises: a batch timeout
+    fail_on_timeout = options.pop("fail_on_timeout", False)
+    if fail_on_timeout not in (True, False, "restart"):
+        raise ConfigError(
+            f"fail_on_timeout={fail_on_timeout!r}: use True (raise), 'restart' (replace the "
+            "stalled worker) or False"
+        )
+    if fail_on_timeout:  # the watchdog raises, or restarts the worker: a batch timeout
         options.setdefault("timeout_seconds", options.get("watchdog_timeout_seconds", 60.0))
+    if fail_on_timeout == "restart":
+        options.setdefault("on_timeout", "restart")
     for name in _MOOT_LOADER_OPTIONS & set(options):
         options.pop(name)
     return options
