@@ -18,10 +18,10 @@ PACKAGE = ROOT / "energon_lite"
 
 LAYERS: list[tuple[str, ...]] = [
     ("errors", "edataclass"),  # exception types, error policy; Energon's dataclass shorthand
-    ("rng", "quotas", "worker", "media", "storage"),  # derived randomness, quotas, layout, I/O
+    ("rng", "quotas", "worker", "storage"),  # derived randomness, quotas, layout, I/O
     ("state",),  # the state codec and restore keys
     ("batching", "av"),  # collate and batch memory; audio/video decoding
-    ("decode",),  # sample part decoding (images through batch slabs, av)
+    ("decode", "media"),  # sample part decoding; media metadata and the media filter
     ("samples",),  # the data model and the sample factory
     ("shards",),  # the built-in tar format and prepare
     ("sources",),  # the Source protocol, dataset kinds, leaves

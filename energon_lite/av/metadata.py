@@ -1,5 +1,8 @@
-"""Media metadata types (Energon's ``megatron.energon.media``): what a video/audio file or an
-image holds, as plain dataclasses that serialise to a (type, JSON) pair."""
+"""Media metadata types (Energon's ``megatron.energon.media.metadata``): what a video/audio
+file or an image holds, as plain dataclasses that serialise to a (type, JSON) pair.
+
+Defined here, below ``energon_lite.media``, because the decoder returns them;
+``energon_lite.media`` and ``energon_lite.media.metadata`` re-export them."""
 
 from __future__ import annotations
 
