@@ -68,7 +68,10 @@ def test_filters_find_and_describe_the_media_energon_finds(
         if kind != "glob":  # Energon 7.4 fails an internal assertion on a GLOB match
             assert got == _plain(theirs.extract_metadata(data, filename=name)), (kind, name)
         elif name in ("a.jpg", "jpeg_named.bin"):
-            assert got == ("ImageMetadata", {"width": 32, "height": 16, "format": "JPEG", "mode": "RGB"})
+            assert got == (
+                "ImageMetadata",
+                {"width": 32, "height": 16, "format": "JPEG", "mode": "RGB"},
+            )
         else:
             assert got is None, name
         path = tmp_path / name.replace("/", "_")
