@@ -17,14 +17,14 @@ import logging
 from dataclasses import dataclass, field
 from enum import Enum
 from fnmatch import fnmatch
-from typing import Any, BinaryIO
+from typing import Any
 
 from energon_lite.av.metadata import ImageMetadata, MediaMetadataBase, MediaMetadataType
 
 logger = logging.getLogger(__name__)
 
 #: bytes, an open binary file, or a path object with ``.name`` and ``.open("rb")`` (``EPath``)
-SourceData = bytes | bytearray | BinaryIO | Any
+SourceData = Any
 
 IMAGE_EXTENSIONS = frozenset(
     {"bmp", "gif", "ico", "j2k", "jp2", "jpx", "jpeg", "jpg", "png", "tif", "tiff", "webp"}

@@ -30,8 +30,10 @@ DB_NAME = "index.sqlite"
 def write_media_table(root: Path, entries: Iterable[tuple[str, MediaMetadataBase]]) -> int:
     """Replace the media metadata table of the dataset or folder at ``root`` with
     ``entries`` (entry key, metadata); returns how many rows were written."""
-    rows = [(key, *serialize_media_metadata(meta)) for key, meta in entries]
-    rows = [(key, kind.value, payload) for key, kind, payload in rows]
+    rows = []
+    for key, meta in entries:
+        kind, payload = serialize_media_metadata(meta)
+        rows.append((key, kind.value, payload))
     meta = root / META_FOLDER
     meta.mkdir(exist_ok=True)
     target, tmp = meta / DB_NAME, meta / f"{DB_NAME}.{os.getpid()}.tmp"
