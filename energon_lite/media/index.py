@@ -31,8 +31,8 @@ def write_media_table(root: Path, entries: Iterable[tuple[str, MediaMetadataBase
     """Replace the media metadata table of the dataset or folder at ``root`` with
     ``entries`` (entry key, metadata); returns how many rows were written."""
     rows = []
-    for key, meta in entries:
-        kind, payload = serialize_media_metadata(meta)
+    for key, record in entries:
+        kind, payload = serialize_media_metadata(record)
         rows.append((key, kind.value, payload))
     meta = root / META_FOLDER
     meta.mkdir(exist_ok=True)
