@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "energon_lite"
 
 LAYERS: list[tuple[str, ...]] = [
-    ("errors", "edataclass"),  # exception types, error policy; Energon's dataclass shorthand
+    ("errors", "edataclass", "fork_hook", "sample_utils"),  # errors; Energon's small helpers
     ("rng", "quotas", "worker", "storage"),  # derived randomness, quotas, layout, I/O
     ("state",),  # the state codec and restore keys
     ("batching", "av"),  # collate and batch memory; audio/video decoding
