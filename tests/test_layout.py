@@ -20,7 +20,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("errors", "edataclass", "fork_hook", "sample_utils"),  # errors; Energon's small helpers
     ("rng", "quotas", "worker", "storage"),  # derived randomness, quotas, layout, I/O
     ("state",),  # the state codec and restore keys
-    ("batching", "av"),  # collate and batch memory; audio/video decoding
+    ("batching", "av", "transforms"),  # collate, batch memory; audio/video; image transforms
     ("decode", "media"),  # sample part decoding; media metadata and the media filter
     ("samples",),  # the data model and the sample factory
     ("shards",),  # the built-in tar format and prepare
