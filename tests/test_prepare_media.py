@@ -144,3 +144,18 @@ def test_energon_reads_our_metadata_and_we_read_theirs(media: Path, tmp_path: Pa
         width=24, height=24, format="PNG", mode="RGB"
     )
     assert store.get_media_metadata("video001.mp4").video_width == 32
+
+
+def test_cli_glob_and_header_strategies(tmp_path: Path) -> None:
+    files = _media(tmp_path / "fs")
+    (tmp_path / "fs" / "image000.bin").write_bytes(files["image000.jpg"])  # a JPEG by content
+    assert cli(["prepare-media", str(tmp_path / "fs"), "--media-metadata-by-glob", "*.png"]) == 0
+    store = SystemFileStore(tmp_path / "fs")
+    assert store.get_media_metadata("image001.png").width == 24
+    with pytest.raises(KeyError):
+        store.get_media_metadata("image000.jpg")  # not matched by the glob
+    assert cli(["prepare-media", str(tmp_path / "fs"), "--media-metadata-by-header"]) == 0
+    store = SystemFileStore(tmp_path / "fs")
+    assert store.get_media_metadata("image000.bin").format == "JPEG"
+    both = ["--media-metadata-by-header", "--media-metadata-by-glob", "*.png"]
+    assert cli(["prepare-media", str(tmp_path / "fs"), *both]) == 1
