@@ -18,7 +18,13 @@ PACKAGE = ROOT / "energon_lite"
 
 LAYERS: list[tuple[str, ...]] = [
     ("errors", "edataclass", "fork_hook", "sample_utils"),  # errors; Energon's small helpers
-    ("rng", "quotas", "worker", "storage"),  # derived randomness, quotas, layout, I/O
+    (
+        "rng",
+        "quotas",
+        "worker",
+        "storage",
+        "media_records",
+    ),  # derived randomness, quotas, layout, I/O
     ("state",),  # the state codec and restore keys
     ("batching", "av", "transforms"),  # collate, batch memory; audio/video; image transforms
     ("decode", "media"),  # sample part decoding; media metadata and the media filter

@@ -15,7 +15,8 @@ from energon_lite.av.decoder import (
     DecodeStats,
     decode_av_part,
 )
-from energon_lite.av.metadata import (
+from energon_lite.av.webdataset_decoder import AVWebdatasetDecoder
+from energon_lite.media_records.records import (
     AVMetadata,
     ImageMetadata,
     MediaMetadataBase,
@@ -23,7 +24,6 @@ from energon_lite.av.metadata import (
     deserialize_media_metadata,
     serialize_media_metadata,
 )
-from energon_lite.av.webdataset_decoder import AVWebdatasetDecoder
 
 __all__ = [
     "AV_DECODE_MODES",

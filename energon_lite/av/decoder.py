@@ -46,8 +46,8 @@ import torch
 
 from energon_lite.av.data import AVData
 from energon_lite.av.energon_api import EnergonAVMethods
-from energon_lite.av.metadata import AVMetadata
 from energon_lite.errors import ConfigError, MediaDecodeError, missing_extra
+from energon_lite.media_records.records import AVMetadata
 
 try:
     import av

@@ -2,7 +2,7 @@
 of every media file of a folder or a prepared tar dataset, recorded once, so that cookers
 can ask ``store.get_media_metadata(name)`` without reading the file.
 
-Stored as Energon stores it (``energon_lite.media.index``: table ``media_metadata`` in
+Stored as Energon stores it (``energon_lite.media_records.table``: table ``media_metadata`` in
 ``.nv-meta/index.sqlite``). Which files are media is a ``MediaFilterConfig``
 (``energon_lite.media.extractor``; by extension unless told otherwise).
 """
@@ -18,8 +18,8 @@ from tqdm import tqdm
 
 from energon_lite.errors import DatasetFormatError
 from energon_lite.media.extractor import MediaFilterConfig, MediaFilterStrategy
-from energon_lite.media.index import DB_NAME, lookup_media
-from energon_lite.media.index import write_media_table as _write
+from energon_lite.media_records.table import DB_NAME, lookup_media
+from energon_lite.media_records.table import write_media_table as _write
 
 __all__ = ["DB_NAME", "lookup", "prepare_media"]
 

@@ -2,8 +2,9 @@
 that decides which files of a dataset are media and reads their metadata (``extractor.py``)
 and the metadata index of a plain folder (``filesystem_prepare.py``).
 
-The types are defined in ``energon_lite.av.metadata`` (the decoder returns them) and are the
-same objects here; reading video and audio metadata needs PyAV (``energon-lite[av]``)."""
+The types are defined in ``energon_lite.media_records`` (below the decoder, which returns
+them) and are the same objects here. Importing needs no PyAV; reading the metadata of a
+video or audio file does (``energon-lite[av]``)."""
 
 from __future__ import annotations
 

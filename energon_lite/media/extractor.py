@@ -19,7 +19,7 @@ from enum import Enum
 from fnmatch import fnmatch
 from typing import Any
 
-from energon_lite.av.metadata import ImageMetadata, MediaMetadataBase, MediaMetadataType
+from energon_lite.media_records.records import ImageMetadata, MediaMetadataBase, MediaMetadataType
 
 logger = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from tqdm import tqdm
 
 from energon_lite.errors import ConfigError
 from energon_lite.media.extractor import MediaFilterConfig
-from energon_lite.media.index import META_FOLDER, write_media_table
+from energon_lite.media_records.table import META_FOLDER, write_media_table
 
 
 def prepare_filesystem_dataset(

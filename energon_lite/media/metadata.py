@@ -1,9 +1,9 @@
 """Energon's ``megatron.energon.media.metadata`` path: the metadata types, the same objects
-as ``energon_lite.av``'s."""
+as ``energon_lite.media_records``' (and ``energon_lite.av``'s)."""
 
 from __future__ import annotations
 
-from energon_lite.av.metadata import (
+from energon_lite.media_records.records import (
     AVMetadata,
     ImageMetadata,
     MediaMetadataBase,

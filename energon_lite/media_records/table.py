@@ -16,12 +16,12 @@ import sqlite3
 from collections.abc import Iterable
 from pathlib import Path
 
-from energon_lite.av.metadata import (
+from energon_lite.errors import DatasetFormatError
+from energon_lite.media_records.records import (
     MediaMetadataBase,
     deserialize_media_metadata,
     serialize_media_metadata,
 )
-from energon_lite.errors import DatasetFormatError
 
 META_FOLDER = ".nv-meta"
 DB_NAME = "index.sqlite"
