@@ -50,21 +50,3 @@ def test_prepare_episodes_without_h5py_names_the_extra(tmp_path: Path) -> None:
         "installed: pip install 'energon-lite[h5]'"
     )
     assert "please report it" not in done.stderr and "scanning" not in done.stderr
-
-
-def test_media_metadata_reads_without_pyav() -> None:
-    """The metadata types and the recorded index need no PyAV (an image-only setup reads
-    them); only reading a video's metadata does."""
-    done = _without(
-        "av",
-        "from energon_lite.media import ImageMetadata\n"
-        "from energon_lite.media.extractor import MediaFilterConfig, MediaFilterStrategy\n"
-        "import energon_lite.cache.media_metadata\n"
-        "config = MediaFilterConfig(strategy=MediaFilterStrategy.EXTENSION)\n"
-        "try:\n"
-        "    config.extract_metadata(b'00', filename='clip.mp4')\n"
-        "except ImportError as exc:\n"
-        "    print(type(exc).__name__, exc.name)\n",
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("MissingExtraError av"), done.stdout
