@@ -126,3 +126,20 @@ def test_transforms_must_agree_on_interpolation() -> None:
     bilinear = T.Resize(10)  # RandomRotation resamples with NEAREST by default
     with pytest.raises(ValueError, match="interpolation values are not equal"):
         MergeTransform([bilinear, T.RandomRotation(10)])
+
+
+def test_tensors_are_resampled_as_torchvision_does() -> None:
+    T = pytest.importorskip("torchvision.transforms")
+    image = torch.rand(3, 48, 64)
+    for transform in (
+        T.RandomHorizontalFlip(1.0),
+        T.RandomVerticalFlip(1.0),
+        T.RandomCrop((20, 30)),
+        T.CenterCrop((21, 33)),
+        T.Resize((96, 128), antialias=False),
+    ):
+        torch.manual_seed(0)
+        ours = MergeTransform([transform])(image)
+        torch.manual_seed(0)
+        theirs = transform(image)
+        assert ours.shape == theirs.shape and torch.allclose(ours, theirs, atol=1e-4), transform
