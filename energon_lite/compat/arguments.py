@@ -28,6 +28,7 @@ from energon_lite.errors import ConfigError
 from energon_lite.loader import api
 from energon_lite.loader.savable_dataset import SavableDataset
 from energon_lite.loader.savable_loader import SavableLoader
+from energon_lite.loader.watchdog_dataset import WatchdogDataset
 from energon_lite.task_encoder.base import DefaultTaskEncoder, TaskEncoder
 
 P = ParamSpec("P")
@@ -119,11 +120,28 @@ get_train_dataset = _taking_dataset_forms(api.get_train_dataset)
 get_val_dataset = _taking_dataset_forms(api.get_val_dataset, validation=True)
 
 
+def watched(dataset: SavableDataset, options: dict[str, Any]) -> SavableDataset:
+    """``dataset`` in a ``WatchdogDataset`` when ``watchdog_timeout_seconds`` is given, as
+    Energon's loaders wrap it (its ``_watchdog_trigger`` then runs on a stall)."""
+    timeout = options.get("watchdog_timeout_seconds")
+    if timeout is None or isinstance(dataset, WatchdogDataset):
+        return dataset
+    return WatchdogDataset(
+        dataset,
+        dataset.worker_config,
+        timeout_seconds=timeout,
+        initial_timeout_seconds=options.get("watchdog_initial_timeout_seconds"),
+        fail_on_timeout=bool(options.get("fail_on_timeout", False)),
+    )
+
+
 @functools.wraps(api.get_savable_loader)
 def get_savable_loader(dataset: SavableDataset, **options: Any) -> SavableLoader:
+    dataset = watched(dataset, options)
     return api.get_savable_loader(dataset, **loader_options(dataset, options))
 
 
 @functools.wraps(api.get_loader)
 def get_loader(dataset: SavableDataset, **options: Any) -> SavableLoader:
+    dataset = watched(dataset, options)
     return api.get_loader(dataset, **loader_options(dataset, options))

@@ -98,7 +98,19 @@ def _s3_client(options: dict[str, Any]) -> Any:
         **options,
     )
     fs.retries = 1  # s3fs's own retry loop: one attempt, ours counts and backs off
+    _no_expect_continue(fs)
     return fs
+
+
+def _no_expect_continue(fs: Any) -> None:
+    """Send uploads without ``Expect: 100-continue``: botocore asks for it on every upload,
+    and aiohttp then waits for the server's interim answer, which simple S3-compatible
+    servers never send (the upload would hang until the read timeout, then again on each
+    retry). Our uploads are in memory and small enough to send at once."""
+    from botocore.handlers import add_expect_header
+
+    fs.connect()  # makes the client (no request)
+    fs.s3.meta.events.unregister("before-call.s3", add_expect_header)
 
 
 def _http_client(options: dict[str, Any]) -> Any:
