@@ -70,6 +70,7 @@ _ENV = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID", "AWS_SEC
 _SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID",
                "AZURE_STORAGE_ACCOUNT_KEY", "AZURE_STORAGE_SAS_TOKEN",
                "AZURE_STORAGE_CLIENT_SECRET")  # fmt: skip
+STORAGE_ENV = _ENV  # the variables that say where a store is and how to reach it
 _pid = os.getpid()
 _clients: dict[tuple[Any, ...], Any] = {}
 _profiles: dict[tuple[str, ...], MscProfile] = {}
