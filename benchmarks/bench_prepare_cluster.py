@@ -94,7 +94,11 @@ def msc_config(folder: Path, endpoint: str) -> Path:
 def command(run: str) -> list[str]:
     tool, executor, workers = run.split()
     if tool == "energon":
-        exe = [str(Path(sys.executable).with_name("energon")), "prepare", f"msc://{BUCKET}/{PREFIX}"]  # fmt: skip
+        exe = [
+            str(Path(sys.executable).with_name("energon")),
+            "prepare",
+            f"msc://{BUCKET}/{PREFIX}",
+        ]
     else:
         exe = [sys.executable, "-m", "energon_lite.cli", "prepare", f"s3://{BUCKET}/{PREFIX}"]
         if executor == "ray":
@@ -121,11 +125,18 @@ def main() -> None:
     with S3Server() as server, tempfile.TemporaryDirectory() as tmp:
         upload(server, source)
         print(f"uploaded {args.shards} shards in {time.perf_counter() - started:.0f} s", flush=True)
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE.parent), os.environ.get("PYTHONPATH")])),  # fmt: skip
-               "AWS_ENDPOINT_URL": server.endpoint, "AWS_ACCESS_KEY_ID": TEST_CREDENTIALS["key"],
-               "AWS_SECRET_ACCESS_KEY": TEST_CREDENTIALS["secret"], "AWS_DEFAULT_REGION": "us-east-1",
-               "MSC_CONFIG": str(msc_config(Path(tmp), server.endpoint)),
-               "ENERGON_LITE_CACHE_DIR": str(Path(tmp, "cache"))}  # fmt: skip
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(
+                filter(None, [str(HERE.parent), os.environ.get("PYTHONPATH")])
+            ),
+            "AWS_ENDPOINT_URL": server.endpoint,
+            "AWS_ACCESS_KEY_ID": TEST_CREDENTIALS["key"],
+            "AWS_SECRET_ACCESS_KEY": TEST_CREDENTIALS["secret"],
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "MSC_CONFIG": str(msc_config(Path(tmp), server.endpoint)),
+            "ENERGON_LITE_CACHE_DIR": str(Path(tmp, "cache")),
+        }
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         env.pop("RAY_ADDRESS", None)
         for round_index in range(args.rounds):
@@ -133,13 +144,22 @@ def main() -> None:
             for run in ab_order(runs, round_index):
                 assert clean(server) == args.shards
                 start = time.perf_counter()
-                done = subprocess.run(command(run), capture_output=True, text=True, env=env,
-                                      stdin=subprocess.DEVNULL, timeout=3600)  # fmt: skip
+                done = subprocess.run(
+                    command(run),
+                    capture_output=True,
+                    text=True,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    timeout=3600,
+                )
                 seconds = time.perf_counter() - start
                 if done.returncode != 0:
                     raise RuntimeError(f"{run} failed ({done.returncode}):\n{done.stderr[-3000:]}")
                 times[run].append(seconds)
-                print(f"round {round_index + 1} {run}: {seconds:.1f} s (load {os.getloadavg()[0]:.1f})", flush=True)  # fmt: skip
+                print(
+                    f"round {round_index + 1} {run}: {seconds:.1f} s (load {os.getloadavg()[0]:.1f})",
+                    flush=True,
+                )
     print(
         f"\n{args.shards:,} shards x {args.per_shard} samples on moto (127.0.0.1); {args.rounds} "
         f"rounds, {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} CPUs, load average "
@@ -148,8 +168,12 @@ def main() -> None:
     )
     base = median(times["lite process 1"])
     rows = [
-        [run, f"{median(times[run]):.1f} s", f"{min(times[run]):.1f}-{max(times[run]):.1f} s",
-         f"{base / median(times[run]):.2f}x"]  # fmt: skip
+        [
+            run,
+            f"{median(times[run]):.1f} s",
+            f"{min(times[run]):.1f}-{max(times[run]):.1f} s",
+            f"{base / median(times[run]):.2f}x",
+        ]
         for run in runs
     ]
     print(markdown_table(["prepare", "median", "spread (min-max)", "vs lite process 1"], rows))
