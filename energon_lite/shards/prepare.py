@@ -22,7 +22,7 @@ import contextlib
 import os
 import shutil
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,6 +70,7 @@ from energon_lite.storage import RemotePath, StoragePath, as_path
 from energon_lite.storage.ops import downloaded, list_files, write_atomic
 
 VERSION_TAG = "energon_lite 0.1.0"
+REMOTE_WRITERS = 16  # index PUTs in flight at once for a remote prepare
 
 
 @dataclass
@@ -296,9 +297,12 @@ def prepare_dataset(
                     if isinstance(path, Path):
                         path.unlink(missing_ok=True)
             raise
-        if remote:
-            for name, scan in zip(shards, scans):
-                write_index(root / name, scan.offsets)
+        if remote:  # one PUT each, several at a time (a round trip each, little work)
+            with ThreadPoolExecutor(max_workers=REMOTE_WRITERS) as writers:
+                for _ in writers.map(
+                    lambda item: write_index(root / item[0], item[1].offsets), zip(shards, scans)
+                ):
+                    pass
         report = PrepareReport(root, shards, [scan.count for scan in scans], parts)
         report.excluded = excluded
         report.resumed = resumed
