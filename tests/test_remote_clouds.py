@@ -198,3 +198,28 @@ def test_prepare_and_info_on_a_cloud_prefix(
     info = capsys.readouterr().out
     assert "total: 60 samples, 3 shards" in info and "split train: 40 samples" in info
     assert len(take(_train(url), 4)) == 4
+
+
+@pytest.mark.timeout(120)
+def test_a_store_that_is_down_fails_after_our_counted_retries(
+    cloud: tuple[str, object], cloud_ds: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The client libraries' own retry loops are off: each attempt is one of ours, counted,
+    and the error names the object after the attempts are spent."""
+    import socket
+
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    name, server = cloud
+    if name == "az":
+        down = server.connection_string.replace(f":{server.port}/", f":{port}/")  # type: ignore[attr-defined]
+        monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", down)
+    else:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("ENERGON_LITE_REMOTE_ATTEMPTS", "2")
+    before = STATS.snapshot()
+    with pytest.raises(RemoteStorageError, match=rf"{cloud_ds}/parts/data-3\.tar: read failed after 2 attempts"):  # fmt: skip
+        ops.read_range_all(RemotePath(f"{cloud_ds}/parts/data-3.tar"))
+    assert STATS.retries - before["retries"] == 1
+    assert STATS.requests - before["requests"] == 2
