@@ -94,7 +94,11 @@ def cmd_prepare(args: argparse.Namespace) -> int:
         force_overwrite=args.force_overwrite,
         allow_duplicate_keys=args.allow_duplicate_keys,
         dataset_yaml_name=args.dataset_yaml_name,
+        executor=args.executor,
+        ray_address=args.ray_address,
     )
+    if report.resumed:
+        print(f"Resumed: {report.resumed} shards' scans taken from the unfinished prepare")
     print(
         f"Prepared {report.num_samples} samples in {len(report.shard_names)} shards; parts: {', '.join(sorted(report.parts))}"
     )
@@ -357,7 +361,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="leave out a shard (its path in the dataset), a sample (<shard>/<sample key>), or "
         "every shard whose path matches a regex (Energon's form); repeatable",
     )
-    p.add_argument("--num-workers", type=int, default=1, help="index shards in N processes")
+    p.add_argument("--num-workers", type=int, default=1, help="index shards in N processes (or N Ray tasks at once)")  # fmt: skip
+    p.add_argument("--executor", choices=["process", "ray"], default="process",
+                   help="where shards are indexed: local processes, or tasks on a Ray cluster")  # fmt: skip
+    p.add_argument("--ray-address", default=None,
+                   help="the Ray cluster for --executor ray (ray.init(address=...)); default: RAY_ADDRESS, else a local Ray")  # fmt: skip
     p.add_argument(
         "--shuffle-tars", action="store_true", help="shuffle shards before ratio splitting"
     )

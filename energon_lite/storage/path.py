@@ -1,4 +1,5 @@
-"""``RemotePath``: a pathlib-like name for an object under ``s3://``, ``msc://`` or ``http(s)://``.
+"""``RemotePath``: a pathlib-like name for an object under ``s3://``, ``az://``, ``gs://``,
+``msc://`` or ``http(s)://``.
 
 Local paths stay ``pathlib.Path``; ``as_path`` turns a string or path-like into one of the
 two. A ``RemotePath`` supports what the dataset code uses of ``pathlib.Path``: ``/``,
@@ -24,7 +25,7 @@ from urllib.parse import urlsplit
 from energon_lite.errors import ConfigError
 from energon_lite.storage.dss import dss_target, is_dss
 
-SCHEMES = ("s3", "msc", "http", "https")
+SCHEMES = ("s3", "az", "gs", "msc", "http", "https")
 
 
 def is_url(value: object) -> bool:
@@ -48,7 +49,8 @@ class RemotePath:
         if scheme not in SCHEMES or not parts.hostname:
             raise ConfigError(
                 f"{redact_url(url)!r} is not a remote path; allowed: s3://bucket/prefix, "
-                "msc://profile/prefix, http(s)://host/path"
+                "az://container/prefix, gs://bucket/prefix, msc://profile/prefix, "
+                "http(s)://host/path"
             )
         self.scheme = scheme
         host = parts.hostname if scheme in ("http", "https") else parts.netloc.rpartition("@")[2]
