@@ -5,19 +5,44 @@ Each ``next()`` draws a source with probability proportional to its weight (one
 source that ends anyway (no samples on this worker, ``repeat=False``) drops out and the
 others keep their relative weights. The blend ends when every source has ended.
 
+A weight may be a callable ``weight_at(step)`` (a schedule,
+:mod:`energon_lite.metadataset.schedule`); ``step`` is the training step of the batch being
+filled (:func:`energon_lite.stages.mix.loader_step`), so the weights are evaluated once per
+batch. ``composition`` shapes each batch of ``batch_size`` samples:
+
+* ``random``: every sample drawn by weight (as above);
+* ``stratified``: each batch holds each source by largest remainder of its current share
+  (:func:`~energon_lite.stages.mix.largest_remainder`), in an order drawn at random;
+* ``per_source``: the whole batch from one source, drawn by weight once per batch.
+
+``unit="tokens"``: instead of chance, the source whose delivered cost (reported by the
+``Cost`` stage through a ``CostLedger``) lags its target share the most
+(:func:`~energon_lite.stages.mix.deficit_choice`).
+
 Restore keys pass through unchanged; ``fetch`` routes a key to the reader of its leaf.
 
-State: the sources' states, the random counter and an exhausted flag per source.
+State: the sources' states, the random counter and an exhausted flag per source; ``tally``
+(per source: samples drawn, samples costed, their cost; what ``loader.stats()`` reports),
+``base`` (steps delivered before an elastic restore; 0) and ``round`` (a stratified or
+per-source batch in progress: its step and what it still draws) where used. The three are
+optional: a state saved before them restores with zeros.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from energon_lite.errors import ConfigError, StateError
 from energon_lite.rng import CounterRng
 from energon_lite.stages.base import Stage
+from energon_lite.stages.mix import (
+    CostLedger,
+    deficit_choice,
+    largest_remainder,
+    loader_step,
+    plain_tally,
+)
 from energon_lite.stages.routing import by_leaf, fetch_by_leaf
 from energon_lite.state.codec import state_count
 
@@ -35,51 +60,157 @@ def draw(rng: CounterRng, weights: Sequence[float]) -> int:
     return max(i for i, w in enumerate(weights) if w > 0)  # float round-off at the top end
 
 
+COMPOSITIONS = ("random", "stratified", "per_source")
+
+
 class WeightedBlend(Stage):
     STATE_KEYS = ("rng", "exhausted")
+    OPTIONAL_KEYS = ("tally", "base", "round")  # absent in states saved before them
     STATS_LABEL = "blend"
     sources: list[Stage]  # Readers, or chains a wrapper composes
     _exhausted: list[bool]
+    _round: list[Any] | None  # [step, what a composed batch still draws per source]
 
     def __init__(
         self,
         sources: Sequence[Stage],
-        weights: Sequence[float],
+        weights: Sequence[float | Callable[[int], float]],
         seed: int,
         global_worker_id: int,
         *rng_keys: Any,  # more keys for the random stream (a BlendDataset inside another)
+        composition: str = "random",
+        batch_size: int | None = None,
+        ledger: CostLedger | None = None,
+        clock: Callable[[int], int] = loader_step,
     ) -> None:
-        weights = [float(w) for w in weights]
-        if not sources or len(weights) != len(sources) or not all(w >= 0 for w in weights):
+        scheduled = any(callable(w) for w in weights)
+        fixed = [0.0 if callable(w) else float(w) for w in weights]
+        if not sources or len(weights) != len(sources) or not all(w >= 0 for w in fixed):
             raise ConfigError(
-                f"WeightedBlend: need one weight >= 0 per source, got {weights=} for "
+                f"WeightedBlend: need one weight >= 0 per source, got {list(weights)!r} for "
                 f"{len(sources)} sources"
             )
-        if sum(weights) <= 0:
-            raise ConfigError(f"WeightedBlend: weights {weights} must have a positive sum")
+        if not scheduled and sum(fixed) <= 0:
+            raise ConfigError(f"WeightedBlend: weights {fixed} must have a positive sum")
+        if composition not in COMPOSITIONS:
+            raise ConfigError(f"WeightedBlend: {composition=}; allowed: {list(COMPOSITIONS)}")
+        if composition != "random" and (batch_size is None or batch_size < 1):
+            raise ConfigError(
+                f"batch_composition {composition!r} shapes batches: it needs batch_size >= 1, "
+                f"got {batch_size=}"
+            )
+        if ledger is not None and composition != "random":
+            raise ConfigError(
+                f"weight_unit: tokens steers every draw by cost; it cannot also make "
+                f"{composition!r} batches (use batch_composition: random with it)"
+            )
         self.sources = list(sources)
-        self.weights = weights
+        self.weights = fixed  # a callable's entry is 0 here: see weights_at
+        self.schedule = list(weights) if scheduled else None
+        self.scheduled = scheduled
+        self.composition = composition
+        self.batch_size = batch_size
+        self.ledger = ledger
+        self.clock = clock
         self.seed = seed
         self.global_worker_id = global_worker_id
         self.rng_keys = rng_keys
         self._by_leaf = by_leaf(self.sources)
+        self._index_of = {
+            leaf: i
+            for leaf, src in self._by_leaf.items()
+            for i, s in enumerate(self.sources)
+            if s is src
+        }
+        self._simple = not scheduled and composition == "random" and ledger is None
+        self._step_cached: int | None = None
+        self._now: list[float] = fixed
 
     @classmethod
     def elastic_state(cls, level: dict[str, Any], deal: ElasticDeal) -> dict[str, Any]:
-        """Fresh draws over every source again (the readers deal the leftover work)."""
-        return {"rng": 0, "exhausted": [False] * len(level["sources"])}
+        """Fresh draws over every source again (the readers deal the leftover work); the
+        schedule continues at the step the old layout had delivered."""
+        sources = len(level["sources"])
+        out: dict[str, Any] = {"rng": 0, "exhausted": [False] * sources}
+        if "base" in level or deal.delivered:
+            out["base"] = deal.delivered
+        return out
+
+    @classmethod
+    def delivered_base(cls, level: dict[str, Any]) -> int:
+        """The steps delivered before this layout started (an elastic restore's base)."""
+        return state_count(level.get("base", 0), "WeightedBlend base")
+
+    def weights_at(self, step: int) -> list[float]:
+        """Every source's weight at ``step`` (exhausted ones included)."""
+        if self.schedule is None:
+            return list(self.weights)
+        now = [float(w(step)) if callable(w) else float(w) for w in self.schedule]
+        if not all(w >= 0 for w in now):
+            raise ConfigError(f"WeightedBlend: weights {now} at step {step}; need >= 0")
+        return now
 
     def next(self) -> Any:
         self._start_if_fresh()
+        if self.ledger is not None:
+            self._take_costs()
         while True:
-            live = [0.0 if gone else w for w, gone in zip(self.weights, self._exhausted)]
-            if sum(live) <= 0:
-                raise StopIteration
-            index = draw(self._rng, live)
+            if self._simple:  # today's blend, untouched: one weighted draw
+                live = [0.0 if gone else w for w, gone in zip(self.weights, self._exhausted)]
+                if sum(live) <= 0:
+                    raise StopIteration
+                index = draw(self._rng, live)
+            else:
+                index = self._choose()
             try:
-                return self.sources[index].next()
+                item = self.sources[index].next()
             except StopIteration:
                 self._exhausted[index] = True
+                continue
+            self._tally[index][0] += 1
+            return item
+
+    def _choose(self) -> int:
+        step = self.clock(self._base)
+        if step != self._step_cached:
+            self._now = self.weights_at(step)
+            self._step_cached = step
+        live = [0.0 if gone else w for w, gone in zip(self._now, self._exhausted)]
+        if sum(live) <= 0:
+            if all(self._exhausted):
+                raise StopIteration
+            raise ConfigError(
+                f"WeightedBlend: every source that has samples left weighs 0 at step {step} "
+                f"(weights {self._now}); give one of them a weight > 0 at that step"
+            )
+        if self.ledger is not None:
+            return deficit_choice(live, self._tally)
+        if self.composition == "random":
+            return draw(self._rng, live)
+        round_ = self._round
+        if round_ is None or round_[0] != step or not self._round_left(round_, live):
+            if self.composition == "stratified":
+                plan = largest_remainder(self.batch_size or 1, live)
+            else:
+                plan = [0] * len(live)
+                plan[draw(self._rng, live)] = self.batch_size or 1
+            round_ = self._round = [step, plan]
+        left = [float(n) if w > 0 else 0.0 for n, w in zip(round_[1], live)]
+        index = draw(self._rng, left)
+        round_[1][index] -= 1
+        return index
+
+    @staticmethod
+    def _round_left(round_: list[Any], live: list[float]) -> bool:
+        return any(n > 0 and w > 0 for n, w in zip(round_[1], live))
+
+    def _take_costs(self) -> None:
+        assert self.ledger is not None
+        for leaf, cost in self.ledger.take():
+            index = self._index_of.get(leaf)
+            if index is not None:
+                self._tally[index][1] += 1
+                self._tally[index][2] += cost
 
     def fetch(self, restore_key: Any) -> Any:
         return fetch_by_leaf("WeightedBlend", self._by_leaf, restore_key)
@@ -87,9 +218,36 @@ class WeightedBlend(Stage):
     def _reset(self) -> None:
         self._rng = CounterRng(self.seed, "blend", self.global_worker_id, *self.rng_keys)
         self._exhausted = [False] * len(self.sources)
+        self._tally: list[list[Any]] = [[0, 0, 0.0] for _ in self.sources]
+        self._base = 0
+        self._round = None
+        self._step_cached = None
+        if self.ledger is not None:
+            self.ledger.take()  # reports of a stream that is gone
 
     def _save(self) -> dict[str, Any]:
-        return {"rng": self._rng.counter, "exhausted": list(self._exhausted)}
+        if self.ledger is not None:
+            self._take_costs()  # costs of the items handed out so far belong to this state
+        out: dict[str, Any] = {
+            "rng": self._rng.counter,
+            "exhausted": list(self._exhausted),
+            "tally": [list(t) for t in self._tally],
+        }
+        if self.scheduled or self._base:
+            out["base"] = self._base
+        if self._round is not None:
+            out["round"] = [self._round[0], list(self._round[1])]
+        return out
+
+    def _validate(self, state: dict[str, Any]) -> None:
+        round_ = state.get("round")
+        if round_ is not None and not (
+            isinstance(round_, list)
+            and len(round_) == 2
+            and isinstance(round_[1], list)
+            and all(isinstance(n, int) and n >= 0 for n in round_[1])
+        ):
+            raise StateError(f"WeightedBlend: round {round_!r} is not [step, counts]; corrupt")
 
     def _restore(self, state: dict[str, Any]) -> None:
         self._reset()
@@ -103,3 +261,12 @@ class WeightedBlend(Stage):
         if not all(isinstance(flag, bool) for flag in exhausted):
             raise StateError(f"WeightedBlend: exhausted flags {exhausted!r} must be booleans")
         self._exhausted = list(exhausted)
+        if "tally" in state:
+            self._tally = plain_tally(state["tally"], len(self.sources), "WeightedBlend")
+        self._base = self.delivered_base(state)
+        round_ = state.get("round")
+        if round_ is not None:
+            if len(round_[1]) != len(self.sources):
+                raise StateError(f"WeightedBlend: round {round_!r} does not match the sources")
+            counts = [int(n) for n in round_[1]]
+            self._round = [state_count(round_[0], "WeightedBlend round"), counts]
