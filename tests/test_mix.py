@@ -16,6 +16,7 @@ import torch
 
 import energon_lite as el
 from energon_lite import prepare_dataset
+from energon_lite.cli.bench import run_bench, windowed_shares
 from energon_lite.errors import ConfigError, DatasetFormatError
 from energon_lite.loader.stats_report import format_stats
 from energon_lite.metadataset.schedule import WeightSchedule
@@ -448,3 +449,27 @@ def test_stats_report_delivered_tokens(data):
     short, long = loader.mix()["sources"]
     assert short["tokens"] > 0 and abs(short["token_share"] - 0.5) < 0.02
     assert short["target"] == long["target"] == 0.5
+
+
+def test_bench_prints_and_plots_the_mix(data, tmp_path):
+    """``energon-lite bench`` on a scheduled metadataset: the mix per source in the report
+    and printed, its readings over the run, and mix.png."""
+    lines: list[str] = []
+    report = run_bench(
+        _ramp(data),
+        num_workers=1,
+        seconds=2.0,
+        batch_size=10,
+        out=tmp_path,
+        print_fn=lines.append,
+    )
+    assert [s["path"].split(" ")[0].rsplit("/", 1)[-1] for s in report["mix"]["sources"]] == [
+        "web",
+        "cur",
+    ]
+    assert any(line.startswith("mix at step") for line in lines)
+    readings = report["mix_timeline"]
+    assert readings and [m["step"] for m in readings] == sorted(m["step"] for m in readings)
+    for shares in windowed_shares(readings, "samples"):
+        assert sum(shares) == pytest.approx(1.0)
+    assert (tmp_path / "mix.png").stat().st_size > 0
