@@ -473,3 +473,31 @@ def test_bench_prints_and_plots_the_mix(data, tmp_path):
     for shares in windowed_shares(readings, "samples"):
         assert sum(shares) == pytest.approx(1.0)
     assert (tmp_path / "mix.png").stat().st_size > 0
+
+
+class GroupedEncoder(el.TaskEncoder):
+    """Groups by the parity of the sample number: batches of 4 (odd) or 6 (even)."""
+
+    def batch_group_criterion(self, sample: Any) -> tuple[Any, int]:
+        odd = int(sample.__key__[-1]) % 2
+        return odd, 4 if odd else 6
+
+
+def test_per_source_applies_within_each_group_of_grouped_batching(data):
+    path = _meta(
+        data,
+        "per_source_grouped.yaml",
+        "    batch_composition: per_source\n    blend:\n"
+        "      - path: ./web\n        weight: 1\n      - path: ./cur\n        weight: 1\n",
+    )
+    batches = take(_loader(path, batch_size=None, task_encoder=GroupedEncoder()), 80)
+    seen = Counter()
+    for batch in batches:
+        sources = _sources(batch)
+        parities = {int(k[-1]) % 2 for k in batch.__key__}
+        assert len(sources) == 1 and len(parities) == 1, batch.__key__
+        assert len(batch.__key__) == (4 if parities == {1} else 6)
+        seen[(next(iter(sources)), parities.pop())] += 1
+    assert set(seen) == {("web", 0), ("web", 1), ("cur", 0), ("cur", 1)}
+    with pytest.raises(ConfigError, match="stratified with grouped batching"):
+        _loader(_ramp(data), batch_size=None, task_encoder=GroupedEncoder())

@@ -69,7 +69,7 @@ class WeightedBlend(Stage):
     STATS_LABEL = "blend"
     sources: list[Stage]  # Readers, or chains a wrapper composes
     _exhausted: list[bool]
-    _round: list[Any] | None  # [step, what a composed batch still draws per source]
+    _round: list[Any] | None  # [step, the sources a composed batch still draws, last first]
 
     def __init__(
         self,
@@ -124,7 +124,7 @@ class WeightedBlend(Stage):
         }
         self._simple = not scheduled and composition == "random" and ledger is None
         self._step_cached: int | None = None
-        self._now: list[float] = fixed
+        self._live: list[float] = fixed
 
     @classmethod
     def elastic_state(cls, level: dict[str, Any], deal: ElasticDeal) -> dict[str, Any]:
@@ -166,6 +166,7 @@ class WeightedBlend(Stage):
                 item = self.sources[index].next()
             except StopIteration:
                 self._exhausted[index] = True
+                self._step_cached = None  # the live weights change
                 continue
             self._tally[index][0] += 1
             return item
@@ -173,36 +174,48 @@ class WeightedBlend(Stage):
     def _choose(self) -> int:
         step = self.clock(self._base)
         if step != self._step_cached:
-            self._now = self.weights_at(step)
-            self._step_cached = step
-        live = [0.0 if gone else w for w, gone in zip(self._now, self._exhausted)]
+            self._new_step(step)
+        if self.ledger is not None:
+            return deficit_choice(self._live, self._tally)
+        if self.composition == "random":
+            return draw(self._rng, self._live)
+        round_ = self._round
+        if round_ is None or round_[0] != step:
+            round_ = self._round = [step, self._plan_batch()]
+        order = round_[1]
+        while order:
+            index = order.pop()
+            if not self._exhausted[index]:
+                return int(index)
+        round_[1] = self._plan_batch()  # a skipped sample or a source that ended: once more
+        return int(round_[1].pop())
+
+    def _new_step(self, step: int) -> None:
+        """The live weights at ``step`` (0 for an exhausted source), evaluated once per step."""
+        now = self.weights_at(step)
+        live = [0.0 if gone else w for w, gone in zip(now, self._exhausted)]
         if sum(live) <= 0:
             if all(self._exhausted):
                 raise StopIteration
             raise ConfigError(
                 f"WeightedBlend: every source that has samples left weighs 0 at step {step} "
-                f"(weights {self._now}); give one of them a weight > 0 at that step"
+                f"(weights {now}); give one of them a weight > 0 at that step"
             )
-        if self.ledger is not None:
-            return deficit_choice(live, self._tally)
-        if self.composition == "random":
-            return draw(self._rng, live)
-        round_ = self._round
-        if round_ is None or round_[0] != step or not self._round_left(round_, live):
-            if self.composition == "stratified":
-                plan = largest_remainder(self.batch_size or 1, live)
-            else:
-                plan = [0] * len(live)
-                plan[draw(self._rng, live)] = self.batch_size or 1
-            round_ = self._round = [step, plan]
-        left = [float(n) if w > 0 else 0.0 for n, w in zip(round_[1], live)]
-        index = draw(self._rng, left)
-        round_[1][index] -= 1
-        return index
+        self._live, self._step_cached = live, step
 
-    @staticmethod
-    def _round_left(round_: list[Any], live: list[float]) -> bool:
-        return any(n > 0 and w > 0 for n, w in zip(round_[1], live))
+    def _plan_batch(self) -> list[int]:
+        """The sources of one batch, in the order they are drawn (last first): stratified,
+        the largest-remainder counts in an order drawn at random; per_source, one source."""
+        size = self.batch_size or 1
+        if self.composition == "per_source":
+            return [draw(self._rng, self._live)] * size
+        left = [float(n) for n in largest_remainder(size, self._live)]
+        order = []
+        for _ in range(size):
+            index = draw(self._rng, left)
+            left[index] -= 1
+            order.append(index)
+        return order[::-1]
 
     def _take_costs(self) -> None:
         assert self.ledger is not None
@@ -247,7 +260,7 @@ class WeightedBlend(Stage):
             and isinstance(round_[1], list)
             and all(isinstance(n, int) and n >= 0 for n in round_[1])
         ):
-            raise StateError(f"WeightedBlend: round {round_!r} is not [step, counts]; corrupt")
+            raise StateError(f"WeightedBlend: round {round_!r} is not [step, sources]; corrupt")
 
     def _restore(self, state: dict[str, Any]) -> None:
         self._reset()
@@ -266,7 +279,7 @@ class WeightedBlend(Stage):
         self._base = self.delivered_base(state)
         round_ = state.get("round")
         if round_ is not None:
-            if len(round_[1]) != len(self.sources):
-                raise StateError(f"WeightedBlend: round {round_!r} does not match the sources")
-            counts = [int(n) for n in round_[1]]
-            self._round = [state_count(round_[0], "WeightedBlend round"), counts]
+            if any(n >= len(self.sources) for n in round_[1]):
+                raise StateError(f"WeightedBlend: round {round_!r} names a source it lacks")
+            order = [int(n) for n in round_[1]]
+            self._round = [state_count(round_[0], "WeightedBlend round"), order]

@@ -1,0 +1,271 @@
+"""Data mixtures: the cost of a scheduled, stratified blend, and token weights with packing.
+
+1. **Draws/s.** ``WeightedBlend`` over the real Readers of two prepared caption datasets
+   (tar shards, raw samples: no decode, so the blend's own work is as visible as it can
+   be), today's blend (fixed weights 9:1, each sample drawn by weight) against a blend whose
+   weights are schedules (9:1 ramping to 1:9 over the measured steps) with
+   ``composition="stratified"`` in batches of 32. Both loops set the batch index every 32
+   draws (what ``Batch`` does). ``--draws`` draws per variant and round, timed in process
+   CPU time (the machine is shared); rounds alternate the order (A/B); medians, the spread
+   (min-max of the rounds) and the ratio.
+2. **Token shares.** Two text datasets of one-letter-word "tokens", ``short`` (median 250,
+   lognormal) and ``long`` (median 1500), blended 50:50, packed by best fit into sequences
+   of 4096 over a packing buffer of 200, batches of 8 sequences, ``--packs`` (10,000)
+   sequences, in one process: once with ``weight_unit: tokens`` and once with the weights on
+   samples (today). Reported: each source's share of the delivered tokens and samples,
+   from the packs' members (every member carries its source and length).
+
+Scratch data goes to ``--data`` (default /tmp/bench_mix). Usage::
+
+    python benchmarks/bench_mix.py [--rounds 5] [--draws 100000] [--packs 10000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import math
+import os
+import tarfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from common import ab_order, fmt_num, markdown_table, median, ratio
+
+import energon_lite as el
+from energon_lite.metadataset.schedule import WeightSchedule
+from energon_lite.rng import rng_for
+from energon_lite.shards.dataset import PreparedDataset
+from energon_lite.stages.blend_weighted import WeightedBlend
+from energon_lite.stages.reader import Reader
+from energon_lite.synth.shards import write_captioning_shards
+from energon_lite.task_encoder.hook_index import INDEX
+from energon_lite.task_encoder.packing import best_fit
+
+BATCH = 32
+SEQUENCE = 4096
+PACK_BATCH = 8
+
+
+# 1. draws/s -------------------------------------------------------------------------------
+
+
+def caption_data(root: Path, name: str, count: int) -> PreparedDataset:
+    folder = root / name
+    if not (folder / ".nv-meta" / "split.yaml").exists():
+        write_captioning_shards(folder, count, 1000, image_size=(8, 8), key_format=name + "{:06d}")
+        el.prepare_dataset(
+            folder,
+            split_ratio=[("train", 1)],
+            sample_type="CaptioningSample",
+            field_map={"image": "jpg", "caption": "txt"},
+            progress=False,
+        )
+    return PreparedDataset(folder, "train")
+
+
+def blend(variant: str, datasets: list[PreparedDataset], draws: int) -> WeightedBlend:
+    readers = [
+        Reader(ds, leaf_id=i, seed=1, worker_index=0, num_workers=1, max_samples_per_sequence=100,
+               shuffle=True, repeat=True, open_slices=4)  # fmt: skip
+        for i, ds in enumerate(datasets)
+    ]
+    if variant == "today":
+        return WeightedBlend(readers, [9, 1], 1, 0)
+    end = draws // BATCH
+    weights = [WeightSchedule([[0, 9], [end, 1]]), WeightSchedule([[0, 1], [end, 9]])]
+    return WeightedBlend(readers, weights, 1, 0, composition="stratified", batch_size=BATCH)
+
+
+def draws_per_s(variant: str, datasets: list[PreparedDataset], draws: int) -> float:
+    """Draws per second of this process's CPU time (the machine is shared: CPU time is
+    what the blend costs; wall time adds the other processes' share of the cores)."""
+    stage = blend(variant, datasets, draws)
+    stage.restore_state(None)
+    INDEX.worker, INDEX.workers = 0, 1
+    for _ in range(1000):  # warm: open slices, page cache
+        stage.next()
+    start = time.process_time()
+    for batch in range(draws // BATCH):
+        INDEX.batch = batch
+        for _ in range(BATCH):
+            stage.next()
+    return (draws // BATCH) * BATCH / (time.process_time() - start)
+
+
+# 2. token shares -----------------------------------------------------------------------------
+
+
+def text_data(root: Path, name: str, lengths: list[int]) -> Path:
+    folder = root / name
+    if (folder / ".nv-meta" / "split.yaml").exists():
+        return folder
+    folder.mkdir(parents=True, exist_ok=True)
+    for shard, start in enumerate(range(0, len(lengths), 1000)):
+        with tarfile.open(folder / f"t-{shard}.tar", "w", format=tarfile.GNU_FORMAT) as tar:
+            for i in range(start, min(len(lengths), start + 1000)):
+                data = ("x " * lengths[i]).encode()
+                info = tarfile.TarInfo(f"{name}{i:06d}.txt")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    el.prepare_dataset(
+        folder,
+        split_ratio=[("train", 1)],
+        sample_type="TextSample",
+        field_map={"text": "txt"},
+        progress=False,
+    )
+    return folder
+
+
+def lognormal(count: int, median_: float, sigma: float, low: int, name: str) -> list[int]:
+    values = rng_for(0, "bench_mix", name).lognormal(math.log(median_), sigma, count)
+    return [int(min(SEQUENCE, max(low, v))) for v in values]
+
+
+@dataclass
+class Tokens(el.Sample):
+    tokens: torch.Tensor | None = None
+    parts: list[tuple[int, int]] = field(default_factory=list)  # (leaf, tokens) per member
+
+
+class PackingEncoder(el.TaskEncoder):
+    """One token per word; best fit into 4096; the default sample_cost (len of tokens)."""
+
+    def preencode_sample(self, sample: Any) -> Tokens:
+        tokens = torch.ones(sample.text.count(" "), dtype=torch.int32)
+        return Tokens.derive_from(
+            sample, tokens=tokens, parts=[(sample.__restore_key__.leaf, len(tokens))]
+        )
+
+    def select_samples_to_pack(self, samples: list[Any]) -> list[list[Any]]:
+        return best_fit(samples, SEQUENCE, length=lambda s: len(s.tokens))
+
+    def pack_selected_samples(self, samples: list[Any]) -> Tokens:
+        return Tokens.derive_from(
+            samples[0],
+            tokens=torch.cat([s.tokens for s in samples]),
+            parts=[p for s in samples for p in s.parts],
+        )
+
+    def batch(self, samples: list[Any]) -> list[Any]:
+        return samples
+
+
+def token_run(meta: Path, packs: int) -> dict[str, Any]:
+    dataset = el.get_train_dataset(
+        meta,
+        worker_config=el.WorkerConfig(0, 1, 0),
+        batch_size=PACK_BATCH,
+        shuffle_buffer_size=100,
+        max_samples_per_sequence=100,
+        packing_buffer_size=200,
+        task_encoder=PackingEncoder(),
+    )
+    loader = el.get_savable_loader(dataset)
+    tokens, samples, delivered = [0, 0], [0, 0], 0
+    start = time.perf_counter()
+    for batch in loader:
+        for pack in batch:
+            for leaf, n in pack.parts:
+                tokens[leaf] += n
+                samples[leaf] += 1
+            delivered += 1
+        if delivered >= packs:
+            break
+    seconds = time.perf_counter() - start
+    mix = loader.mix()
+    loader.close()
+    return {
+        "packs": delivered,
+        "token_share": tokens[0] / sum(tokens),
+        "sample_share": samples[0] / sum(samples),
+        "tokens": tokens,
+        "samples": samples,
+        "seconds": seconds,
+        "reported": None if mix is None else mix["sources"][0]["token_share"],
+    }
+
+
+def write_meta(root: Path, unit: str) -> Path:
+    path = root / f"tokens_{unit}.yaml"
+    path.write_text(
+        "__module__: energon_lite\n__class__: MetadatasetV2\nsplits:\n  train:\n"
+        f"    weight_unit: {unit}\n    blend:\n"
+        "      - path: ./short\n        weight: 1\n      - path: ./long\n        weight: 1\n"
+    )
+    return path
+
+
+# main ---------------------------------------------------------------------------------------
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--draws", type=int, default=100_000)
+    parser.add_argument("--packs", type=int, default=10_000)
+    parser.add_argument("--data", type=Path, default=Path("/tmp/bench_mix"))
+    parser.add_argument("--skip-draws", action="store_true")
+    parser.add_argument("--skip-tokens", action="store_true")
+    args = parser.parse_args()
+    args.data.mkdir(parents=True, exist_ok=True)
+
+    if not args.skip_draws:
+        datasets = [caption_data(args.data, "web", 20_000), caption_data(args.data, "cur", 20_000)]
+        variants = ("today", "scheduled+stratified")
+        results: dict[str, list[float]] = {v: [] for v in variants}
+        print(f"draws/s, load before: {load()}")
+        for r in range(args.rounds):
+            for variant in ab_order(variants, r):
+                results[variant].append(draws_per_s(variant, datasets, args.draws))
+            print(f"round {r}: " + ", ".join(f"{v} {results[v][-1]:,.0f}" for v in variants))
+        rows = [
+            [v, fmt_num(median(results[v])), f"{min(results[v]):,.0f}-{max(results[v]):,.0f}"]
+            for v in variants
+        ]
+        print(markdown_table(["blend", "draws per CPU s (median)", "spread (min-max)"], rows))
+        share = ratio(median(results[variants[1]]), median(results[variants[0]]))
+        per_round = [b / a for a, b in zip(results[variants[0]], results[variants[1]])]
+        print(
+            f"scheduled+stratified / today: {fmt_num(share, 3)} (per round "
+            f"{min(per_round):.3f}-{max(per_round):.3f}); load after: {load()}"
+        )
+
+    if not args.skip_tokens:
+        text_data(args.data, "short", lognormal(20_000, 250, 0.6, 16, "short"))
+        text_data(args.data, "long", lognormal(6_000, 1500, 0.5, 64, "long"))
+        print(f"token shares, load before: {load()}")
+        rows = []
+        for unit in ("tokens", "samples"):
+            run = token_run(write_meta(args.data, unit), args.packs)
+            rows.append(
+                [
+                    f"weight_unit: {unit}",
+                    f"{run['packs']:,}",
+                    f"{100 * run['token_share']:.2f}%",
+                    f"{100 * (1 - run['token_share']):.2f}%",
+                    f"{100 * run['sample_share']:.1f}%",
+                    "n/a" if run["reported"] is None else f"{100 * run['reported']:.2f}%",
+                    f"{run['seconds']:.0f} s",
+                ]
+            )
+        print(
+            markdown_table(
+                ["blend 50:50", "packed sequences", "short: token share", "long: token share",
+                 "short: sample share", "short: loader.mix()", "time"],
+                rows,
+            )  # fmt: skip
+        )
+        print(f"load after: {load()}")
+
+
+if __name__ == "__main__":
+    main()
