@@ -6,8 +6,9 @@
    weights are schedules (9:1 ramping to 1:9 over the measured steps) with
    ``composition="stratified"`` in batches of 32. Both loops set the batch index every 32
    draws (what ``Batch`` does). ``--draws`` draws per variant and round, timed in process
-   CPU time (the machine is shared); rounds alternate the order (A/B); medians, the spread
-   (min-max of the rounds) and the ratio.
+   CPU time (the machine is shared) in 20 chunks per round that alternate the variants
+   (A/B, the order rotating); per round draws/s, then medians, the spread (min-max of the
+   rounds) and the ratio. The schedule ramps over all the rounds' steps.
 2. **Token shares.** Two text datasets of one-letter-word "tokens", ``short`` (median 250,
    lognormal) and ``long`` (median 1500), blended 50:50, packed by best fit into sequences
    of 4096 over a packing buffer of 200, batches of 8 sequences, ``--packs`` (10,000)
@@ -80,20 +81,41 @@ def blend(variant: str, datasets: list[PreparedDataset], draws: int) -> Weighted
     return WeightedBlend(readers, weights, 1, 0, composition="stratified", batch_size=BATCH)
 
 
-def draws_per_s(variant: str, datasets: list[PreparedDataset], draws: int) -> float:
-    """Draws per second of this process's CPU time (the machine is shared: CPU time is
-    what the blend costs; wall time adds the other processes' share of the cores)."""
-    stage = blend(variant, datasets, draws)
-    stage.restore_state(None)
-    INDEX.worker, INDEX.workers = 0, 1
-    for _ in range(1000):  # warm: open slices, page cache
-        stage.next()
-    start = time.process_time()
-    for batch in range(draws // BATCH):
-        INDEX.batch = batch
-        for _ in range(BATCH):
-            stage.next()
-    return (draws // BATCH) * BATCH / (time.process_time() - start)
+class Timed:
+    """One variant's blend, started once, timed in chunks of whole batches."""
+
+    def __init__(self, variant: str, datasets: list[PreparedDataset], draws: int) -> None:
+        self.stage = blend(variant, datasets, draws)
+        self.stage.restore_state(None)
+        self.batch = 0
+        INDEX.worker, INDEX.workers = 0, 1
+        self.run(1000 // BATCH)  # warm: open slices, page cache
+
+    def run(self, batches: int) -> float:
+        """CPU seconds for ``batches`` batches of draws (the machine is shared: CPU time is
+        what the blend costs; wall time adds the other processes' share of the cores)."""
+        stage = self.stage
+        start = time.process_time()
+        for _ in range(batches):
+            INDEX.batch = self.batch
+            self.batch += 1
+            for _ in range(BATCH):
+                stage.next()
+        return time.process_time() - start
+
+
+def draws_round(
+    variants: tuple[str, ...], timed: dict[str, Timed], draws: int, r: int, chunks: int = 20
+) -> dict[str, float]:
+    """Draws per CPU second of each variant over ``draws`` draws, alternating the variants
+    every ``draws / chunks`` draws (A/B inside the round, the order rotating), so that a
+    change of the machine's load falls on both alike."""
+    seconds = dict.fromkeys(variants, 0.0)
+    batches = max(1, draws // chunks // BATCH)
+    for chunk in range(chunks):
+        for variant in ab_order(variants, r + chunk):
+            seconds[variant] += timed[variant].run(batches)
+    return {v: chunks * batches * BATCH / seconds[v] for v in variants}
 
 
 # 2. token shares -----------------------------------------------------------------------------
@@ -223,9 +245,12 @@ def main() -> None:
         variants = ("today", "scheduled+stratified")
         results: dict[str, list[float]] = {v: [] for v in variants}
         print(f"draws/s, load before: {load()}")
+        total = args.rounds * args.draws
+        timed = {v: Timed(v, datasets, total) for v in variants}
         for r in range(args.rounds):
-            for variant in ab_order(variants, r):
-                results[variant].append(draws_per_s(variant, datasets, args.draws))
+            got = draws_round(variants, timed, args.draws, r)
+            for variant in variants:
+                results[variant].append(got[variant])
             print(f"round {r}: " + ", ".join(f"{v} {results[v][-1]:,.0f}" for v in variants))
         rows = [
             [v, fmt_num(median(results[v])), f"{min(results[v]):,.0f}-{max(results[v]):,.0f}"]

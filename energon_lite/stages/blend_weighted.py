@@ -45,6 +45,7 @@ from energon_lite.stages.mix import (
 )
 from energon_lite.stages.routing import by_leaf, fetch_by_leaf
 from energon_lite.state.codec import state_count
+from energon_lite.task_encoder.hook_index import INDEX
 
 if TYPE_CHECKING:
     from energon_lite.stages.elastic import ElasticDeal
@@ -69,7 +70,9 @@ class WeightedBlend(Stage):
     STATS_LABEL = "blend"
     sources: list[Stage]  # Readers, or chains a wrapper composes
     _exhausted: list[bool]
-    _round: list[Any] | None  # [step, the sources a composed batch still draws, last first]
+    _round_step: int | None  # the step of the composed batch being drawn (None: none yet)
+    _order: list[int]  # the sources that batch still draws, last first
+    _local: int | None  # the worker's batch index when the blend last looked
 
     def __init__(
         self,
@@ -81,7 +84,6 @@ class WeightedBlend(Stage):
         composition: str = "random",
         batch_size: int | None = None,
         ledger: CostLedger | None = None,
-        clock: Callable[[int], int] = loader_step,
     ) -> None:
         scheduled = any(callable(w) for w in weights)
         fixed = [0.0 if callable(w) else float(w) for w in weights]
@@ -111,7 +113,6 @@ class WeightedBlend(Stage):
         self.composition = composition
         self.batch_size = batch_size
         self.ledger = ledger
-        self.clock = clock
         self.seed = seed
         self.global_worker_id = global_worker_id
         self.rng_keys = rng_keys
@@ -123,6 +124,7 @@ class WeightedBlend(Stage):
             if s is src
         }
         self._simple = not scheduled and composition == "random" and ledger is None
+        self._composed = composition != "random"
         self._step_cached: int | None = None
         self._live: list[float] = fixed
 
@@ -160,6 +162,10 @@ class WeightedBlend(Stage):
                 if sum(live) <= 0:
                     raise StopIteration
                 index = draw(self._rng, live)
+            elif self._composed and INDEX.batch == self._local and self._order:
+                index = self._order.pop()  # the fast path: the batch planned at its start
+                if self._exhausted[index]:
+                    continue
             else:
                 index = self._choose()
             try:
@@ -172,23 +178,22 @@ class WeightedBlend(Stage):
             return item
 
     def _choose(self) -> int:
-        step = self.clock(self._base)
+        self._local = INDEX.batch
+        step = loader_step(self._base)
         if step != self._step_cached:
             self._new_step(step)
         if self.ledger is not None:
             return deficit_choice(self._live, self._tally)
         if self.composition == "random":
             return draw(self._rng, self._live)
-        round_ = self._round
-        if round_ is None or round_[0] != step:
-            round_ = self._round = [step, self._plan_batch()]
-        order = round_[1]
-        while order:
-            index = order.pop()
+        if self._round_step != step:
+            self._round_step, self._order = step, self._plan_batch()
+        while self._order:
+            index = self._order.pop()
             if not self._exhausted[index]:
-                return int(index)
-        round_[1] = self._plan_batch()  # a skipped sample or a source that ended: once more
-        return int(round_[1].pop())
+                return index
+        self._order = self._plan_batch()  # a skipped sample or a source that ended: once more
+        return self._order.pop()
 
     def _new_step(self, step: int) -> None:
         """The live weights at ``step`` (0 for an exhausted source), evaluated once per step."""
@@ -233,7 +238,7 @@ class WeightedBlend(Stage):
         self._exhausted = [False] * len(self.sources)
         self._tally: list[list[Any]] = [[0, 0, 0.0] for _ in self.sources]
         self._base = 0
-        self._round = None
+        self._round_step, self._order, self._local = None, [], None
         self._step_cached = None
         if self.ledger is not None:
             self.ledger.take()  # reports of a stream that is gone
@@ -248,8 +253,8 @@ class WeightedBlend(Stage):
         }
         if self.scheduled or self._base:
             out["base"] = self._base
-        if self._round is not None:
-            out["round"] = [self._round[0], list(self._round[1])]
+        if self._round_step is not None:
+            out["round"] = [self._round_step, list(self._order)]
         return out
 
     def _validate(self, state: dict[str, Any]) -> None:
@@ -281,5 +286,5 @@ class WeightedBlend(Stage):
         if round_ is not None:
             if any(n >= len(self.sources) for n in round_[1]):
                 raise StateError(f"WeightedBlend: round {round_!r} names a source it lacks")
-            order = [int(n) for n in round_[1]]
-            self._round = [state_count(round_[0], "WeightedBlend round"), order]
+            self._round_step = state_count(round_[0], "WeightedBlend round")
+            self._order = [int(n) for n in round_[1]]
