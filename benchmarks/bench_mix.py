@@ -8,7 +8,8 @@
    draws (what ``Batch`` does). ``--draws`` draws per variant and round, timed in process
    CPU time (the machine is shared) in 20 chunks per round that alternate the variants
    (A/B, the order rotating); per round draws/s, then medians, the spread (min-max of the
-   rounds) and the ratio. The schedule ramps over all the rounds' steps.
+   rounds) and the ratio. The schedule ramps over all the rounds' steps. ``--baseline``
+   adds the blend of another version (before this change) to the same rounds.
 2. **Token shares.** Two text datasets of one-letter-word "tokens", ``short`` (median 250,
    lognormal) and ``long`` (median 1500), blended 50:50, packed by best fit into sequences
    of 4096 over a packing buffer of 200, batches of 8 sequences, ``--packs`` (10,000)
@@ -18,7 +19,9 @@
 
 Scratch data goes to ``--data`` (default /tmp/bench_mix). Usage::
 
-    python benchmarks/bench_mix.py [--rounds 5] [--draws 100000] [--packs 10000]
+    git show main:energon_lite/stages/blend_weighted.py > /tmp/before.py
+    python benchmarks/bench_mix.py [--rounds 5] [--draws 100000] [--packs 10000] \
+        [--baseline /tmp/before.py]
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from energon_lite.task_encoder.hook_index import INDEX
 from energon_lite.task_encoder.packing import best_fit
 
 BATCH = 32
+BASELINE: list[Any] = []  # WeightedBlend of --baseline, when given
 SEQUENCE = 4096
 PACK_BATCH = 8
 
@@ -70,12 +74,23 @@ def caption_data(root: Path, name: str, count: int) -> PreparedDataset:
 
 def blend(variant: str, datasets: list[PreparedDataset], draws: int) -> WeightedBlend:
     readers = [
-        Reader(ds, leaf_id=i, seed=1, worker_index=0, num_workers=1, max_samples_per_sequence=100,
-               shuffle=True, repeat=True, open_slices=4)  # fmt: skip
+        Reader(
+            ds,
+            leaf_id=i,
+            seed=1,
+            worker_index=0,
+            num_workers=1,
+            max_samples_per_sequence=100,
+            shuffle=True,
+            repeat=True,
+            open_slices=4,
+        )
         for i, ds in enumerate(datasets)
     ]
     if variant == "today":
         return WeightedBlend(readers, [9, 1], 1, 0)
+    if variant == "before":  # the blend_weighted.py given by --baseline (e.g. main's)
+        return BASELINE[0](readers, [9, 1], 1, 0)
     end = draws // BATCH
     weights = [WeightSchedule([[0, 9], [end, 1]]), WeightSchedule([[0, 1], [end, 9]])]
     return WeightedBlend(readers, weights, 1, 0, composition="stratified", batch_size=BATCH)
@@ -116,6 +131,19 @@ def draws_round(
         for variant in ab_order(variants, r + chunk):
             seconds[variant] += timed[variant].run(batches)
     return {v: chunks * batches * BATCH / seconds[v] for v in variants}
+
+
+def load_baseline(path: Path) -> Any:
+    """The ``WeightedBlend`` class of another version's ``blend_weighted.py`` (it imports
+    the rest of energon_lite from this tree; its stage name is registered a second time,
+    which only matters to a state lookup by name, none here)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("blend_weighted_baseline", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.WeightedBlend
 
 
 # 2. token shares -----------------------------------------------------------------------------
@@ -235,6 +263,12 @@ def main() -> None:
     parser.add_argument("--draws", type=int, default=100_000)
     parser.add_argument("--packs", type=int, default=10_000)
     parser.add_argument("--data", type=Path, default=Path("/tmp/bench_mix"))
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="a blend_weighted.py of another version (git show main:energon_lite/stages/"
+        "blend_weighted.py > before.py): measured as 'before' in the same rounds",
+    )
     parser.add_argument("--skip-draws", action="store_true")
     parser.add_argument("--skip-tokens", action="store_true")
     args = parser.parse_args()
@@ -242,7 +276,10 @@ def main() -> None:
 
     if not args.skip_draws:
         datasets = [caption_data(args.data, "web", 20_000), caption_data(args.data, "cur", 20_000)]
-        variants = ("today", "scheduled+stratified")
+        variants: tuple[str, ...] = ("today", "scheduled+stratified")
+        if args.baseline is not None:
+            BASELINE.append(load_baseline(args.baseline))
+            variants = ("before", *variants)
         results: dict[str, list[float]] = {v: [] for v in variants}
         print(f"draws/s, load before: {load()}")
         total = args.rounds * args.draws
@@ -257,12 +294,16 @@ def main() -> None:
             for v in variants
         ]
         print(markdown_table(["blend", "draws per CPU s (median)", "spread (min-max)"], rows))
-        share = ratio(median(results[variants[1]]), median(results[variants[0]]))
-        per_round = [b / a for a, b in zip(results[variants[0]], results[variants[1]])]
-        print(
-            f"scheduled+stratified / today: {fmt_num(share, 3)} (per round "
-            f"{min(per_round):.3f}-{max(per_round):.3f}); load after: {load()}"
-        )
+        base = variants[0]
+        for other in variants[1:]:
+            share = ratio(median(results[other]), median(results[base]))
+            per_round = [b / a for a, b in zip(results[base], results[other])]
+            print(
+                f"{other} / {base}: {fmt_num(share, 3)} (median of the rounds' ratios "
+                f"{fmt_num(median(per_round), 3)}, per round {min(per_round):.3f}-"
+                f"{max(per_round):.3f})"
+            )
+        print(f"load after: {load()}")
 
     if not args.skip_tokens:
         text_data(args.data, "short", lognormal(20_000, 250, 0.6, 16, "short"))
@@ -284,10 +325,17 @@ def main() -> None:
             )
         print(
             markdown_table(
-                ["blend 50:50", "packed sequences", "short: token share", "long: token share",
-                 "short: sample share", "short: loader.mix()", "time"],
+                [
+                    "blend 50:50",
+                    "packed sequences",
+                    "short: token share",
+                    "long: token share",
+                    "short: sample share",
+                    "short: loader.mix()",
+                    "time",
+                ],
                 rows,
-            )  # fmt: skip
+            )
         )
         print(f"load after: {load()}")
 
