@@ -4,11 +4,11 @@ Read from the worker states the trainer already keeps (the state of the last bat
 received from each worker), so it describes exactly the batches handed out, costs nothing
 while loading and needs no stats probe:
 
-* a weighted blend's ``tally`` counts, per source, the samples it drew and (with
+* a blend's saved level (its class's ``mix_tally``: a weighted blend's ``tally``) counts, per source, the samples it drew and (with
   ``weight_unit: tokens``) the samples costed and their cost;
 * the samples still sitting in a buffer (shuffle, packing, group buckets: each stage's
   ``held_keys``) were drawn but not delivered: they are taken off per source, and so is
-  the mean cost of those held after the ``Cost`` stage;
+  the mean cost of those held above the stage that reports costs (``MIX_COSTS``);
 * the target share is each leaf's weight at the current step (``base`` + batches received).
 
 Counts restart with an elastic restore (the new workers' tallies start at zero).
@@ -22,8 +22,6 @@ from typing import Any
 from energon_lite.stages.base import stage_class
 from energon_lite.stages.elastic import walk_states
 from energon_lite.state.restore_key import from_plain, sample_keys
-
-_BLEND, _COST = "WeightedBlend", "Cost"
 
 
 def delivered_mix(
@@ -41,19 +39,24 @@ def delivered_mix(
     for tree in states:
         after_cost = True  # levels are walked from the batches down to the readers
         for level in walk_states(tree):
-            kind = level.get("type")
-            if kind == _COST:
+            cls = stage_class(level.get("type"))
+            if cls is None:
+                continue
+            if cls.MIX_COSTS:
                 after_cost = False
-            if kind == _BLEND and "tally" in level and len(level["tally"]) == len(leaves):
+            found_here = cls.mix_tally(level)
+            if found_here is not None:
+                tally, level_base = found_here
+                if len(tally) != len(leaves):
+                    return None  # a blend inside a wrapper's chain: not the leaves' blend
                 found = True
-                base = max(base, int(level.get("base", 0)))
-                for i, (d, c, t) in enumerate(level["tally"]):
+                base = max(base, level_base)
+                for i, (d, c, t) in enumerate(tally):
                     drawn[i] += int(d)
                     costed[i] += int(c)
                     cost[i] += float(t)
-                break  # the readers below hold no samples
-            cls = stage_class(kind)
-            for plain in cls.held_keys(level) if cls is not None else []:
+                break  # the stages below the blend hold samples not drawn yet
+            for plain in cls.held_keys(level):
                 for key in sample_keys(from_plain(plain)):
                     held[key.leaf - leaf_base] += 1
                     if after_cost:

@@ -139,6 +139,13 @@ class WeightedBlend(Stage):
         return out
 
     @classmethod
+    def mix_tally(cls, level: dict[str, Any]) -> tuple[list[list[float]], int] | None:
+        """The saved tally (zeros in a state saved before it) and base, for loader.mix()."""
+        sources = len(level.get("sources") or [])
+        tally = level.get("tally", [[0, 0, 0.0] for _ in range(sources)])
+        return plain_tally(tally, sources, "WeightedBlend"), cls.delivered_base(level)
+
+    @classmethod
     def delivered_base(cls, level: dict[str, Any]) -> int:
         """The steps delivered before this layout started (an elastic restore's base)."""
         return state_count(level.get("base", 0), "WeightedBlend base")

@@ -22,6 +22,7 @@ from energon_lite.stages.routing import leaf_of
 
 class Cost(Stage):
     STATS_LABEL = "cost"
+    MIX_COSTS = True
     source: Stage  # always set: this stage has one parent
 
     def __init__(self, source: Stage, cost: Callable[[Any], float], ledger: CostLedger) -> None:
