@@ -9,7 +9,10 @@
    CPU time (the machine is shared) in 20 chunks per round that alternate the variants
    (A/B, the order rotating); per round draws/s, then medians, the spread (min-max of the
    rounds) and the ratio. The schedule ramps over all the rounds' steps. ``--baseline``
-   adds the blend of another version (before this change) to the same rounds.
+   adds the blend of another version (before this change) to the same rounds. A cost
+   model beside the A/B rounds, which the shared machine's load hardly moves: each
+   blend's own CPU time per draw over two sources that hand out one item at no cost,
+   as a share of a draw with its Reader.
 2. **Token shares.** Two text datasets of one-letter-word "tokens", ``short`` (median 250,
    lognormal) and ``long`` (median 1500), blended 50:50, packed by best fit into sequences
    of 4096 over a packing buffer of 200, batches of 8 sequences, ``--packs`` (10,000)
@@ -43,6 +46,7 @@ import energon_lite as el
 from energon_lite.metadataset.schedule import WeightSchedule
 from energon_lite.rng import rng_for
 from energon_lite.shards.dataset import PreparedDataset
+from energon_lite.stages.base import Stage
 from energon_lite.stages.blend_weighted import WeightedBlend
 from energon_lite.stages.reader import Reader
 from energon_lite.synth.shards import write_captioning_shards
@@ -72,8 +76,10 @@ def caption_data(root: Path, name: str, count: int) -> PreparedDataset:
     return PreparedDataset(folder, "train")
 
 
-def blend(variant: str, datasets: list[PreparedDataset], draws: int) -> WeightedBlend:
-    readers = [
+def blend(
+    variant: str, datasets: list[PreparedDataset], draws: int, sources: list[Any] | None = None
+) -> WeightedBlend:
+    readers = sources or [
         Reader(
             ds,
             leaf_id=i,
@@ -131,6 +137,34 @@ def draws_round(
         for variant in ab_order(variants, r + chunk):
             seconds[variant] += timed[variant].run(batches)
     return {v: chunks * batches * BATCH / seconds[v] for v in variants}
+
+
+class Same(Stage):
+    """A source that hands out one item forever: what is left is the blend's own work."""
+
+    def __init__(self, leaf: int) -> None:
+        self.leaf_id = leaf  # routes like a Reader
+        self.item = {"__key__": f"same{leaf}"}
+
+    def next(self) -> Any:
+        return self.item
+
+
+def own_cost(variants: tuple[str, ...], rounds: int, draws: int = 200_000) -> dict[str, float]:
+    """The blend's own CPU ns per draw over sources that cost nothing (median of rounds,
+    the variants alternating): a figure the machine's load hardly moves."""
+    out: dict[str, list[float]] = {v: [] for v in variants}
+    for r in range(rounds):
+        for variant in ab_order(variants, r):
+            stage = blend(variant, [], draws, sources=[Same(0), Same(1)])
+            stage.restore_state(None)
+            start = time.process_time()
+            for batch in range(draws // BATCH):
+                INDEX.batch = batch
+                for _ in range(BATCH):
+                    stage.next()
+            out[variant].append((time.process_time() - start) * 1e9 / draws)
+    return {v: median(out[v]) or 0.0 for v in variants}
 
 
 def load_baseline(path: Path) -> Any:
@@ -304,6 +338,18 @@ def main() -> None:
                 f"{max(per_round):.3f})"
             )
         print(f"load after: {load()}")
+        costs = own_cost(variants, 5)
+        print(
+            "the blend's own CPU per draw (sources that cost nothing, median of 5 rounds): "
+            + ", ".join(f"{v} {costs[v]:,.0f} ns" for v in variants)
+        )
+        reader = 1e9 / (median(results[variants[0]]) or 1.0)
+        extra = costs["scheduled+stratified"] - costs[variants[0]]
+        print(
+            f"scheduled+stratified - {variants[0]}: {extra:+,.0f} ns per draw = "
+            f"{100 * extra / reader:+.2f}% of the {reader / 1e3:,.1f} us a draw takes with "
+            "its Reader"
+        )
 
     if not args.skip_tokens:
         text_data(args.data, "short", lognormal(20_000, 250, 0.6, 16, "short"))
