@@ -501,3 +501,31 @@ def test_per_source_applies_within_each_group_of_grouped_batching(data):
     assert set(seen) == {("web", 0), ("web", 1), ("cur", 0), ("cur", 1)}
     with pytest.raises(ConfigError, match="stratified with grouped batching"):
         _loader(_ramp(data), batch_size=None, task_encoder=GroupedEncoder())
+
+
+def test_info_shows_a_scheduled_weight(data, capsys):
+    from energon_lite.cli.main import main
+
+    assert main(["info", str(_ramp(data))]) == 0
+    out = capsys.readouterr().out
+    assert "scheduled weight, 0.9 at step 0 (90.0% of samples)" in out
+    assert "scheduled weight, 0.1 at step 0 (10.0% of samples)" in out
+
+
+def test_a_weight_at_callable_giving_a_negative_weight_stops_with_its_value(data, monkeypatch):
+    monkeypatch.chdir(data)
+    meta = {
+        "__module__": "energon_lite",
+        "__class__": "MetadatasetV2",
+        "splits": {
+            "train": {
+                "blend": [
+                    {"path": "web", "weight": lambda step: 1.0 if step < 3 else -1.0},
+                    {"path": "cur", "weight": 1},
+                ]
+            }
+        },
+    }
+    loader = _loader(meta, workers=0, shuffle_buffer_size=None)
+    with pytest.raises(ConfigError, match=r"weight_at\(3\) gave -1.0"):
+        take(loader, 5)
