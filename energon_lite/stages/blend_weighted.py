@@ -161,15 +161,23 @@ class WeightedBlend(Stage):
 
     def next(self) -> Any:
         self._start_if_fresh()
-        if self.ledger is not None:
-            self._take_costs()
-        while True:
-            if self._simple:  # today's blend, untouched: one weighted draw
+        if self._simple:  # today's blend: one weighted draw per sample
+            while True:
                 live = [0.0 if gone else w for w, gone in zip(self.weights, self._exhausted)]
                 if sum(live) <= 0:
                     raise StopIteration
                 index = draw(self._rng, live)
-            elif self._composed and INDEX.batch == self._local and self._order:
+                try:
+                    item = self.sources[index].next()
+                except StopIteration:
+                    self._exhausted[index] = True
+                    continue
+                self._drawn[index] += 1
+                return item
+        if self.ledger is not None:
+            self._take_costs()
+        while True:
+            if self._composed and INDEX.batch == self._local and self._order:
                 index = self._order.pop()  # the fast path: the batch planned at its start
                 if self._exhausted[index]:
                     continue
@@ -181,7 +189,7 @@ class WeightedBlend(Stage):
                 self._exhausted[index] = True
                 self._step_cached = None  # the live weights change
                 continue
-            self._tally[index][0] += 1
+            self._drawn[index] += 1
             return item
 
     def _choose(self) -> int:
@@ -190,7 +198,8 @@ class WeightedBlend(Stage):
         if step != self._step_cached:
             self._new_step(step)
         if self.ledger is not None:
-            return deficit_choice(self._live, self._tally)
+            tally = [[d, c, t] for d, c, t in zip(self._drawn, self._costed, self._cost)]
+            return deficit_choice(self._live, tally)
         if self.composition == "random":
             return draw(self._rng, self._live)
         if self._round_step != step:
@@ -234,8 +243,8 @@ class WeightedBlend(Stage):
         for leaf, cost in self.ledger.take():
             index = self._index_of.get(leaf)
             if index is not None:
-                self._tally[index][1] += 1
-                self._tally[index][2] += cost
+                self._costed[index] += 1
+                self._cost[index] += cost
 
     def fetch(self, restore_key: Any) -> Any:
         return fetch_by_leaf("WeightedBlend", self._by_leaf, restore_key)
@@ -243,7 +252,10 @@ class WeightedBlend(Stage):
     def _reset(self) -> None:
         self._rng = CounterRng(self.seed, "blend", self.global_worker_id, *self.rng_keys)
         self._exhausted = [False] * len(self.sources)
-        self._tally: list[list[Any]] = [[0, 0, 0.0] for _ in self.sources]
+        # per source: samples drawn, samples costed, their cost (the saved "tally")
+        self._drawn = [0] * len(self.sources)
+        self._costed = [0] * len(self.sources)
+        self._cost = [0.0] * len(self.sources)
         self._base = 0
         self._round_step, self._order, self._local = None, [], None
         self._step_cached = None
@@ -256,7 +268,7 @@ class WeightedBlend(Stage):
         out: dict[str, Any] = {
             "rng": self._rng.counter,
             "exhausted": list(self._exhausted),
-            "tally": [list(t) for t in self._tally],
+            "tally": [[d, c, t] for d, c, t in zip(self._drawn, self._costed, self._cost)],
         }
         if self.scheduled or self._base:
             out["base"] = self._base
@@ -287,7 +299,10 @@ class WeightedBlend(Stage):
             raise StateError(f"WeightedBlend: exhausted flags {exhausted!r} must be booleans")
         self._exhausted = list(exhausted)
         if "tally" in state:
-            self._tally = plain_tally(state["tally"], len(self.sources), "WeightedBlend")
+            tally = plain_tally(state["tally"], len(self.sources), "WeightedBlend")
+            self._drawn = [int(t[0]) for t in tally]
+            self._costed = [int(t[1]) for t in tally]
+            self._cost = [float(t[2]) for t in tally]
         self._base = self.delivered_base(state)
         round_ = state.get("round")
         if round_ is not None:
