@@ -36,12 +36,14 @@ from typing import TYPE_CHECKING, Any
 from energon_lite.errors import ConfigError, StateError
 from energon_lite.rng import CounterRng
 from energon_lite.stages.base import Stage
-from energon_lite.stages.mix import (
+from energon_lite.stages.mix import (  # draw: imported from here by blend_epochized
     CostLedger,
+    check_options,
     deficit_choice,
-    largest_remainder,
+    draw,
     loader_step,
     plain_tally,
+    plan_batch,
 )
 from energon_lite.stages.routing import by_leaf, fetch_by_leaf
 from energon_lite.state.codec import state_count
@@ -49,19 +51,6 @@ from energon_lite.task_encoder.hook_index import INDEX
 
 if TYPE_CHECKING:
     from energon_lite.stages.elastic import ElasticDeal
-
-
-def draw(rng: CounterRng, weights: Sequence[float]) -> int:
-    """Index drawn with probability ``weights[i] / sum(weights)`` (one draw of ``rng``)."""
-    target = rng.random() * sum(weights)
-    for index, weight in enumerate(weights):
-        if target < weight:
-            return index
-        target -= weight
-    return max(i for i, w in enumerate(weights) if w > 0)  # float round-off at the top end
-
-
-COMPOSITIONS = ("random", "stratified", "per_source")
 
 
 class WeightedBlend(Stage):
@@ -94,18 +83,7 @@ class WeightedBlend(Stage):
             )
         if not scheduled and sum(fixed) <= 0:
             raise ConfigError(f"WeightedBlend: weights {fixed} must have a positive sum")
-        if composition not in COMPOSITIONS:
-            raise ConfigError(f"WeightedBlend: {composition=}; allowed: {list(COMPOSITIONS)}")
-        if composition != "random" and (batch_size is None or batch_size < 1):
-            raise ConfigError(
-                f"batch_composition {composition!r} shapes batches: it needs batch_size >= 1, "
-                f"got {batch_size=}"
-            )
-        if ledger is not None and composition != "random":
-            raise ConfigError(
-                f"weight_unit: tokens steers every draw by cost; it cannot also make "
-                f"{composition!r} batches (use batch_composition: random with it)"
-            )
+        check_options(composition, batch_size, ledger is not None)
         self.sources = list(sources)
         self.weights = fixed  # a callable's entry is 0 here: see weights_at
         self.schedule = list(weights) if scheduled else None
@@ -225,18 +203,7 @@ class WeightedBlend(Stage):
         self._live, self._step_cached = live, step
 
     def _plan_batch(self) -> list[int]:
-        """The sources of one batch, in the order they are drawn (last first): stratified,
-        the largest-remainder counts in an order drawn at random; per_source, one source."""
-        size = self.batch_size or 1
-        if self.composition == "per_source":
-            return [draw(self._rng, self._live)] * size
-        left = [float(n) for n in largest_remainder(size, self._live)]
-        order = []
-        for _ in range(size):
-            index = draw(self._rng, left)
-            left[index] -= 1
-            order.append(index)
-        return order[::-1]
+        return plan_batch(self._rng, self.composition, self.batch_size or 1, self._live)
 
     def _take_costs(self) -> None:
         assert self.ledger is not None

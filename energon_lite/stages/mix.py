@@ -1,5 +1,7 @@
-"""How a ``WeightedBlend`` picks its sources beyond one weighted draw per sample.
+"""How a ``WeightedBlend`` picks its sources.
 
+* ``draw(rng, weights)``: one source drawn by weight (one draw of a ``CounterRng``).
+* ``plan_batch``: a composed batch's sources, planned when the batch starts.
 * ``largest_remainder(n, weights)``: ``n`` slots split in proportion to ``weights``, each
   source its floor, the leftover slots to the largest remainders (ties: the lower index).
   A ``stratified`` batch holds exactly these counts.
@@ -23,7 +25,19 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from energon_lite.errors import ConfigError
+from energon_lite.rng import CounterRng
 from energon_lite.task_encoder.hook_index import INDEX
+
+
+def draw(rng: CounterRng, weights: Sequence[float]) -> int:
+    """Index drawn with probability ``weights[i] / sum(weights)`` (one draw of ``rng``)."""
+    target = rng.random() * sum(weights)
+    for index, weight in enumerate(weights):
+        if target < weight:
+            return index
+        target -= weight
+    return max(i for i, w in enumerate(weights) if w > 0)  # float round-off at the top end
 
 
 def largest_remainder(n: int, weights: Sequence[float]) -> list[int]:
@@ -57,6 +71,40 @@ def deficit_choice(targets: Sequence[float], tally: Sequence[list[float]]) -> in
         if gap > best_gap:
             best, best_gap = i, gap
     return best
+
+
+COMPOSITIONS = ("random", "stratified", "per_source")
+
+
+def check_options(composition: str, batch_size: int | None, by_cost: bool) -> None:
+    """A weighted blend's composition, batch size and cost steering fit together."""
+    if composition not in COMPOSITIONS:
+        raise ConfigError(f"WeightedBlend: {composition=}; allowed: {list(COMPOSITIONS)}")
+    if composition != "random" and (batch_size is None or batch_size < 1):
+        raise ConfigError(
+            f"batch_composition {composition!r} shapes batches: it needs batch_size >= 1, "
+            f"got {batch_size=}"
+        )
+    if by_cost and composition != "random":
+        raise ConfigError(
+            f"weight_unit: tokens steers every draw by cost; it cannot also make "
+            f"{composition!r} batches (use batch_composition: random with it)"
+        )
+
+
+def plan_batch(rng: CounterRng, composition: str, size: int, live: Sequence[float]) -> list[int]:
+    """The sources of one composed batch, in the order they are drawn (last first):
+    ``stratified``, the largest-remainder counts in an order drawn at random (``size``
+    draws); ``per_source``, one source drawn by weight."""
+    if composition == "per_source":
+        return [draw(rng, live)] * size
+    left = [float(n) for n in largest_remainder(size, live)]
+    order = []
+    for _ in range(size):
+        index = draw(rng, left)
+        left[index] -= 1
+        order.append(index)
+    return order[::-1]
 
 
 class CostLedger:
