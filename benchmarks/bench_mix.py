@@ -168,16 +168,15 @@ def own_cost(variants: tuple[str, ...], rounds: int, draws: int = 200_000) -> di
 
 
 def load_baseline(path: Path) -> Any:
-    """The ``WeightedBlend`` class of another version's ``blend_weighted.py`` (it imports
-    the rest of energon_lite from this tree; its stage name is registered a second time,
-    which only matters to a state lookup by name, none here)."""
-    import importlib.util
+    """The ``WeightedBlend`` class of another version's ``blend_weighted.py``, renamed
+    ``WeightedBlendBefore`` (a stage registers itself by class name: two of one name
+    would make states unreadable). It imports the rest of energon_lite from this tree."""
+    import types
 
-    spec = importlib.util.spec_from_file_location("blend_weighted_baseline", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.WeightedBlend
+    source = path.read_text().replace("class WeightedBlend(", "class WeightedBlendBefore(")
+    module = types.ModuleType("blend_weighted_before")
+    exec(compile(source, str(path), "exec"), module.__dict__)
+    return module.WeightedBlendBefore
 
 
 # 2. token shares -----------------------------------------------------------------------------
