@@ -529,3 +529,19 @@ def test_a_weight_at_callable_giving_a_negative_weight_stops_with_its_value(data
     loader = _loader(meta, workers=0, shuffle_buffer_size=None)
     with pytest.raises(ConfigError, match=r"weight_at\(3\) gave -1.0"):
         take(loader, 5)
+
+
+def test_checkpoint_info_shows_the_blend_tally(data, tmp_path):
+    """``energon-lite checkpoint info`` says what the blend drew per source."""
+    import subprocess
+    import sys
+
+    loader = _loader(_ramp(data), workers=0)
+    take(loader, 4)
+    torch.save({"data": [loader.save_state_rank()]}, tmp_path / "run.pt")
+    done = subprocess.run(
+        [sys.executable, "-m", "energon_lite.cli", "checkpoint", "info", str(tmp_path / "run.pt")],
+        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "blend drew 36, 4 samples per source" in done.stdout, done.stdout

@@ -124,6 +124,17 @@ class WeightedBlend(Stage):
         return plain_tally(tally, sources, "WeightedBlend"), cls.delivered_base(level)
 
     @classmethod
+    def describe_level(cls, level: dict[str, Any]) -> list[str]:
+        """The samples drawn per source (and their cost), the schedule's step offset."""
+        if "tally" not in level:
+            return []
+        tally, base = cls.mix_tally(level) or ([], 0)
+        line = "blend drew " + ", ".join(f"{int(t[0]):,}" for t in tally) + " samples per source"
+        if any(t[1] for t in tally):
+            line += " (cost " + ", ".join(f"{t[2]:,.0f}" for t in tally) + ")"
+        return [line + (f"; the schedule continues {base:,} steps in" if base else "")]
+
+    @classmethod
     def delivered_base(cls, level: dict[str, Any]) -> int:
         """The steps delivered before this layout started (an elastic restore's base)."""
         return state_count(level.get("base", 0), "WeightedBlend base")
