@@ -229,6 +229,7 @@ def test_exact_resume_mid_ramp(data):
     """Saved inside the ramp (and at its start and end), restored, the next batches match."""
     assert_loader_resumes(lambda: _loader(_ramp(data)), 50, [0, 7, 21, 33, 46])
     assert_loader_resumes(lambda: _loader(_ramp(data, "random")), 45, [25, 38])
+    assert_loader_resumes(lambda: _loader(_ramp(data, "per_source")), 40, [23, 31])
 
 
 def test_elastic_restore_across_a_schedule_change_point(data):
@@ -545,3 +546,23 @@ def test_checkpoint_info_shows_the_blend_tally(data, tmp_path):
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "blend drew 36, 4 samples per source" in done.stdout, done.stdout
+
+
+def test_a_composed_batch_resumes_mid_batch_at_the_stage(data):
+    """States saved after every sample, inside a stratified (and a per-source) batch,
+    restore to the same rest of the stream: the batch's remaining draws are in the state."""
+    from energon_lite.shards.dataset import PreparedDataset
+    from energon_lite.stages.blend_weighted import WeightedBlend
+    from energon_lite.testing import assert_stage_resumes, make_reader
+
+    sets = [PreparedDataset(data / "web", "train"), PreparedDataset(data / "cur", "train")]
+
+    def make(composition: str) -> WeightedBlend:
+        readers = [make_reader(ds, leaf_id=i) for i, ds in enumerate(sets)]
+        weights = [WeightSchedule([[0, 3]]), 1.0]
+        return WeightedBlend(readers, weights, 5, 0, composition=composition, batch_size=8)
+
+    for composition in ("stratified", "per_source"):
+        keys = [key for key, _, _ in assert_stage_resumes(lambda c=composition: make(c), 40)]
+        if composition == "stratified":  # 3:1 in every 8: 6 web, 2 cur
+            assert all(Counter(k[:3] for k in keys[i : i + 8])["web"] == 6 for i in (0, 8, 16))

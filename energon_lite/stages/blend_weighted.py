@@ -250,8 +250,8 @@ class WeightedBlend(Stage):
         }
         if self.scheduled or self._base:
             out["base"] = self._base
-        if self._round_step is not None:
-            out["round"] = [self._round_step, list(self._order)]
+        if self._composed:  # at every step, so that the state keeps its shape
+            out["round"] = [self._round_step or 0, list(self._order)]
         return out
 
     def _validate(self, state: dict[str, Any]) -> None:
