@@ -12,6 +12,7 @@ flat list of leaf datasets, their blend weights or repetitions and the blend mod
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,7 +65,7 @@ class LeafDataset:
 @dataclass
 class LoadedDataset:
     dataset: LeafDataset
-    weight: float | None = None
+    weight: float | Callable[[int], float] | None = None  # a callable: a weight schedule
     repetitions: float | None = None
     aux: dict[str, Any] | None = None
 

@@ -9,6 +9,8 @@ loader that keeps exact state is :class:`~energon_lite.loader.savable_loader.Sav
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from energon_lite.cache.base import CachePool
@@ -28,10 +30,13 @@ from energon_lite.worker import WorkerConfig
 
 
 def _leaves_for(
-    path: str | os.PathLike[str] | RemotePath, split_part: str, kwargs: dict[str, Any]
+    given: str | os.PathLike[str] | RemotePath | Mapping[str, Any],
+    split_part: str,
+    kwargs: dict[str, Any],
 ) -> tuple[list[Leaf], str]:
-    path = as_path(path)
-    if path.suffix in (".yaml", ".yml") and path.is_file():
+    meta: Any = given  # a metadataset YAML, or its content as a mapping (given in code)
+    path = Path.cwd() if isinstance(given, Mapping) else as_path(given)
+    if isinstance(given, Mapping) or (path.suffix in (".yaml", ".yml") and path.is_file()):
         from energon_lite.metadataset.parse import load_metadataset
 
         per_leaf = sorted({"subflavors", "split_config", "dataset_config"} & set(kwargs))
@@ -40,7 +45,7 @@ def _leaves_for(
                 f"{path}: set {per_leaf} per dataset inside the metadataset, not as arguments"
             )
         multiplier = kwargs.pop("shuffle_over_epochs_multiplier", 1)
-        return load_metadataset(path, split_part, multiplier)
+        return load_metadataset(meta, split_part, multiplier)
     if not path.exists():
         raise ConfigError(f"dataset path {path} does not exist")
     path = resolve_path(path)  # e.g. a video-text CSV -> the folder it was prepared into
@@ -61,7 +66,7 @@ def _check_kwargs(kwargs: dict[str, Any]) -> None:
 
 
 def get_train_dataset(
-    path: str | os.PathLike[str] | RemotePath,
+    path: str | os.PathLike[str] | RemotePath | Mapping[str, Any],
     *,
     worker_config: WorkerConfig,
     batch_size: int | None,
@@ -92,7 +97,12 @@ def get_train_dataset(
     """
     virtual_epoch_length = kwargs.pop("virtual_epoch_length", None) or None  # Energon: 0 = off
     default_sync = getattr(task_encoder, "default_bucket_sync", None)  # VideoTextTaskEncoder
-    if bucket_sync is None and default_sync is not None and as_path(path).exists():
+    if (
+        bucket_sync is None
+        and default_sync is not None
+        and not isinstance(path, Mapping)
+        and as_path(path).exists()
+    ):
         bucket_sync = default_sync(path, split_part)
     BucketSync.check_option(bucket_sync, task_encoder or DefaultTaskEncoder())
     return _dataset(
@@ -117,7 +127,7 @@ def get_train_dataset(
 
 
 def get_val_dataset(
-    path: str | os.PathLike[str] | RemotePath,
+    path: str | os.PathLike[str] | RemotePath | Mapping[str, Any],
     *,
     worker_config: WorkerConfig,
     batch_size: int | None,
@@ -150,7 +160,7 @@ def get_val_dataset(
 
 
 def _dataset(
-    path: str | os.PathLike[str] | RemotePath,
+    path: str | os.PathLike[str] | RemotePath | Mapping[str, Any],
     split_part: str,
     kwargs: dict[str, Any],
     worker_config: WorkerConfig,

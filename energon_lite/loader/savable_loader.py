@@ -313,7 +313,11 @@ class SavableLoader:
                 "this loader was made without stats; pass stats=True to "
                 "get_savable_loader()/get_loader() (overhead < 1%, see docs/performance.md)"
             )
-        return {**self._stats.summary(), "worker_restarts": self.worker_restarts}
+        summary = {**self._stats.summary(), "worker_restarts": self.worker_restarts}
+        mix = self.mix()
+        if mix is not None:
+            summary["mix"] = mix
+        return summary
 
     @property
     def worker_restarts(self) -> list[dict[str, Any]]:
@@ -321,6 +325,19 @@ class SavableLoader:
         worker, why (exit code, signal, stall and stack), what was made or fetched again and
         how long until the next batch (``docs/resume.md``, "Workers that heal")."""
         return self._healer.report()
+
+    def mix(self) -> dict[str, Any] | None:
+        """The mix delivered so far: per blend source, samples and tokens against the target
+        share at the current step (:mod:`energon_lite.loader.mix_report`); None without a
+        weighted blend or before the first batch. ``stats()`` includes it as ``"mix"``."""
+        from energon_lite.loader.mix_report import delivered_mix
+
+        leaves = getattr(self.dataset.pipeline, "leaves", None)
+        states = [s for s in self._states if isinstance(s, dict) and "unsavable" not in s]
+        if not leaves or len(leaves) < 2 or not states:
+            return None
+        leaf_base = self.worker_config.slot(0).leaf_base
+        return delivered_mix(states, leaves, self._in_pass, leaf_base)
 
     def can_restore_sample(self) -> bool:
         """Whether :meth:`restore_sample` works for this loader's pipeline (Energon's name)."""

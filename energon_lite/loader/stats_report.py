@@ -107,4 +107,8 @@ def format_stats(stats: dict[str, Any]) -> list[str]:
     for row in rows:
         cells = [row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:], widths[1:])]
         lines.append("  ".join(cells).rstrip())
+    if stats.get("mix"):
+        from energon_lite.loader.mix_report import format_mix
+
+        lines += format_mix(stats["mix"])
     return lines

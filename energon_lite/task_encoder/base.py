@@ -1,7 +1,8 @@
 """``TaskEncoder``: the user's hooks into the pipeline, in the order they run.
 
 1. ``cook_crude_sample(sample)`` (crude datasets only; default: the first matching ``cookers`` entry)
-2. ``encode_sample(sample) -> encoded`` *or* ``preencode_sample(sample)`` when packing
+2. ``encode_sample(sample) -> encoded`` *or* ``preencode_sample(sample)`` when packing;
+   then ``sample_cost(encoded) -> float`` for a blend weighted by ``tokens``
 3. ``select_samples_to_pack(samples) -> list[list]`` (with ``packing_buffer_size``)
 4. ``postencode_sample(sample)`` on each selected sample
 5. ``pack_selected_samples(samples) -> packed`` per group
@@ -149,6 +150,21 @@ class TaskEncoder(Generic[T_sample, T_encoded_sample, T_raw_batch, T_batch]):
 
     def preencode_sample(self, sample: T_sample) -> Any:
         return sample
+
+    def sample_cost(self, sample: Any) -> float:
+        """What a sample costs for a blend with ``weight_unit: tokens`` (runs after
+        ``encode_sample`` / ``preencode_sample``). Default: its length in tokens, the length
+        a packer packs: ``len()`` of its ``tokens``, ``input_ids`` or ``text`` field (the
+        first it has). Override for another measure (pixels, seconds of audio ...)."""
+        for name in ("tokens", "input_ids", "text"):
+            value = sample.get(name) if isinstance(sample, dict) else getattr(sample, name, None)
+            if value is not None and hasattr(value, "__len__"):
+                return float(len(value))
+        raise ConfigError(
+            f"{type(self).__name__}.sample_cost: a {type(sample).__name__} has no tokens, "
+            "input_ids or text field to measure; override sample_cost(sample) -> float for "
+            "weight_unit: tokens"
+        )
 
     # 3-5
     def select_samples_to_pack(self, samples: list[Any]) -> list[list[Any]]:
