@@ -30,7 +30,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("stages",),  # the Stage contract and every stage
     ("pipeline",),  # wiring a chain
     ("loader",),  # datasets, loaders, workers, stats
-    ("wrappers", "compat", "epathlib"),  # Energon's wrapper classes and Energon-only names
+    ("wrappers", "compat", "epathlib"),  # Energon's wrappers, Energon-only names, EPath's path
     ("flavors", "dataset_config"),  # dataset kinds beyond tar shards; Energon's dataset_config
     ("synth", "testing"),  # sample data and resume test helpers
     ("__init__",),  # the public API

@@ -26,6 +26,7 @@ from energon_lite.shards.meta import load_yaml
 from energon_lite.sources.kinds import open_source
 from energon_lite.sources.leaf import Leaf
 from energon_lite.storage import StoragePath
+from energon_lite.storage.epath import EPath
 
 _MODES = {"weights": "DATASET_WEIGHT", "epochized": "SAMPLE_REPETITIONS", "single": "NONE"}
 
@@ -35,9 +36,9 @@ class TraversedDatasetReference:
     """One leaf of a split: its folder, split, auxiliary sources and the subflavors the
     metadataset gives it."""
 
-    path: StoragePath
+    path: EPath
     split_part: str
-    aux: dict[str, Any] = field(default_factory=dict)
+    aux: dict[str, EPath] = field(default_factory=dict)
     subflavors: dict[str, Any] | None = None
 
 
@@ -186,9 +187,11 @@ class MetadatasetV2(DatasetLoaderInterface):
 
 def _reference(leaf: Leaf) -> TraversedDatasetReference:
     aux = {
-        name: Path(spec.removeprefix("filesystem://")) for name, spec in (leaf.aux or {}).items()
+        name: EPath(spec.removeprefix("filesystem://")) for name, spec in (leaf.aux or {}).items()
     }
-    return TraversedDatasetReference(leaf.path, leaf.split_part, aux, dict(leaf.subflavors or {}))
+    return TraversedDatasetReference(
+        EPath(leaf.path), leaf.split_part, aux, dict(leaf.subflavors or {})
+    )
 
 
 class Metadataset(MetadatasetV2):
