@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -19,11 +21,22 @@ pytest.importorskip("s3fs")
 
 from conftest import make_dataset
 
-from energon_lite import WorkerConfig, get_savable_loader, get_train_dataset, get_val_dataset
+from energon_lite import (
+    Cooker,
+    DefaultTaskEncoder,
+    Sample,
+    WorkerConfig,
+    basic_sample_keys,
+    get_savable_loader,
+    get_train_dataset,
+    get_val_dataset,
+)
 from energon_lite.cli import main as cli_main
 from energon_lite.errors import DatasetFormatError, EnergonLiteError, RemoteStorageError
+from energon_lite.flavors.jsonl import prepare_lines
 from energon_lite.shards.meta import META_DIR
 from energon_lite.storage import STATS, RemotePath
+from energon_lite.synth.lines import write_caption_jsonl
 from energon_lite.synth.servers import TEST_CREDENTIALS, FaultProxy, RangeHTTPServer, S3Server
 from energon_lite.synth.shards import write_captioning_shards
 from energon_lite.testing import assert_loader_resumes, take
@@ -297,29 +310,48 @@ endpoint = {s3.endpoint}
     assert "rcloned" in str(info.value) and SECRET not in str(info.value)
 
 
-def test_a_jsonl_file_on_remote_storage_is_refused_by_name(s3: S3Server, tmp_path: Path) -> None:
-    """Only prepared tar folders are read remotely: a .jsonl URL (directly, or as a
-    metadataset entry) is refused naming the URL, the YAML and its key, not taken for a
-    tar folder without a .nv-meta."""
+@dataclass
+class Line(Sample):
+    text: str = ""
+
+
+def _cook_line(sample: dict) -> Line:
+    return Line(**basic_sample_keys(sample), text=sample["json"]["caption"])
+
+
+class Lines(DefaultTaskEncoder):
+    cookers = (Cooker(_cook_line),)
+
+
+def test_a_jsonl_file_on_remote_storage_is_read_as_in_energon(s3: S3Server, tmp_path: Path) -> None:
+    """A prepared .jsonl (with its .idx) in a bucket is read by ranged GETs, as Energon reads
+    msc:// line files: directly, and as metadataset entries relative to a remote YAML. Each
+    line once per epoch, the same samples as the local copy gives; exact resume."""
     lines = tmp_path / "lines"
     lines.mkdir()
-    (lines / "ds1.jsonl").write_text('{"text": "a"}\n{"text": "b"}\n')
-    s3.upload(lines, "data", "lines")
-    url = "s3://data/lines/ds1.jsonl"
-    with pytest.raises(EnergonLiteError) as info:
-        _train(url)
-    assert url in str(info.value) and "jsonl dataset on remote storage is not read" in str(
-        info.value
-    )
-    mds = tmp_path / "blend.yaml"
-    mds.write_text(
+    for name, count in (("ds1.jsonl", 30), ("ds2.jsonl", 20)):
+        prepare_lines(write_caption_jsonl(lines / name, count), progress=False)
+    (lines / "blend.yaml").write_text(
         "__module__: megatron.energon\n__class__: MetadatasetV2\nsplits:\n  train:\n"
-        f"    blend:\n      - path: {url}\n        weight: 1\n"
+        "    blend:\n      - {path: ds1.jsonl, weight: 1}\n      - {path: ds2.jsonl, weight: 1}\n"
     )
-    with pytest.raises(EnergonLiteError) as info:
-        _train(mds)
-    assert str(mds) in str(info.value) and url in str(info.value)
-    assert "remote storage is not read" in str(info.value) and ".nv-meta" not in str(info.value)
+    s3.upload(lines, "data", "lines")
+
+    def texts(path: str | Path, workers: int = 0) -> Counter:
+        loader = _train(path, workers, task_encoder=Lines(), batch_size=5, repeat=False,
+                        shuffle_buffer_size=None, max_samples_per_sequence=None)  # fmt: skip
+        return Counter(text for batch in loader for text in batch.text)
+
+    remote = texts("s3://data/lines/ds1.jsonl", workers=2)
+    assert remote == texts(lines / "ds1.jsonl") and sum(remote.values()) == 30
+    assert set(remote.values()) == {1}
+    blended = texts("s3://data/lines/blend.yaml")
+    assert blended == texts(lines / "blend.yaml") and sum(blended.values()) == 50
+    assert_loader_resumes(
+        lambda: _train("s3://data/lines/blend.yaml", 2, task_encoder=Lines(), batch_size=4),
+        total=20,
+        save_points=[0, 3, 11],
+    )
 
 
 def test_faults_are_retried_nothing_lost_or_repeated(
