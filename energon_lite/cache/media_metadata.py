@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import sqlite3
+import tempfile
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -25,6 +26,7 @@ from typing import Any
 from tqdm import tqdm
 
 from energon_lite.errors import DatasetFormatError
+from energon_lite.storage import RemotePath, StoragePath, as_path, local_only, ops
 
 DB_NAME = "index.sqlite"
 IMAGE_EXTS = frozenset({"jpg", "jpeg", "png", "webp", "bmp", "tif", "tiff", "gif", "ppm"})
@@ -94,8 +96,9 @@ def lookup(root: Path, key: str) -> Any:
     return load(row[0], row[1])
 
 
-def _entries(root: Path) -> Iterator[tuple[str, Any]]:
-    """``(entry key, reader of its bytes)`` of every file of a folder or tar dataset."""
+def _entries(root: StoragePath) -> Iterator[tuple[str, Any]]:
+    """``(entry key, reader of its bytes)`` of every file of a folder or tar dataset (a
+    remote one only as a prepared tar dataset)."""
     if (root / ".nv-meta" / ".info.json").is_file() or (root / ".nv-meta" / ".info.yaml").is_file():
         from energon_lite.shards.dataset import PreparedDataset
         from energon_lite.shards.meta import load_info, load_split
@@ -108,14 +111,16 @@ def _entries(root: Path) -> Iterator[tuple[str, Any]]:
                     for part, data in parts.items():
                         yield f"{key}.{part}", data
         return
+    root = local_only(root, "media metadata of a folder that is not a prepared dataset")
     for path in sorted(root.rglob("*")):
         if path.is_file() and ".nv-meta" not in path.relative_to(root).parts:
             yield path.relative_to(root).as_posix(), path
 
 
-def prepare_media(root: str | os.PathLike[str], *, progress: bool = True) -> int:
-    """Record the metadata of every media file under ``root``; returns how many."""
-    root = Path(root)
+def prepare_media(root: str | os.PathLike[str] | RemotePath, *, progress: bool = True) -> int:
+    """Record the metadata of every media file under ``root`` (a local folder or prepared
+    dataset, or a prepared dataset on s3://, msc://); returns how many."""
+    root = as_path(root)
     if not root.is_dir():
         raise DatasetFormatError(f"{root}: not a folder or prepared dataset")
     rows = []
@@ -130,9 +135,24 @@ def prepare_media(root: str | os.PathLike[str], *, progress: bool = True) -> int
             raise DatasetFormatError(f"{root}: {key}: cannot read media metadata: {exc}") from exc
         if found is not None:
             rows.append((key, found[0], json.dumps(found[1])))
+    if isinstance(root, RemotePath):  # written locally, then put as one object
+        with tempfile.TemporaryDirectory() as scratch:
+            local = Path(scratch) / DB_NAME
+            remote = root / ".nv-meta" / DB_NAME
+            if remote.is_file():
+                local.write_bytes(ops.read_bytes(remote))
+            _write_rows(local, rows)
+            ops.write_atomic(remote, local.read_bytes())
+        return len(rows)
     meta = root / ".nv-meta"
     meta.mkdir(exist_ok=True)
-    target, tmp = meta / DB_NAME, meta / f"{DB_NAME}.{os.getpid()}.tmp"
+    _write_rows(meta / DB_NAME, rows)
+    return len(rows)
+
+
+def _write_rows(target: Path, rows: list[tuple[str, str, str]]) -> None:
+    """The media_metadata table of ``target`` replaced by ``rows`` (other tables kept)."""
+    tmp = target.with_name(f"{DB_NAME}.{os.getpid()}.tmp")
     if target.is_file():
         shutil.copyfile(target, tmp)
     try:
@@ -147,4 +167,3 @@ def prepare_media(root: str | os.PathLike[str], *, progress: bool = True) -> int
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
-    return len(rows)

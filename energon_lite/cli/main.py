@@ -51,6 +51,11 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 
     kind = kind_of(args.path)
     if kind.prepare is not None:  # a dataset kind of a flavor (video-text table, episodes ...)
+        if args.media_metadata_by_extension:
+            raise SystemExit(
+                f"{args.path}: a {kind.name} dataset stores no media metadata; remove "
+                "--media-metadata-by-extension (or run prepare-media on its media folder)"
+            )
         options = {
             **vars(args),
             "split_ratio": _parse_ratio(args.split_ratio) if args.split_ratio else None,
@@ -94,6 +99,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
         force_overwrite=args.force_overwrite,
         allow_duplicate_keys=args.allow_duplicate_keys,
         dataset_yaml_name=args.dataset_yaml_name,
+        progress=args.progress,
     )
     print(
         f"Prepared {report.num_samples} samples in {len(report.shard_names)} shards; parts: {', '.join(sorted(report.parts))}"
@@ -102,6 +108,11 @@ def cmd_prepare(args: argparse.Namespace) -> int:
         print(f"  {split}: {len(shards)} shards")
     for line in _excluded_lines(report):
         print(line)
+    if args.media_metadata_by_extension and not args.tar_index_only:
+        from energon_lite.cache.media_metadata import prepare_media
+
+        count = prepare_media(args.path, progress=args.progress)
+        print(f"Recorded media metadata of {count} files (by extension)")
     if not args.tar_index_only and not args.sample_type:
         print(
             f"No {args.dataset_yaml_name} written (no sample type): run prepare again with "
@@ -351,6 +362,18 @@ def build_parser() -> argparse.ArgumentParser:
         "every shard whose path matches a regex (Energon's form); repeatable",
     )
     p.add_argument("--num-workers", type=int, default=1, help="index shards in N processes")
+    p.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="show progress bars (--no-progress: none, e.g. in logs)",
+    )
+    p.add_argument(
+        "--media-metadata-by-extension",
+        action="store_true",
+        help="also record each image/audio/video part's metadata (by file extension) in "
+        ".nv-meta/index.sqlite, as prepare-media does",
+    )
     p.add_argument(
         "--shuffle-tars", action="store_true", help="shuffle shards before ratio splitting"
     )

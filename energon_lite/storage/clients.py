@@ -84,12 +84,19 @@ def _s3_client(options: dict[str, Any]) -> Any:
     endpoint = options.pop("endpoint_url", None) or os.environ.get(
         "AWS_ENDPOINT_URL_S3", os.environ.get("AWS_ENDPOINT_URL")
     )
-    config_kwargs = {
+    config_kwargs: dict[str, Any] = {
         "retries": {"total_max_attempts": 1, "mode": "standard"},
         "connect_timeout": timeout,
         "read_timeout": timeout,
-        **(options.pop("config_kwargs", {}) or {}),
     }
+    if "AWS_REQUEST_CHECKSUM_CALCULATION" not in os.environ:
+        # a PUT body as sent, not aws-chunked with a checksum trailer (botocore >= 1.36's
+        # default), which S3-compatible stores other than AWS (MinIO, Ceph, test servers)
+        # may reject or leave hanging; checksums are still sent where an operation needs one
+        config_kwargs["request_checksum_calculation"] = "when_required"
+    config_kwargs.update(options.pop("config_kwargs", {}) or {})
+    if "session" not in options:
+        options["session"] = _s3_session()
     fs = s3fs.S3FileSystem(
         endpoint_url=endpoint,
         client_kwargs=client_kwargs,
@@ -99,6 +106,20 @@ def _s3_client(options: dict[str, Any]) -> Any:
     )
     fs.retries = 1  # s3fs's own retry loop: one attempt, ours counts and backs off
     return fs
+
+
+def _s3_session() -> Any:
+    """An aiobotocore session whose requests carry no ``Expect: 100-continue``: aiohttp then
+    waits for the server's ``100 Continue`` before sending a body, and a store or proxy that
+    never sends one (HTTP/1.0 servers) would leave every write hanging; boto3 gives up
+    waiting after a second, so Energon's writes go through there."""
+    session = _need("aiobotocore.session").AioSession()
+
+    def drop_expect(request: Any, **_kwargs: Any) -> None:
+        request.headers.pop("Expect", None)  # not a signed header: the signature stays valid
+
+    session.register("before-send.s3", drop_expect)
+    return session
 
 
 def _http_client(options: dict[str, Any]) -> Any:
