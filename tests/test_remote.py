@@ -7,10 +7,13 @@ pixels, order and states must not depend on where the bytes come from.
 
 from __future__ import annotations
 
+import json
 import logging
+import threading
 import uuid
 from collections import Counter
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
@@ -149,6 +152,68 @@ def test_prepare_info_lint_preview_on_an_s3_prefix(
     assert cli_main(["preview", "-n", "2", url]) == 0
     assert "caption" in capsys.readouterr().out
     assert SECRET not in info
+
+
+def test_prepare_records_media_metadata_on_an_s3_prefix_as_energon_does(
+    s3: S3Server, tmp_path: Path
+) -> None:
+    """Energon's `prepare --media-metadata-by-extension --no-progress` on a bucket prefix:
+    the dataset is prepared and each image part's size lands in .nv-meta/index.sqlite."""
+    import sqlite3
+
+    raw = tmp_path / "raw"
+    write_captioning_shards(raw, 20, 10, image_size=(16, 12))
+    prefix = f"media-{uuid.uuid4().hex[:8]}"
+    s3.upload(raw, "data", prefix)
+    url = f"s3://data/{prefix}"
+    assert cli_main(["prepare", url, "--non-interactive", "--no-progress", "--split-ratio=1,0,0",
+                     "--sample-type=CaptioningSample", '--field-map={"image": "jpg", "caption": "txt"}',
+                     "--media-metadata-by-extension"]) == 0  # fmt: skip
+    db = tmp_path / "index.sqlite"
+    db.write_bytes(RemotePath(f"{url}/{META_DIR}/index.sqlite").read_bytes())
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT entry_key, metadata_type, metadata_json FROM media_metadata")
+        found = {key: (kind, json.loads(meta)) for key, kind, meta in rows}
+    assert len(found) == 20 and {kind for kind, _ in found.values()} == {"image"}
+    assert {(m["width"], m["height"]) for _, m in found.values()} == {(16, 12)}
+    assert len(list(take(_train(url, batch_size=5), 4))) == 4
+
+
+class _Http10S3(BaseHTTPRequestHandler):
+    """An S3-compatible store as plain HTTP/1.0 (no ``100 Continue``): it reads a PUT's
+    body by Content-Length and keeps it."""
+
+    objects: dict[str, bytes] = {}
+
+    def do_PUT(self) -> None:
+        self.objects[self.path] = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.send_response(200)
+        self.send_header("ETag", '"1"')
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_write_to_a_store_without_100_continue_sends_its_body_plainly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """botocore's defaults would wait for ``100 Continue`` and send an aws-chunked body with a
+    checksum trailer; a store that speaks neither must get the bytes as they are, at once."""
+    from energon_lite.storage import ops
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Http10S3)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{server.server_port}")
+        monkeypatch.delenv("AWS_REQUEST_CHECKSUM_CALCULATION", raising=False)
+        ops.write_atomic(RemotePath("s3://plain/dir/index.bin"), b"0123456789" * 100)
+    finally:
+        server.shutdown()
+        thread.join(timeout=10)
+    assert _Http10S3.objects == {"/plain/dir/index.bin": b"0123456789" * 100}
 
 
 def test_prepare_failure_writes_nothing(s3: S3Server, tmp_path: Path) -> None:
