@@ -95,8 +95,6 @@ def _s3_client(options: dict[str, Any]) -> Any:
         # may reject or leave hanging; checksums are still sent where an operation needs one
         config_kwargs["request_checksum_calculation"] = "when_required"
     config_kwargs.update(options.pop("config_kwargs", {}) or {})
-    if "session" not in options:
-        options["session"] = _s3_session()
     fs = s3fs.S3FileSystem(
         endpoint_url=endpoint,
         client_kwargs=client_kwargs,
@@ -105,21 +103,19 @@ def _s3_client(options: dict[str, Any]) -> Any:
         **options,
     )
     fs.retries = 1  # s3fs's own retry loop: one attempt, ours counts and backs off
+    _no_expect_continue(fs)
     return fs
 
 
-def _s3_session() -> Any:
-    """An aiobotocore session whose requests carry no ``Expect: 100-continue``: aiohttp then
-    waits for the server's ``100 Continue`` before sending a body, and a store or proxy that
-    never sends one (HTTP/1.0 servers) would leave every write hanging; boto3 gives up
-    waiting after a second, so Energon's writes go through there."""
-    session = _need("aiobotocore.session").AioSession()
+def _no_expect_continue(fs: Any) -> None:
+    """Send uploads without ``Expect: 100-continue``: botocore asks for it on every upload,
+    and aiohttp then waits for the server's interim answer, which simple S3-compatible
+    servers never send (the upload would hang until the read timeout, then again on each
+    retry). Our uploads are in memory and small enough to send at once."""
+    from botocore.handlers import add_expect_header
 
-    def drop_expect(request: Any, **_kwargs: Any) -> None:
-        request.headers.pop("Expect", None)  # not a signed header: the signature stays valid
-
-    session.register("before-send.s3", drop_expect)
-    return session
+    fs.connect()  # makes the client (no request)
+    fs.s3.meta.events.unregister("before-call.s3", add_expect_header)
 
 
 def _http_client(options: dict[str, Any]) -> Any:
