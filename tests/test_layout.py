@@ -19,7 +19,7 @@ PACKAGE = ROOT / "energon_lite"
 LAYERS: list[tuple[str, ...]] = [
     ("errors", "edataclass"),  # exception types, error policy; Energon's dataclass shorthand
     ("rng", "quotas", "worker", "media", "storage"),  # derived randomness, quotas, layout, I/O
-    ("state",),  # the state codec and restore keys
+    ("state", "epathlib"),  # the state codec and restore keys; Energon's EPath over storage
     ("batching", "av"),  # collate and batch memory; audio/video decoding
     ("decode",),  # sample part decoding (images through batch slabs, av)
     ("samples",),  # the data model and the sample factory
@@ -30,7 +30,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("stages",),  # the Stage contract and every stage
     ("pipeline",),  # wiring a chain
     ("loader",),  # datasets, loaders, workers, stats
-    ("wrappers", "compat", "epathlib"),  # Energon's wrappers, Energon-only names, EPath's path
+    ("wrappers", "compat"),  # Energon's wrapper classes and Energon-only names
     ("flavors", "dataset_config"),  # dataset kinds beyond tar shards; Energon's dataset_config
     ("synth", "testing"),  # sample data and resume test helpers
     ("__init__",),  # the public API

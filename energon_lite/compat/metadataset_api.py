@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from energon_lite.compat.arguments import get_val_dataset
+from energon_lite.epathlib import EPath
 from energon_lite.errors import ConfigError, DatasetFormatError
 from energon_lite.loader.api import SavableDataset
 from energon_lite.metadataset.loader_interface import DatasetBlendMode
@@ -26,7 +27,6 @@ from energon_lite.shards.meta import load_yaml
 from energon_lite.sources.kinds import open_source
 from energon_lite.sources.leaf import Leaf
 from energon_lite.storage import StoragePath
-from energon_lite.storage.epath import EPath
 
 _MODES = {"weights": "DATASET_WEIGHT", "epochized": "SAMPLE_REPETITIONS", "single": "NONE"}
 

@@ -1,8 +1,7 @@
-"""Energon's path module (``megatron.energon.epathlib``): ``EPath`` over energon_lite's storage
-(defined in ``energon_lite/storage/epath.py``)."""
+"""Energon's path module (``megatron.energon.epathlib``): ``EPath`` over energon_lite's storage."""
 
 from __future__ import annotations
 
-from energon_lite.storage.epath import DEFAULT_PROFILE_NAME, EPath
+from energon_lite.epathlib.epath import DEFAULT_PROFILE_NAME, EPath
 
 __all__ = ["DEFAULT_PROFILE_NAME", "EPath"]
