@@ -17,11 +17,17 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "energon_lite"
 
 LAYERS: list[tuple[str, ...]] = [
-    ("errors", "edataclass"),  # exception types, error policy; Energon's dataclass shorthand
-    ("rng", "quotas", "worker", "media", "storage"),  # derived randomness, quotas, layout, I/O
+    ("errors", "edataclass", "fork_hook", "sample_utils"),  # errors; Energon's small helpers
+    (
+        "rng",
+        "quotas",
+        "worker",
+        "storage",
+        "media_records",
+    ),  # derived randomness, quotas, layout, I/O
     ("state", "epathlib"),  # the state codec and restore keys; Energon's EPath over storage
-    ("batching", "av"),  # collate and batch memory; audio/video decoding
-    ("decode",),  # sample part decoding (images through batch slabs, av)
+    ("batching", "av", "transforms"),  # collate, batch memory; audio/video; image transforms
+    ("decode", "media"),  # sample part decoding; media metadata and the media filter
     ("samples",),  # the data model and the sample factory
     ("shards",),  # the built-in tar format and prepare
     ("sources",),  # the Source protocol, dataset kinds, leaves

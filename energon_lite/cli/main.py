@@ -144,8 +144,15 @@ def _excluded_lines(report: Any) -> list[str]:
 
 def cmd_prepare_media(args: argparse.Namespace) -> int:
     from energon_lite.cache.media_metadata import prepare_media
+    from energon_lite.media.extractor import MediaFilterConfig
 
-    count = prepare_media(args.path, progress=sys.stderr.isatty())
+    glob, header = args.media_metadata_by_glob, args.media_metadata_by_header
+    extension = args.media_metadata_by_extension or not (glob or header)
+    try:
+        media_filter = MediaFilterConfig.parse(glob, header, extension)
+    except ValueError as exc:
+        raise SystemExit(f"energon-lite prepare-media: {exc}") from None
+    count = prepare_media(args.path, progress=sys.stderr.isatty(), media_filter=media_filter)
     print(f"Recorded media metadata of {count} files in {Path(args.path) / '.nv-meta'}")
     print("Done")
     return 0
@@ -417,7 +424,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--media-metadata-by-extension",
         action="store_true",
-        help="recognise media by file extension (the only strategy; the default)",
+        help="recognise media by file extension (the default)",
+    )
+    p.add_argument(
+        "--media-metadata-by-glob",
+        metavar="PATTERNS",
+        help="media are the files matching one of these comma-separated globs (e.g. '*.jpg')",
+    )
+    p.add_argument(
+        "--media-metadata-by-header",
+        action="store_true",
+        help="recognise media by their first bytes (reads every file)",
     )
     p.add_argument("--num-workers", type=int, default=1, help="accepted for Energon parity")
     p.set_defaults(fn=cmd_prepare_media)

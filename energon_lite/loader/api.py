@@ -208,7 +208,8 @@ def check_loader_options(
     if cache_pool is not None:  # cookers reach it as TaskEncoder.cache, in every worker
         dataset.pipeline.task_encoder._cache_pool = cache_pool  # type: ignore[attr-defined]
     known = {"pin_memory", "prefetch_factor", "timeout_seconds", "watchdog_timeout_seconds",
-             "watchdog_initial_timeout_seconds", "stats", "reuse_batch_memory"}  # fmt: skip
+             "watchdog_initial_timeout_seconds", "stats", "reuse_batch_memory",
+             "max_worker_restarts", "worker_restart_window_seconds", "on_timeout"}  # fmt: skip
     unknown = sorted(set(options) - known)
     layout = [name for name in ("num_workers", "rank", "world_size") if name in options]
     if layout:
@@ -248,6 +249,11 @@ def get_savable_loader(dataset: SavableDataset, **options: Any) -> SavableLoader
     ``reuse_batch_memory`` (True): workers build batches in shared-memory buffers they reuse
     once the trainer has dropped every tensor of a batch, instead of fresh ones per batch
     (:mod:`energon_lite.batching.memory`; False gives torch's behaviour).
+    ``max_worker_restarts`` (3) within ``worker_restart_window_seconds`` (3600): a worker
+    process that dies is replaced and the stream continues exactly, each sample once; 0
+    stops the run instead. ``on_timeout="restart"`` (Energon's form:
+    ``fail_on_timeout="restart"``) replaces a worker that gives no batch within
+    ``timeout_seconds`` the same way (:mod:`energon_lite.loader.healing`).
     """
     return SavableLoader(dataset, **check_loader_options(dataset, options))
 

@@ -143,7 +143,10 @@ def _discover() -> None:
     _discovered = True
     flavors = importlib.import_module(_FLAVORS_PACKAGE)
     for module in sorted(pkgutil.iter_modules(flavors.__path__), key=lambda m: m.name):
-        if module.ispkg and importlib.util.find_spec(f"{_FLAVORS_PACKAGE}.{module.name}.kind"):
+        # Look for the file instead of asking find_spec, which imports the package first: a
+        # package that is no kind (flavors/webdataset) must not be loaded, nor its extras.
+        folder = getattr(module.module_finder, "path", None)
+        if module.ispkg and folder and (Path(folder) / module.name / "kind.py").is_file():
             importlib.import_module(f"{_FLAVORS_PACKAGE}.{module.name}.kind")
     for entry in entry_points(group=ENTRY_POINT_GROUP):
         try:

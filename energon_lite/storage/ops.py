@@ -107,7 +107,16 @@ def is_dir(path: StoragePath) -> bool:
     t = target(path)
     if path.scheme in ("http", "https"):
         return True  # no listing over plain HTTP: a folder is whatever the server serves
+    if "/" not in t.path.strip("/"):  # a bucket: a folder while it holds an object, as in MSC
+        return bool(retry.call(lambda: _holds_objects(t.fs, t.path), "list", str(path), t.secrets))
     return bool(retry.call(lambda: t.fs.isdir(t.path), "list", str(path), t.secrets))
+
+
+def _holds_objects(fs: Any, bucket: str) -> bool:
+    try:
+        return bool(fs.ls(bucket, detail=False, refresh=True))
+    except FileNotFoundError:
+        return False
 
 
 def read_bytes(path: StoragePath) -> bytes:

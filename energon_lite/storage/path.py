@@ -22,6 +22,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from energon_lite.errors import ConfigError
+from energon_lite.storage.dss import dss_target, is_dss
 
 SCHEMES = ("s3", "msc", "http", "https")
 
@@ -176,6 +177,8 @@ def as_path(
         if storage_options:
             return RemotePath(value.url, {**value.storage_options, **storage_options})
         return value
+    if isinstance(value, str) and is_dss(value):  # the dataset service's local cache
+        value = dss_target(value)
     if isinstance(value, str) and is_url(value):
         return RemotePath(value, storage_options)
     return Path(value)
