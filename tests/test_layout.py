@@ -25,7 +25,7 @@ LAYERS: list[tuple[str, ...]] = [
         "storage",
         "media_records",
     ),  # derived randomness, quotas, layout, I/O
-    ("state",),  # the state codec and restore keys
+    ("state", "epathlib"),  # the state codec and restore keys; Energon's EPath over storage
     ("batching", "av", "transforms"),  # collate, batch memory; audio/video; image transforms
     ("decode", "media"),  # sample part decoding; media metadata and the media filter
     ("samples",),  # the data model and the sample factory
@@ -36,7 +36,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("stages",),  # the Stage contract and every stage
     ("pipeline",),  # wiring a chain
     ("loader",),  # datasets, loaders, workers, stats
-    ("wrappers", "compat", "epathlib"),  # Energon's wrapper classes and Energon-only names
+    ("wrappers", "compat"),  # Energon's wrapper classes and Energon-only names
     ("flavors", "dataset_config"),  # dataset kinds beyond tar shards; Energon's dataset_config
     ("synth", "testing"),  # sample data and resume test helpers
     ("__init__",),  # the public API

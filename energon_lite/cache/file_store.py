@@ -21,6 +21,7 @@ from typing import Any
 
 from energon_lite.errors import DatasetFormatError
 from energon_lite.samples.types import SourceInfo
+from energon_lite.storage import StoragePath, local_only
 
 
 def add_source_info(sample: Any, *infos: SourceInfo) -> None:
@@ -221,8 +222,12 @@ def open_file_store(spec: str, base: Path) -> FileStore:
     return primary_file_store(target)
 
 
-def primary_file_store(path: Path, source: Any = None) -> FileStore:
-    """A dataset read by file name: its Source's ``as_file_store()``, or a tar folder's."""
+def primary_file_store(path: StoragePath, source: Any = None) -> FileStore:
+    """A dataset read by file name: its Source's ``as_file_store()`` (a remote JSONL file's
+    too), or a local tar folder's."""
+    if source is not None and hasattr(source, "as_file_store"):
+        return source.as_file_store()
+    path = local_only(path, "a crude dataset")
     if source is None and not (path / ".nv-meta").is_dir():
         from energon_lite.sources.kinds import kind_of
 

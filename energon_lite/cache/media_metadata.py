@@ -10,6 +10,7 @@ Stored as Energon stores it (``energon_lite.media_records.table``: table ``media
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from energon_lite.errors import DatasetFormatError
 from energon_lite.media.extractor import MediaFilterConfig, MediaFilterStrategy
 from energon_lite.media_records.table import DB_NAME, lookup_media
 from energon_lite.media_records.table import write_media_table as _write
+from energon_lite.storage import RemotePath, StoragePath, as_path, local_only, ops
 
 __all__ = ["DB_NAME", "lookup", "prepare_media"]
 
@@ -30,8 +32,9 @@ def lookup(root: Path, key: str) -> Any:
     return lookup_media(root, key)
 
 
-def _entries(root: Path) -> Iterator[tuple[str, Any]]:
-    """``(entry key, reader of its bytes)`` of every file of a folder or tar dataset."""
+def _entries(root: StoragePath) -> Iterator[tuple[str, Any]]:
+    """``(entry key, reader of its bytes)`` of every file of a folder or tar dataset (a
+    remote one only as a prepared tar dataset)."""
     if (root / ".nv-meta" / ".info.json").is_file() or (root / ".nv-meta" / ".info.yaml").is_file():
         from energon_lite.shards.dataset import PreparedDataset
         from energon_lite.shards.meta import load_info, load_split
@@ -44,20 +47,22 @@ def _entries(root: Path) -> Iterator[tuple[str, Any]]:
                     for part, data in parts.items():
                         yield f"{key}.{part}", data
         return
+    root = local_only(root, "media metadata of a folder that is not a prepared dataset")
     for path in sorted(root.rglob("*")):
         if path.is_file() and ".nv-meta" not in path.relative_to(root).parts:
             yield path.relative_to(root).as_posix(), path
 
 
 def prepare_media(
-    root: str | os.PathLike[str],
+    root: str | os.PathLike[str] | RemotePath,
     *,
     progress: bool = True,
     media_filter: MediaFilterConfig | None = None,
 ) -> int:
     """Record the metadata of every media file under ``root`` (by extension unless
-    ``media_filter`` says otherwise); returns how many."""
-    root = Path(root)
+    ``media_filter`` says otherwise); returns how many. ``root`` is a local folder or
+    prepared dataset, or a prepared dataset on s3:// or msc://."""
+    root = as_path(root)
     if not root.is_dir():
         raise DatasetFormatError(f"{root}: not a folder or prepared dataset")
     media_filter = media_filter or MediaFilterConfig(strategy=MediaFilterStrategy.EXTENSION)
@@ -73,4 +78,13 @@ def prepare_media(
             raise DatasetFormatError(f"{root}: {key}: cannot read media metadata: {exc}") from exc
         if found is not None:
             entries.append((key, found))
+    if isinstance(root, RemotePath):  # the table is written locally, then put as one object
+        with tempfile.TemporaryDirectory() as scratch:
+            local, remote = Path(scratch), root / ".nv-meta" / DB_NAME
+            (local / ".nv-meta").mkdir()
+            if remote.is_file():
+                (local / ".nv-meta" / DB_NAME).write_bytes(ops.read_bytes(remote))
+            count = _write(local, entries)
+            ops.write_atomic(remote, (local / ".nv-meta" / DB_NAME).read_bytes())
+        return count
     return _write(root, entries)

@@ -51,6 +51,11 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 
     kind = kind_of(args.path)
     if kind.prepare is not None:  # a dataset kind of a flavor (video-text table, episodes ...)
+        if args.media_metadata_by_extension:
+            raise SystemExit(
+                f"{args.path}: a {kind.name} dataset stores no media metadata; remove "
+                "--media-metadata-by-extension (or run prepare-media on its media folder)"
+            )
         options = {
             **vars(args),
             "split_ratio": _parse_ratio(args.split_ratio) if args.split_ratio else None,
@@ -96,6 +101,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
         dataset_yaml_name=args.dataset_yaml_name,
         executor=args.executor,
         ray_address=args.ray_address,
+        progress=args.progress,
     )
     if report.resumed:
         print(f"Resumed: {report.resumed} shards' scans taken from the unfinished prepare")
@@ -106,6 +112,11 @@ def cmd_prepare(args: argparse.Namespace) -> int:
         print(f"  {split}: {len(shards)} shards")
     for line in _excluded_lines(report):
         print(line)
+    if args.media_metadata_by_extension and not args.tar_index_only:
+        from energon_lite.cache.media_metadata import prepare_media
+
+        count = prepare_media(args.path, progress=args.progress)
+        print(f"Recorded media metadata of {count} files (by extension)")
     if not args.tar_index_only and not args.sample_type:
         print(
             f"No {args.dataset_yaml_name} written (no sample type): run prepare again with "
@@ -366,6 +377,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where shards are indexed: local processes, or tasks on a Ray cluster")  # fmt: skip
     p.add_argument("--ray-address", default=None,
                    help="the Ray cluster for --executor ray (ray.init(address=...)); default: RAY_ADDRESS, else a local Ray")  # fmt: skip
+    p.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="show progress bars (--no-progress: none, e.g. in logs)",
+    )
+    p.add_argument(
+        "--media-metadata-by-extension",
+        action="store_true",
+        help="also record each image/audio/video part's metadata (by file extension) in "
+        ".nv-meta/index.sqlite, as prepare-media does",
+    )
     p.add_argument(
         "--shuffle-tars", action="store_true", help="shuffle shards before ratio splitting"
     )

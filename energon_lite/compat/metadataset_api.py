@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from energon_lite.compat.arguments import get_val_dataset
+from energon_lite.epathlib import EPath
 from energon_lite.errors import ConfigError, DatasetFormatError
 from energon_lite.loader.api import SavableDataset
 from energon_lite.metadataset.loader_interface import DatasetBlendMode
@@ -36,9 +37,9 @@ class TraversedDatasetReference:
     """One leaf of a split: its folder, split, auxiliary sources and the subflavors the
     metadataset gives it."""
 
-    path: StoragePath
+    path: EPath
     split_part: str
-    aux: dict[str, Any] = field(default_factory=dict)
+    aux: dict[str, EPath] = field(default_factory=dict)
     subflavors: dict[str, Any] | None = None
 
 
@@ -187,9 +188,11 @@ class MetadatasetV2(DatasetLoaderInterface):
 
 def _reference(leaf: Leaf) -> TraversedDatasetReference:
     aux = {
-        name: Path(spec.removeprefix("filesystem://")) for name, spec in (leaf.aux or {}).items()
+        name: EPath(spec.removeprefix("filesystem://")) for name, spec in (leaf.aux or {}).items()
     }
-    return TraversedDatasetReference(leaf.path, leaf.split_part, aux, dict(leaf.subflavors or {}))
+    return TraversedDatasetReference(
+        EPath(leaf.path), leaf.split_part, aux, dict(leaf.subflavors or {})
+    )
 
 
 class Metadataset(MetadatasetV2):

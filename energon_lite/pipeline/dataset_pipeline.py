@@ -148,9 +148,7 @@ class DatasetPipeline:
             if spec.factory.crude:  # what cookers read by file name (all opened lazily)
                 from energon_lite.cache.file_store import open_file_store, primary_file_store
 
-                spec.factory.primary = primary_file_store(
-                    local_only(leaf.path, "a crude dataset"), ds
-                )
+                spec.factory.primary = primary_file_store(leaf.path, ds)
                 spec.factory.aux.update(getattr(ds, "aux_stores", None) or {})
                 for name, src in (leaf.aux or {}).items():
                     spec.factory.aux[name] = open_file_store(

@@ -114,12 +114,17 @@ def _s3_client(options: dict[str, Any]) -> Any:
     endpoint = options.pop("endpoint_url", None) or os.environ.get(
         "AWS_ENDPOINT_URL_S3", os.environ.get("AWS_ENDPOINT_URL")
     )
-    config_kwargs = {
+    config_kwargs: dict[str, Any] = {
         "retries": {"total_max_attempts": 1, "mode": "standard"},
         "connect_timeout": timeout,
         "read_timeout": timeout,
-        **(options.pop("config_kwargs", {}) or {}),
     }
+    if "AWS_REQUEST_CHECKSUM_CALCULATION" not in os.environ:
+        # a PUT body as sent, not aws-chunked with a checksum trailer (botocore >= 1.36's
+        # default), which S3-compatible stores other than AWS (MinIO, Ceph, test servers)
+        # may reject or leave hanging; checksums are still sent where an operation needs one
+        config_kwargs["request_checksum_calculation"] = "when_required"
+    config_kwargs.update(options.pop("config_kwargs", {}) or {})
     fs = s3fs.S3FileSystem(
         endpoint_url=endpoint,
         client_kwargs=client_kwargs,

@@ -24,9 +24,16 @@ import numpy as np
 
 from energon_lite.cache.file_store import FileStore, SystemFileStore
 from energon_lite.errors import DatasetFormatError
-from energon_lite.flavors.jsonl.index import index_path, read_info, sampled_digest
+from energon_lite.flavors.jsonl.index import (
+    IDX_SUFFIX,
+    index_path,
+    read_info,
+    sampled_digest,
+    sidecar,
+)
 from energon_lite.samples.types import SourceInfo
 from energon_lite.shards.dataset import _resolve_bound
+from energon_lite.storage import RemotePath, ShardFile, StoragePath, as_path, ops
 
 VIRTUAL_RUNS = 64
 CRUDE_CONFIG = {"__module__": "megatron.energon", "__class__": "CrudeWebdataset"}
@@ -37,7 +44,7 @@ class JsonlSource:
 
     def __init__(
         self,
-        root: str | os.PathLike[str],
+        root: str | os.PathLike[str] | RemotePath,
         split_part: str = "train",
         *,
         split_config: str = "split.yaml",
@@ -45,7 +52,7 @@ class JsonlSource:
         subset: tuple[int | str, int | str] | None = None,
     ) -> None:
         del split_config, dataset_config  # a line file has no .nv-meta
-        self.root = Path(root)
+        self.root: StoragePath = as_path(root)  # a local file, or s3:// / msc:// / http(s)://
         self.split_part = split_part
         self.config: dict[str, Any] = dict(CRUDE_CONFIG)
         info = read_info(self.root)
@@ -53,15 +60,15 @@ class JsonlSource:
         media = info.get("media_root")
         self.media_root = None if media is None else (self.root.parent / media).resolve()
         self.shard_names = [self.root.name]
+        self._pid = os.getpid()
+        self._files_open: tuple[ShardFile, ShardFile] | None = None
         self.count, self.size = self._check_index()
         recorded = info.get("sampled_blake2b")
-        if recorded is not None and sampled_digest(self.root, self.size) != recorded:
+        if recorded is not None and self._digest() != recorded:
             raise DatasetFormatError(
                 f"{self.root}: content changed since it was prepared (same size, "
                 f"{self.size} bytes, different bytes); re-run `energon-lite prepare {self.root}`"
             )
-        self._pid = os.getpid()
-        self._fds: tuple[int, int] | None = None
         runs = max(1, min(VIRTUAL_RUNS, self.count))
         bounds = np.linspace(0, self.count, runs + 1).round().astype(np.int64)
         self.run_start, self.run_end = bounds[:-1], bounds[1:]
@@ -71,19 +78,24 @@ class JsonlSource:
         lengths = self.run_end - self.run_start
         self.run_offset = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
 
+    def _digest(self) -> str:
+        if isinstance(self.root, Path):
+            return sampled_digest(self.root, self.size)
+        lines = self._files()[0]
+        return sampled_digest(str(self.root), self.size, lines.pread)
+
     def _check_index(self) -> tuple[int, int]:
-        idx = index_path(self.root)
-        try:
-            size, nbytes = self.root.stat().st_size, idx.stat().st_size
-        except FileNotFoundError as exc:
-            raise DatasetFormatError(
-                f"{exc.filename}: not found; run `energon-lite prepare {self.root}`"
-            ) from None
+        idx = sidecar(self.root, IDX_SUFFIX)
+        for path in (self.root, idx):
+            if not path.is_file():
+                raise DatasetFormatError(
+                    f"{path}: not found; run `energon-lite prepare {self.root}`"
+                )
+        lines, index = self._files()
+        size, nbytes = lines.size, index.size
         if nbytes % 8 or nbytes < 16:
             raise DatasetFormatError(f"{idx}: {nbytes} bytes is not a line index; re-run prepare")
-        with open(idx, "rb") as file:
-            file.seek(nbytes - 8)
-            last = int(np.frombuffer(file.read(8), dtype="<u8")[0])
+        last = int(np.frombuffer(index.pread(8, nbytes - 8), dtype="<u8")[0])
         if last != size:
             raise DatasetFormatError(
                 f"{idx}: indexes {last} bytes but {self.root} has {size}: the file changed "
@@ -121,20 +133,21 @@ class JsonlSource:
 
     # I/O ------------------------------------------------------------------------------
 
-    def _files(self) -> tuple[int, int]:
-        if self._fds is None or os.getpid() != self._pid:  # never share offsets after fork
+    def _files(self) -> tuple[ShardFile, ShardFile]:
+        """The line file and its index, opened per process (never share them after fork)."""
+        if self._files_open is None or os.getpid() != self._pid:
             self._pid = os.getpid()
-            self._fds = (
-                os.open(self.root, os.O_RDONLY),
-                os.open(index_path(self.root), os.O_RDONLY),
+            self._files_open = (
+                ShardFile(self.root, _version(self.root)),
+                ShardFile(sidecar(self.root, IDX_SUFFIX), _version(sidecar(self.root, IDX_SUFFIX))),
             )
-        return self._fds
+        return self._files_open
 
     def offsets(self, start: int, end: int) -> np.ndarray:
         """Byte offsets of lines ``[start, end]`` (``end - start + 1`` entries)."""
         if not 0 <= start < end <= self.count:
             raise IndexError(f"{self.root}: lines [{start}, {end}) outside [0, {self.count})")
-        raw = os.pread(self._files()[1], 8 * (end - start + 1), 8 * start)
+        raw = self._files()[1].pread(8 * (end - start + 1), 8 * start)
         return np.frombuffer(raw, dtype="<u8").astype(np.int64)
 
     def read(self, shard_id: int, index: int) -> tuple[str, dict[str, Any]]:
@@ -146,7 +159,7 @@ class JsonlSource:
             raise IndexError(f"{self.root}: a line file has one shard, not {shard_id}")
         bounds = self.offsets(start, end).tolist()
         base = max(0, bounds[0] - 1)  # and the newline before the first line
-        buf = os.pread(self._files()[0], bounds[-1] - base, base)
+        buf = self._files()[0].pread(bounds[-1] - base, base)
         if len(buf) != bounds[-1] - base:
             raise DatasetFormatError(f"{self.root}: file is shorter than its index says")
         out = []
@@ -179,15 +192,20 @@ class JsonlSource:
         return {"media": SystemFileStore(self.media_root)}
 
     def close(self) -> None:
-        if self._fds is not None and os.getpid() == self._pid:
-            for fd in self._fds:
-                os.close(fd)
-        self._fds = None
+        if self._files_open is not None and os.getpid() == self._pid:
+            for file in self._files_open:
+                file.close()
+        self._files_open = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_fds"] = None
+        state["_files_open"] = None
         return state
+
+
+def _version(path: StoragePath) -> str:
+    """A remote line file's version (ETag), so that every read sees the same object."""
+    return ops.version(path) if isinstance(path, RemotePath) else ""
 
 
 LINE_SUFFIXES = (".jsonl", ".ndjson", ".txt", ".lst", ".list", ".meta")
@@ -217,8 +235,8 @@ def parse_text_line(line: bytes) -> dict[str, Any]:
 class JsonlFileStore(FileStore):
     """Lines of a prepared JSONL file: ``"<line>.json"`` (or the bare line number)."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path).resolve()
+    def __init__(self, path: str | os.PathLike[str] | RemotePath) -> None:
+        self.path = as_path(path).resolve()
         self._source: Any = None
 
     def __getitem__(self, name: str) -> tuple[bytes, SourceInfo]:
