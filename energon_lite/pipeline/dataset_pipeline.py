@@ -60,6 +60,10 @@ class PipelineOptions:
     failure_tolerance: int = 100
     max_skip_fraction: float | None = MAX_SKIP_FRACTION  # of a worker's pass (SkipBudget)
     bucket_sync: dict[str, Any] | None = None  # GroupBatch's synchronised mode (BucketSync)
+    # how fresh readers deal samples to global workers (energon_lite.stages.slices): "ranges";
+    # "slices" is the dealing of states saved before it was recorded (a restored state
+    # always keeps its own)
+    dealing: str = "ranges"
 
 
 class Pipeline(Protocol):
@@ -148,6 +152,7 @@ class DatasetPipeline:
                 "shuffle_over_epochs_multiplier": leaf.shuffle_over_epochs_multiplier,
                 "start_epoch": slot.epoch,
                 "samples_before": before,
+                "dealing": opts.dealing,
             }
             before += len(dataset)
             nodes.append(Node(Reader, partial(Reader, dataset, **settings)))
