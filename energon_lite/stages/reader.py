@@ -294,12 +294,12 @@ class Reader(Stage):
 
     def _save(self) -> dict[str, Any]:
         state = {
-            "dealing": self.dealing,
             "epoch": self._epoch,
             "next": self._next,
             "open": [list(entry) for entry in self._open],
             "rng": self._rng.counter,
             "done": self._done,
+            "dealing": self.dealing,
         }
         if self._left is not None:
             state["left"] = self._left.save()
