@@ -282,16 +282,47 @@ class RangeSlices(SliceTable):
         return self.worker_first[worker] + local
 
     def samples_per_worker(self, epoch: int) -> np.ndarray:
+        """O(pieces x m) with a multiplier m > 1: each of a worker's ``k`` positions holds
+        ``slice_len`` samples except the short last slice of a piece (its tail); where a
+        tail lands in the cycle comes from the inverse permutation. With replacement the
+        draws are counted (O(slices))."""
         counts = np.diff(self.share_bounds)
-        if self.multiplier in (None, 1):
+        m = self.multiplier
+        if m in (None, 1):
             return counts  # each of a worker's slices once per epoch
-        return np.asarray(
-            [
-                int(self._sizes(self.slice_ids(epoch, g, np.arange(self.worker_slices(g)))).sum())
-                for g in range(self.workers)
-            ],
-            dtype=np.int64,
-        )
+        if m == -1:
+            return np.asarray(
+                [
+                    int(
+                        self._sizes(
+                            self.slice_ids(epoch, g, np.arange(self.worker_slices(g)))
+                        ).sum()
+                    )
+                    for g in range(self.workers)
+                ],
+                dtype=np.int64,
+            )
+        piece_len = self.piece_end - self.piece_start
+        short = piece_len % self.slice_len > 0
+        tails = self.piece_first[1:][short] - 1
+        missing = self.slice_len - piece_len[short] % self.slice_len
+        owner = np.searchsorted(self.worker_first, tails, side="right") - 1
+        out = np.zeros(self.workers, dtype=np.int64)
+        for g in range(self.workers):
+            k = self.worker_slices(g)
+            mine = owner == g
+            local = tails[mine] - self.worker_first[g]
+            lacking = 0
+            if local.size:
+                key = ("ranges", self.leaf, self.workers, g, epoch // m)
+                cycle = self._permutation(k * m, *key).inverse_many(
+                    np.concatenate([local + c * k for c in range(m)])
+                )
+                positions = cycle - (epoch % m) * k
+                inside = (positions >= 0) & (positions < k)
+                lacking = int(np.tile(missing[mine], m)[inside].sum())
+            out[g] = k * self.slice_len - lacking
+        return out
 
     def dealt(self, worker: int) -> int:
         return int(self.share_bounds[worker + 1] - self.share_bounds[worker])
