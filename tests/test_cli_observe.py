@@ -125,3 +125,24 @@ def test_preview_grid_of_videos_shows_first_frames(tmp_path: Path, capsys) -> No
     top, left = (160 - height) // 2, (160 - width) // 2
     assert read_frame_index(grid[top : top + height, left : left + width]) == 0
     assert tuple(grid[2, 80]) == (64, 64, 64)  # the letterbox around it is the background
+
+
+def test_bench_of_one_shard_with_two_workers_shows_both_delivering(tmp_path: Path, capsys) -> None:
+    """100 samples in one shard, 2 workers, bench's max_samples_per_sequence of 100: each
+    worker owns half of the samples (before, worker 1 got no slice and sat idle)."""
+    root = tmp_path / "one"
+    write_captioning_shards(root, 100, 100, image_size=(8, 8))
+    prepare_dataset(
+        root,
+        split_ratio=[("train", 1)],
+        sample_type="CaptioningSample",
+        field_map={"image": "jpg", "caption": "txt"},
+        progress=False,
+    )
+    out = tmp_path / "bench"
+    argv = ["bench", str(root), "--num-workers", "2", "--seconds", "2", "--batch-size", "10"]
+    assert main([*argv, "--out", str(out)]) == 0
+    workers = json.loads((out / "stats.json").read_text())["workers"]
+    assert [w["worker"] for w in workers] == [0, 1]
+    assert all(w["batches"] > 0 for w in workers), workers
+    assert "worker busy: #0" in capsys.readouterr().out

@@ -118,6 +118,7 @@ CHAINS: dict[str, dict[str, Any]] = {
 def loader(data: dict[str, Path], chain: str, rank: int, world: int, workers: int, **over: Any):
     options = {**CHAINS[chain], **over}
     te = options.pop("te", TaskEncoder)
+    dealing = options.pop("dealing", "ranges")
     dataset = get_train_dataset(
         data[options.pop("path")],
         worker_config=WorkerConfig(rank, world, workers),
@@ -127,7 +128,22 @@ def loader(data: dict[str, Path], chain: str, rank: int, world: int, workers: in
         task_encoder=te(),
         **options,
     )
+    dataset.pipeline.options.dealing = dealing  # "slices": a loader of the version before it
     return get_savable_loader(dataset)
+
+
+def as_saved_before_dealing(states: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """States of a ``dealing="slices"`` loader as the version before the field wrote them."""
+    from energon_lite.stages.elastic import walk_states
+    from energon_lite.state.codec import state_digest
+
+    for state in states:
+        for tree in state["workers"]:
+            for level in walk_states(tree):
+                if level.get("type") == "Reader":
+                    assert level.pop("dealing") == "slices"
+        state["digest"] = state_digest(state)
+    return states
 
 
 def keys(batch: Any) -> list[str]:
@@ -135,13 +151,16 @@ def keys(batch: Any) -> list[str]:
 
 
 def save_old(data, chain: str, world: int, workers: int, steps: list[int], **over: Any):
-    """Each old rank delivers ``steps[rank]`` batches, then saves; (delivered, states)."""
+    """Each old rank delivers ``steps[rank]`` batches, then saves; (delivered, states).
+    ``dealing="slices"``: states without the dealing field, as older versions saved them."""
     delivered, states = [], []
     for rank in range(world):
         old = loader(data, chain, rank, world, workers, **over)
         delivered += [k for batch in take(old, steps[rank % len(steps)]) for k in keys(batch)]
         states.append(old.save_state_rank())
         old.close()
+    if over.get("dealing") == "slices":
+        states = as_saved_before_dealing(states)
     return delivered, states
 
 
@@ -182,6 +201,45 @@ def test_every_sample_exactly_once_across_the_layout_change(data, chain, old, ne
         assert sum(1 for k in delivered if k[0] == "b") == B // 2
     else:
         assert delivered == expected_epoch(chain)
+
+
+@pytest.mark.parametrize(
+    ("chain", "old", "new", "steps"),
+    [
+        ("shuffle", (2, 2), (1, 3), [3, 5]),
+        ("epochized", (4, 1), (3, 2), [2, 4, 1, 3]),
+        ("weighted_pack_group", (3, 2), (2, 2), [2, 1, 3]),
+    ],
+)
+def test_states_of_the_old_dealing_move_to_another_layout(data, chain, old, new, steps):
+    """States saved before the ``dealing`` field (slice round robin) redistribute too: the
+    new states keep that dealing, and every sample of the epoch comes exactly once."""
+    before, states = save_old(data, chain, *old, steps, dealing="slices")
+    moved = redistribute(states, new[0], new[1])
+    assert {level.get("dealing") for level in _readers_of(moved)} == {"slices"}
+    after = [k for rank in range(new[0]) for k in rest_of_epoch(data, chain, states, *new, rank)]
+    delivered = Counter(before + after)
+    assert before and after
+    if chain == "epochized":
+        assert max(delivered.values()) == 1
+        assert sum(1 for k in delivered if k[0] == "a") == A
+        assert sum(1 for k in delivered if k[0] == "b") == B // 2
+    else:
+        assert delivered == expected_epoch(chain)
+    _, fresh = save_old(data, chain, *old, steps)
+    assert {level.get("dealing") for level in _readers_of(redistribute(fresh, *new))} == {"ranges"}
+
+
+def _readers_of(states: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    from energon_lite.stages.elastic import walk_states
+
+    return [
+        level
+        for state in states
+        for tree in state["workers"]
+        for level in walk_states(tree)
+        if level.get("type") == "Reader"
+    ]
 
 
 def test_buffered_samples_move_and_the_result_is_deterministic(data):
@@ -449,10 +507,10 @@ EDITS = {
 }
 
 
-def _edited(data, edit: str) -> list[dict[str, Any]]:
+def _edited(data, edit: str, dealing: str = "ranges") -> list[dict[str, Any]]:
     from energon_lite.state.codec import state_digest
 
-    _, states = save_old(data, "shuffle", 2, 1, [3, 5])
+    _, states = save_old(data, "shuffle", 2, 1, [3, 5], dealing=dealing)
     EDITS[edit][0](states)
     for state in states:
         state["digest"] = state_digest(state)
@@ -479,12 +537,14 @@ def _redist_cli(states, tmp_path: Path, *extra: str):
     return done, out
 
 
+@pytest.mark.parametrize("dealing", ["ranges", "slices"])
 @pytest.mark.parametrize("edit", sorted(EDITS))
 def test_elastic_restore_refuses_states_whose_work_overlaps_or_exceeds_the_plan(
-    data, tmp_path, edit
+    data, tmp_path, edit, dealing
 ):
-    """Each old state passes its own checks; together they would repeat or lose samples."""
-    states, match = _edited(data, edit), EDITS[edit][1]
+    """Each old state passes its own checks; together they would repeat or lose samples
+    (in both dealings: the plan checked is the one of the states' own dealing)."""
+    states, match = _edited(data, edit, dealing), EDITS[edit][1]
     new = loader(data, "shuffle", 0, 3, 1)
     with pytest.raises(StateError, match=match):
         new.restore_state_global(states)
@@ -516,13 +576,14 @@ def test_redist_without_the_dataset_leaves_positions_to_the_restore(data, tmp_pa
     new.close()
 
 
-def test_redist_with_the_dataset_checks_and_matches_the_in_process_restore(data, tmp_path):
-    _, states = save_old(data, "shuffle", 2, 1, [3, 5])
+@pytest.mark.parametrize("dealing", ["ranges", "slices"])
+def test_redist_with_the_dataset_checks_and_matches_the_in_process_restore(data, tmp_path, dealing):
+    _, states = save_old(data, "shuffle", 2, 1, [3, 5], dealing=dealing)
     done, out = _redist_cli(states, tmp_path, "--dataset", str(data["a"]))
     assert done.returncode == 0, done.stderr
     written = [read_state_file(out / f"state_rank_{r}.msgpack") for r in range(3)]
     assert json.loads(json.dumps(written)) == json.loads(json.dumps(redistribute(states, 3, 1)))
-    before, _ = save_old(data, "shuffle", 2, 1, [3, 5])
+    before, _ = save_old(data, "shuffle", 2, 1, [3, 5], dealing=dealing)
     after = [k for rank in range(3) for k in rest_of_epoch(data, "shuffle", states, 3, 1, rank)]
     assert Counter(before + after) == expected_epoch("shuffle")
     other, _ = _redist_cli(states, tmp_path / "w", "--dataset", str(data["weighted"]))

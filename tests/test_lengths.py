@@ -99,3 +99,37 @@ def test_epochized_len_is_the_epoch_delivered(two_leaves: Path) -> None:
         keys = [key for batch in batches for key in batch.__key__]
         assert sum(k.startswith("ds1") for k in keys) == 38
         assert sum(k.startswith("ds2") for k in keys) == 55 + 27
+
+
+PER_RANK = [  # (ranks, workers per rank, dataset, batch size, val)
+    (2, 2, "blend.yaml", 3, False),
+    (2, 2, "ds1", 11, True),  # Energon's 25 val samples per rank
+    (1, 4, "ds1", 11, True),  # Energon's 8 val batches of 4 workers
+    (3, 5, "blend.yaml", 1, False),
+    (3, 5, "ds1", 2, False),
+    (32, 1, "blend.yaml", 1, False),  # fewer samples than workers in the second ... 32nd
+]
+
+
+@pytest.mark.parametrize(("world", "workers", "name", "batch_size", "val"), PER_RANK)
+def test_len_per_rank_matches_energon(
+    two_leaves: Path, world: int, workers: int, name: str, batch_size: int, val: bool
+) -> None:
+    """Each rank's len() equals Energon's on every rank: both deal each global worker a
+    contiguous range of every dataset's samples (the next dataset's extra samples rotated
+    to the workers after the previous one's), train and val, one dataset and a blend."""
+    import energon_lite
+
+    energon = pytest.importorskip("megatron.energon")
+
+    def lens(lib: object, rank: int) -> tuple[int, int]:
+        config = lib.WorkerConfig(rank=rank, world_size=world, num_workers=workers)  # type: ignore[attr-defined]
+        if val:
+            dataset = lib.get_val_dataset(  # type: ignore[attr-defined]
+                two_leaves / name, split_part="train", batch_size=batch_size, worker_config=config
+            )
+            return len(dataset), len(lib.get_loader(dataset))  # type: ignore[attr-defined]
+        return _lens(lib, two_leaves / name, batch_size=batch_size, worker_config=config)
+
+    for rank in range(world):
+        assert lens(energon_lite, rank) == lens(energon, rank), rank

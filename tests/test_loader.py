@@ -222,13 +222,13 @@ def test_worker_errors_reach_the_trainer(train_ds: Path) -> None:
 
 
 def test_bad_arguments(train_ds: Path) -> None:
+    # 8 ranks, one slice per shard: every rank still gets a range of the 120 samples
+    _train(train_ds, 0, rank=7, world_size=8, max_samples_per_sequence=None)
     with pytest.raises(
         ConfigError,
-        match=r"rank 7 has no data: the split has 120 samples in 6 slices of at most max_samples_per_sequence=None, fewer than world_size x num_workers = 8 x 1",
+        match=r"rank 127 has no data: the split has 120 samples, fewer than world_size x num_workers = 128 x 1 = 128 global workers",
     ):
-        _train(
-            train_ds, 0, rank=7, world_size=8, max_samples_per_sequence=None
-        )  # one slice per shard
+        _train(train_ds, 0, rank=127, world_size=128, max_samples_per_sequence=None)
     with pytest.raises(ConfigError, match=r"unknown arguments \['shuffle_buffer'\]"):
         get_train_dataset(
             train_ds,

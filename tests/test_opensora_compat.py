@@ -48,8 +48,14 @@ def tables(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     make_video(folder / "wide.mp4", "mp4", num_frames=20, width=64, height=36, gop_size=8)
     Image.fromarray(frame_pattern(9, 32, 32)).save(folder / "still.jpg", quality=95)
     header = "path,text,num_frames,height,width,fps\n"
-    a = [f"square.mp4,square {i},40,32,32,30" for i in range(4)]
-    a += [f"wide.mp4,wide {i},20,36,64,30" for i in range(4)]
+    # square and wide rows alternate, so that each loader worker's range of rows (Energon's
+    # dealing) holds both shapes, as a shuffled table's would: bucket_sync needs every worker
+    # to have samples of the buckets it is asked for
+    a = [
+        row
+        for i in range(4)
+        for row in (f"square.mp4,square {i},40,32,32,30", f"wide.mp4,wide {i},20,36,64,30")
+    ]
     (folder / "a.csv").write_text(header + "\n".join(a) + "\n")
     b = [f"long.mkv,long {i},300,32,32,30" for i in range(2)]
     (folder / "b.csv").write_text(header + "\n".join(b) + "\n")

@@ -85,7 +85,9 @@ def test_every_sample_in_exactly_one_pack_none_too_long(text_ds: Path, num_worke
     assert set(members.values()) == {1}
     assert max(len(p.tokens) for p in packs) <= MAX_LENGTH
     assert any(len(p.members) >= 2 for p in packs)  # it really packs
-    assert len(packs) < NUM_SAMPLES * 0.7
+    # about 0.7 packs per sample for these captions; the exact count varies with the order
+    # the workers are dealt their samples in (137 to 141 of 200), so the bound leaves room
+    assert len(packs) < NUM_SAMPLES * 0.75
 
 
 class OneGroupPerCall(PackingEncoder):

@@ -30,10 +30,11 @@ def test_permutation_inverse_undoes_it(n: int) -> None:
     assert (perm.inverse_many(values) == positions).all()
 
 
+@pytest.mark.parametrize("dealing", ["ranges", "slices"])
 @pytest.mark.parametrize("multiplier", [None, 1, 2, 3, -1])
-def test_samples_per_worker_is_what_each_worker_reads(train_ds: Path, multiplier) -> None:
-    """The O(runs) count equals the samples each worker really reads, epoch by epoch, for
-    runs with tails (20-sample shards, slices of 8 or 7, a subset cutting runs)."""
+def test_samples_per_worker_is_what_each_worker_reads(train_ds: Path, multiplier, dealing) -> None:
+    """The count equals the samples each worker really reads, epoch by epoch, for runs with
+    tails (20-sample shards, slices of 8 or 7, a subset cutting runs), in both dealings."""
     datasets = [
         PreparedDataset(train_ds, "train"),
         PreparedDataset(train_ds, "train", subset=(13, 97)),
@@ -54,6 +55,7 @@ def test_samples_per_worker_is_what_each_worker_reads(train_ds: Path, multiplier
                         repeat=False,
                         shuffle_over_epochs_multiplier=multiplier or 1,
                         start_epoch=epoch,
+                        dealing=dealing,
                     )
                     for g in range(workers)
                 ]

@@ -15,6 +15,7 @@ hook, a limit). ``fingerprint()`` lists everything a saved state must match.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -49,6 +50,9 @@ from energon_lite.storage import local_only
 from energon_lite.task_encoder.base import TaskEncoder
 from energon_lite.worker import WorkerConfig, WorkerSlot
 
+log = logging.getLogger(__name__)
+_TOLD_FEW: set[tuple[str, int, int]] = set()  # (split, samples, global workers) already logged
+
 
 @dataclass
 class PipelineOptions:
@@ -64,6 +68,10 @@ class PipelineOptions:
     failure_tolerance: int = 100
     max_skip_fraction: float | None = MAX_SKIP_FRACTION  # of a worker's pass (SkipBudget)
     bucket_sync: dict[str, Any] | None = None  # GroupBatch's synchronised mode (BucketSync)
+    # how fresh readers deal samples to global workers (energon_lite.stages.slices): "ranges";
+    # "slices" is the dealing of states saved before it was recorded (a restored state
+    # always keeps its own)
+    dealing: str = "ranges"
 
 
 def blend_options(leaves: list[Leaf], blend_mode: str) -> tuple[str, str]:
@@ -184,6 +192,7 @@ class DatasetPipeline:
         opts = self.options
         open_slices = opts.parallel_shard_iters or (4 if opts.training else 1)
         nodes = []
+        before = 0  # samples of the leaves before this one (Energon's worker rotation)
         for i, (dataset, leaf) in enumerate(zip(self.datasets, self.leaves)):
             settings: dict[str, Any] = {
                 "leaf_id": slot.leaf_base + i,
@@ -199,7 +208,10 @@ class DatasetPipeline:
                 "open_slices": open_slices if opts.training else 1,
                 "shuffle_over_epochs_multiplier": leaf.shuffle_over_epochs_multiplier,
                 "start_epoch": slot.epoch,
+                "samples_before": before,
+                "dealing": opts.dealing,
             }
+            before += len(dataset)
             nodes.append(Node(Reader, partial(Reader, dataset, **settings)))
         return nodes
 
@@ -353,6 +365,22 @@ class DatasetPipeline:
         }
 
     def _check_rank_has_work(self, wc: WorkerConfig) -> None:
+        workers = wc.world_size * wc.workers_per_rank
+        for ds in self.datasets:
+            told = (f"{ds.root}:{ds.split_part}", len(ds), workers)
+            if 0 < len(ds) < workers and told not in _TOLD_FEW:
+                _TOLD_FEW.add(told)  # once per split and layout, not once per rank or worker
+                log.warning(
+                    "split %r of %s has %d samples, fewer than world_size x num_workers = "
+                    "%d x %d = %d global workers: %d workers get no sample of it",
+                    ds.split_part,
+                    ds.root,
+                    len(ds),
+                    wc.world_size,
+                    wc.workers_per_rank,
+                    workers,
+                    workers - len(ds),
+                )
         total_slices = 0
         for worker in range(wc.workers_per_rank):
             for reader in self.readers(wc.slot(worker)):
@@ -367,11 +395,10 @@ class DatasetPipeline:
                     "--split-parts or with more shards"
                 )
             raise ConfigError(
-                f"rank {wc.rank} has no data: the split has {sum(sizes)} samples in "
-                f"{sum(r.num_slices for r in self.readers(wc.slot(0)))} slices of at most "
-                f"max_samples_per_sequence={self.options.max_samples_per_sequence}, fewer than "
-                f"world_size x num_workers = {wc.world_size} x {wc.workers_per_rank}; use fewer "
-                "ranks or workers, or a smaller max_samples_per_sequence"
+                f"rank {wc.rank} has no data: the split has {sum(sizes)} samples, fewer than "
+                f"world_size x num_workers = {wc.world_size} x {wc.workers_per_rank} = "
+                f"{workers} global workers, and none of them is this rank's; use fewer ranks "
+                "or workers"
             )
 
     def samples_per_epoch(self, wc: WorkerConfig, epoch: int = 0) -> list[int]:

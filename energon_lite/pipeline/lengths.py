@@ -15,8 +15,9 @@ Energon counts a rank's length as the sum over its workers of ``ceil(samples / b
 ``DatasetPipeline.counted_samples`` applies these per worker; the wrapper classes count
 with :func:`batches_per_worker` too.
 
-Which samples a worker is dealt is energon_lite's slice dealing (``docs/migration.md``:
-per-worker counts may differ from Energon's sample-exact ranges by a slice).
+Which samples a worker is dealt is the reader's dealing (:mod:`energon_lite.stages.slices`):
+Energon's sample ranges (the same per-worker counts as Energon), or, for a state saved
+before the dealing was recorded, the older slice dealing.
 """
 
 from __future__ import annotations
@@ -30,18 +31,9 @@ if TYPE_CHECKING:
 
 
 def dealt_samples(reader: Reader) -> int:
-    """Samples of the reader's leaf that its worker owns in the unshuffled slice order
-    (positions ``worker, worker + G, ...``), whatever the epoch and multiplier.
-
-    O(runs): ``slice_len`` per slice, less what the short last slice of each run lacks.
-    """
-    g, workers, per_slice = reader.worker_index, reader.num_workers, reader.slice_len
-    count = max(0, -(-(reader.num_slices - g) // workers)) * per_slice
-    lengths = reader.dataset.run_end - reader.dataset.run_start
-    short = (lengths % per_slice) > 0
-    tails = reader.run_slices[1:][short] - 1
-    missing = per_slice - lengths[short] % per_slice
-    return int(count - missing[tails % workers == g].sum())
+    """Samples of the reader's leaf that its worker owns in one unshuffled pass over its
+    share, whatever the epoch and multiplier."""
+    return reader.dealt_samples()
 
 
 def epochized_samples(reader: Reader, repetitions: float, epoch: int) -> int:

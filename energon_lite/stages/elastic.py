@@ -51,6 +51,7 @@ from energon_lite.stages.base import Stage, stage_class
 from energon_lite.stages.blend_epochized import EpochizedBlend
 from energon_lite.stages.blend_weighted import WeightedBlend
 from energon_lite.stages.reader import Reader
+from energon_lite.stages.slices import DEALINGS, OLD_DEALING, SliceTable
 from energon_lite.state.codec import STATE_VERSION, check_same_config, state_count, state_digest
 from energon_lite.state.restore_key import SampleKey, from_plain, sample_keys, to_plain
 
@@ -228,11 +229,14 @@ class LeafPlan(NamedTuple):
     once: bool  # each slice at most once per epoch (no shuffle_over_epochs_multiplier != 1)
     # why an open [slice, position] is outside the leaf (Reader.open_slice_error), or None
     open_error: Callable[[int, int], str | None] | None = None
+    # the leaf's slices under a dealing for a number of global workers (Reader.table): the
+    # plan of a state's own dealing and layout; where given, it decides over the fields above
+    table: Callable[[str, int], SliceTable] | None = None
 
     @classmethod
     def of(cls, reader: Reader) -> LeafPlan:
         """A Reader's plan: the rules its own restore applies."""
-        return cls(reader.num_slices, reader.slices_once(), reader.open_slice_error)
+        return cls(reader.num_slices, reader.slices_once(), reader.open_slice_error, reader.table)
 
 
 NO_PLAN_HINT = (
@@ -309,13 +313,20 @@ def _check_reader(
     epoch, opened, nxt = level.get("epoch"), level.get("open"), level.get("next")
     if not isinstance(epoch, int) or not isinstance(opened, list):
         return
-    if plan is not None and isinstance(nxt, int):
+    dealing = level.get("dealing", OLD_DEALING)
+    if plan is not None and plan.table is not None and dealing in DEALINGS:
+        table = plan.table(dealing, workers)  # the state's own dealing and layout
+        plan = plan._replace(slices=table.num_slices, open_error=table.open_error)
+        past = table.past_end(nxt, g) if isinstance(nxt, int) else None
+    elif plan is not None and isinstance(nxt, int):
         past = next_past_end(nxt, plan.slices, g, workers)
-        if past is not None:
-            raise StateError(
-                f"{who} (global worker {g}): leaf {leaf}'s Reader: {past}; its samples would "
-                "be lost. The state was edited or belongs to another dataset; refusing it"
-            )
+    else:
+        past = None
+    if past is not None:
+        raise StateError(
+            f"{who} (global worker {g}): leaf {leaf}'s Reader: {past}; its samples would "
+            "be lost. The state was edited or belongs to another dataset; refusing it"
+        )
     for entry in opened:
         if not (isinstance(entry, list) and entry and isinstance(entry[0], int)):
             continue

@@ -9,11 +9,12 @@ works on state files alone):
 * ``keys``: sample keys to replay first (this worker's deal of the samples that sat in the
   old workers' buffers: shuffle, packing, grouping);
 * ``segs``: one segment per reader epoch ``r`` that some old worker had not finished, with
-  ``workers = [[g, next, taken], ...]`` (old worker ``g`` still owed the slice positions
-  ``g + k*G`` for ``k >= next``) and ``open = [[slice, position], ...]`` (slices the old
-  workers had part-read). The items of a segment are the open slices, sorted, then the owed
-  positions, sorted; new worker ``w`` of ``W`` takes items ``w, w + W, ...`` and reads them
-  one after the other;
+  ``workers = [[g, next, taken], ...]`` (old worker ``g`` still owed its slice positions
+  ``k >= next`` of the epoch) and ``open = [[slice, position], ...]`` (slices the old
+  workers had part-read). Slices are the old layout's (the reader's table for ``G`` workers
+  under the state's dealing, :mod:`energon_lite.stages.slices`). The items of a segment are
+  the open slices, sorted, then the owed positions in the order ``(k, g)``; new worker ``w``
+  of ``W`` takes items ``w, w + W, ...`` and reads them one after the other;
 * a segment of a fractional ``blend_epochized`` pass also carries ``fraction = [num, den,
   blend epoch]``: the old workers owed only ``plan[g] - taken`` samples of it, and that
   remaining quota is split over the new workers' shares by largest remainder
@@ -32,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from energon_lite.errors import StateError, short_repr
-from energon_lite.quotas import largest_remainder, next_past_end
+from energon_lite.quotas import largest_remainder
 from energon_lite.state.codec import state_count
 from energon_lite.state.restore_key import SampleKey, from_plain
 
@@ -69,6 +70,7 @@ class Leftover:
         if self.k > len(self.keys) or self.s > len(self.segs) or len(self.cur) not in (0, 2):
             raise StateError(f"{what}: progress {short_repr(state)} is past its work; corrupt")
         self._plans: dict[int, tuple[list[tuple[int, int, int]], int | None]] = {}
+        self.table = reader.table(reader.dealing, self.old_workers)  # the old layout's slices
 
     # what this worker owes ----------------------------------------------------------------
 
@@ -80,32 +82,35 @@ class Leftover:
         return plan
 
     def _make_plan(self, seg: dict[str, Any]) -> tuple[list[tuple[int, int, int]], int | None]:
-        reader, G, epoch = self.reader, self.old_workers, seg["epoch"]
-        n = reader.num_slices
+        table, G, epoch = self.table, self.old_workers, seg["epoch"]
         opened = sorted((int(s), int(p)) for s, p in seg["open"])
         for slice_id, position in opened:
-            outside = reader.open_slice_error(slice_id, position)  # the Reader's own rule
+            outside = table.open_error(slice_id, position)  # the Reader's own rule
             if outside is not None:
                 raise StateError(f"leftover of reader epoch {epoch}: {outside}; corrupt")
         for g, nxt, _ in seg["workers"]:
-            past = next_past_end(nxt, n, g, G) if g < G else f"old worker {g} is not one of {G}"
+            past = table.past_end(nxt, g) if g < G else f"old worker {g} is not one of {G}"
             if past is not None:  # the rule of the Reader's own restore
                 raise StateError(f"leftover of reader epoch {epoch}: {past}; corrupt")
-        owed = [
-            np.arange(g + nxt * G, n, G, dtype=np.int64) for g, nxt, _ in seg["workers"] if g < n
-        ]
-        positions = np.sort(np.concatenate(owed)) if owed else np.zeros(0, np.int64)
-        ids = reader.slice_ids(epoch, positions)
-        starts, ends = reader.slice_extents(ids)
+        # owed: old worker g's positions k >= next, in the order (k, g)
+        rounds, owed = [], []
+        for g, nxt, _ in seg["workers"]:
+            positions = np.arange(nxt, table.worker_slices(g), dtype=np.int64)
+            rounds.append(positions * G + g)
+            owed.append(table.slice_ids(epoch, g, positions))
+        ids = np.zeros(0, np.int64)
+        if owed:
+            ids = np.concatenate(owed)[np.argsort(np.concatenate(rounds), kind="stable")]
+        starts, ends = table.extents(ids)
         open_ids = np.asarray([s for s, _ in opened], dtype=np.int64)
-        _, open_ends = reader.slice_extents(open_ids)
+        _, open_ends = table.extents(open_ids)
         items = [(s, p, int(e)) for (s, p), e in zip(opened, open_ends)]
         items += list(zip(ids.tolist(), starts.tolist(), ends.tolist()))
         mine = items[self.share :: self.workers]
         if not seg["fraction"]:
             return mine, None
         num, den, blend_epoch = seg["fraction"]
-        counts = reader.samples_per_worker(epoch, G).tolist()
+        counts = table.samples_per_worker(epoch).tolist()
         plan = largest_remainder(counts, Fraction(num, den), blend_epoch)
         quota = sum(plan[g] - taken for g, _, taken in seg["workers"])
         sizes = [sum(e - s for _, s, e in items[w :: self.workers]) for w in range(self.workers)]
@@ -136,7 +141,7 @@ class Leftover:
             if quota is None or self.emitted < quota:
                 if self.cur:
                     slice_id, position = self.cur
-                    shard, _, end = reader.slice_bounds(slice_id)
+                    shard, _, end = self.table.bounds(slice_id)
                     sample = reader._read(shard, position, end, self.segs[self.s]["epoch"])
                     self.cur = [slice_id, position + 1] if position + 1 < end else []
                     self.emitted += 1

@@ -1,21 +1,24 @@
 """``Reader``: the samples of one leaf dataset that one global worker owns, slice by slice.
 
-Algorithm. The split's runs are cut into *slices* of at most ``max_samples_per_sequence``
-consecutive samples (slice ids are global and stable for a dataset and that setting). In
-epoch ``e`` the slice order is a keyed permutation of the slice ids (identity for val), and
-global worker ``g`` of ``G`` takes positions ``g, g + G, g + 2G ...`` of it, so every slice
-is read exactly once per epoch across all ranks and workers. A worker keeps
-``open_slices`` slices open and picks the next one at random, weighted by what each has
-left; each open slice is read sequentially in chunks (one ``pread`` per chunk).
+Algorithm. Which samples global worker ``g`` of ``G`` (ranks x workers) owns, cut into
+*slices* of at most ``max_samples_per_sequence`` consecutive samples, and the order it reads
+its slices in each epoch is the leaf's *dealing* (:mod:`energon_lite.stages.slices`):
+``ranges`` (Energon's: each worker a contiguous, near-equal range of the split's samples,
+so every worker reads whenever the split has at least one sample per worker) or
+``slices`` (the dealing of states saved before the ``dealing`` field: global slices, the
+epoch's positions ``g, g + G, ...``). A worker keeps ``open_slices`` slices open and picks
+the next one at random, weighted by what each has left; each open slice is read
+sequentially in chunks (one ``pread`` per chunk).
 
 ``shuffle_over_epochs_multiplier`` m >= 1 permutes m copies of the slice list over m
 epochs (each slice exactly m times per m epochs); -1 draws slices with replacement; None
 keeps the slices in order.
 
-State: the epoch, the next position, the open slices as ``[slice_id, next_sample]``, the
-random counter and a done flag: O(open_slices) integers whatever the dataset size. After an
-elastic restore (another number of ranks or workers) the state also carries ``left``: the
-old layout's unfinished work this reader delivers first (:mod:`energon_lite.stages.leftover`).
+State: the dealing, the epoch, the next position, the open slices as ``[slice_id,
+next_sample]``, the random counter and a done flag: O(open_slices) integers whatever the
+dataset size. A state without ``dealing`` continues with ``slices``. After an elastic
+restore (another number of ranks or workers) the state also carries ``left``: the old
+layout's unfinished work this reader delivers first (:mod:`energon_lite.stages.leftover`).
 """
 
 from __future__ import annotations
@@ -25,11 +28,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from energon_lite.errors import StateError, short_repr
-from energon_lite.quotas import next_past_end, worker_slices
-from energon_lite.rng import CounterRng, Permutation, derive_seed, mix_draws
+from energon_lite.rng import CounterRng
 from energon_lite.sources.base import Source
 from energon_lite.stages.base import Stage
 from energon_lite.stages.leftover import Leftover, describe_left, start_left
+from energon_lite.stages.slices import DEALINGS, OLD_DEALING, SliceTable, slice_table
 from energon_lite.state.codec import state_count
 from energon_lite.state.restore_key import SampleKey
 
@@ -43,7 +46,9 @@ class Reader(Stage):
     """Raw samples ``{__key__, __restore_key__, __shard__, <part>: bytes}`` of one leaf."""
 
     STATE_KEYS = ("epoch", "next", "open", "rng", "done")
-    OPTIONAL_KEYS = ("left",)  # only after an elastic restore, until that work is done
+    # left: only after an elastic restore, until that work is done; dealing: absent in
+    # states saved before it (those continue with the old dealing, "slices")
+    OPTIONAL_KEYS = ("left", "dealing")
     STATS_LABEL = "read"
     STATS_HINT = (
         "reading is {percent}%: the storage is slow for this access pattern; a larger "
@@ -52,8 +57,6 @@ class Reader(Stage):
     )
 
     _open: list[list[int]]  # [slice_id, next sample] of each open slice
-    _perm_cycle: int | None
-    _perm: Permutation
     _left: Leftover | None  # an elastic restore's leftover work, delivered first
 
     def __init__(
@@ -70,7 +73,11 @@ class Reader(Stage):
         open_slices: int = 1,
         shuffle_over_epochs_multiplier: int | None = 1,
         start_epoch: int = 0,
+        dealing: str = "ranges",
+        samples_before: int = 0,
     ) -> None:
+        if dealing not in DEALINGS:
+            raise ValueError(f"Reader: dealing {dealing!r} is not one of {DEALINGS}")
         self.dataset = dataset
         self.leaf_id = leaf_id
         self.seed = seed
@@ -81,16 +88,14 @@ class Reader(Stage):
         self.open_slices = max(1, open_slices)
         self.multiplier = shuffle_over_epochs_multiplier if shuffle else None
         self.start_epoch = start_epoch
-        lengths = dataset.run_end - dataset.run_start
-        per_slice = int(max_samples_per_sequence or max(1, int(lengths.max(initial=1))))
-        self.slice_len = per_slice
-        self.run_slices = np.concatenate([[0], np.cumsum(-(-lengths // per_slice))]).astype(
-            np.int64
-        )
-        self.num_slices = int(self.run_slices[-1])
+        self.max_samples_per_sequence = max_samples_per_sequence
+        self.fresh_dealing = dealing  # a restored state may name another (``dealing``)
+        self.dealing = dealing
+        # the samples of the leaves before this one: rotates which workers get one more
+        self.samples_before = samples_before
         # derived caches (pure functions of the settings), not state
+        self._tables: dict[tuple[str, int], SliceTable] = {}
         self._bounds_cache: dict[int, tuple[int, int, int]] = {}
-        self._perm_cycle = None
 
     # what the library asks of the class (energon_lite.stages.base) ------------------------
 
@@ -109,6 +114,7 @@ class Reader(Stage):
         leaf = deal.next_leaf()
         repeat = deal.reader_repeat
         return {
+            "dealing": level.get("dealing", OLD_DEALING),  # the old states' dealing goes on
             "epoch": leaf.last_epoch + 1 if repeat else deal.epoch,
             "next": 0,
             "open": [],
@@ -117,14 +123,37 @@ class Reader(Stage):
             "left": start_left(leaf.keys, leaf.segs, deal.worker, deal.workers, deal.old_workers),
         }
 
-    # slice arithmetic ------------------------------------------------------------------
+    # slice arithmetic (energon_lite.stages.slices) ---------------------------------------
+
+    def table(self, dealing: str | None = None, workers: int | None = None) -> SliceTable:
+        """The leaf's slices under ``dealing`` for ``workers`` global workers (default: this
+        reader's own); the elastic restore reads an old layout's work through its table."""
+        key = (dealing or self.dealing, workers or self.num_workers)
+        found = self._tables.get(key)
+        if found is None:
+            found = self._tables[key] = slice_table(
+                key[0],
+                self.dataset,
+                self.max_samples_per_sequence,
+                key[1],
+                self.seed,
+                self.leaf_id,
+                self.multiplier,
+                self.samples_before,
+            )
+        return found
+
+    @property
+    def num_slices(self) -> int:
+        return self.table().num_slices
+
+    @property
+    def slice_len(self) -> int:
+        return self.table().slice_len
 
     def slice_bounds(self, slice_id: int) -> tuple[int, int, int]:
-        """``(shard_id, start, end)`` of a global slice id."""
-        run = int(np.searchsorted(self.run_slices, slice_id, side="right")) - 1
-        ds = self.dataset
-        start = int(ds.run_start[run]) + (slice_id - int(self.run_slices[run])) * self.slice_len
-        return int(ds.run_shard[run]), start, min(start + self.slice_len, int(ds.run_end[run]))
+        """``(shard_id, start, end)`` of a slice id."""
+        return self.table().bounds(slice_id)
 
     def _bounds(self, slice_id: int) -> tuple[int, int, int]:
         """``slice_bounds`` memoised for the open slices (a derived cache, not state)."""
@@ -141,12 +170,7 @@ class Reader(Stage):
     def open_slice_error(self, slice_id: int, position: int) -> str | None:
         """Why an open slice ``[slice_id, position]`` of a saved state is outside this
         leaf's plan, or None: the rule of this restore and of an elastic one."""
-        if not 0 <= slice_id < self.num_slices:
-            return f"slice {slice_id} outside this dataset's {self.num_slices}"
-        _, start, end = self.slice_bounds(slice_id)
-        if not start <= position < end:
-            return f"position {position} outside slice {slice_id} [{start}, {end})"
-        return None
+        return self.table().open_error(slice_id, position)
 
     def slices_once(self) -> bool:
         """Whether an epoch deals each slice at most once (shuffle_over_epochs_multiplier
@@ -155,94 +179,30 @@ class Reader(Stage):
 
     def worker_slice_count(self) -> int:
         """How many slices this worker reads per epoch."""
-        return worker_slices(self.num_slices, self.worker_index, self.num_workers)
+        return self.table().worker_slices(self.worker_index)
 
     def _slice_at(self, epoch: int, position: int) -> int:
-        return int(self.slice_ids(epoch, np.asarray([position]))[0])
-
-    def slice_ids(self, epoch: int, positions: np.ndarray) -> np.ndarray:
-        """The slice ids at ``positions`` of ``epoch``'s global slice order."""
-        n, m = self.num_slices, self.multiplier
-        positions = np.asarray(positions, dtype=np.int64)
-        if m is None:
-            return positions
-        if m == -1:  # with replacement
-            key = derive_seed(self.seed, "slice-draw", self.leaf_id, epoch)
-            return (mix_draws(key, positions) % np.uint64(n)).astype(np.int64)
-        permutation = self._permutation(epoch // m, n * m)
-        return permutation.many((epoch % m) * n + positions) % n
+        ids = self.table().slice_ids(epoch, self.worker_index, np.asarray([position]))
+        return int(ids[0])
 
     def slice_extents(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """First and end sample of each slice in ``ids`` (``slice_bounds``, vectorised)."""
-        ids = np.asarray(ids, dtype=np.int64)
-        run = np.searchsorted(self.run_slices, ids, side="right") - 1
-        ds = self.dataset
-        starts = ds.run_start[run] + (ids - self.run_slices[run]) * self.slice_len
-        return starts, np.minimum(starts + self.slice_len, ds.run_end[run])
+        return self.table().extents(ids)
 
     def samples_per_worker(self, epoch: int, num_workers: int | None = None) -> np.ndarray:
         """Samples each of the ``num_workers`` global workers (default: this layout's) reads
-        in ``epoch``.
+        in ``epoch``."""
+        return self.table(None, num_workers).samples_per_worker(epoch)
 
-        O(runs), not O(slices): every slice holds ``slice_len`` samples except the last one
-        of a run (its tail), so a worker's count is ``slice_len`` times its slices minus what
-        the tails it gets lack; where a tail lands in the epoch's order comes from the
-        inverse permutation. With replacement (multiplier -1) there is no inverse: the draws
-        are counted in chunks (bounded memory, O(slices) time).
-        """
-        n, workers, per_slice = self.num_slices, num_workers or self.num_workers, self.slice_len
-        if self.multiplier == -1:
-            return self._drawn_samples_per_worker(epoch, workers)
-        first = np.arange(workers, dtype=np.int64)
-        counts = np.maximum(0, -(-(n - first) // workers)) * per_slice
-        lengths = self.dataset.run_end - self.dataset.run_start
-        short = (lengths % per_slice) > 0
-        tail_ids = self.run_slices[1:][short] - 1
-        missing = per_slice - lengths[short] % per_slice
-        if tail_ids.size == 0:
-            return counts
-        m = self.multiplier
-        if m is None:
-            positions, lacking = tail_ids, missing
-        else:  # the cycle of m epochs holds each slice m times: keep the ones in this epoch
-            permutation = self._permutation(epoch // m, n * m)
-            cycle = permutation.inverse_many(np.concatenate([tail_ids + k * n for k in range(m)]))
-            positions = cycle - (epoch % m) * n
-            inside = (positions >= 0) & (positions < n)
-            positions, lacking = positions[inside], np.tile(missing, m)[inside]
-        counts -= np.bincount(positions % workers, weights=lacking, minlength=workers).astype(
-            np.int64
-        )
-        return counts
-
-    def _drawn_samples_per_worker(
-        self, epoch: int, workers: int, chunk: int = 1 << 18
-    ) -> np.ndarray:
-        counts = np.zeros(workers, dtype=np.int64)
-        lengths = self.dataset.run_end - self.dataset.run_start
-        for begin in range(0, self.num_slices, chunk):
-            positions = np.arange(begin, min(begin + chunk, self.num_slices), dtype=np.int64)
-            ids = self.slice_ids(epoch, positions)
-            run = np.searchsorted(self.run_slices, ids, side="right") - 1
-            sizes = np.minimum(
-                self.slice_len, lengths[run] - (ids - self.run_slices[run]) * self.slice_len
-            )
-            counts += np.bincount(positions % workers, weights=sizes, minlength=workers).astype(
-                np.int64
-            )
-        return counts
+    def dealt_samples(self) -> int:
+        """Samples this worker owns in one unshuffled pass over its share."""
+        return self.table().dealt(self.worker_index)
 
     def restart(self, epoch: int) -> None:
         """Start over at the beginning of ``epoch``, keeping the random stream's position."""
         self._epoch, self._next, self._open, self._done = epoch, 0, [], False
         self._chunks.clear()
         self._left = None
-
-    def _permutation(self, cycle: int, size: int) -> Permutation:
-        if self._perm_cycle != cycle:
-            self._perm = Permutation(size, self.seed, "slices", self.leaf_id, cycle)
-            self._perm_cycle = cycle
-        return self._perm
 
     # the stage contract -----------------------------------------------------------------
 
@@ -256,8 +216,7 @@ class Reader(Stage):
         while True:
             count = self.worker_slice_count()
             while len(self._open) < self.open_slices and self._next < count:
-                position = self.worker_index + self._next * self.num_workers
-                slice_id = self._slice_at(self._epoch, position)
+                slice_id = self._slice_at(self._epoch, self._next)
                 _, start, _ = self.slice_bounds(slice_id)
                 self._open.append([slice_id, start])
                 self._next += 1
@@ -331,6 +290,7 @@ class Reader(Stage):
         self._epoch, self._next, self._open, self._done = self.start_epoch, 0, [], False
         self._rng = CounterRng(self.seed, "interleave", self.leaf_id, self.worker_index)
         self._left = None
+        self.dealing = self.fresh_dealing
 
     def _save(self) -> dict[str, Any]:
         state = {
@@ -339,6 +299,7 @@ class Reader(Stage):
             "open": [list(entry) for entry in self._open],
             "rng": self._rng.counter,
             "done": self._done,
+            "dealing": self.dealing,
         }
         if self._left is not None:
             state["left"] = self._left.save()
@@ -346,6 +307,11 @@ class Reader(Stage):
 
     def _restore(self, state: dict[str, Any]) -> None:
         self._reset()
+        dealing = state.get("dealing", OLD_DEALING)
+        if dealing not in DEALINGS:
+            raise StateError(f"Reader: dealing {short_repr(dealing)} is not one of {DEALINGS}")
+        self.dealing = dealing
+        self._bounds_cache.clear()
         self._epoch = state_count(state["epoch"], "Reader epoch")
         self._next = state_count(state["next"], "Reader next")
         self._rng.counter = state_count(state["rng"], "Reader rng")
@@ -356,7 +322,7 @@ class Reader(Stage):
                 f"Reader: {short_repr(opened)} is not a list of at most {self.open_slices} open "
                 "slices; was it saved with another parallel_shard_iters?"
             )
-        past = next_past_end(self._next, self.num_slices, self.worker_index, self.num_workers)
+        past = self.table().past_end(self._next, self.worker_index)
         if past is not None:
             raise StateError(f"Reader: {past}; the state belongs to another layout")
         for entry in opened:
