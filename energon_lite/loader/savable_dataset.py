@@ -71,8 +71,8 @@ class SavableDataset(IterableDataset):
         hang torch's queue) and ``watchdog=(timeout, initial_timeout)`` starts a
         :class:`~energon_lite.loader.watchdog.Watchdog` that logs where a stalled worker is.
         """
-        if getattr(self, "shard_cache", None) is not None:
-            use_shard_cache(self.shard_cache)
+        shard_cache = getattr(self, "shard_cache", None)
+        before = use_shard_cache(shard_cache) if shard_cache is not None else None
         info = get_worker_info()
         physical = info.id if info is not None else 0
         n = self.worker_config.workers_per_rank
@@ -114,6 +114,8 @@ class SavableDataset(IterableDataset):
         finally:
             if dog is not None:
                 dog.stop()
+            if shard_cache is not None:
+                use_shard_cache(before)
 
     def __len__(self) -> int:
         if self.virtual_epoch_length is not None:  # Energon's EpochizeDataset length

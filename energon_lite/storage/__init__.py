@@ -7,6 +7,7 @@ stages, the loader) knows where the bytes come from. See docs/remote.md.
 
 from __future__ import annotations
 
+from energon_lite.storage.cache_config import ShardCacheConfig
 from energon_lite.storage.path import (
     RemotePath,
     StoragePath,
@@ -21,6 +22,7 @@ from energon_lite.storage.retry import STATS, scrub
 __all__ = [
     "STATS",
     "RemotePath",
+    "ShardCacheConfig",
     "ShardFile",
     "StoragePath",
     "as_path",

@@ -89,11 +89,13 @@ _chosen: ShardCacheConfig | None = None
 _chosen_set = False
 
 
-def use(config: ShardCacheConfig | None) -> None:
-    """Make ``config`` this process's cache (a dataset given ``shard_cache=`` calls it in
-    each process that reads it); None returns to the environment's choice."""
+def use(config: ShardCacheConfig | None) -> ShardCacheConfig | None:
+    """Make ``config`` this process's cache (a dataset given ``shard_cache=`` does while its
+    chain runs) and return the one chosen before; None returns to the environment's."""
     global _chosen, _chosen_set
+    previous = _chosen
     _chosen, _chosen_set = config, config is not None
+    return previous
 
 
 def current() -> ShardCacheConfig | None:

@@ -33,7 +33,7 @@ from energon_lite.errors import DatasetFormatError
 from energon_lite.storage import ops, prefetch
 from energon_lite.storage.path import RemotePath, StoragePath
 from energon_lite.storage.prefetch import process_cache
-from energon_lite.storage.shard_cache import CachedShard, CorruptEntry
+from energon_lite.storage.shard_cache import CachedShard, CorruptEntry, EvictedEntry
 
 logger = logging.getLogger("energon_lite.storage")
 
@@ -84,6 +84,11 @@ class ShardFile:
             return _remote_pread(self.path, size, offset, self.version)
         try:
             return self._cached.pread(size, offset)
+        except EvictedEntry:  # another process needed the room: open the object again
+            self._cached.close()
+            self._cached = None
+            self._open_cached()
+            return self.pread(size, offset)
         except CorruptEntry as exc:  # removed, fetched again, read again: no sample lost
             logger.warning("%s; fetching %s again", exc, self.path)
             cache = process_cache()

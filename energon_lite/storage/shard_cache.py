@@ -13,8 +13,10 @@ id's first byte) make the processes of a node fetch each object once, and ``.loc
 the byte count: before a fetch, under that lock, the folder is summed (temporary files of
 live processes count at their final size) and the least recently used entries are removed
 until the new one fits. An entry's modification time is its last use (touched on every
-open). A reader holds its entry's descriptor, so an entry evicted while open is still read
-to the end. An object larger than the limit is read without the cache.
+open). A reader holds its entry's descriptor, so a read under way when its entry is evicted
+completes; the next read sees the entry gone (no links left), closes it and opens the
+object again, so an evicted entry's space is freed. An object larger than the limit is read
+without the cache.
 
 Fetching an entry costs ``ceil(size / FETCH_CHUNK)`` ranged GETs (``ops.read_range``: retried,
 bounded in time, conditional on the pinned version); a failure removes the temporary file
@@ -47,6 +49,10 @@ class CorruptEntry(Exception):
     """A cached entry whose bytes do not match its checksums (removed; fetch it again)."""
 
 
+class EvictedEntry(Exception):
+    """An open entry another process evicted: reopen it (its disk space is freed on close)."""
+
+
 def identity(path: RemotePath, version: str, size: int) -> str:
     endpoint = path.storage_options.get("endpoint_url") or (
         os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL", "")
@@ -67,6 +73,8 @@ class CachedShard:
         end = min(offset + size, self.size)
         if end <= offset:
             return b""
+        if os.fstat(self.fd).st_nlink == 0:  # evicted: let go of it, or it holds its space
+            raise EvictedEntry(str(self.where))
         first, last = offset // BLOCK, (end - 1) // BLOCK
         if self._checked[first : last + 1].all():
             return os.pread(self.fd, end - offset, offset)
