@@ -297,10 +297,11 @@ endpoint = {s3.endpoint}
     assert "rcloned" in str(info.value) and SECRET not in str(info.value)
 
 
-def test_a_jsonl_file_on_remote_storage_is_refused_by_name(s3: S3Server, tmp_path: Path) -> None:
-    """Only prepared tar folders are read remotely: a .jsonl URL (directly, or as a
-    metadataset entry) is refused naming the URL, the YAML and its key, not taken for a
-    tar folder without a .nv-meta."""
+def test_an_unprepared_jsonl_file_on_remote_storage_is_refused_by_name(
+    s3: S3Server, tmp_path: Path
+) -> None:
+    """A remote .jsonl is read as a line file (tests/test_remote_jsonl.py); one without its
+    .idx is refused naming the URL, the YAML and the fix, not taken for a tar folder."""
     lines = tmp_path / "lines"
     lines.mkdir()
     (lines / "ds1.jsonl").write_text('{"text": "a"}\n{"text": "b"}\n')
@@ -308,9 +309,7 @@ def test_a_jsonl_file_on_remote_storage_is_refused_by_name(s3: S3Server, tmp_pat
     url = "s3://data/lines/ds1.jsonl"
     with pytest.raises(EnergonLiteError) as info:
         _train(url)
-    assert url in str(info.value) and "jsonl dataset on remote storage is not read" in str(
-        info.value
-    )
+    assert f"{url}.idx: not found" in str(info.value) and "prepare" in str(info.value)
     mds = tmp_path / "blend.yaml"
     mds.write_text(
         "__module__: megatron.energon\n__class__: MetadatasetV2\nsplits:\n  train:\n"
@@ -318,8 +317,8 @@ def test_a_jsonl_file_on_remote_storage_is_refused_by_name(s3: S3Server, tmp_pat
     )
     with pytest.raises(EnergonLiteError) as info:
         _train(mds)
-    assert str(mds) in str(info.value) and url in str(info.value)
-    assert "remote storage is not read" in str(info.value) and ".nv-meta" not in str(info.value)
+    assert url in str(info.value) and "prepare" in str(info.value)
+    assert ".nv-meta" not in str(info.value)
 
 
 def test_faults_are_retried_nothing_lost_or_repeated(

@@ -37,7 +37,6 @@ from energon_lite.stages.pack import Pack
 from energon_lite.stages.plan import Node
 from energon_lite.stages.reader import Reader
 from energon_lite.stages.shuffle import ShuffleBuffer
-from energon_lite.storage import local_only
 from energon_lite.task_encoder.base import TaskEncoder
 from energon_lite.worker import WorkerConfig, WorkerSlot
 
@@ -102,14 +101,10 @@ class DatasetPipeline:
             if spec.factory.crude:  # what cookers read by file name (all opened lazily)
                 from energon_lite.cache.file_store import open_file_store, primary_file_store
 
-                spec.factory.primary = primary_file_store(
-                    local_only(leaf.path, "a crude dataset"), ds
-                )
+                spec.factory.primary = primary_file_store(leaf.path, ds)
                 spec.factory.aux.update(getattr(ds, "aux_stores", None) or {})
                 for name, src in (leaf.aux or {}).items():
-                    spec.factory.aux[name] = open_file_store(
-                        src, local_only(leaf.path.parent, "aux:")
-                    )
+                    spec.factory.aux[name] = open_file_store(src, leaf.path.parent)
         if task_encoder.overrides("encode_sample") and task_encoder.overrides("preencode_sample"):
             raise ConfigError(
                 f"{type(task_encoder).__name__} overrides both encode_sample and preencode_sample; "

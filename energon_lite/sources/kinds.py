@@ -55,9 +55,10 @@ class DatasetKind:
     describe: Callable[[Path], list[str]] | None = None  # info lines
     preview: Callable[[Path, str, int], list[str]] | None = None  # (path, split, num) -> lines
     lint: Callable[[Path, bool], list[str]] | None = None  # (path, progress) -> problems
-    # file-name suffixes of this kind: such a path on remote storage is refused by name
-    # (flavors read local files; only the tar folder is read from s3://, msc://, http(s)://)
+    # file-name suffixes of this kind: such a path on remote storage is opened by this kind
+    # when it reads remote paths (``remote``), else refused by name
     suffixes: tuple[str, ...] = ()
+    remote: bool = False  # ``open`` takes a RemotePath too
 
 
 def _open_tar_folder(path: Path, split_part: str, **options: Any) -> Source:
@@ -91,9 +92,11 @@ def registered_kinds() -> list[DatasetKind]:
 def kind_of(path: str | os.PathLike[str] | RemotePath) -> DatasetKind:
     """The kind of the dataset at ``path`` (the tar folder when no other kind claims it)."""
     path = as_path(path)
-    if isinstance(path, RemotePath):  # flavors read local files; a remote store is a tar folder
+    if isinstance(path, RemotePath):  # a remote store holds tar folders and remote kinds
         for kind in registered_kinds():
             if kind.suffixes and path.name.endswith(kind.suffixes):
+                if kind.remote:
+                    return kind
                 raise DatasetFormatError(
                     f"{path}: a {kind.name} dataset on remote storage is not read (only prepared "
                     "tar folders are); copy the file and its .idx to a local folder and give "

@@ -35,6 +35,7 @@ import numpy as np
 from tqdm import tqdm
 
 from energon_lite.errors import DatasetFormatError
+from energon_lite.storage import RemotePath, ShardFile, StoragePath, as_path
 
 IDX_SUFFIX = ".idx"
 INFO_SUFFIX = ".idx.json"
@@ -45,9 +46,18 @@ _SOLID[[9, 10, 13, 32]] = False
 _WINDOW, _WINDOWS = 4096, 64
 
 
-def sampled_digest(path: str | os.PathLike[str], size: int) -> str:
-    """A blake2b of ``size`` and of up to 64 evenly spread 4 KiB windows of the file."""
+def sampled_digest(path: str | os.PathLike[str] | ShardFile, size: int) -> str:
+    """A blake2b of ``size`` and of up to 64 evenly spread 4 KiB windows of the file (a
+    remote one is read through its ``ShardFile``: ranged GETs, or the shard cache)."""
     digest = hashlib.blake2b(str(size).encode(), digest_size=16)
+    if isinstance(path, ShardFile):
+        if size <= _WINDOW * _WINDOWS:
+            digest.update(path.pread(size, 0))
+        else:
+            step = (size - _WINDOW) / (_WINDOWS - 1)
+            for i in range(_WINDOWS):
+                digest.update(path.pread(_WINDOW, round(i * step)))
+        return digest.hexdigest()
     with open(path, "rb") as file:
         if size <= _WINDOW * _WINDOWS:
             digest.update(file.read(size))
@@ -67,6 +77,13 @@ def info_path(path: str | os.PathLike[str]) -> Path:
     return Path(str(path) + INFO_SUFFIX)
 
 
+def beside(path: StoragePath, suffix: str) -> StoragePath:
+    """``path`` + ``suffix`` (``IDX_SUFFIX``, ``INFO_SUFFIX``), local or remote."""
+    if isinstance(path, RemotePath):
+        return path.with_name(path.name + suffix)
+    return Path(str(path) + suffix)
+
+
 @dataclass
 class LineIndexInfo:
     """What ``prepare_lines`` found and wrote."""
@@ -79,8 +96,9 @@ class LineIndexInfo:
     digest: str | None = None  # sampled_digest of the file when it was indexed
 
 
-def guess_format(path: str | os.PathLike[str]) -> str:
-    return "jsonl" if Path(path).suffix in (".jsonl", ".json", ".ndjson") else "text"
+def guess_format(path: str | os.PathLike[str] | RemotePath) -> str:
+    suffix = path.suffix if isinstance(path, RemotePath) else Path(path).suffix
+    return "jsonl" if suffix in (".jsonl", ".json", ".ndjson") else "text"
 
 
 def prepare_lines(
@@ -166,9 +184,9 @@ def write_info(info: LineIndexInfo) -> None:
     os.replace(tmp, target)
 
 
-def read_info(path: str | os.PathLike[str]) -> dict[str, Any]:
+def read_info(path: str | os.PathLike[str] | RemotePath) -> dict[str, Any]:
     """The ``.idx.json`` of a line file, or the defaults of an Energon-written index."""
-    side = info_path(path)
+    side = beside(as_path(path), INFO_SUFFIX)
     if not side.is_file():
         return {"format": guess_format(path), "media_root": None}
     try:

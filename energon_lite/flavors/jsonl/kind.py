@@ -31,5 +31,12 @@ def _prepare(path: Path, options: Mapping[str, Any]) -> str:
 
 
 KIND = register_kind(
-    DatasetKind("jsonl", detect=is_line_file, open=_open, prepare=_prepare, suffixes=LINE_SUFFIXES)
+    DatasetKind(
+        "jsonl",
+        detect=is_line_file,
+        open=_open,
+        prepare=_prepare,
+        suffixes=LINE_SUFFIXES,
+        remote=True,  # a prepared file and its .idx in a bucket (read, not prepared, there)
+    )
 )

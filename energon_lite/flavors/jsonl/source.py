@@ -7,6 +7,11 @@ even without ``max_samples_per_sequence``), ``read``/``read_range``, ``fingerpri
 parts ``{"json": bytes}`` for JSONL (decoded to a dict like any ``.json`` part) or
 ``{"path": str, "label": int | str | None}`` for a text list.
 
+On remote storage (``s3://``, ``msc://`` ... ``/file.jsonl`` beside its ``.idx``) the index is
+fetched once into the local index cache (named by URL and ETag) and the lines are read with
+ranged GETs through ``ShardFile`` (retried, conditional on the versions pinned at open, and
+through the node-local shard cache when one is on), so the same state resumes on either copy.
+
 Memory: opening reads two small files (the ``.idx.json`` and the index's last entry): a
 10M-line file opens in milliseconds. Reading takes the offsets of a chunk with one
 ``pread`` of the index and the lines with one ``pread`` of the file, so a worker holds no
@@ -24,9 +29,10 @@ import numpy as np
 
 from energon_lite.cache.file_store import FileStore, SystemFileStore
 from energon_lite.errors import DatasetFormatError
-from energon_lite.flavors.jsonl.index import index_path, read_info, sampled_digest
+from energon_lite.flavors.jsonl.index import IDX_SUFFIX, beside, read_info, sampled_digest
 from energon_lite.samples.types import SourceInfo
 from energon_lite.shards.dataset import _resolve_bound
+from energon_lite.storage import RemotePath, ShardFile, StoragePath, as_path, ops
 
 VIRTUAL_RUNS = 64
 CRUDE_CONFIG = {"__module__": "megatron.energon", "__class__": "CrudeWebdataset"}
@@ -37,7 +43,7 @@ class JsonlSource:
 
     def __init__(
         self,
-        root: str | os.PathLike[str],
+        root: str | os.PathLike[str] | RemotePath,
         split_part: str = "train",
         *,
         split_config: str = "split.yaml",
@@ -45,23 +51,37 @@ class JsonlSource:
         subset: tuple[int | str, int | str] | None = None,
     ) -> None:
         del split_config, dataset_config  # a line file has no .nv-meta
-        self.root = Path(root)
+        self.root: StoragePath = as_path(root)
         self.split_part = split_part
         self.config: dict[str, Any] = dict(CRUDE_CONFIG)
+        self._versions = ("", "")
+        if isinstance(self.root, RemotePath):
+            ops.forget(self.root)  # sizes and versions as they are now
         info = read_info(self.root)
         self.format: str = info["format"]
         media = info.get("media_root")
-        self.media_root = None if media is None else (self.root.parent / media).resolve()
+        if media is not None and isinstance(self.root, RemotePath):
+            raise DatasetFormatError(
+                f"{self.root}: prepared with a media root ({media!r}), which is a local "
+                "folder; read this meta list from local disk"
+            )
+        self.media_root = None
+        if media is not None and isinstance(self.root, Path):
+            self.media_root = (self.root.parent / media).resolve()
         self.shard_names = [self.root.name]
         self.count, self.size = self._check_index()
+        if isinstance(self.root, RemotePath):
+            idx = beside(self.root, IDX_SUFFIX)
+            assert isinstance(idx, RemotePath)
+            self._versions = (ops.version(self.root), ops.version(idx))
         recorded = info.get("sampled_blake2b")
-        if recorded is not None and sampled_digest(self.root, self.size) != recorded:
+        if recorded is not None and self._digest() != recorded:
             raise DatasetFormatError(
                 f"{self.root}: content changed since it was prepared (same size, "
                 f"{self.size} bytes, different bytes); re-run `energon-lite prepare {self.root}`"
             )
         self._pid = os.getpid()
-        self._fds: tuple[int, int] | None = None
+        self._fds: tuple[ShardFile, ShardFile] | None = None
         runs = max(1, min(VIRTUAL_RUNS, self.count))
         bounds = np.linspace(0, self.count, runs + 1).round().astype(np.int64)
         self.run_start, self.run_end = bounds[:-1], bounds[1:]
@@ -71,19 +91,34 @@ class JsonlSource:
         lengths = self.run_end - self.run_start
         self.run_offset = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
 
-    def _check_index(self) -> tuple[int, int]:
-        idx = index_path(self.root)
+    def _digest(self) -> str:
+        if isinstance(self.root, Path):
+            return sampled_digest(self.root, self.size)
+        file = ShardFile(self.root, self._versions[0])  # the shard cache's entry, when on
         try:
-            size, nbytes = self.root.stat().st_size, idx.stat().st_size
+            return sampled_digest(file, self.size)
+        finally:
+            file.close()
+
+    def _check_index(self) -> tuple[int, int]:
+        idx = beside(self.root, IDX_SUFFIX)
+        try:
+            size, nbytes = ops.size(self.root), ops.size(idx)
         except FileNotFoundError as exc:
             raise DatasetFormatError(
                 f"{exc.filename}: not found; run `energon-lite prepare {self.root}`"
             ) from None
+        except DatasetFormatError as exc:  # a remote object that is not there
+            raise DatasetFormatError(f"{exc}; run `energon-lite prepare` on a local copy") from None
         if nbytes % 8 or nbytes < 16:
             raise DatasetFormatError(f"{idx}: {nbytes} bytes is not a line index; re-run prepare")
-        with open(idx, "rb") as file:
-            file.seek(nbytes - 8)
-            last = int(np.frombuffer(file.read(8), dtype="<u8")[0])
+        if isinstance(idx, RemotePath):
+            tail = ops.read_range(idx, nbytes - 8, nbytes)
+        else:
+            with open(idx, "rb") as file:
+                file.seek(nbytes - 8)
+                tail = file.read(8)
+        last = int(np.frombuffer(tail, dtype="<u8")[0])
         if last != size:
             raise DatasetFormatError(
                 f"{idx}: indexes {last} bytes but {self.root} has {size}: the file changed "
@@ -121,12 +156,14 @@ class JsonlSource:
 
     # I/O ------------------------------------------------------------------------------
 
-    def _files(self) -> tuple[int, int]:
+    def _files(self) -> tuple[ShardFile, ShardFile]:
+        """The file and its index, opened in this process (a remote index: a local copy)."""
         if self._fds is None or os.getpid() != self._pid:  # never share offsets after fork
             self._pid = os.getpid()
+            idx = beside(self.root, IDX_SUFFIX)
             self._fds = (
-                os.open(self.root, os.O_RDONLY),
-                os.open(index_path(self.root), os.O_RDONLY),
+                ShardFile(self.root, self._versions[0]),
+                ShardFile(ops.local_copy(idx)),
             )
         return self._fds
 
@@ -134,7 +171,7 @@ class JsonlSource:
         """Byte offsets of lines ``[start, end]`` (``end - start + 1`` entries)."""
         if not 0 <= start < end <= self.count:
             raise IndexError(f"{self.root}: lines [{start}, {end}) outside [0, {self.count})")
-        raw = os.pread(self._files()[1], 8 * (end - start + 1), 8 * start)
+        raw = self._files()[1].pread(8 * (end - start + 1), 8 * start)
         return np.frombuffer(raw, dtype="<u8").astype(np.int64)
 
     def read(self, shard_id: int, index: int) -> tuple[str, dict[str, Any]]:
@@ -146,7 +183,7 @@ class JsonlSource:
             raise IndexError(f"{self.root}: a line file has one shard, not {shard_id}")
         bounds = self.offsets(start, end).tolist()
         base = max(0, bounds[0] - 1)  # and the newline before the first line
-        buf = os.pread(self._files()[0], bounds[-1] - base, base)
+        buf = self._files()[0].pread(bounds[-1] - base, base)
         if len(buf) != bounds[-1] - base:
             raise DatasetFormatError(f"{self.root}: file is shorter than its index says")
         out = []
@@ -180,8 +217,8 @@ class JsonlSource:
 
     def close(self) -> None:
         if self._fds is not None and os.getpid() == self._pid:
-            for fd in self._fds:
-                os.close(fd)
+            for file in self._fds:
+                file.close()
         self._fds = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -193,12 +230,12 @@ class JsonlSource:
 LINE_SUFFIXES = (".jsonl", ".ndjson", ".txt", ".lst", ".list", ".meta")
 
 
-def is_line_file(path: Path) -> bool:
+def is_line_file(path: StoragePath) -> bool:
     """A file named like a JSONL or meta list, or any file prepared as a line index."""
-    path = Path(path)
+    path = as_path(path)
     if not path.is_file() or path.suffix in (".yaml", ".yml", ".csv", ".tar"):
         return False
-    return path.suffix in LINE_SUFFIXES or index_path(path).is_file()
+    return path.suffix in LINE_SUFFIXES or beside(path, IDX_SUFFIX).is_file()
 
 
 def parse_text_line(line: bytes) -> dict[str, Any]:
@@ -217,8 +254,8 @@ def parse_text_line(line: bytes) -> dict[str, Any]:
 class JsonlFileStore(FileStore):
     """Lines of a prepared JSONL file: ``"<line>.json"`` (or the bare line number)."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path).resolve()
+    def __init__(self, path: str | os.PathLike[str] | RemotePath) -> None:
+        self.path = as_path(path).resolve()
         self._source: Any = None
 
     def __getitem__(self, name: str) -> tuple[bytes, SourceInfo]:
