@@ -241,6 +241,11 @@ def primary_file_store(path: StoragePath, source: Any = None) -> FileStore:
         kind = kind_of(path)
         if kind is not TAR_FOLDER and kind.open is not None:
             source = kind.open(path, "train")
+        elif not any((path / ".nv-meta" / n).exists() for n in (".info.json", ".info.yaml")):
+            raise DatasetFormatError(
+                f"{path}: not a prepared dataset (no .nv-meta/.info.json) that can be read by "
+                "file name; prepare it, or give a prepared .jsonl"
+            )
     elif source is None and not (path / ".nv-meta").is_dir():
         from energon_lite.sources.kinds import kind_of
 
