@@ -150,6 +150,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=100)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--data", default=str(Path(tempfile.gettempdir()) / "bench-cache-data"))
+    parser.add_argument("--phases", default="1,2,3,4", help="which of the 4 measurements")
     parser.add_argument("--quick", action="store_true", help="1 round, 30 batches")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--mode", default="rate", help=argparse.SUPPRESS)
@@ -195,56 +196,65 @@ def main() -> None:
                 raise RuntimeError(result.stderr[-3000:])
             return json.loads(line[len(RESULT) :])
 
+        phases = {int(x) for x in args.phases.split(",")}
         # 1. cold vs warm
-        out["cold_warm"] = run(["--mode", "epochs", "--epochs", "3"], env("c1", 2 * total))
-        print("cold/warm", out["cold_warm"], file=sys.stderr)
+        if 1 in phases:
+            out["cold_warm"] = run(["--mode", "epochs", "--epochs", "3"], env("c1", 2 * total))
+            print("cold/warm", out["cold_warm"], file=sys.stderr)
         # 2. four processes sharing one cache, through one counting proxy (an entry is named
         # by the endpoint too, so all four must use the same one)
-        from energon_lite.synth.servers import FaultProxy
+        if 2 in phases:
+            from energon_lite.synth.servers import FaultProxy
 
-        with FaultProxy(s3.endpoint) as proxy:
-            cmd = [sys.executable, __file__, "--child", "--mode", "val", "--path", url]
-            e = dict(env("c2", 2 * total), AWS_ENDPOINT_URL=proxy.endpoint)
-            procs = [subprocess.Popen(cmd, env=e, stdout=subprocess.PIPE, text=True)
-                     for _ in range(4)]  # fmt: skip
-            shared = []
-            for p in procs:
-                stdout, _ = p.communicate(timeout=900)
-                line = next(x for x in stdout.splitlines() if x.startswith(RESULT))
-                shared.append(json.loads(line[len(RESULT) :]))
-            gets, nbytes, _ = _shard_requests(proxy.log, 0)
-        out["shared"] = {"samples": [x["samples"] for x in shared], "gets": gets, "bytes": nbytes}
-        print("shared", out["shared"], file=sys.stderr)
+            with FaultProxy(s3.endpoint) as proxy:
+                cmd = [sys.executable, __file__, "--child", "--mode", "val", "--path", url]
+                e = dict(env("c2", 2 * total), AWS_ENDPOINT_URL=proxy.endpoint)
+                procs = [subprocess.Popen(cmd, env=e, stdout=subprocess.PIPE, text=True)
+                         for _ in range(4)]  # fmt: skip
+                shared = []
+                for p in procs:
+                    stdout, _ = p.communicate(timeout=900)
+                    line = next(x for x in stdout.splitlines() if x.startswith(RESULT))
+                    shared.append(json.loads(line[len(RESULT) :]))
+                gets, nbytes, _ = _shard_requests(proxy.log, 0)
+            out["shared"] = {
+                "samples": [x["samples"] for x in shared],
+                "gets": gets,
+                "bytes": nbytes,
+            }
+            print("shared", out["shared"], file=sys.stderr)
         # 3. limit at half the data, against LRU replayed on the uncached run's order
-        limit = total // 2
-        plain = run(["--mode", "epochs", "--epochs", "4", "--record-order"], env("c3a", None))
-        half = run(["--mode", "epochs", "--epochs", "4"], env("c3b", limit))
-        prefix = f"/{BUCKET}/{PREFIX}/"
-        order = [n[len(prefix) :] for e in plain["epochs"] for n in _accesses(e["order"])]
-        replay, seen = [], 0
-        for e in plain["epochs"]:
-            n = len(_accesses(e["order"]))
-            before = lru_bytes(order[:seen], sizes, limit)
-            replay.append(lru_bytes(order[: seen + n], sizes, limit) - before)
-            seen += n
-        out["half"] = {"limit": limit, "plain": plain["epochs"], "cached": half["epochs"],
-                       "lru": replay}  # fmt: skip
-        print("half", out["half"]["cached"], replay, file=sys.stderr)
+        if 3 in phases:
+            limit = total // 2
+            plain = run(["--mode", "epochs", "--epochs", "4", "--record-order"], env("c3a", None))
+            half = run(["--mode", "epochs", "--epochs", "4"], env("c3b", limit))
+            prefix = f"/{BUCKET}/{PREFIX}/"
+            order = [n[len(prefix) :] for e in plain["epochs"] for n in _accesses(e["order"])]
+            replay, seen = [], 0
+            for e in plain["epochs"]:
+                n = len(_accesses(e["order"]))
+                before = lru_bytes(order[:seen], sizes, limit)
+                replay.append(lru_bytes(order[: seen + n], sizes, limit) - before)
+                seen += n
+            out["half"] = {"limit": limit, "plain": plain["epochs"], "cached": half["epochs"],
+                           "lru": replay}  # fmt: skip
+            print("half", out["half"]["cached"], replay, file=sys.stderr)
         # 4. warm-epoch samples/s vs local disk
-        run(["--mode", "val"], env("c4", 2 * total))  # warm the cache
-        configs = [("local", str(root)), ("s3 cached", url)]
-        rates: dict[str, list[float | None]] = {name: [] for name, _ in configs}
-        for r in range(args.rounds):
-            for name, path in ab_order(configs, r):
-                cmd = [sys.executable, __file__, "--child", "--mode", "rate", "--path", path,
-                       "--batches", str(args.batches), "--warmup", str(args.warmup)]  # fmt: skip
-                result = run_child(cmd, env=env("c4", 2 * total), timeout=900)
-                line = next((x for x in result.lines if x.startswith(RESULT)), None)
-                rates[name].append(
-                    json.loads(line[len(RESULT) :])["samples_per_s"] if line else None
-                )
-                print(f"round {r} {name}: {rates[name][-1]}", file=sys.stderr)
-        out["rates"] = rates
+        if 4 in phases:
+            run(["--mode", "val"], env("c4", 2 * total))  # warm the cache
+            configs = [("local", str(root)), ("s3 cached", url)]
+            rates: dict[str, list[float | None]] = {name: [] for name, _ in configs}
+            for r in range(args.rounds):
+                for name, path in ab_order(configs, r):
+                    cmd = [sys.executable, __file__, "--child", "--mode", "rate", "--path", path,
+                           "--batches", str(args.batches), "--warmup", str(args.warmup)]  # fmt: skip
+                    result = run_child(cmd, env=env("c4", 2 * total), timeout=900)
+                    line = next((x for x in result.lines if x.startswith(RESULT)), None)
+                    rates[name].append(
+                        json.loads(line[len(RESULT) :])["samples_per_s"] if line else None
+                    )
+                    print(f"round {r} {name}: {rates[name][-1]}", file=sys.stderr)
+            out["rates"] = rates
     shutil.rmtree(tmp, ignore_errors=True)
     report(args, out, sizes, total, load, time.perf_counter() - started)
 
@@ -257,34 +267,40 @@ def report(args: argparse.Namespace, out: dict[str, Any], sizes: dict[str, int],
         f"workers; {os.cpu_count()} CPUs, load average at start {load[0]:.1f}; "
         f"{seconds:.0f} s in all\n"
     )
-    rows = [[f"{i + 1}", str(e["gets"]), fmt_bytes(e["bytes"]), f"{e['bytes'] / total:.2f}"]
-            for i, e in enumerate(out["cold_warm"]["epochs"])]  # fmt: skip
-    print("Cold and warm epochs (one process, limit 2x the data):\n")
-    print(markdown_table(["epoch", "shard GETs", "shard bytes", "bytes / data"], rows))
-    shared = out["shared"]
-    gets, nbytes = shared["gets"], shared["bytes"]
-    print(f"\n4 processes at once, one cold cache, one pass each: {gets} shard GETs for "
-          f"{len(sizes)} objects, {fmt_bytes(nbytes)} ({nbytes / total:.2f}x the data); "
-          f"samples per process {shared['samples']}\n")  # fmt: skip
-    half = out["half"]
-    print(f"Limit at half the data ({fmt_bytes(half['limit'])}), 4 epochs:\n")
-    rows = []
-    for i, (plain, cached, lru) in enumerate(zip(half["plain"], half["cached"], half["lru"])):
-        rows.append([f"{i + 1}", fmt_bytes(plain["bytes"]), fmt_bytes(cached["bytes"]),
-                     fmt_bytes(lru), fmt_bytes(max(0, total - half["limit"]))])  # fmt: skip
-    print(markdown_table(["epoch", "no cache", "cache", "LRU replay", "bound data-limit"], rows))
-    rates = out["rates"]
-    ratios = [ratio(a, b) for a, b in zip(rates["s3 cached"], rates["local"])]
-    present = [r for r in ratios if r is not None]
-    spread = f"{min(present):.2f}-{max(present):.2f}" if present else "n/a"
-    print(f"\nWarm-epoch samples/s ({args.rounds} rounds A/B, {args.batches} batches after "
-          f"{args.warmup}):\n")  # fmt: skip
-    print(markdown_table(
-        ["reader", "samples/s", "s3 cached / local", "spread"],
-        [["local", fmt_num(median(rates["local"])), "", ""],
-         ["s3 cached", fmt_num(median(rates["s3 cached"])), fmt_num(median(ratios), 2, "x"),
-          spread]],
-    ))  # fmt: skip
+    if "cold_warm" in out:
+        rows = [[f"{i + 1}", str(e["gets"]), fmt_bytes(e["bytes"]), f"{e['bytes'] / total:.2f}"]
+                for i, e in enumerate(out["cold_warm"]["epochs"])]  # fmt: skip
+        print("Cold and warm epochs (one process, limit 2x the data):\n")
+        print(markdown_table(["epoch", "shard GETs", "shard bytes", "bytes / data"], rows))
+    if "shared" in out:
+        shared = out["shared"]
+        gets, nbytes = shared["gets"], shared["bytes"]
+        print(f"\n4 processes at once, one cold cache, one pass each: {gets} shard GETs for "
+              f"{len(sizes)} objects, {fmt_bytes(nbytes)} ({nbytes / total:.2f}x the data); "
+              f"samples per process {shared['samples']}\n")  # fmt: skip
+    if "half" in out:
+        half = out["half"]
+        print(f"Limit at half the data ({fmt_bytes(half['limit'])}), 4 epochs:\n")
+        rows = []
+        for i, (plain, cached, lru) in enumerate(zip(half["plain"], half["cached"], half["lru"])):
+            rows.append([f"{i + 1}", fmt_bytes(plain["bytes"]), fmt_bytes(cached["bytes"]),
+                         fmt_bytes(lru), fmt_bytes(max(0, total - half["limit"]))])  # fmt: skip
+        print(
+            markdown_table(["epoch", "no cache", "cache", "LRU replay", "bound data-limit"], rows)
+        )
+    if "rates" in out:
+        rates = out["rates"]
+        ratios = [ratio(a, b) for a, b in zip(rates["s3 cached"], rates["local"])]
+        present = [r for r in ratios if r is not None]
+        spread = f"{min(present):.2f}-{max(present):.2f}" if present else "n/a"
+        print(f"\nWarm-epoch samples/s ({args.rounds} rounds A/B, {args.batches} batches after "
+              f"{args.warmup}):\n")  # fmt: skip
+        print(markdown_table(
+            ["reader", "samples/s", "s3 cached / local", "spread"],
+            [["local", fmt_num(median(rates["local"])), "", ""],
+             ["s3 cached", fmt_num(median(rates["s3 cached"])), fmt_num(median(ratios), 2, "x"),
+              spread]],
+        ))  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -6,14 +6,16 @@ A changed object has another identity, so it is never served from an old entry; 
 with no version is not cached at all. ``<id>.data`` holds the bytes and ``<id>.crc`` a CRC-32
 of each 1 MiB block. Reads check every block the first time an open entry reads it, so a
 corrupt, truncated or half-deleted entry is removed and fetched again, never a lost sample.
+The span read to check a block serves the reads that follow inside it (the last ``SPANS``
+spans of a process are kept), so checking costs no second read of the bytes.
 
 Concurrency. A fetch writes ``<id>.data.tmp-<pid>`` and renames it into place after the
 ``.crc`` (atomic: readers see a whole entry or none); 256 lock files (``.locks/``, by the
 id's first byte) make the processes of a node fetch each object once, and ``.lock`` guards
 the byte count: before a fetch, under that lock, the folder is summed (temporary files of
 live processes count at their final size) and the least recently used entries are removed
-until the new one fits. An entry's modification time is its last use (touched on every
-open). A reader holds its entry's descriptor, so a read under way when its entry is evicted
+until the new one fits. An entry's modification time is its last use (touched when opened
+and, while it is read, at most once a second), so entries being read are evicted last. A reader holds its entry's descriptor, so a read under way when its entry is evicted
 completes; the next read sees the entry gone (no links left), closes it and opens the
 object again, so an evicted entry's space is freed. An object larger than the limit is read
 without the cache.
@@ -29,9 +31,12 @@ import contextlib
 import errno
 import fcntl
 import hashlib
+import itertools
 import logging
 import os
+import time
 import zlib
+from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -42,7 +47,11 @@ from energon_lite.storage.path import RemotePath
 
 BLOCK = 1 << 20  # bytes per checksum
 FETCH_CHUNK = 16 << 20  # bytes per GET while filling an entry
+SPANS = 4  # checked spans a process keeps: a read verifies a span and serves the next ones
+TOUCH_EVERY = 1.0  # seconds between two marks of an entry being read (its mtime)
 logger = logging.getLogger("energon_lite.storage")
+_spans: OrderedDict[tuple[int, int], bytes] = OrderedDict()
+_tokens = itertools.count()
 
 
 class CorruptEntry(Exception):
@@ -68,6 +77,8 @@ class CachedShard:
     def __init__(self, fd: int, crcs: np.ndarray, size: int, where: Path) -> None:
         self.fd, self.crcs, self.size, self.where = fd, crcs, size, where
         self._checked = np.zeros(len(crcs), dtype=bool)
+        self._touched = time.monotonic()
+        self._token = next(_tokens)  # names its spans (an id() could be reused)
 
     def pread(self, size: int, offset: int) -> bytes:
         end = min(offset + size, self.size)
@@ -75,7 +86,15 @@ class CachedShard:
             return b""
         if os.fstat(self.fd).st_nlink == 0:  # evicted: let go of it, or it holds its space
             raise EvictedEntry(str(self.where))
+        now = time.monotonic()
+        if now - self._touched > TOUCH_EVERY:  # in use: the most recently used, for LRU
+            with contextlib.suppress(OSError):
+                os.utime(self.fd)
+            self._touched = now
         first, last = offset // BLOCK, (end - 1) // BLOCK
+        for (entry, start), span in reversed(_spans.items()):
+            if entry == self._token and start <= offset and end <= start + len(span):
+                return span[offset - start : end - start]  # read (and checked) just now
         if self._checked[first : last + 1].all():
             return os.pread(self.fd, end - offset, offset)
         start = first * BLOCK
@@ -88,9 +107,14 @@ class CachedShard:
             if len(piece) != expected or zlib.crc32(piece) != int(self.crcs[block]):
                 raise CorruptEntry(f"{self.where}: block {block} does not match its checksum")
             self._checked[block] = True
+        _spans[(self._token, start)] = span  # the next chunks of a sequential read are in it
+        while len(_spans) > SPANS:
+            _spans.popitem(last=False)
         return span[offset - start : end - start]
 
     def close(self) -> None:
+        for key in [k for k in _spans if k[0] == self._token]:
+            del _spans[key]
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
