@@ -33,13 +33,17 @@ _failed: set[Item] = set()
 
 
 def _after_fork() -> None:
-    global _pid, _thread, _budget
-    if os.getpid() != _pid:  # a forked worker: its own thread and queue
+    global _pid, _thread, _budget, _lock
+    if os.getpid() != _pid:  # a forked worker: its own thread, queue and lock
+        _lock = threading.Condition()  # the parent's thread may have held the old one
         _caches.clear()
         _queue.clear()
         _ahead.clear()
         _failed.clear()
         _thread, _pid, _budget = None, os.getpid(), 0
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 
 def process_cache() -> ShardCache | None:

@@ -19,6 +19,8 @@ mid-run stops the run with ``ObjectChangedError`` naming it instead of serving o
 
 With a node-local shard cache on (``cache_config.py``), a remote shard of a known version is
 read from its checked local entry instead (``shard_cache.py``), fetched whole on first use.
+An entry evicted by another process while it is read is let go (its space is freed); the
+rest of that pass (until a read goes back to an earlier offset) reads ranged windows.
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ class ShardFile:
         self._size: int | None = None
         self._cached: CachedShard | None = None
         self._cache_checked = False
+        self._evicted = False  # its entry was evicted during the current pass
+        self._last_offset = 0
         if isinstance(path, Path):
             try:
                 self._fd = os.open(path, os.O_RDONLY)
@@ -78,17 +82,21 @@ class ShardFile:
         if self._fd is not None:
             return os.pread(self._fd, size, offset)
         assert isinstance(self.path, RemotePath)  # no descriptor: a remote shard
-        if not self._cache_checked:
+        if not self._cache_checked or (self._evicted and offset < self._last_offset):
+            self._evicted = False  # a new pass over the shard: through the cache again
             self._open_cached()
+        self._last_offset = offset
         if self._cached is None:
             return _remote_pread(self.path, size, offset, self.version)
         try:
             return self._cached.pread(size, offset)
-        except EvictedEntry:  # another process needed the room: open the object again
+        except EvictedEntry:
+            # another process needed the room while this shard is read: the rest of this
+            # pass reads ranged windows (what a fetch of the whole shard again would cost
+            # more than), the next pass goes through the cache again
             self._cached.close()
-            self._cached = None
-            self._open_cached()
-            return self.pread(size, offset)
+            self._cached, self._evicted = None, True
+            return _remote_pread(self.path, size, offset, self.version)
         except CorruptEntry as exc:  # removed, fetched again, read again: no sample lost
             logger.warning("%s; fetching %s again", exc, self.path)
             cache = process_cache()

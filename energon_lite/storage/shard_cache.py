@@ -16,8 +16,8 @@ the byte count: before a fetch, under that lock, the folder is summed (temporary
 live processes count at their final size) and the least recently used entries are removed
 until the new one fits. An entry's modification time is its last use (touched when opened
 and, while it is read, at most once a second), so entries being read are evicted last. A reader holds its entry's descriptor, so a read under way when its entry is evicted
-completes; the next read sees the entry gone (no links left), closes it and opens the
-object again, so an evicted entry's space is freed. An object larger than the limit is read
+completes; the next read sees the entry gone (no links left) and closes it, so an evicted
+entry's space is freed (``ranged.ShardFile`` reads the rest of that pass remotely). An object larger than the limit is read
 without the cache.
 
 Fetching an entry costs ``ceil(size / FETCH_CHUNK)`` ranged GETs (``ops.read_range``: retried,
