@@ -230,3 +230,16 @@ def test_sizes_and_bad_settings_are_named(env, monkeypatch, local_ds):
     with pytest.raises(ConfigError, match="shard cache limit='-3'"):
         get_val_dataset(local_ds, worker_config=wc, batch_size=2,
                         shard_cache=ShardCacheConfig("/tmp", "-3"))  # fmt: skip
+
+
+def test_the_run_says_once_where_its_cache_is_and_local_data_skips_it(s3, local_ds, env, caplog):
+    url = _upload(s3, local_ds, "announced")
+    wc = WorkerConfig(rank=0, world_size=1, num_workers=0)
+    with caplog.at_level("INFO", logger="energon_lite.storage"):
+        for _ in range(2):
+            get_val_dataset(url, worker_config=wc, batch_size=8, split_part="train")
+    said = [
+        r.getMessage() for r in caplog.records if "remote shards are cached in" in r.getMessage()
+    ]
+    assert said == [f"remote shards are cached in {env} (at most 1000000000 bytes)"]
+    assert _val_keys(local_ds) and not env.exists()  # a local dataset is read in place
