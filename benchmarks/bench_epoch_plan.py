@@ -1,4 +1,4 @@
-"""Building the epoch plan of a 100M-sample split: time and private memory per worker.
+"""Building the epoch plan of a 100M-sample (or 1B) split: time and private memory per worker.
 
 Issue 17 asks for < 1 s and < 50 MB per worker to build the plan of a 100M-sample split and
 deliver the first sample.
@@ -32,7 +32,7 @@ machine pays in full with ``PYTHONDONTWRITEBYTECODE=1``, is counted as plan buil
 ``--baseline TREE`` adds the plan rows at 100M for another checkout (e.g. before a change),
 alternated in the same rounds.
 
-    python benchmarks/bench_epoch_plan.py [--rounds 3]
+    python benchmarks/bench_epoch_plan.py [--rounds 3] [--sizes 1M,100M,1B]
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ import argparse
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -72,6 +73,20 @@ def _base_shard() -> Path:
     return base
 
 
+LINKS_PER_FILE = 50_000  # ext4 allows 65,000 hard links per file: 1B needs a second copy
+
+
+def _base_copy(base: Path, number: int) -> Path:
+    """``base`` itself, or its ``number``-th copy (with its index)."""
+    if number == 0:
+        return base
+    copy = base.with_name(f"base-{number}.tar")
+    for suffix in ("", ".idx"):
+        if not Path(str(copy) + suffix).exists():
+            shutil.copyfile(str(base) + suffix, str(copy) + suffix)
+    return copy
+
+
 def build(num_shards: int) -> Path:
     """A prepared dataset of ``num_shards`` hard links to one real 10k-sample shard."""
     from energon_lite.shards.meta import DatasetInfo, write_info, write_split
@@ -84,12 +99,13 @@ def build(num_shards: int) -> Path:
         return root
     base = _base_shard()
     names = [f"parts/{i // 1000:03d}/s-{i:06d}.tar" for i in range(num_shards)]
-    for name in names:
+    for i, name in enumerate(names):
         (root / name).parent.mkdir(parents=True, exist_ok=True)
+        source = _base_copy(base, i // LINKS_PER_FILE)
         for suffix in ("", ".idx"):
             target = root / (name + suffix)
             if not target.exists():
-                os.link(str(base) + suffix, target)
+                os.link(str(source) + suffix, target)
     meta.mkdir(exist_ok=True)
     scan = scan_shard(base)
     write_split(meta, {"train": names, "val": [], "test": []}, [])
@@ -197,9 +213,13 @@ def main() -> None:
     parser.add_argument(
         "--baseline", type=Path, help="another checkout: its plan rows at 100M, same rounds"
     )
+    parser.add_argument(
+        "--sizes", default="1M,100M", help="splits to measure: 1M, 100M, 1B (100,000 links)"
+    )
     args = parser.parse_args()
     build(1)
-    sizes = {"1M": build(100), "100M": build(10_000)}
+    shards = {"1M": 100, "100M": 10_000, "1B": 100_000}
+    sizes = {size: build(shards[size]) for size in args.sizes.split(",")}
     runs: list[tuple[str, str, int | None, str]] = [
         (size, mode, msps, "this tree")
         for size in sizes

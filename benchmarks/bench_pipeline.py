@@ -24,6 +24,11 @@ loader's workers write, and what the trainer reads), where ``limit`` decodes int
 scratch tensor that stays in the CPU cache: the part of the gap to ``limit`` that comes
 from delivering the batches in memory, not from the pipeline.
 
+``energon_lite_pil`` and ``limit_pil``: ``energon_lite`` and ``limit`` with JPEGs decoded by
+Pillow (``ENERGON_LITE_JPEG_DECODER=pillow``) where simplejpeg (the ``jpeg`` extra) is
+installed, so both decoders are measured in the same run; without simplejpeg both pairs
+decode with Pillow.
+
 Settings: batch 32, shuffle buffer 100, max_samples_per_sequence 100, num_workers 0 and 2.
 
 Each measurement runs in a fresh child process (so memory peaks and first batches do not
@@ -83,9 +88,17 @@ LIBS = ("energon_lite", "energon", "torch")
 # trainer's process, the worst case when no GPU takes that step)
 # ("limit_u8": the same decoding to uint8 CHW, the bound of any uint8 loader)
 UINT8 = ("energon_lite_u8", "energon_lite_u8n", "limit_u8")
-PEERS = {0: (*LIBS, "limit"), 2: (*LIBS, *UINT8, "limit", "limit_mem")}
-CHILDREN = (*LIBS, *UINT8, "limit", "limit_mem")
-LIMIT_MODES = {"limit": "torchrgb", "limit_u8": "torchrgb8", "limit_mem": "torchrgb"}
+# "_pil" rows: the same with JPEGs decoded by Pillow (ENERGON_LITE_JPEG_DECODER=pillow) where
+# simplejpeg (the jpeg extra) is installed: both decoders in the same run
+PILLOW = ("energon_lite_pil", "limit_pil")
+PEERS = {0: (*LIBS, "limit", *PILLOW), 2: (*LIBS, *UINT8, "limit", "limit_mem", *PILLOW)}
+CHILDREN = (*LIBS, *UINT8, "limit", "limit_mem", *PILLOW)
+LIMIT_MODES = {
+    "limit": "torchrgb",
+    "limit_u8": "torchrgb8",
+    "limit_mem": "torchrgb",
+    "limit_pil": "torchrgb",
+}
 IN_FLIGHT = 2  # limit_mem: batches a process's trainer side holds before one is freed
 WORKERS = (0, 2)
 BATCH_SIZE = 32
@@ -323,7 +336,7 @@ class Peer:
 
             wc = el.WorkerConfig(rank=0, world_size=1, num_workers=self.workers)
             extra: dict[str, Any] = {}
-            if self.lib != "energon_lite":  # uint8 CHW images, normalised by the consumer
+            if self.lib.startswith("energon_lite_u8"):  # uint8 CHW, normalised by the consumer
 
                 class Uint8TaskEncoder(el.DefaultTaskEncoder):
                     decoder = el.SampleDecoder(image_decode="torchrgb8")
@@ -460,7 +473,10 @@ def run_rounds(
                 cmd = [sys.executable, script, "--child", lib, "--workers", str(workers)]
                 cmd += ["--data", str(root), "--batches", str(batches), "--warmup", str(warmup)]
                 cmd += ["--torch-threads", str(torch_threads)]
-                run = run_child(cmd, mark=MARK)
+                env = {**os.environ, "ENERGON_LITE_JPEG_DECODER": "auto"}
+                if lib in PILLOW:
+                    env["ENERGON_LITE_JPEG_DECODER"] = "pillow"
+                run = run_child(cmd, mark=MARK, env=env)
                 lines = [line for line in run.lines if line.startswith(RESULT)]
                 if run.returncode != 0 or not lines:
                     raise RuntimeError(f"{lib} workers={workers} failed:\n{run.stderr[-4000:]}")
@@ -560,6 +576,9 @@ def summarise(results: dict[tuple[str, int], list[dict[str, Any]]]) -> str:
             ("limit_u8", "energon_lite"),
             ("energon_lite", "limit_mem"),
             ("limit_mem", "limit"),
+            ("energon_lite", "energon_lite_pil"),
+            ("limit", "limit_pil"),
+            ("energon_lite", "limit_pil"),
         )
         if lib in PEERS[w] and peer in PEERS[w]
     ]
@@ -581,14 +600,14 @@ def summarise(results: dict[tuple[str, int], list[dict[str, Any]]]) -> str:
     vs_limit = round_ratio(w, "samples_per_s", "limit")
     vs_torch0 = round_ratio(0, "samples_per_s", "torch")
     u8 = round_ratio(w, "samples_per_s", "energon_lite", "energon_lite_u8")
-    u8_bound = round_ratio(w, "samples_per_s", "energon_lite", "limit_u8")
+    u8_of_limit = round_ratio(w, "samples_per_s", "limit_u8", "energon_lite_u8")
     restore = med("energon_lite", w, "restore_first_batch_s")
     state = med("energon_lite", w, "state_bytes")
     first = {n: med("energon_lite", n, "first_batch_s") for n in WORKERS}
     first_torch = {n: med("torch", n, "first_batch_s") for n in WORKERS}
     first_ratio = {n: round_ratio(n, "first_batch_s", "torch") for n in WORKERS}
     targets = markdown_table(
-        ["target (issue 17; 2 workers unless said)", "measured (spread)", "status"],
+        ["target (2 workers unless said)", "measured (spread)", "status"],
         [
             [
                 "samples/s >= 2.0x Energon",
@@ -596,26 +615,28 @@ def summarise(results: dict[tuple[str, int], list[dict[str, Any]]]) -> str:
                 check(cmp(vs_energon, ">=", 2.0)),
             ],
             [
-                "samples/s >= 1.3x plain torch",
+                "samples/s >= 2.0x plain torch",
                 f"{fmt_num(vs_torch, 2, 'x')} ({spread(w, 'torch')})",
-                check(cmp(vs_torch, ">=", 1.3)),
+                check(cmp(vs_torch, ">=", 2.0)),
             ],
             [
-                ">= 80% of the two-process decode limit",
+                ">= 90% of the two-process decode limit",
                 f"{fmt_num(None if vs_limit is None else 100 * vs_limit, 0, '%')}"
                 f" ({spread(w, 'limit')})",
-                check(cmp(vs_limit, ">=", 0.8)),
+                check(cmp(vs_limit, ">=", 0.9)),
             ],
             [
-                "samples/s >= 1.0x plain torch (0 workers)",
+                "samples/s >= 1.3x plain torch (0 workers)",
                 f"{fmt_num(vs_torch0, 2, 'x')} ({spread(0, 'torch')})",
-                check(cmp(vs_torch0, ">=", 1.0)),
+                check(cmp(vs_torch0, ">=", 1.3)),
             ],
             [
-                "uint8 batches >= 1.5x the float path",
+                "uint8 batches >= 1.0x the float path, >= 80% of limit_u8",
                 f"{fmt_num(u8, 2, 'x')} ({spread(w, 'energon_lite', 'energon_lite_u8')}); "
-                f"a uint8 decoder alone: {fmt_num(u8_bound, 2, 'x')}",
-                check(cmp(u8, ">=", 1.5)),
+                f"of limit_u8: {fmt_num(None if u8_of_limit is None else 100 * u8_of_limit, 0, '%')}",
+                check(
+                    None if u8 is None or u8_of_limit is None else u8 >= 1.0 and u8_of_limit >= 0.8
+                ),
             ],
             [
                 "restore to first batch < 1 s",
@@ -625,10 +646,10 @@ def summarise(results: dict[tuple[str, int], list[dict[str, Any]]]) -> str:
             ["state <= 15 KB", fmt_bytes(state), check(cmp(state, "<=", 15_000))],
             *[
                 [
-                    f"time to first batch <= 0.5x plain torch ({n} workers)",
+                    f"time to first batch <= plain torch's ({n} workers)",
                     f"{fmt_num(first[n], 2, ' s')} vs {fmt_num(first_torch[n], 2, ' s')}"
                     f" ({fmt_num(first_ratio[n], 2, 'x')})",
-                    check(cmp(first_ratio[n], "<=", 0.5)),
+                    check(cmp(first_ratio[n], "<=", 1.0)),
                 ]
                 for n in WORKERS
             ],

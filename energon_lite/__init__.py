@@ -77,6 +77,7 @@ if TYPE_CHECKING:  # the names below, for type checkers; at run time see __getat
         reraise_exception,
     )
     from energon_lite.loader.api import SavableDataset, SavableLoader
+    from energon_lite.metadataset.schedule import WeightSchedule
     from energon_lite.samples.crude import CrudeSample
     from energon_lite.samples.resolver import allow_sample_type_modules
     from energon_lite.samples.types import (
@@ -192,6 +193,7 @@ __all__ = [
     "VQAWebdataset",
     "VidQASample",
     "VidQAWebdataset",
+    "WeightSchedule",
     "WorkerConfig",
     "allow_sample_type_modules",
     "basic_sample_keys",
@@ -280,6 +282,7 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
         "traverse_metadataset",
     ),
     "energon_lite.compat.savable_dataloader": ("SavableDataLoader",),
+    "energon_lite.metadataset.schedule": ("WeightSchedule",),
     "energon_lite.compat.webdataset_factories": (
         "BaseCoreDatasetFactory",
         "BaseWebdatasetFactory",

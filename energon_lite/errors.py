@@ -121,6 +121,10 @@ class WorkerTimeoutError(EnergonLiteError, RuntimeError):
     """A loader worker gave no batch within the timeout (``fail_on_timeout``)."""
 
 
+class WorkerRestartError(EnergonLiteError, RuntimeError):
+    """A loader lost a worker and may not replace it (``max_worker_restarts`` spent)."""
+
+
 def unknown_keys(keys: Iterable[Any], allowed: Sequence[str]) -> str | None:
     """A message naming every key not in ``allowed`` with the closest allowed one, or None.
 

@@ -21,6 +21,7 @@ from energon_lite import (
     get_savable_loader,
     get_train_dataset,
     prepare_dataset,
+    prepare_metadataset,
 )
 from energon_lite.testing import assert_loader_resumes
 
@@ -178,3 +179,51 @@ def test_bad_join_is_named(data: Path) -> None:
     (data / "bad2.yaml").write_text(HEAD + "    join:\n      - {path: ds1}\n      - {path: ds1b}\n")
     with pytest.raises(DatasetFormatError, match=r"splits\.train\.joiner"):
         _train(data / "bad2.yaml")
+
+
+def test_joiner_from_an_importable_module_is_imported_as_in_energon(
+    data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Energon imports the joiner a metadataset names from any importable module (its own
+    tests name a function of the test module); so does energon_lite, without
+    allow_sample_type_modules. A spec file in the cache folder imports only the joiner the
+    metadataset named for it: a spec planted or edited there, or opened on its own, is refused."""
+    (tmp_path / "my_joiners.py").write_text(
+        "def pair(a, b):\n    return a.derive_from(a, text=a.text + '+' + b.text)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yaml_path = data / "importable.yaml"
+    yaml_path.write_text(
+        HEAD + "    join:\n      - {path: ds1}\n      - {path: ds1b}\n"
+        "    joiner: {__module__: my_joiners, __function__: pair}\n"
+    )
+    texts = {b.text[0] for _, b in zip(range(55), get_loader(_train(yaml_path)))}
+    assert texts == {f"{i}+B{i}" for i in range(55)}
+
+    # the spec file written into the cache folder names that joiner; rewritten to name
+    # another module's function, it imports nothing
+    (spec,) = (data / "importable.yaml.cache").glob("join-*.join.json")
+    planted = spec.read_text().replace('"my_joiners"', '"os"').replace('"pair"', '"system"')
+    spec.write_text(planted)
+    with pytest.raises(DatasetFormatError, match=r"the joiner from module 'os' refused"):
+        _train(spec)
+    # opened directly, a spec the metadataset did not name for it is refused the same way
+    other = spec.with_name("join-0000000000000000.join.json")
+    other.write_text(planted)
+    with pytest.raises(DatasetFormatError, match=r"the joiner from module 'os' refused"):
+        _train(other)
+
+
+def test_joiner_module_that_cannot_be_imported_is_named(data: Path) -> None:
+    """As in Energon, checking a metadataset imports no joiner; loading it names the module."""
+    (data / "missing_joiner.yaml").write_text(
+        HEAD + "    join:\n      - {path: ds1}\n      - {path: ds1b}\n"
+        "    joiner: {__module__: no_such_joiner_module, __function__: pair}\n"
+    )
+    prepare_metadataset(data / "missing_joiner.yaml")
+    with pytest.raises(
+        DatasetFormatError,
+        match=r"missing_joiner.yaml.cache/join-[0-9a-f]+.join.json: cannot import the joiner "
+        r".*no_such_joiner_module",
+    ):
+        _train(data / "missing_joiner.yaml")

@@ -17,11 +17,17 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "energon_lite"
 
 LAYERS: list[tuple[str, ...]] = [
-    ("errors", "edataclass"),  # exception types, error policy; Energon's dataclass shorthand
-    ("rng", "quotas", "worker", "media", "storage"),  # derived randomness, quotas, layout, I/O
-    ("state",),  # the state codec and restore keys
-    ("batching", "av"),  # collate and batch memory; audio/video decoding
-    ("decode",),  # sample part decoding (images through batch slabs, av)
+    ("errors", "edataclass", "fork_hook", "sample_utils"),  # errors; Energon's small helpers
+    (
+        "rng",
+        "quotas",
+        "worker",
+        "storage",
+        "media_records",
+    ),  # derived randomness, quotas, layout, I/O
+    ("state", "epathlib"),  # the state codec and restore keys; Energon's EPath over storage
+    ("batching", "av", "transforms"),  # collate, batch memory; audio/video; image transforms
+    ("decode", "media"),  # sample part decoding; media metadata and the media filter
     ("samples",),  # the data model and the sample factory
     ("shards",),  # the built-in tar format and prepare
     ("sources",),  # the Source protocol, dataset kinds, leaves
@@ -30,7 +36,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("stages",),  # the Stage contract and every stage
     ("pipeline",),  # wiring a chain
     ("loader",),  # datasets, loaders, workers, stats
-    ("wrappers", "compat", "epathlib"),  # Energon's wrapper classes and Energon-only names
+    ("wrappers", "compat"),  # Energon's wrapper classes and Energon-only names
     ("flavors", "dataset_config"),  # dataset kinds beyond tar shards; Energon's dataset_config
     ("synth", "testing"),  # sample data and resume test helpers
     ("__init__",),  # the public API

@@ -464,6 +464,45 @@ def test_restore_seeds_makes_global_randomness_resume_exactly(
     assert np.random.get_state()[1][:4].tolist() == before  # the global state was put back
 
 
+class GlobalRandomGeneratorEncoder(TaskEncoder):
+    """A generator hook drawing from the global generators between its outputs."""
+
+    @stateless(restore_seeds=True)
+    def encode_sample(self, sample: CaptioningSample) -> Any:
+        import random
+
+        for _ in range(2):
+            yield CaptioningSample.derive_from(
+                sample, image=sample.image, caption=f"{random.randint(0, 10**9)}"
+            )
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_restore_seeds_on_a_generator_hook_gives_each_output_again(
+    train_ds: Path, num_workers: int
+) -> None:
+    """Energon seeds a generator hook before its first output and carries the seeded state
+    from output to output; so the outputs are made again exactly, by restore_sample and by a
+    resume that re-runs the hook part-way through (they were drawn unseeded before)."""
+    import random
+
+    random.seed(1)
+    loader = get_savable_loader(
+        _train(train_ds, num_workers, task_encoder=GlobalRandomGeneratorEncoder())
+    )
+    batches = take(loader, 4)
+    for batch in batches:
+        again = loader.restore_sample(batch.__restore_key__)
+        assert again.caption == batch.caption
+    assert_loader_resumes(
+        lambda: get_savable_loader(
+            _train(train_ds, num_workers, task_encoder=GlobalRandomGeneratorEncoder())
+        ),
+        8,
+        [0, 3, 5],
+    )
+
+
 def test_energons_older_decoder_arguments_warn_and_map(train_ds: Path) -> None:
     from PIL import Image
 

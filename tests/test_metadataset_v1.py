@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 import energon_lite as el
+from energon_lite.epathlib import EPath
 from energon_lite.metadataset.parse import load_metadataset
 from energon_lite.synth.shards import write_captioning_shards
 
@@ -223,6 +224,10 @@ def test_traverse_lists_datasets_that_are_not_there_yet(data: Path) -> None:
         ]
 
     assert view(ours) == view(theirs)
+    # Energon's path type, as Energon returns it: equal to EPath of the same folder
+    assert {type(r.path).__name__ for r in theirs} == {type(r.path).__name__ for r in ours}
+    assert [r.path for r in ours] == [EPath(data / "a"), EPath(data / "not_fetched_yet")]
+    assert ours[1].aux == {"labels": EPath(data / "missing_aux"), "media": EPath(data / "media")}
     assert view(ours)[1] == (
         str(data / "not_fetched_yet"), "train",
         {"labels": str(data / "missing_aux"), "media": str(data / "media")}, {"kind": "later"},

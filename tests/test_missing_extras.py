@@ -50,3 +50,20 @@ def test_prepare_episodes_without_h5py_names_the_extra(tmp_path: Path) -> None:
         "installed: pip install 'energon-lite[h5]'"
     )
     assert "please report it" not in done.stderr and "scanning" not in done.stderr
+
+
+def test_an_image_dataset_trains_without_pyav(train_ds: Path) -> None:
+    """PyAV is the ``av`` extra: a dataset of images and captions loads without it (finding
+    the dataset's kind imported every flavor package, and ``flavors.webdataset`` PyAV)."""
+    done = _without(
+        "av",
+        "from energon_lite import get_savable_loader, get_train_dataset, WorkerConfig\n"
+        f"ds = get_train_dataset({str(train_ds)!r}, batch_size=4, shuffle_buffer_size=None,\n"
+        "    max_samples_per_sequence=None, worker_config=WorkerConfig(rank=0, world_size=1,\n"
+        "    num_workers=0))\n"
+        "loader = get_savable_loader(ds)\n"
+        "batch = next(iter(loader))\n"
+        "print(len(batch.__key__), 'av' in sys.modules and sys.modules['av'] is not None)\n",
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["4", "False"]

@@ -20,9 +20,9 @@ from energon_lite import (
     prepare_dataset,
 )
 from energon_lite.cache import SystemFileStore, WebdatasetFileStore
-from energon_lite.cache.media_metadata import ImageMetadata
 from energon_lite.cli.main import main as cli
 from energon_lite.errors import DatasetFormatError
+from energon_lite.media import ImageMetadata
 from energon_lite.synth.shards import make_image
 from energon_lite.task_encoder.cooking import cooker
 
@@ -72,8 +72,12 @@ def media(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_folder_and_tar_metadata(media: Path) -> None:
     folder, tars = SystemFileStore(media / "fs"), WebdatasetFileStore(media / "wds")
     for store in (folder, tars):
-        assert store.get_media_metadata("image000.jpg") == ImageMetadata(32, 16, "JPEG", "RGB")
-        assert store.get_media_metadata("image001.png") == ImageMetadata(24, 24, "PNG", "RGB")
+        assert store.get_media_metadata("image000.jpg") == ImageMetadata(
+            width=32, height=16, format="JPEG", mode="RGB"
+        )
+        assert store.get_media_metadata("image001.png") == ImageMetadata(
+            width=24, height=24, format="PNG", mode="RGB"
+        )
         video = store.get_media_metadata("video001.mp4")
         assert (video.video_width, video.video_height, video.video_fps) == (32, 24, 15.0)
         assert video.video_num_frames == 15
@@ -136,5 +140,22 @@ def test_energon_reads_our_metadata_and_we_read_theirs(media: Path, tmp_path: Pa
         EPath(theirs), MediaFilterConfig(strategy=MediaFilterStrategy.EXTENSION), progress=False
     )
     store = SystemFileStore(theirs)
-    assert store.get_media_metadata("image001.png") == ImageMetadata(24, 24, "PNG", "RGB")
+    assert store.get_media_metadata("image001.png") == ImageMetadata(
+        width=24, height=24, format="PNG", mode="RGB"
+    )
     assert store.get_media_metadata("video001.mp4").video_width == 32
+
+
+def test_cli_glob_and_header_strategies(tmp_path: Path) -> None:
+    files = _media(tmp_path / "fs")
+    (tmp_path / "fs" / "image000.bin").write_bytes(files["image000.jpg"])  # a JPEG by content
+    assert cli(["prepare-media", str(tmp_path / "fs"), "--media-metadata-by-glob", "*.png"]) == 0
+    store = SystemFileStore(tmp_path / "fs")
+    assert store.get_media_metadata("image001.png").width == 24
+    with pytest.raises(KeyError):
+        store.get_media_metadata("image000.jpg")  # not matched by the glob
+    assert cli(["prepare-media", str(tmp_path / "fs"), "--media-metadata-by-header"]) == 0
+    store = SystemFileStore(tmp_path / "fs")
+    assert store.get_media_metadata("image000.bin").format == "JPEG"
+    both = ["--media-metadata-by-header", "--media-metadata-by-glob", "*.png"]
+    assert cli(["prepare-media", str(tmp_path / "fs"), *both]) == 1

@@ -7,8 +7,13 @@ pixels, order and states must not depend on where the bytes come from.
 
 from __future__ import annotations
 
+import json
 import logging
+import threading
 import uuid
+from collections import Counter
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
@@ -19,11 +24,22 @@ pytest.importorskip("s3fs")
 
 from conftest import make_dataset
 
-from energon_lite import WorkerConfig, get_savable_loader, get_train_dataset, get_val_dataset
+from energon_lite import (
+    Cooker,
+    DefaultTaskEncoder,
+    Sample,
+    WorkerConfig,
+    basic_sample_keys,
+    get_savable_loader,
+    get_train_dataset,
+    get_val_dataset,
+)
 from energon_lite.cli import main as cli_main
 from energon_lite.errors import DatasetFormatError, EnergonLiteError, RemoteStorageError
+from energon_lite.flavors.jsonl import prepare_lines
 from energon_lite.shards.meta import META_DIR
 from energon_lite.storage import STATS, RemotePath
+from energon_lite.synth.lines import write_caption_jsonl
 from energon_lite.synth.servers import TEST_CREDENTIALS, FaultProxy, RangeHTTPServer, S3Server
 from energon_lite.synth.shards import write_captioning_shards
 from energon_lite.testing import assert_loader_resumes, take
@@ -136,6 +152,68 @@ def test_prepare_info_lint_preview_on_an_s3_prefix(
     assert cli_main(["preview", "-n", "2", url]) == 0
     assert "caption" in capsys.readouterr().out
     assert SECRET not in info
+
+
+def test_prepare_records_media_metadata_on_an_s3_prefix_as_energon_does(
+    s3: S3Server, tmp_path: Path
+) -> None:
+    """Energon's `prepare --media-metadata-by-extension --no-progress` on a bucket prefix:
+    the dataset is prepared and each image part's size lands in .nv-meta/index.sqlite."""
+    import sqlite3
+
+    raw = tmp_path / "raw"
+    write_captioning_shards(raw, 20, 10, image_size=(16, 12))
+    prefix = f"media-{uuid.uuid4().hex[:8]}"
+    s3.upload(raw, "data", prefix)
+    url = f"s3://data/{prefix}"
+    assert cli_main(["prepare", url, "--non-interactive", "--no-progress", "--split-ratio=1,0,0",
+                     "--sample-type=CaptioningSample", '--field-map={"image": "jpg", "caption": "txt"}',
+                     "--media-metadata-by-extension"]) == 0  # fmt: skip
+    db = tmp_path / "index.sqlite"
+    db.write_bytes(RemotePath(f"{url}/{META_DIR}/index.sqlite").read_bytes())
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT entry_key, metadata_type, metadata_json FROM media_metadata")
+        found = {key: (kind, json.loads(meta)) for key, kind, meta in rows}
+    assert len(found) == 20 and {kind for kind, _ in found.values()} == {"image"}
+    assert {(m["width"], m["height"]) for _, m in found.values()} == {(16, 12)}
+    assert len(list(take(_train(url, batch_size=5), 4))) == 4
+
+
+class _Http10S3(BaseHTTPRequestHandler):
+    """An S3-compatible store as plain HTTP/1.0 (no ``100 Continue``): it reads a PUT's
+    body by Content-Length and keeps it."""
+
+    objects: dict[str, bytes] = {}
+
+    def do_PUT(self) -> None:
+        self.objects[self.path] = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.send_response(200)
+        self.send_header("ETag", '"1"')
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_write_to_a_store_without_100_continue_sends_its_body_plainly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """botocore's defaults would wait for ``100 Continue`` and send an aws-chunked body with a
+    checksum trailer; a store that speaks neither must get the bytes as they are, at once."""
+    from energon_lite.storage import ops
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Http10S3)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{server.server_port}")
+        monkeypatch.delenv("AWS_REQUEST_CHECKSUM_CALCULATION", raising=False)
+        ops.write_atomic(RemotePath("s3://plain/dir/index.bin"), b"0123456789" * 100)
+    finally:
+        server.shutdown()
+        thread.join(timeout=10)
+    assert _Http10S3.objects == {"/plain/dir/index.bin": b"0123456789" * 100}
 
 
 def test_prepare_failure_writes_nothing(s3: S3Server, tmp_path: Path) -> None:
@@ -297,28 +375,48 @@ endpoint = {s3.endpoint}
     assert "rcloned" in str(info.value) and SECRET not in str(info.value)
 
 
-def test_an_unprepared_jsonl_file_on_remote_storage_is_refused_by_name(
-    s3: S3Server, tmp_path: Path
-) -> None:
-    """A remote .jsonl is read as a line file (tests/test_remote_jsonl.py); one without its
-    .idx is refused naming the URL, the YAML and the fix, not taken for a tar folder."""
+@dataclass
+class Line(Sample):
+    text: str = ""
+
+
+def _cook_line(sample: dict) -> Line:
+    return Line(**basic_sample_keys(sample), text=sample["json"]["caption"])
+
+
+class Lines(DefaultTaskEncoder):
+    cookers = (Cooker(_cook_line),)
+
+
+def test_a_jsonl_file_on_remote_storage_is_read_as_in_energon(s3: S3Server, tmp_path: Path) -> None:
+    """A prepared .jsonl (with its .idx) in a bucket is read by ranged GETs, as Energon reads
+    msc:// line files: directly, and as metadataset entries relative to a remote YAML. Each
+    line once per epoch, the same samples as the local copy gives; exact resume."""
     lines = tmp_path / "lines"
     lines.mkdir()
-    (lines / "ds1.jsonl").write_text('{"text": "a"}\n{"text": "b"}\n')
-    s3.upload(lines, "data", "lines")
-    url = "s3://data/lines/ds1.jsonl"
-    with pytest.raises(EnergonLiteError) as info:
-        _train(url)
-    assert f"{url}.idx: not found" in str(info.value) and "prepare" in str(info.value)
-    mds = tmp_path / "blend.yaml"
-    mds.write_text(
+    for name, count in (("ds1.jsonl", 30), ("ds2.jsonl", 20)):
+        prepare_lines(write_caption_jsonl(lines / name, count), progress=False)
+    (lines / "blend.yaml").write_text(
         "__module__: megatron.energon\n__class__: MetadatasetV2\nsplits:\n  train:\n"
-        f"    blend:\n      - path: {url}\n        weight: 1\n"
+        "    blend:\n      - {path: ds1.jsonl, weight: 1}\n      - {path: ds2.jsonl, weight: 1}\n"
     )
-    with pytest.raises(EnergonLiteError) as info:
-        _train(mds)
-    assert url in str(info.value) and "prepare" in str(info.value)
-    assert ".nv-meta" not in str(info.value)
+    s3.upload(lines, "data", "lines")
+
+    def texts(path: str | Path, workers: int = 0) -> Counter:
+        loader = _train(path, workers, task_encoder=Lines(), batch_size=5, repeat=False,
+                        shuffle_buffer_size=None, max_samples_per_sequence=None)  # fmt: skip
+        return Counter(text for batch in loader for text in batch.text)
+
+    remote = texts("s3://data/lines/ds1.jsonl", workers=2)
+    assert remote == texts(lines / "ds1.jsonl") and sum(remote.values()) == 30
+    assert set(remote.values()) == {1}
+    blended = texts("s3://data/lines/blend.yaml")
+    assert blended == texts(lines / "blend.yaml") and sum(blended.values()) == 50
+    assert_loader_resumes(
+        lambda: _train("s3://data/lines/blend.yaml", 2, task_encoder=Lines(), batch_size=4),
+        total=20,
+        save_points=[0, 3, 11],
+    )
 
 
 def test_faults_are_retried_nothing_lost_or_repeated(

@@ -16,7 +16,7 @@ from energon_lite.av.decoder import (
     decode_av_part,
 )
 from energon_lite.av.webdataset_decoder import AVWebdatasetDecoder
-from energon_lite.media import (
+from energon_lite.media_records.records import (
     AVMetadata,
     ImageMetadata,
     MediaMetadataBase,

@@ -47,7 +47,7 @@ import torch
 from energon_lite.av.data import AVData
 from energon_lite.av.energon_api import EnergonAVMethods
 from energon_lite.errors import ConfigError, MediaDecodeError, missing_extra
-from energon_lite.media import AVMetadata
+from energon_lite.media_records.records import AVMetadata
 
 try:
     import av

@@ -17,7 +17,7 @@ from energon_lite.errors import MediaDecodeError
 if TYPE_CHECKING:
     import torch
 
-    from energon_lite.media import AVMetadata
+    from energon_lite.media_records.records import AVMetadata
 
 ClipList = tuple[list["torch.Tensor"], list[tuple[float, float]]]
 

@@ -234,7 +234,10 @@ def open_file_store(spec: str, base: StoragePath) -> FileStore:
 
 
 def primary_file_store(path: StoragePath, source: Any = None) -> FileStore:
-    """A dataset read by file name: its Source's ``as_file_store()``, or a tar folder's."""
+    """A dataset read by file name: its Source's ``as_file_store()`` (a remote JSONL file's
+    too), or a tar folder's (local, or on remote storage)."""
+    if source is not None and hasattr(source, "as_file_store"):
+        return source.as_file_store()
     if source is None and isinstance(path, RemotePath):
         from energon_lite.sources.kinds import TAR_FOLDER, kind_of
 

@@ -4,7 +4,8 @@ Builds ``get_train_dataset`` + ``get_savable_loader(stats=True)`` with the given
 encoder and workers, takes batches as fast as they come for ``--seconds``, then prints
 ``loader.stats()`` (per-stage time, samples/s, worker busy time), the bottleneck stage and a
 hint, and writes ``stats.json``, ``throughput.png`` (samples/s over time) and
-``stages.png`` (each stage's share of worker time) to ``--out``. The plots need matplotlib
+``stages.png`` (each stage's share of worker time) to ``--out``; for a blend also the mix
+delivered per source against the target shares (printed, and ``mix.png`` over the run). The plots need matplotlib
 (``pip install 'energon-lite[plot]'``); without it the command prints the same and says so.
 
 ``--task-encoder module:Class`` imports your module (trusted code, as your training script
@@ -14,6 +15,7 @@ is; see docs/safety.md) from the current directory or the environment.
 from __future__ import annotations
 
 import importlib
+import itertools
 import json
 import os
 import sys
@@ -31,6 +33,7 @@ from energon_lite.task_encoder.base import TaskEncoder
 from energon_lite.worker import WorkerConfig
 
 PLOT_EXTRA = "pip install 'energon-lite[plot]'  (matplotlib)"
+MIX_EVERY = 5  # batches between two readings of the delivered mix (loader.mix())
 
 
 def load_task_encoder(spec: str) -> TaskEncoder:
@@ -160,6 +163,7 @@ def run_bench(
     loader = get_savable_loader(dataset, stats=True)
     timeline: list[tuple[float, int]] = []
     samples, first = 0, None
+    mixes: list[dict[str, Any]] = []  # the delivered mix every MIX_EVERY batches
     live = _LiveRate(seconds, progress)
     try:
         for batch in loader:
@@ -168,6 +172,10 @@ def run_bench(
             samples += _batch_size(batch)
             timeline.append((now, samples))
             live.show(now - first, timeline)
+            if len(timeline) % MIX_EVERY == 0:
+                mix = loader.mix()
+                if mix is not None:
+                    mixes.append(mix)
             if now - first >= seconds:
                 break
         stats = loader.stats()
@@ -182,6 +190,7 @@ def run_bench(
         "bottleneck": name,
         "bottleneck_fraction": share,
         "hint": hint(stats, num_workers),
+        "mix_timeline": mixes,
     }
     print_fn(
         f"energon-lite bench {path}: {num_workers} workers, batch {batch_size}, "
@@ -212,6 +221,9 @@ def _plots(report: dict[str, Any], folder: Path) -> list[Path]:
     except ImportError:
         return []
     paths = [folder / "throughput.png", folder / "stages.png"]
+    if report["mix_timeline"]:
+        paths.append(folder / "mix.png")
+        plot_mix(report["mix_timeline"], paths[2], Figure, FigureCanvasAgg)
     fig = Figure(figsize=(8, 4), dpi=100)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
@@ -241,3 +253,44 @@ def _plots(report: dict[str, Any], folder: Path) -> list[Path]:
     fig.tight_layout()
     fig.savefig(paths[1])
     return paths
+
+
+def windowed_shares(mixes: list[dict[str, Any]], unit: str) -> list[list[float]]:
+    """Each source's share of what was delivered between two readings of the mix (``unit``:
+    "samples" or "tokens"), one list per reading after the first."""
+    out = []
+    for before, after in itertools.pairwise(mixes):
+        delta = [
+            (a[unit] or 0.0) - (b[unit] or 0.0) for a, b in zip(after["sources"], before["sources"])
+        ]
+        total = sum(delta)
+        out.append([d / total if total > 0 else 0.0 for d in delta])
+    return out
+
+
+def plot_mix(mixes: list[dict[str, Any]], path: Path, figure: Any, canvas: Any) -> None:
+    """mix.png: each blend source's share of the samples (or tokens, where costed)
+    delivered between two readings, against its target share at that step."""
+    fig = figure(figsize=(8, 4), dpi=100)
+    canvas(fig)
+    ax = fig.add_subplot()
+    steps = [m["step"] for m in mixes]
+    unit = "tokens" if mixes[-1]["sources"][0]["tokens"] is not None else "samples"
+    shares = windowed_shares(mixes, unit)
+    # a window holds steps [before, after): its middle step is where its target was
+    middles = [(a + b - 1) / 2 for a, b in itertools.pairwise(steps)]
+    colors = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown"]
+    for i, source in enumerate(mixes[-1]["sources"]):
+        color = colors[i % len(colors)]
+        name = source["path"].split(" (split")[0].rsplit("/", 1)[-1]
+        ax.plot(steps, [100 * m["sources"][i]["target"] for m in mixes], color=color,
+                linestyle="--", label=f"{name}: target")  # fmt: skip
+        ax.plot(middles, [100 * w[i] for w in shares], color=color, marker=".",
+                label=f"{name}: delivered ({unit})")  # fmt: skip
+    ax.set_xlabel("step (batches delivered)")
+    ax.set_ylabel("share (%)")
+    ax.set_ylim(0, 100)
+    ax.set_title(f"the mix delivered ({unit}, per window) against the target")
+    ax.legend(loc="best", fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path)

@@ -51,6 +51,11 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 
     kind = kind_of(args.path)
     if kind.prepare is not None:  # a dataset kind of a flavor (video-text table, episodes ...)
+        if args.media_metadata_by_extension:
+            raise SystemExit(
+                f"{args.path}: a {kind.name} dataset stores no media metadata; remove "
+                "--media-metadata-by-extension (or run prepare-media on its media folder)"
+            )
         options = {
             **vars(args),
             "split_ratio": _parse_ratio(args.split_ratio) if args.split_ratio else None,
@@ -94,7 +99,12 @@ def cmd_prepare(args: argparse.Namespace) -> int:
         force_overwrite=args.force_overwrite,
         allow_duplicate_keys=args.allow_duplicate_keys,
         dataset_yaml_name=args.dataset_yaml_name,
+        executor=args.executor,
+        ray_address=args.ray_address,
+        progress=args.progress,
     )
+    if report.resumed:
+        print(f"Resumed: {report.resumed} shards' scans taken from the unfinished prepare")
     print(
         f"Prepared {report.num_samples} samples in {len(report.shard_names)} shards; parts: {', '.join(sorted(report.parts))}"
     )
@@ -102,6 +112,11 @@ def cmd_prepare(args: argparse.Namespace) -> int:
         print(f"  {split}: {len(shards)} shards")
     for line in _excluded_lines(report):
         print(line)
+    if args.media_metadata_by_extension and not args.tar_index_only:
+        from energon_lite.cache.media_metadata import prepare_media
+
+        count = prepare_media(args.path, progress=args.progress)
+        print(f"Recorded media metadata of {count} files (by extension)")
     if not args.tar_index_only and not args.sample_type:
         print(
             f"No {args.dataset_yaml_name} written (no sample type): run prepare again with "
@@ -133,8 +148,15 @@ def _excluded_lines(report: Any) -> list[str]:
 
 def cmd_prepare_media(args: argparse.Namespace) -> int:
     from energon_lite.cache.media_metadata import prepare_media
+    from energon_lite.media.extractor import MediaFilterConfig
 
-    count = prepare_media(args.path, progress=sys.stderr.isatty())
+    glob, header = args.media_metadata_by_glob, args.media_metadata_by_header
+    extension = args.media_metadata_by_extension or not (glob or header)
+    try:
+        media_filter = MediaFilterConfig.parse(glob, header, extension)
+    except ValueError as exc:
+        raise SystemExit(f"energon-lite prepare-media: {exc}") from None
+    count = prepare_media(args.path, progress=sys.stderr.isatty(), media_filter=media_filter)
     print(f"Recorded media metadata of {count} files in {Path(args.path) / '.nv-meta'}")
     print("Done")
     return 0
@@ -350,7 +372,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="leave out a shard (its path in the dataset), a sample (<shard>/<sample key>), or "
         "every shard whose path matches a regex (Energon's form); repeatable",
     )
-    p.add_argument("--num-workers", type=int, default=1, help="index shards in N processes")
+    p.add_argument("--num-workers", type=int, default=1, help="index shards in N processes (or N Ray tasks at once)")  # fmt: skip
+    p.add_argument("--executor", choices=["process", "ray"], default="process",
+                   help="where shards are indexed: local processes, or tasks on a Ray cluster")  # fmt: skip
+    p.add_argument("--ray-address", default=None,
+                   help="the Ray cluster for --executor ray (ray.init(address=...)); default: RAY_ADDRESS, else a local Ray")  # fmt: skip
+    p.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="show progress bars (--no-progress: none, e.g. in logs)",
+    )
+    p.add_argument(
+        "--media-metadata-by-extension",
+        action="store_true",
+        help="also record each image/audio/video part's metadata (by file extension) in "
+        ".nv-meta/index.sqlite, as prepare-media does",
+    )
     p.add_argument(
         "--shuffle-tars", action="store_true", help="shuffle shards before ratio splitting"
     )
@@ -394,7 +432,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--media-metadata-by-extension",
         action="store_true",
-        help="recognise media by file extension (the only strategy; the default)",
+        help="recognise media by file extension (the default)",
+    )
+    p.add_argument(
+        "--media-metadata-by-glob",
+        metavar="PATTERNS",
+        help="media are the files matching one of these comma-separated globs (e.g. '*.jpg')",
+    )
+    p.add_argument(
+        "--media-metadata-by-header",
+        action="store_true",
+        help="recognise media by their first bytes (reads every file)",
     )
     p.add_argument("--num-workers", type=int, default=1, help="accepted for Energon parity")
     p.set_defaults(fn=cmd_prepare_media)

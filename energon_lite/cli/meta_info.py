@@ -32,7 +32,10 @@ def is_metadataset(path: str | os.PathLike[str] | RemotePath) -> bool:
 
 def _leaf_line(leaf: Leaf, mode: str, count: int) -> str:
     line = f"{leaf.path} (split {leaf.split_part}): {count} samples"
-    if mode == "weights" and leaf.weight is not None:
+    if mode == "weights" and callable(leaf.weight):
+        start = leaf.weight(0)
+        line += f", scheduled weight, {start:.4g} at step 0 ({100 * start:.1f}% of samples)"
+    elif mode == "weights" and isinstance(leaf.weight, (int, float)):
         line += f", weight {leaf.weight:.4g} ({100 * leaf.weight:.1f}% of samples)"
     if mode == "epochized":
         line += f", repetitions {leaf.repetitions or 1:g} = {epoch_quota(leaf, count)} per epoch"

@@ -11,7 +11,8 @@ documentation) that first take these forms out of their keyword arguments:
   ``get_val_dataset`` ignores ``max_samples_per_sequence`` (validation reads contiguous
   ranges);
 * a loader's ``worker_config`` must be the dataset's; ``fail_on_timeout=True`` makes the
-  trainer raise after ``watchdog_timeout_seconds``; the checkpoint and gc knobs have nothing
+  trainer raise after ``watchdog_timeout_seconds`` (``"restart"``: replace the stalled
+  worker, :mod:`energon_lite.loader.healing`); the checkpoint and gc knobs have nothing
   to tune (the state is exact after every batch, workers hold no garbage to collect).
 """
 
@@ -27,6 +28,7 @@ from energon_lite.errors import ConfigError
 from energon_lite.loader import api
 from energon_lite.loader.savable_dataset import SavableDataset
 from energon_lite.loader.savable_loader import SavableLoader
+from energon_lite.loader.watchdog_dataset import WatchdogDataset
 from energon_lite.task_encoder.base import DefaultTaskEncoder, TaskEncoder
 
 P = ParamSpec("P")
@@ -90,8 +92,16 @@ def loader_options(dataset: SavableDataset, options: dict[str, Any]) -> dict[str
             f"get_loader(worker_config={worker_config}) differs from the dataset's "
             f"{dataset.worker_config}; pass the same one (or none)"
         )
-    if options.pop("fail_on_timeout", False):  # the watchdog raises: a batch timeout
+    fail_on_timeout = options.pop("fail_on_timeout", False)
+    if fail_on_timeout not in (True, False, "restart"):
+        raise ConfigError(
+            f"fail_on_timeout={fail_on_timeout!r}: use True (raise), 'restart' (replace the "
+            "stalled worker) or False"
+        )
+    if fail_on_timeout:  # the watchdog raises, or restarts the worker: a batch timeout
         options.setdefault("timeout_seconds", options.get("watchdog_timeout_seconds", 60.0))
+    if fail_on_timeout == "restart":
+        options.setdefault("on_timeout", "restart")
     for name in _MOOT_LOADER_OPTIONS & set(options):
         options.pop(name)
     return options
@@ -110,11 +120,28 @@ get_train_dataset = _taking_dataset_forms(api.get_train_dataset)
 get_val_dataset = _taking_dataset_forms(api.get_val_dataset, validation=True)
 
 
+def watched(dataset: SavableDataset, options: dict[str, Any]) -> SavableDataset:
+    """``dataset`` in a ``WatchdogDataset`` when ``watchdog_timeout_seconds`` is given, as
+    Energon's loaders wrap it (its ``_watchdog_trigger`` then runs on a stall)."""
+    timeout = options.get("watchdog_timeout_seconds")
+    if timeout is None or isinstance(dataset, WatchdogDataset):
+        return dataset
+    return WatchdogDataset(
+        dataset,
+        dataset.worker_config,
+        timeout_seconds=timeout,
+        initial_timeout_seconds=options.get("watchdog_initial_timeout_seconds"),
+        fail_on_timeout=bool(options.get("fail_on_timeout", False)),
+    )
+
+
 @functools.wraps(api.get_savable_loader)
 def get_savable_loader(dataset: SavableDataset, **options: Any) -> SavableLoader:
+    dataset = watched(dataset, options)
     return api.get_savable_loader(dataset, **loader_options(dataset, options))
 
 
 @functools.wraps(api.get_loader)
 def get_loader(dataset: SavableDataset, **options: Any) -> SavableLoader:
+    dataset = watched(dataset, options)
     return api.get_loader(dataset, **loader_options(dataset, options))

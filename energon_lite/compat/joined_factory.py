@@ -21,7 +21,7 @@ from energon_lite.compat.webdataset_factories import BaseCoreDatasetFactory
 from energon_lite.errors import ConfigError
 from energon_lite.loader.api import SavableDataset, get_train_dataset, get_val_dataset
 from energon_lite.metadataset.join import NONMATCH, write_spec
-from energon_lite.samples.resolver import allow_sample_type_modules
+from energon_lite.samples.resolver import trust_joiner
 from energon_lite.sources.kinds import open_source
 from energon_lite.sources.leaf import Leaf
 from energon_lite.storage import StoragePath
@@ -80,7 +80,6 @@ class JoinedWebdatasetFactory:
                 f"(e.g. StandardWebdatasetFactory), got {inner_datasets!r}"
             )
         ref = _joiner_ref(joiner)
-        allow_sample_type_modules(ref["__module__"])  # handed over by the caller's own code
         partners = [
             {
                 "name": named[i][0] if named else None,
@@ -96,6 +95,7 @@ class JoinedWebdatasetFactory:
         spec = {"version": 1, "partners": partners, "joiner": ref, "by_name": bool(named)}
         cache = Path(join_index).with_name(Path(join_index).name + ".cache")
         self.spec_path = write_spec(spec, cache)
+        trust_joiner(self.spec_path, ref)  # the caller's own code
         self.inner_datasets = factories
         self.training = training
         self.worker_config = worker_config

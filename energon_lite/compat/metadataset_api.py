@@ -12,11 +12,13 @@ flat list of leaf datasets, their blend weights or repetitions and the blend mod
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from energon_lite.compat.arguments import get_val_dataset
+from energon_lite.epathlib import EPath
 from energon_lite.errors import ConfigError, DatasetFormatError
 from energon_lite.loader.api import SavableDataset
 from energon_lite.metadataset.loader_interface import DatasetBlendMode
@@ -35,9 +37,9 @@ class TraversedDatasetReference:
     """One leaf of a split: its folder, split, auxiliary sources and the subflavors the
     metadataset gives it."""
 
-    path: StoragePath
+    path: EPath
     split_part: str
-    aux: dict[str, Any] = field(default_factory=dict)
+    aux: dict[str, EPath] = field(default_factory=dict)
     subflavors: dict[str, Any] | None = None
 
 
@@ -64,7 +66,7 @@ class LeafDataset:
 @dataclass
 class LoadedDataset:
     dataset: LeafDataset
-    weight: float | None = None
+    weight: float | Callable[[int], float] | None = None  # a callable: a weight schedule
     repetitions: float | None = None
     aux: dict[str, Any] | None = None
 
@@ -186,9 +188,11 @@ class MetadatasetV2(DatasetLoaderInterface):
 
 def _reference(leaf: Leaf) -> TraversedDatasetReference:
     aux = {
-        name: Path(spec.removeprefix("filesystem://")) for name, spec in (leaf.aux or {}).items()
+        name: EPath(spec.removeprefix("filesystem://")) for name, spec in (leaf.aux or {}).items()
     }
-    return TraversedDatasetReference(leaf.path, leaf.split_part, aux, dict(leaf.subflavors or {}))
+    return TraversedDatasetReference(
+        EPath(leaf.path), leaf.split_part, aux, dict(leaf.subflavors or {})
+    )
 
 
 class Metadataset(MetadatasetV2):

@@ -148,13 +148,24 @@ class BaseWebdatasetFactory(BaseCoreDatasetFactory):
         """Index the shards ``paths`` (brace patterns, relative to ``parent_path``) and write
         ``.nv-meta``; returns (the part extensions seen, [(shard, sample count)]).
 
+        ``media_filter`` (an ``energon_lite.media.extractor.MediaFilterConfig``) also records
+        the metadata of the samples' media parts (``energon-lite prepare-media``).
         ``progress_fn`` and ``index_sqlite_tmp_path`` have nothing to do here (no sqlite
-        index is built); ``media_filter`` and ``fix_duplicates`` are refused.
+        sample index is built); ``fix_duplicates`` is refused.
         """
-        if media_filter is not None or fix_duplicates:
+        if fix_duplicates:
             raise ConfigError(
-                "prepare_dataset: media_filter (Energon's media metadata index) and "
-                "fix_duplicates (tar rewriting) are not supported by energon_lite"
+                "prepare_dataset: fix_duplicates=True (tar rewriting) is not supported by "
+                "energon_lite; rename duplicate keys before preparing"
+            )
+        if media_filter is not None:
+            from energon_lite.cache.media_metadata import prepare_media  # needs PyAV
+            from energon_lite.media.extractor import MediaFilterConfig
+
+        if media_filter is not None and not isinstance(media_filter, MediaFilterConfig):
+            raise ConfigError(
+                f"prepare_dataset: media_filter={media_filter!r} must be a MediaFilterConfig "
+                "(energon_lite.media.extractor)"
             )
         root = Path(parent_path)
         shards = expand(list(paths))
@@ -185,6 +196,8 @@ class BaseWebdatasetFactory(BaseCoreDatasetFactory):
                 _write_meta(root, report, config or {}, [], record)
                 if split_config != "split.yaml":
                     (root / META_DIR / "split.yaml").rename(root / META_DIR / split_config)
+        if media_filter is not None:
+            prepare_media(root, progress=False, media_filter=media_filter)
         return report.parts, list(zip(shards, report.shard_counts))
 
 

@@ -19,6 +19,7 @@ import torch
 from PIL import Image
 
 from energon_lite.batching.slab import slot
+from energon_lite.decode import jpeg_turbo
 from energon_lite.decode.resize import resize_uint8
 from energon_lite.errors import ConfigError, MediaDecodeError
 
@@ -98,6 +99,15 @@ def decode_image(
     ``max_pixels``: an image that would decode to more pixels (after a JPEG draft) raises
     ``MediaDecodeError`` naming ``name`` before any pixel is decoded."""
     pil_mode, kind = IMAGE_MODES[mode]
+    if pil_mode == "RGB" and kind != "pil":
+        decoded = _decode_turbo(data, size, draft, max_pixels, name)
+        if decoded is not None:
+            pixels, target = decoded
+            if target is not None and (pixels.shape[1], pixels.shape[0]) != target:
+                return _from_chw(resize_uint8(pixels, target), kind)
+            if kind.startswith("torch"):
+                return _planar_from_hwc(pixels, kind == "torchuint8")
+            return pixels if kind == "uint8" else pixels.astype(np.float32) / 255.0
     with Image.open(io.BytesIO(data)) as opened:
         target = None if size is None else cover_size(opened.width, opened.height, size)
         if target is not None and draft and opened.format == "JPEG":
@@ -128,6 +138,49 @@ def decode_image(
     if kind == "uint8":
         return array
     return array.astype(np.float32) / 255.0
+
+
+def _decode_turbo(
+    data: bytes,
+    size: tuple[int, int] | None,
+    draft: bool | float,
+    max_pixels: int | None,
+    name: str,
+) -> tuple[np.ndarray, tuple[int, int] | None] | None:
+    """A JPEG's RGB pixels by simplejpeg (``jpeg_turbo.py``) and the size to resize them to,
+    drafted and checked against ``max_pixels`` as the Pillow path below does; None where
+    Pillow decodes it."""
+    source = jpeg_turbo.header(data)
+    if source is None:
+        return None
+    width, height = source
+    target = None if size is None else cover_size(width, height, size)
+    scale = 1
+    if target is not None and draft:
+        factor = DRAFT_FACTOR if draft is True else float(draft)
+        scale = jpeg_turbo.draft_scale(width, height, _draft_request(source, target, factor))
+    out_width, out_height = -(-width // scale), -(-height // scale)
+    if max_pixels is not None and out_width * out_height > max_pixels:
+        raise MediaDecodeError(
+            f"{name}: JPEG image of {out_width}x{out_height} = {out_width * out_height:,} "
+            f"pixels is over the per-image budget of {max_pixels:,} "
+            f"(SampleDecoder(max_image_pixels=...)); not decoded"
+        )
+    pixels = jpeg_turbo.decode_rgb(data, width, height, scale)
+    return None if pixels is None else (pixels, target)
+
+
+def _planar_from_hwc(pixels: np.ndarray, as_uint8: bool) -> torch.Tensor:
+    """``_planar_tensor`` for an (H, W, C) uint8 array: the same values in a CHW tensor."""
+    height, width, channels = pixels.shape
+    out = _output(torch.uint8 if as_uint8 else torch.float32, (channels, height, width))
+    view = out.numpy()
+    planes = pixels.transpose(2, 0, 1)
+    if as_uint8:
+        view[...] = planes
+    else:
+        np.divide(planes, np.float32(255), out=view, dtype=np.float32)
+    return out
 
 
 def _output(dtype: torch.dtype, shape: tuple[int, ...]) -> torch.Tensor:

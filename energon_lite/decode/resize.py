@@ -17,14 +17,17 @@ import torch.nn.functional as F
 from PIL import Image
 
 
-def resize_uint8(img: Image.Image, size: tuple[int, int]) -> torch.Tensor:
-    """``img`` (8 bits per band: L, RGB, RGBA) resized to ``size`` = (width, height), as a
-    ``(C, H, W)`` uint8 tensor laid out channels-last (``permute(1, 2, 0)`` is contiguous)."""
-    array = np.array(img)  # a writable copy: torch refuses to wrap Pillow's read-only buffer
+def resize_uint8(img: Image.Image | np.ndarray, size: tuple[int, int]) -> torch.Tensor:
+    """``img`` (8 bits per band: L, RGB, RGBA; or such pixels as an (H, W[, C]) uint8 array)
+    resized to ``size`` = (width, height), as a ``(C, H, W)`` uint8 tensor laid out
+    channels-last (``permute(1, 2, 0)`` is contiguous)."""
+    # a writable array: torch refuses to wrap Pillow's read-only buffer
+    array = img if isinstance(img, np.ndarray) and img.flags.writeable else np.array(img)
     if array.ndim == 2:
         array = array[:, :, None]
     if array.dtype != np.uint8:
-        raise TypeError(f"resize_uint8 takes 8-bit images, got mode {img.mode!r}")
+        what = f"mode {img.mode!r}" if isinstance(img, Image.Image) else f"dtype {array.dtype}"
+        raise TypeError(f"resize_uint8 takes 8-bit images, got {what}")
     source = torch.from_numpy(array).permute(2, 0, 1).unsqueeze(0)  # channels-last strides
     width, height = size
     resized = F.interpolate(source, size=(height, width), mode="bicubic", antialias=True)

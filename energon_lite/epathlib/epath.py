@@ -11,8 +11,10 @@ the URL; ``open`` (``r``, ``rb``, ``w``, ``wb``), ``read_text`` / ``read_bytes``
 URLs: ``msc://profile/...`` (the profile from MSC's config file, as the rest of energon_lite
 reads it), ``msc://__filesystem__/...`` (MSC's local profile: a local path), ``file://...``,
 ``rclone://profile/...`` (Energon's deprecated alias of ``msc://``), and, beyond Energon,
-``s3://bucket/...`` and ``http(s)://...`` (read-only). ``dss://`` is Energon's NVIDIA-internal
-dataset service and is refused. Writes to a remote object are one PUT when the file closes;
+``s3://bucket/...`` and ``http(s)://...`` (read-only). ``dss://NAME@VERSION/...`` (Energon's
+dataset-service paths) name files of the local dataset cache, ``NVDATASET_CACHE_DIR`` (this
+module's attribute when set, else the environment variable): the path keeps its ``dss://``
+name (``str``, ``url``, ``/``, ``walk``, ``glob``, ``relative_to``) and reads the cache. Writes to a remote object are one PUT when the file closes;
 ``mkdir`` makes local folders (object stores have none).
 """
 
@@ -31,6 +33,7 @@ from typing import IO, Any
 
 from energon_lite.errors import ConfigError
 from energon_lite.storage import ops
+from energon_lite.storage.dss import CACHE_ENV, PREFIX, dss_target, is_dss, split_dss
 from energon_lite.storage.path import RemotePath, StoragePath, as_path, redact_url
 
 # MSC's reserved profile name for the local file system (Energon's DEFAULT_PROFILE_NAME)
@@ -40,12 +43,18 @@ DEFAULT_PROFILE_NAME = "__filesystem__"
 class EPath:
     """A local path or remote URL that behaves like Energon's ``EPath``."""
 
-    __slots__ = ("_path",)
+    __slots__ = ("_dss", "_path")
 
     def __init__(self, initial_path: str | os.PathLike[str] | EPath | RemotePath) -> None:
         self._path: StoragePath
+        self._dss: str | None = None  # "NAME@VERSION/inner" of a dss:// path
         if isinstance(initial_path, EPath):
-            self._path = initial_path._path
+            self._path, self._dss = initial_path._path, initial_path._dss
+        elif is_dss(initial_path):
+            name, version, inner = split_dss(str(initial_path))
+            self._dss = f"{name}@{version}" + (f"/{inner}" if inner else "")
+            cache = None if NVDATASET_CACHE_DIR is None else str(NVDATASET_CACHE_DIR)
+            self._path = as_path(dss_target(str(initial_path), cache))
         elif isinstance(initial_path, RemotePath):
             self._path = initial_path
         elif isinstance(initial_path, str) and "://" in initial_path:
@@ -54,9 +63,9 @@ class EPath:
             self._path = _absolute(os.fspath(initial_path))
 
     @classmethod
-    def _of(cls, path: StoragePath) -> EPath:
+    def _of(cls, path: StoragePath, dss: str | None = None) -> EPath:
         new = object.__new__(cls)
-        new._path = path
+        new._path, new._dss = path, dss
         return new
 
     def __storage_path__(self) -> StoragePath:
@@ -67,27 +76,38 @@ class EPath:
 
     @property
     def name(self) -> str:
-        return self._path.name
+        return self._dss.rsplit("/", 1)[-1] if self._dss is not None else self._path.name
 
     @property
     def display_name(self) -> str:
-        return self.name
+        """The dataset (``NAME@VERSION``) of a dss:// path, else the name."""
+        return self._dss.split("/", 1)[0] if self._dss is not None else self.name
 
     @property
     def parent(self) -> EPath:
+        if self._dss is not None and "/" in self._dss:
+            return EPath._of(self._path.parent, self._dss.rsplit("/", 1)[0])
         return EPath._of(self._path.parent)
 
     @property
     def url(self) -> str:
         """The local path, or the URL without user info or query string."""
+        if self._dss is not None:
+            return PREFIX + self._dss
         return str(self._path)
 
     def with_suffix(self, suffix: str) -> EPath:
         name = self.name
         stem = name[: name.rfind(".")] if "." in name.strip(".") else name
+        if self._dss is not None:
+            return self.parent / (stem + suffix)
         return EPath._of(self._path.with_name(stem + suffix))
 
     def relative_to(self, other: EPath) -> str:
+        if (self._dss is None) != (other._dss is None):
+            raise ValueError(f"{self} and {other}: only one is a dss:// path")
+        if self._dss is not None and other._dss is not None:
+            return str(PurePosixPath("/" + self._dss).relative_to("/" + other._dss))
         if self.is_local() != other.is_local():
             raise ValueError(f"{self} and {other} are not on the same file system")
         if isinstance(self._path, RemotePath) and isinstance(other._path, RemotePath):
@@ -99,6 +119,13 @@ class EPath:
             return other  # Energon: an EPath is always absolute
         if other.startswith("/") or "://" in other:
             return EPath(other)
+        if self._dss is not None:
+            name, version, inner = split_dss(f"{PREFIX}{self._dss}/{other}")
+            root = self._path  # the dataset's folder in the cache: up by the inner depth
+            for _ in range(self._dss.count("/")):
+                root = root.parent
+            dss = f"{name}@{version}" + (f"/{inner}" if inner else "")
+            return EPath._of(root / inner if inner else root, dss)
         if isinstance(self._path, RemotePath):
             return EPath._of(self._path / other)
         return EPath._of(_absolute(posixpath.join(str(self._path), other)))
@@ -115,10 +142,10 @@ class EPath:
         return str(self._path)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, EPath) and self._path == other._path
+        return isinstance(other, EPath) and (self._path, self._dss) == (other._path, other._dss)
 
     def __hash__(self) -> int:
-        return hash(self._path)
+        return hash((self._path, self._dss))
 
     def __lt__(self, other: EPath) -> bool:
         if self.is_local() != other.is_local():
@@ -209,6 +236,11 @@ class EPath:
 
     def walk(self) -> Iterator[EPath]:
         """Every file below this path (no folders), following local symlinks."""
+        if self._dss is not None:
+            below = EPath._of(self._path)
+            for found in below.walk():
+                yield EPath._of(found._path, f"{self._dss}/{found.relative_to(below)}")
+            return
         path = self._path
         if isinstance(path, Path):
             for folder, _, files in os.walk(path, followlinks=True):
@@ -319,3 +351,10 @@ def _match(parts: list[str], pattern: list[str]) -> bool:
     if pattern[0] == "**":
         return any(_match(parts[i:], pattern[1:]) for i in range(len(parts) + 1))
     return bool(parts) and fnmatchcase(parts[0], pattern[0]) and _match(parts[1:], pattern[1:])
+
+
+#: Energon's module attribute: the dataset cache dss:// paths read (None: the environment
+#: variable, read when a path is made)
+NVDATASET_CACHE_DIR: EPath | None = (
+    EPath(os.environ[CACHE_ENV]) if os.environ.get(CACHE_ENV) else None
+)

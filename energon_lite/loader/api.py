@@ -9,6 +9,8 @@ loader that keeps exact state is :class:`~energon_lite.loader.savable_loader.Sav
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from energon_lite.cache.base import CachePool
@@ -29,10 +31,13 @@ from energon_lite.worker import WorkerConfig
 
 
 def _leaves_for(
-    path: str | os.PathLike[str] | RemotePath, split_part: str, kwargs: dict[str, Any]
+    given: str | os.PathLike[str] | RemotePath | Mapping[str, Any],
+    split_part: str,
+    kwargs: dict[str, Any],
 ) -> tuple[list[Leaf], str]:
-    path = as_path(path)
-    if path.suffix in (".yaml", ".yml") and path.is_file():
+    meta: Any = given  # a metadataset YAML, or its content as a mapping (given in code)
+    path = Path.cwd() if isinstance(given, Mapping) else as_path(given)
+    if isinstance(given, Mapping) or (path.suffix in (".yaml", ".yml") and path.is_file()):
         from energon_lite.metadataset.parse import load_metadataset
 
         per_leaf = sorted({"subflavors", "split_config", "dataset_config"} & set(kwargs))
@@ -41,7 +46,7 @@ def _leaves_for(
                 f"{path}: set {per_leaf} per dataset inside the metadataset, not as arguments"
             )
         multiplier = kwargs.pop("shuffle_over_epochs_multiplier", 1)
-        return load_metadataset(path, split_part, multiplier)
+        return load_metadataset(meta, split_part, multiplier)
     if not path.exists():
         raise ConfigError(f"dataset path {path} does not exist")
     path = resolve_path(path)  # e.g. a video-text CSV -> the folder it was prepared into
@@ -62,7 +67,7 @@ def _check_kwargs(kwargs: dict[str, Any]) -> None:
 
 
 def get_train_dataset(
-    path: str | os.PathLike[str] | RemotePath,
+    path: str | os.PathLike[str] | RemotePath | Mapping[str, Any],
     *,
     worker_config: WorkerConfig,
     batch_size: int | None,
@@ -96,7 +101,12 @@ def get_train_dataset(
     """
     virtual_epoch_length = kwargs.pop("virtual_epoch_length", None) or None  # Energon: 0 = off
     default_sync = getattr(task_encoder, "default_bucket_sync", None)  # VideoTextTaskEncoder
-    if bucket_sync is None and default_sync is not None and as_path(path).exists():
+    if (
+        bucket_sync is None
+        and default_sync is not None
+        and not isinstance(path, Mapping)
+        and as_path(path).exists()
+    ):
         bucket_sync = default_sync(path, split_part)
     BucketSync.check_option(bucket_sync, task_encoder or DefaultTaskEncoder())
     return _dataset(
@@ -122,7 +132,7 @@ def get_train_dataset(
 
 
 def get_val_dataset(
-    path: str | os.PathLike[str] | RemotePath,
+    path: str | os.PathLike[str] | RemotePath | Mapping[str, Any],
     *,
     worker_config: WorkerConfig,
     batch_size: int | None,
@@ -157,7 +167,7 @@ def get_val_dataset(
 
 
 def _dataset(
-    path: str | os.PathLike[str] | RemotePath,
+    path: str | os.PathLike[str] | RemotePath | Mapping[str, Any],
     split_part: str,
     kwargs: dict[str, Any],
     worker_config: WorkerConfig,
@@ -225,7 +235,8 @@ def check_loader_options(
     if cache_pool is not None:  # cookers reach it as TaskEncoder.cache, in every worker
         dataset.pipeline.task_encoder._cache_pool = cache_pool  # type: ignore[attr-defined]
     known = {"pin_memory", "prefetch_factor", "timeout_seconds", "watchdog_timeout_seconds",
-             "watchdog_initial_timeout_seconds", "stats", "reuse_batch_memory"}  # fmt: skip
+             "watchdog_initial_timeout_seconds", "stats", "reuse_batch_memory",
+             "max_worker_restarts", "worker_restart_window_seconds", "on_timeout"}  # fmt: skip
     unknown = sorted(set(options) - known)
     layout = [name for name in ("num_workers", "rank", "world_size") if name in options]
     if layout:
@@ -265,6 +276,11 @@ def get_savable_loader(dataset: SavableDataset, **options: Any) -> SavableLoader
     ``reuse_batch_memory`` (True): workers build batches in shared-memory buffers they reuse
     once the trainer has dropped every tensor of a batch, instead of fresh ones per batch
     (:mod:`energon_lite.batching.memory`; False gives torch's behaviour).
+    ``max_worker_restarts`` (3) within ``worker_restart_window_seconds`` (3600): a worker
+    process that dies is replaced and the stream continues exactly, each sample once; 0
+    stops the run instead. ``on_timeout="restart"`` (Energon's form:
+    ``fail_on_timeout="restart"``) replaces a worker that gives no batch within
+    ``timeout_seconds`` the same way (:mod:`energon_lite.loader.healing`).
     """
     return SavableLoader(dataset, **check_loader_options(dataset, options))
 

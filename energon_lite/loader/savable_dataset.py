@@ -7,7 +7,7 @@ the batches alone (``get_train_dataset(...)`` used as a plain torch ``IterableDa
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from torch.utils.data import IterableDataset, get_worker_info
@@ -68,8 +68,9 @@ class SavableDataset(IterableDataset):
         given (in a worker process, batches are then built in that pool's segments).
 
         In a worker process every batch is test-pickled first (an unpicklable batch would
-        hang torch's queue) and ``watchdog=(timeout, initial_timeout)`` starts a
-        :class:`~energon_lite.loader.watchdog.Watchdog` that logs where a stalled worker is.
+        hang torch's queue). ``watchdog=(timeout, initial_timeout)`` (or the dataset's own,
+        ``watch_settings``) starts a :class:`~energon_lite.loader.watchdog.Watchdog` that
+        logs where a stalled worker (or, without workers, the loading thread) is.
         """
         shard_cache = getattr(self, "shard_cache", None)
         before = use_shard_cache(shard_cache) if shard_cache is not None else None
@@ -78,9 +79,8 @@ class SavableDataset(IterableDataset):
         n = self.worker_config.workers_per_rank
         logical = (physical + rotation) % n
         in_worker = info is not None
-        dog = (
-            Watchdog(watchdog[0], logical, watchdog[1]).start() if in_worker and watchdog else None
-        )
+        watch = self.watch_settings(watchdog)
+        dog = Watchdog(watch[0], logical, watch[1], watch[2]).start() if watch else None
         pool = memory if in_worker else None
         if pool is not None:
             pool.activate(physical)
@@ -110,12 +110,23 @@ class SavableDataset(IterableDataset):
                     )
                 out = [(logical, batch, state, *extra)]
                 del batch  # while suspended this frame holds no batch: a worker builds the
+                if dog is not None and not in_worker:
+                    dog.pause()  # the trainer's step is not a stall of the loader
                 yield out.pop()  # next one without keeping the last one sent (shared memory)
+                if dog is not None:
+                    dog.resume()
         finally:
             if dog is not None:
                 dog.stop()
             if shard_cache is not None:
                 use_shard_cache(before)
+
+    def watch_settings(
+        self, watchdog: tuple[float, float | None] | None
+    ) -> tuple[float, float | None, Callable[[], Any] | None] | None:
+        """The watchdog to run over this dataset's chain: the loader's ``(timeout,
+        initial_timeout)`` and no callback (``WatchdogDataset`` brings its own)."""
+        return None if watchdog is None else (watchdog[0], watchdog[1], None)
 
     def __len__(self) -> int:
         if self.virtual_epoch_length is not None:  # Energon's EpochizeDataset length

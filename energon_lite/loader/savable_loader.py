@@ -7,6 +7,8 @@ worker to poll. ``save_state_rank()`` is that, with no command channel into the 
 and no replay. Restore checks the state's shape against the pipeline's declared shape (no
 chain is built in the trainer), then each worker starts its chain from its state; the
 logical worker ids rotate so that the torch DataLoader's first worker is the saved next one.
+A worker pool that loses a worker is replaced the same way, from the states received so far
+(:mod:`energon_lite.loader.healing`).
 """
 
 from __future__ import annotations
@@ -23,9 +25,9 @@ from energon_lite.errors import (
     ConfigError,
     StateError,
     UnsavableStateError,
-    WorkerTimeoutError,
     short_repr,
 )
+from energon_lite.loader import healing
 from energon_lite.loader.savable_dataset import SavableDataset, unsavable_reason
 from energon_lite.loader.stats import LoaderStats
 from energon_lite.state.codec import (
@@ -104,55 +106,76 @@ def _stream(
     this generator holds: it is never part of the garbage, and the finalizer shuts it down.
     """
     wc = dataset.worker_config
-    # batch buffers the workers reuse once this process has let go of them: one per batch
-    # a worker may have queued (prefetch_factor), the one the trainer holds, the one in making
-    memory = (
-        _batch_memory_pool(wc.num_workers, (loader.prefetch_factor or 2) + 2)
-        if wc.num_workers > 0 and loader.reuse_batch_memory
-        else None
-    )
-    view = _StatefulView(
-        dataset,
-        list(loader._states),
-        loader._next_worker,
-        loader._epoch,
-        loader.track_state,
-        loader.watchdog,
-        stats is not None,
-        memory,
-    )
+    healer = loader._healer if wc.num_workers > 0 and loader._healer.enabled else None
     timeout = loader.timeout_seconds
-    batches = iter(
-        DataLoader(
-            view,
-            batch_size=None,
-            num_workers=wc.num_workers,
-            collate_fn=_identity,
-            pin_memory=loader.pin_memory,
-            prefetch_factor=loader.prefetch_factor if wc.num_workers > 0 else None,
-            persistent_workers=False,
-            timeout=timeout if wc.num_workers > 0 and timeout else 0,
+    pools: list[BatchMemoryPool | None] = []  # replaced pools stay: batches held may use them
+    # healing waits in short slices, to notice a dead worker (healing.py)
+    wait = healing.POLL_S if healer is not None else timeout if wc.num_workers > 0 else None
+
+    def start() -> Any:
+        """torch's iterator over worker chains restored from the states received so far."""
+        # batch buffers the workers reuse once this process has let go of them: one per batch
+        # a worker may have queued (prefetch_factor), the one the trainer holds, the one in making
+        pools.append(
+            _batch_memory_pool(wc.num_workers, (loader.prefetch_factor or 2) + 2)
+            if wc.num_workers > 0 and loader.reuse_batch_memory
+            else None
         )
-    )
-    running.append(batches)
+        view = _StatefulView(
+            dataset,
+            list(loader._states),
+            loader._next_worker,
+            loader._epoch,
+            loader.track_state,
+            loader.watchdog,
+            stats is not None,
+            pools[-1],
+        )
+        batches = iter(
+            DataLoader(
+                view,
+                batch_size=None,
+                num_workers=wc.num_workers,
+                collate_fn=_identity,
+                pin_memory=loader.pin_memory,
+                prefetch_factor=loader.prefetch_factor if wc.num_workers > 0 else None,
+                persistent_workers=False,
+                timeout=wait or 0,
+                worker_init_fn=None if healer is None else healer.worker_init(),
+            )
+        )
+        if healer is not None:
+            healing.detach_signal_handler(batches)
+        running.append(batches)
+        if stats is not None:
+            stats.begin_stream()
+        return batches
+
+    batches = start()
+    rotation = loader._next_worker  # logical id of torch's worker 0 in this pool
     n = wc.workers_per_rank
-    if stats is not None:
-        stats.begin_stream()
     try:
         while True:
             asked = time.perf_counter_ns()
             try:
-                logical, batch, state, *extra = next(batches)
+                if healer is None:
+                    item = next(batches)
+                else:
+                    item, loss = healing.next_or_loss(batches, timeout)
+                    if loss is not None:  # raises, or records a restart and lets it happen:
+                        healer.admit(loss, batches, wc.rank, rotation, loader._states, timeout)
+                        _shut_down(running)
+                        batches, rotation = start(), loader._next_worker
+                        continue
+                    healer.received()
+                logical, batch, state, *extra = item
             except StopIteration:
                 break
             except RuntimeError as exc:
-                if "timed out" not in str(exc):
+                if healer is not None or "timed out" not in str(exc):
                     raise
-                raise WorkerTimeoutError(
-                    f"rank {wc.rank}: worker {loader._next_worker} (logical id) timed out: no batch for "
-                    f"{timeout} s (fail_on_timeout); the worker's log shows its "
-                    "stage, sample key and stack"
-                ) from exc
+                raise healing.timeout_error(wc.rank, loader._next_worker, timeout) from exc
+            memory = pools[-1]
             if memory is not None:
                 memory.received(batch, extra.pop())
             loader._states[logical] = state
@@ -187,6 +210,9 @@ class SavableLoader:
         watchdog_initial_timeout_seconds: float | None = None,
         stats: bool = False,
         reuse_batch_memory: bool = True,
+        max_worker_restarts: int | None = None,
+        worker_restart_window_seconds: float = healing.DEFAULT_WINDOW_S,
+        on_timeout: str = "raise",
     ) -> None:
         if not isinstance(dataset, SavableDataset):
             raise ConfigError(
@@ -221,6 +247,14 @@ class SavableLoader:
         )
         self._stats = LoaderStats() if stats else None  # loader.stats()
         self.reuse_batch_memory = reuse_batch_memory
+        # replacing lost workers (loader/healing.py); restarts are kept across passes
+        self._healer = healing.Healer(
+            max_worker_restarts,
+            worker_restart_window_seconds,
+            on_timeout,
+            track_state,
+            timeout_seconds,
+        )
 
     @property
     def virtual_epoch_length(self) -> int | None:
@@ -279,7 +313,31 @@ class SavableLoader:
                 "this loader was made without stats; pass stats=True to "
                 "get_savable_loader()/get_loader() (overhead < 1%, see docs/performance.md)"
             )
-        return self._stats.summary()
+        summary = {**self._stats.summary(), "worker_restarts": self.worker_restarts}
+        mix = self.mix()
+        if mix is not None:
+            summary["mix"] = mix
+        return summary
+
+    @property
+    def worker_restarts(self) -> list[dict[str, Any]]:
+        """Each replacement of the worker pool so far (``max_worker_restarts``): when, which
+        worker, why (exit code, signal, stall and stack), what was made or fetched again and
+        how long until the next batch (``docs/resume.md``, "Workers that heal")."""
+        return self._healer.report()
+
+    def mix(self) -> dict[str, Any] | None:
+        """The mix delivered so far: per blend source, samples and tokens against the target
+        share at the current step (:mod:`energon_lite.loader.mix_report`); None without a
+        weighted blend or before the first batch. ``stats()`` includes it as ``"mix"``."""
+        from energon_lite.loader.mix_report import delivered_mix
+
+        leaves = getattr(self.dataset.pipeline, "leaves", None)
+        states = [s for s in self._states if isinstance(s, dict) and "unsavable" not in s]
+        if not leaves or len(leaves) < 2 or not states:
+            return None
+        leaf_base = self.worker_config.slot(0).leaf_base
+        return delivered_mix(states, leaves, self._in_pass, leaf_base)
 
     def can_restore_sample(self) -> bool:
         """Whether :meth:`restore_sample` works for this loader's pipeline (Energon's name)."""

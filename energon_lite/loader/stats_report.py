@@ -75,6 +75,12 @@ def format_stats(stats: dict[str, Any]) -> list[str]:
             "worker busy: "
             + ", ".join(f"#{w['worker']} {100 * w['busy_fraction']:.0f}%" for w in stats["workers"])
         )
+    for restart in stats.get("worker_restarts", []):  # lost workers replaced (healing.py)
+        after = restart["seconds"]
+        lines.append(
+            f"worker restart {restart['number']}: worker {restart['worker']} {restart['cause']}"
+            + ("" if after is None else f", next batch {after:.2f} s later")
+        )
     header = ("stage", "items in", "items out", "held/cap", "us/item", "us/sample", "share")
     rows = [header]
     for s in stats["stages"]:
@@ -101,4 +107,8 @@ def format_stats(stats: dict[str, Any]) -> list[str]:
     for row in rows:
         cells = [row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:], widths[1:])]
         lines.append("  ".join(cells).rstrip())
+    if stats.get("mix"):
+        from energon_lite.loader.mix_report import format_mix
+
+        lines += format_mix(stats["mix"])
     return lines

@@ -4,8 +4,12 @@ Every ``timeout / 4`` seconds it looks at the worker's main thread. The worker h
 progress when it handed out a batch (``beat()``) or when the line it is executing changed:
 slow but moving data never fires. When neither happened for ``timeout`` seconds, it logs the
 worker, the innermost stage on the stack, the key of the sample being worked on and the
-stack, once per stall. The trainer raises for a stalled worker only when asked to
-(``fail_on_timeout=True``: the loader's batch timeout).
+stack, once per stall, then calls the ``callback`` if one is given (a
+``WatchdogDataset``'s ``_watchdog_trigger``). The trainer raises for a stalled worker only
+when asked to (``fail_on_timeout=True``: the loader's batch timeout).
+
+With ``num_workers=0`` it watches the trainer's own thread; the loader pauses it while a
+batch is out (the trainer's step is not the loader's stall).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
@@ -21,8 +26,16 @@ from energon_lite.errors import logger
 
 
 class Watchdog:
-    def __init__(self, timeout: float, worker: int, initial_timeout: float | None = None) -> None:
+    def __init__(
+        self,
+        timeout: float,
+        worker: int,
+        initial_timeout: float | None = None,
+        callback: Callable[[], Any] | None = None,
+    ) -> None:
         self.timeout = timeout
+        self.callback = callback
+        self.paused = False
         self.initial_timeout = initial_timeout if initial_timeout is not None else 2 * timeout
         self.worker = worker
         self.beats = 0
@@ -41,6 +54,13 @@ class Watchdog:
     def stop(self) -> None:
         self._stop.set()
 
+    def pause(self) -> None:
+        """Stop counting (a batch is out with the trainer) until ``resume``."""
+        self.paused = True
+
+    def resume(self) -> None:
+        self.paused = False
+
     def _run(self) -> None:
         last_beats, last_line, since = self.beats, None, time.monotonic()
         limit, reported = self.initial_timeout, False
@@ -50,7 +70,7 @@ class Watchdog:
                 return
             line = (frame.f_code, frame.f_lineno)
             now = time.monotonic()
-            if self.beats != last_beats or line != last_line:
+            if self.paused or self.beats != last_beats or line != last_line:
                 if self.beats != last_beats:
                     limit = self.timeout  # after the first batch, the normal timeout
                 last_beats, last_line, since, reported = self.beats, line, now, False
@@ -58,6 +78,11 @@ class Watchdog:
                 reported = True
                 self.stalls += 1
                 self._report(frame, now - since)
+                if self.callback is not None:
+                    try:
+                        self.callback()
+                    except Exception:  # e.g. a trigger that raises: the run goes on here
+                        logger.exception("worker %d: the watchdog's callback raised", self.worker)
 
     def _report(self, frame: FrameType, seconds: float) -> None:
         stage, key = where(frame)

@@ -21,6 +21,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from energon_lite.samples.resolver import trust_joiner
 from energon_lite.sources.leaf import Leaf
 
 SUFFIX = ".join.json"
@@ -87,6 +88,7 @@ def join_leaf(
         )
     spec = {"version": 1, "partners": partners, "joiner": joiner, "by_name": by_name}
     path = write_spec(spec, yaml_path.with_name(yaml_path.name + ".cache"))
+    trust_joiner(path, joiner)  # the metadataset names it: imported as in Energon
     subflavors = {**(partners[0]["subflavors"] or {}), **(outer_subflavors or {})}
     return Leaf(path, split_part, subflavors=subflavors or None)
 

@@ -31,18 +31,21 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from energon_lite.errors import DatasetFormatError, short_repr, unknown_keys
+from energon_lite.errors import ConfigError, DatasetFormatError, short_repr, unknown_keys
 from energon_lite.metadataset.aux_sources import parse_aux
+from energon_lite.metadataset.schedule import LeafShare, WeightSchedule, check_siblings
 from energon_lite.metadataset.v1 import is_v1, v1_as_v2
 from energon_lite.quotas import exact_repetitions
 from energon_lite.shards.meta import META_DIR, load_yaml
 from energon_lite.sources.kinds import open_source, resolve_path
 from energon_lite.sources.leaf import Leaf
 from energon_lite.storage import RemotePath, StoragePath, as_path, is_url
+from energon_lite.storage.dss import is_dss
 
 _MODULES = ("megatron.energon", "energon_lite")
 _TOP_KEYS = ("__module__", "__class__", "splits")
@@ -58,12 +61,16 @@ _REF_KEYS = (
 )
 _KIND = {"blend": "weight", "blend_epochized": "repetitions"}  # list key -> entry's number key
 _MODE = {"blend": "weights", "blend_epochized": "epochized"}
+COMPOSITIONS = ("random", "stratified", "per_source")  # batch_composition: beside blend:
+WEIGHT_UNITS = ("samples", "tokens")  # weight_unit: beside blend:
+_BLEND_KEYS = ("batch_composition", "weight_unit")
+IN_CODE = "(metadataset given in code)"  # how errors name a mapping given in code
 MAX_NESTING = 32  # nested metadataset files; deeper is a mistake (or a cycle by copies)
 MAX_REPETITIONS = 1_000  # a leaf's repetitions, multiplied down the tree: one plan step each
 
 
 def load_metadataset(
-    path: str | os.PathLike[str] | RemotePath,
+    path: str | os.PathLike[str] | RemotePath | Mapping[str, Any],
     split_part: str,
     shuffle_over_epochs_multiplier: int | None = 1,
     *,
@@ -73,8 +80,13 @@ def load_metadataset(
     "epochized" (``blend_epochized``) or "single" (one ``path:``).
     ``shuffle_over_epochs_multiplier`` (the loader argument) is the outermost multiplier:
     every entry's own value composes with it, as nested values compose.
+    ``path`` may also be the YAML's content as a mapping (paths in it relative to the
+    current directory; a weight may then be a ``weight_at(step)`` callable).
     ``open_leaves=False`` reads only the metadataset files (``traverse_metadataset``): a
     leaf folder need not exist or be prepared yet, and subsets stay unresolved."""
+    data = None
+    if isinstance(path, Mapping):  # the same content in code; paths relative to the cwd
+        data, path = path, Path.cwd() / IN_CODE
     path = as_path(path).resolve()
     outer = _multiplier(
         {"shuffle_over_epochs_multiplier": shuffle_over_epochs_multiplier},
@@ -82,7 +94,7 @@ def load_metadataset(
         _Where(path, "get_train_dataset(...)"),
     )
     inherited = _Inherited(multiplier=outer, open_leaves=open_leaves)
-    leaves, mode = _load_file(path, split_part, inherited, (path,))
+    leaves, mode = _load_file(path, split_part, inherited, (path,), data)
     if mode == "epochized" and open_leaves:
         _check_quotas(path, leaves)
     if mode == "epochized" and len(leaves) == 1 and leaves[0].repetitions == 1:
@@ -138,9 +150,14 @@ class _Where:
 
 
 def _load_file(
-    path: StoragePath, split_part: str, inherited: _Inherited, stack: tuple[StoragePath, ...]
+    path: StoragePath,
+    split_part: str,
+    inherited: _Inherited,
+    stack: tuple[StoragePath, ...],
+    data: Any = None,
 ) -> tuple[list[Leaf], str]:
-    data = load_yaml(path)
+    if data is None:
+        data = load_yaml(path)
     if is_v1(data):  # Energon's v1 ``datasets:`` lists: read as the v2 blend they mean
         data = v1_as_v2(data, path)
     top = _Where(path, "")
@@ -185,7 +202,8 @@ def _node(
     if kinds == ["path"]:
         return _reference(node, base, split_part, inherited, stack, where, _REF_KEYS)
     kind = kinds[0]
-    _check_keys(node, (kind, "subset"), where)
+    _check_keys(node, (kind, "subset", *(_BLEND_KEYS if kind == "blend" else ())), where)
+    composition, unit = _blend_options(node, where)
     inherited = replace(inherited, relative=_merge_subset(node, inherited, where, folder=False))
     entries = node[kind]
     if not isinstance(entries, list) or not entries:
@@ -208,7 +226,7 @@ def _node(
             _check_keys(entry, joined if "join" in entry else allowed, at)
         if not isinstance(entry, dict) or ("path" not in entry and "join" not in entry):
             raise at.error(f"needs path: and {number_key}:; allowed keys: {list(allowed)}")
-        number = _number(entry, number_key, at)
+        number = _weight(entry, at) if kind == "blend" else _number(entry, number_key, at)
         if "join" in entry:
             leaves, mode = _join(entry, base, split_part, inherited, at, joined)
         else:
@@ -221,13 +239,22 @@ def _node(
             )
         numbers.append(number)
         results.append(leaves)
-    total = sum(numbers)
+    if kind == "blend" and any(callable(n) for n in numbers):
+        return _scheduled(numbers, results, where / kind, composition, unit), "weights"
+    fixed = [n for n in numbers if not callable(n)]  # all of them (checked above)
+    total = sum(fixed)
     if not math.isfinite(total):
         raise (where / kind).error(f"the {number_key}s sum to {total}; use smaller numbers")
     out = []
-    for index, (number, leaves) in enumerate(zip(numbers, results)):
+    for index, (number, leaves) in enumerate(zip(fixed, results)):
         for leaf in leaves:
             if kind == "blend":
+                _set_options(leaf, composition, unit)
+                if isinstance(leaf.weight, LeafShare):  # a schedule further down the tree
+                    leaf.weight.factor *= number / total
+                    out.append(leaf)
+                    continue
+                assert not callable(leaf.weight)  # LeafShare is the one callable weight
                 leaf.weight = (leaf.weight or 1.0) * number / total
                 if not leaf.weight > 0:  # underflow: the leaf would silently never be drawn
                     raise (where / kind / index / number_key).error(
@@ -246,9 +273,77 @@ def _node(
     return out, _MODE[kind]
 
 
+def _blend_options(node: dict[str, Any], where: _Where) -> tuple[str | None, str | None]:
+    """A blend's ``batch_composition`` and ``weight_unit`` (None where not given)."""
+    out: list[str | None] = []
+    for key, allowed in (("batch_composition", COMPOSITIONS), ("weight_unit", WEIGHT_UNITS)):
+        value = node.get(key)
+        if value is not None and value not in allowed:
+            raise (where / key).error(f"{short_repr(value)}; allowed: {list(allowed)}")
+        out.append(value)
+    return out[0], out[1]
+
+
+def _set_options(leaf: Leaf, composition: str | None, unit: str | None) -> None:
+    """An outer blend's options win over a nested one's (the outer level runs last)."""
+    if composition is not None:
+        leaf.composition = composition
+    if unit is not None:
+        leaf.weight_unit = unit
+
+
+def _weight(entry: dict[str, Any], where: _Where) -> float | WeightSchedule:
+    """A ``blend`` entry's weight: a number > 0, a ``{schedule: ..., interpolate: ...}``
+    mapping or (a metadataset given as a mapping in code) a ``weight_at(step)`` callable."""
+    weight = entry.get("weight", 1)
+    at = where / "weight"
+    if callable(weight):
+        return weight
+    if not isinstance(weight, dict):
+        return _number(entry, "weight", where)
+    _check_keys(weight, ("schedule", "interpolate"), at)
+    if "schedule" not in weight:
+        raise at.error("needs schedule: [[at, weight], ...] (and optionally interpolate:)")
+    try:
+        return WeightSchedule(weight["schedule"], weight.get("interpolate", "linear"))
+    except ConfigError as exc:
+        raise at.error(str(exc).removeprefix("WeightSchedule: ")) from None
+
+
+def _scheduled(
+    weights: list[Any],
+    results: list[list[Leaf]],
+    where: _Where,
+    composition: str | None,
+    unit: str | None,
+) -> list[Leaf]:
+    """The leaves of a ``blend`` list where some weight is a schedule: each leaf's weight
+    becomes a ``LeafShare`` (this level's share at a step, times the levels below)."""
+    try:
+        check_siblings(weights, f"{where.file}: {where.keys}")
+    except ConfigError as exc:
+        raise DatasetFormatError(str(exc)) from None
+    out = []
+    for index, leaves in enumerate(results):
+        for leaf in leaves:
+            _set_options(leaf, composition, unit)
+            level = (index, weights)
+            if isinstance(leaf.weight, LeafShare):
+                leaf.weight.levels.insert(0, level)
+            else:  # a plain leaf (None) or a normalised share of a nested fixed blend
+                leaf.weight = LeafShare([level], float(leaf.weight or 1.0))  # type: ignore[arg-type]
+            out.append(leaf)
+    return out
+
+
 def _number(entry: dict[str, Any], key: str, where: _Where) -> float:
     """A blend entry's weight or repetitions: a finite number > 0."""
     number = entry.get(key, 1)  # Energon's defaults: weight 1, repetitions 1
+    if key == "repetitions" and (isinstance(number, dict) or callable(number)):
+        raise (where / key).error(
+            "a schedule in a blend_epochized: its repetitions are exact quotas per epoch and "
+            "cannot change over the run; use blend: with a weight schedule instead"
+        )
     finite = False
     if not isinstance(number, bool) and isinstance(number, (int, float)):
         try:
@@ -286,8 +381,8 @@ def _reference(
     raw = ref["path"]
     if not isinstance(raw, str) or not raw or "\0" in raw:
         raise (where / "path").error(f"{short_repr(raw)}; must be a path relative to {base}")
-    remote_url = is_url(raw) and not isinstance(base, RemotePath)
-    target = as_path(raw) if remote_url else (base / raw).resolve()  # may be remote
+    absolute_url = (is_url(raw) and not isinstance(base, RemotePath)) or is_dss(raw)
+    target = as_path(raw) if absolute_url else (base / raw).resolve()  # may be remote
     split_part = _string(ref, "split_part", where) or split_part
     subflavors = ref.get("subflavors")
     if subflavors is not None and not isinstance(subflavors, dict):

@@ -2,8 +2,12 @@
 
 A pipeline is built once per worker (inside the worker process) from a ``WorkerSlot``::
 
-    Reader per leaf -> [Blend] -> [ShuffleBuffer] -> Encode -> [Pack] -> GroupBatch | Batch
-        -> [Map(encode_batch)] -> [Limit]
+    Reader per leaf -> [Blend] -> [ShuffleBuffer] -> Encode -> [Cost] -> [Pack]
+        -> GroupBatch | Batch -> [Map(encode_batch)] -> [Limit]
+
+With ``batch_composition`` stratified or per_source the shuffle buffers sit between each
+reader and the blend (a composed batch takes the blend's samples in order); ``Cost`` reports
+sample costs to a blend with ``weight_unit: tokens``.
 
 Stages in brackets appear only when asked for (several leaves, a buffer size, an overridden
 hook, a limit). ``fingerprint()`` lists everything a saved state must match.
@@ -18,6 +22,7 @@ from typing import Any, Protocol
 
 from energon_lite.decode.decoder import require_av
 from energon_lite.errors import MAX_SKIP_FRACTION, ConfigError, failure_trackers
+from energon_lite.metadataset.schedule import describe
 from energon_lite.pipeline import lengths
 from energon_lite.samples.factory import SampleFactory
 from energon_lite.shards.meta import META_DIR
@@ -29,13 +34,16 @@ from energon_lite.stages.blend_epochized import EpochizedBlend
 from energon_lite.stages.blend_weighted import WeightedBlend
 from energon_lite.stages.bucket_sync import BucketSync
 from energon_lite.stages.concat import Concat
+from energon_lite.stages.cost import Cost
 from energon_lite.stages.encode import Encode, LeafSpec
 from energon_lite.stages.group_batch import GroupBatch
 from energon_lite.stages.limit import Limit
 from energon_lite.stages.map import Map
+from energon_lite.stages.mix import CostLedger
 from energon_lite.stages.pack import Pack
 from energon_lite.stages.plan import Node
 from energon_lite.stages.reader import Reader
+from energon_lite.stages.routing import leaf_of
 from energon_lite.stages.shuffle import ShuffleBuffer
 from energon_lite.task_encoder.base import TaskEncoder
 from energon_lite.worker import WorkerConfig, WorkerSlot
@@ -55,6 +63,44 @@ class PipelineOptions:
     failure_tolerance: int = 100
     max_skip_fraction: float | None = MAX_SKIP_FRACTION  # of a worker's pass (SkipBudget)
     bucket_sync: dict[str, Any] | None = None  # GroupBatch's synchronised mode (BucketSync)
+
+
+def blend_options(leaves: list[Leaf], blend_mode: str) -> tuple[str, str]:
+    """The blend's ``batch_composition`` and ``weight_unit``: what the metadataset declares
+    (its outermost blend wins over a nested one), the defaults (random, samples) elsewhere."""
+    found = []
+    for attribute, default in (("composition", "random"), ("weight_unit", "samples")):
+        values = {getattr(leaf, attribute) for leaf in leaves} - {None}
+        if len(values) > 1:
+            name = "batch_composition" if attribute == "composition" else attribute
+            raise ConfigError(
+                f"the blend's nested metadatasets declare different {name}s {sorted(values)}; "
+                "declare one on the outermost blend"
+            )
+        found.append(values.pop() if values else default)
+    if blend_mode == "epochized" and found != ["random", "samples"]:
+        raise ConfigError(
+            "batch_composition and weight_unit are options of blend:, not of blend_epochized"
+        )
+    return found[0], found[1]
+
+
+def by_source(
+    criterion: Callable[[Any], tuple[Any, int]],
+) -> Callable[[Any], tuple[Any, int]]:
+    """A group criterion whose groups are per source: (leaf, key) (batch_composition:
+    per_source with grouped batching)."""
+
+    def grouped(sample: Any) -> tuple[Any, int]:
+        key, size = criterion(sample)
+        restore_key = (
+            sample.get("__restore_key__")
+            if isinstance(sample, dict)
+            else getattr(sample, "__restore_key__", None)
+        )
+        return (leaf_of(restore_key), key), size
+
+    return grouped
 
 
 class Pipeline(Protocol):
@@ -110,6 +156,19 @@ class DatasetPipeline:
                 f"{type(task_encoder).__name__} overrides both encode_sample and preencode_sample; "
                 "override encode_sample without packing, or preencode_sample with packing"
             )
+        self.composition, self.weight_unit = blend_options(leaves, blend_mode)
+        if self.composition != "random" and options.packing_buffer_size:
+            raise ConfigError(
+                f"batch_composition: {self.composition} makes batches of samples; with packing "
+                "(packing_buffer_size) a batch holds packs: use weight_unit: tokens to steer the "
+                "mix of packed tokens instead"
+            )
+        if self.composition == "stratified" and task_encoder.overrides("batch_group_criterion"):
+            raise ConfigError(
+                "batch_composition: stratified with grouped batching (batch_group_criterion) is "
+                "not supported: a group's samples are known only after encoding; use per_source "
+                "(each group's batches from one source) or random"
+            )
         self._check_rank_has_work(worker_config)
 
     # wiring -------------------------------------------------------------------------------
@@ -155,13 +214,27 @@ class DatasetPipeline:
         readers = self._reader_nodes(slot)
         # several leaves, or quotas (which need the blend even for one leaf): a blend
         single = len(readers) == 1 and self.blend_mode != "epochized"
-        node = readers[0] if single else self._blend(readers, slot)
+        # a composed batch takes its samples straight from the blend: shuffle each source
+        # below it instead of the blend's output
+        composed = not single and self.composition != "random"
+        if composed and opts.training and opts.shuffle_buffer_size:
+            size = opts.shuffle_buffer_size
+            readers = [
+                Node(
+                    ShuffleBuffer,
+                    lambda s, i=i: ShuffleBuffer(s, size, slot.seed, slot.global_worker_id, i),
+                    [reader],
+                )
+                for i, reader in enumerate(readers)
+            ]
+        ledger = CostLedger() if self.weight_unit == "tokens" and not single else None
+        node = readers[0] if single else self._blend(readers, slot, ledger)
 
         def then(cls: type[Stage], make: Callable[[Stage], Stage]) -> None:
             nonlocal node
             node = Node(cls, make, [node])
 
-        if opts.training and opts.shuffle_buffer_size:
+        if opts.training and opts.shuffle_buffer_size and not composed:
             size = opts.shuffle_buffer_size
             then(ShuffleBuffer, lambda s: ShuffleBuffer(s, size, slot.seed, slot.global_worker_id))
         # with packing, the per-sample hook runs before the packer: preencode_sample, or an
@@ -176,6 +249,8 @@ class DatasetPipeline:
                 s, self.specs, te, slot.seed, failures(), hook, counts, slot.leaf_base
             ),
         )
+        if ledger is not None:
+            then(Cost, lambda s: Cost(s, te.sample_cost, ledger))
         if opts.packing_buffer_size:
             size = opts.packing_buffer_size
             then(Pack, lambda s: Pack(s, size, te, slot.seed, failures(), hook))
@@ -185,7 +260,9 @@ class DatasetPipeline:
                 GroupBatch,
                 lambda s: GroupBatch(
                     s,
-                    te.batch_group_criterion,
+                    by_source(te.batch_group_criterion)
+                    if self.composition == "per_source" and not single
+                    else te.batch_group_criterion,
                     te.batch,
                     opts.batch_drop_last,
                     failures(),
@@ -211,7 +288,7 @@ class DatasetPipeline:
         """The shape a saved state of ``slot``'s chain must have (no chain is built)."""
         return self.plan(slot).shape()
 
-    def _blend(self, readers: list[Node], slot: WorkerSlot) -> Node:
+    def _blend(self, readers: list[Node], slot: WorkerSlot, ledger: CostLedger | None) -> Node:
         if self.blend_mode == "concat":
             return Node(Concat, Concat, readers, several=True)
         if self.blend_mode == "epochized":
@@ -226,9 +303,20 @@ class DatasetPipeline:
                 several=True,
             )
         weights = [leaf.weight or 0.0 for leaf in self.leaves]
+        grouped = self.task_encoder.overrides("batch_group_criterion")
+        # grouped per_source: the groups are made per source (by_source), the draws by weight
+        composition = "random" if grouped else self.composition
         return Node(
             WeightedBlend,
-            lambda rs: WeightedBlend(rs, weights, slot.seed, slot.global_worker_id),
+            lambda rs: WeightedBlend(
+                rs,
+                weights,
+                slot.seed,
+                slot.global_worker_id,
+                composition=composition,
+                batch_size=self.options.batch_size,
+                ledger=ledger,
+            ),
             readers,
             several=True,
         )
@@ -244,7 +332,8 @@ class DatasetPipeline:
             ],
             "blend_mode": self.blend_mode,
             "weights": [
-                leaf.weight if leaf.weight is not None else leaf.repetitions for leaf in self.leaves
+                describe(leaf.weight) if leaf.weight is not None else leaf.repetitions
+                for leaf in self.leaves
             ],
             "training": opts.training,
             "batch_size": opts.batch_size,
@@ -255,6 +344,9 @@ class DatasetPipeline:
             "packing_buffer_size": opts.packing_buffer_size,
             "repeat": opts.repeat,
             "limit": opts.limit,
+            # only where set, so that the states of loaders without them still match
+            **({"batch_composition": self.composition} if self.composition != "random" else {}),
+            **({"weight_unit": self.weight_unit} if self.weight_unit != "samples" else {}),
         }
 
     def _check_rank_has_work(self, wc: WorkerConfig) -> None:

@@ -25,6 +25,7 @@ from energon_lite.samples.resolver import (
     is_our_module,
     load_module_file,
     resolve_class,
+    trusted_joiner,
     upgrade_legacy_config,
 )
 from energon_lite.samples.types import SourceInfo
@@ -121,7 +122,7 @@ class SampleFactory:
             ]
             self.join_names = [p["name"] for p in config["partners"]]
             self.by_name = bool(config.get("by_name"))
-            self.joiner = _resolve_joiner(config["joiner"], where)
+            self.joiner = _resolve_joiner(config["joiner"], str(meta_dir.parent), meta_dir)
             return
         if "sample_type" not in config:
             raise DatasetFormatError(
@@ -228,9 +229,13 @@ class SampleFactory:
         return joined
 
 
-def _resolve_joiner(spec: dict[str, Any], where: str) -> Callable[..., Any]:
-    """``{__module__, __function__}`` or a Sample ``{__module__, __class__}`` (its ``from_joined``)."""
-    check_trusted_module(str(spec.get("__module__")), where, "the joiner")
+def _resolve_joiner(spec: dict[str, Any], where: str, meta_dir: StoragePath) -> Callable[..., Any]:
+    """``{__module__, __function__}`` or a Sample ``{__module__, __class__}`` (its ``from_joined``).
+
+    Imported when it is the joiner trusted for this spec file (``trust_joiner``: the one the
+    metadataset or the code that wrote the spec named), else only from trusted modules."""
+    if spec != trusted_joiner(str(meta_dir.parent)):
+        check_trusted_module(str(spec.get("__module__")), where, "the joiner")
     try:
         module = importlib.import_module(spec["__module__"])
         if "__function__" in spec:

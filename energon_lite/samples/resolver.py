@@ -21,6 +21,7 @@ from energon_lite.samples.types import SAMPLE_TYPES, Sample
 
 OUR_MODULES = ("megatron.energon", "energon_lite")
 _allowed: set[str] = set()
+_trusted_joiners: dict[str, dict[str, Any]] = {}  # resolved join spec path -> its joiner
 
 # Energon's deprecated dataset classes -> the sample type each one stands for.
 LEGACY_WEBDATASETS = {
@@ -42,6 +43,20 @@ def allow_sample_type_modules(*modules: str) -> None:
     """Let every ``dataset.yaml`` of this process name classes from ``modules`` (trusted code
     of yours, e.g. ``"my_project.samples"``). Prefer listing them per dataset."""
     _allowed.update(modules)
+
+
+def trust_joiner(spec_path: str | Path, joiner: dict[str, Any]) -> None:
+    """Let the join spec file at ``spec_path`` import ``joiner``: called by whoever wrote the
+    spec from what the user gave (a metadataset's ``joiner:`` entry, which Energon imports from
+    any importable module, or a function handed to ``JoinedWebdatasetFactory``). A spec file
+    read from a cache folder imports only the joiner trusted for it, so a spec planted or
+    edited there imports nothing."""
+    _trusted_joiners[str(Path(spec_path).resolve())] = dict(joiner)
+
+
+def trusted_joiner(spec_path: str | Path) -> dict[str, Any] | None:
+    """The joiner :func:`trust_joiner` recorded for the spec file at ``spec_path``, if any."""
+    return _trusted_joiners.get(str(Path(spec_path).resolve()))
 
 
 def is_our_module(module: str) -> bool:

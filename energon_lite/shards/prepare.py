@@ -7,7 +7,10 @@ renamed into place only after every index and every check, so a folder never loo
 with an index missing. ``.nv-meta/energon_lite.json`` records what each shard was
 (:mod:`energon_lite.shards.shard_record`). A lock file keeps two prepares of one folder apart
 and temporaries of killed prepares are removed (:mod:`energon_lite.shards.folder_lock`).
-Remote roots (``s3://``, ``msc://``) go through :mod:`energon_lite.storage`.
+Remote roots (``s3://``, ``az://``, ``gs://``, ``msc://``) go through
+:mod:`energon_lite.storage`. Remote roots, and any prepare with ``executor="ray"``, scan in
+journaled batches (:mod:`energon_lite.shards.prepare_cluster`): a prepare that dies part-way
+re-scans only the shards it had not finished.
 
 Over 300 lines: the one prepare transaction (lock, scan, checks, index and metadata
 commit, for local folders and object-store prefixes) reads best in one place.
@@ -19,7 +22,7 @@ import contextlib
 import os
 import shutil
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,11 +52,13 @@ from energon_lite.shards.prepare_checks import (
     check_unique_keys,
     warn_empty_splits,
 )
+from energon_lite.shards.prepare_cluster import scan_resumable
 from energon_lite.shards.prepare_exclude import (
     Exclusions,
     check_excluded_keys,
     resolve_excludes,
 )
+from energon_lite.shards.prepare_journal import Journal
 from energon_lite.shards.prepare_splits import (
     check_ratio_fills_splits,
     split_by_patterns,
@@ -65,6 +70,7 @@ from energon_lite.storage import RemotePath, StoragePath, as_path
 from energon_lite.storage.ops import downloaded, list_files, write_atomic
 
 VERSION_TAG = "energon_lite 0.1.0"
+REMOTE_WRITERS = 16  # index PUTs in flight at once for a remote prepare
 
 
 @dataclass
@@ -78,6 +84,7 @@ class PrepareReport:
     split_parts: dict[str, list[str]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)  # e.g. a split that got no shard
     excluded: Exclusions = field(default_factory=Exclusions)  # what --exclude left out
+    resumed: int = 0  # shards whose scans came from an unfinished prepare's journal
 
     @property
     def num_samples(self) -> int:
@@ -191,6 +198,8 @@ def prepare_dataset(
     allow_duplicate_keys: bool = False,
     progress: bool = True,
     dataset_yaml_name: str = "dataset.yaml",
+    executor: str = "process",
+    ray_address: str | None = None,
 ) -> PrepareReport:
     """Index every shard under ``root`` and write ``.nv-meta`` (see docs/formats.md).
 
@@ -211,8 +220,15 @@ def prepare_dataset(
     is written and an existing one is kept, as Energon's prepare does: the index and the
     splits are prepared, the sample type is written later.
 
-    Remote roots (``s3://``, ``msc://``) take no lock (object stores have no rename); each
-    object is one PUT, indexes are written only once all checks passed, ``.info.json`` last.
+    Remote roots (``s3://``, ``az://``, ``gs://``, ``msc://``) take no lock (object stores
+    have no rename); each object is one PUT, indexes are written only once all checks
+    passed, ``.info.json`` last.
+
+    ``executor``: ``"process"`` (``num_workers`` local processes) or ``"ray"`` (Ray tasks,
+    ``ray_address`` handed to ``ray.init``; see :mod:`energon_lite.shards.prepare_cluster`).
+    Remote roots and Ray prepares keep a journal of finished batches until ``.nv-meta`` is
+    written; a prepare run again after one that died takes the unchanged shards' scans from
+    it (``PrepareReport.resumed`` counts them).
     """
     if "/" in dataset_yaml_name or not dataset_yaml_name.endswith((".yaml", ".yml")):
         raise ConfigError(f"{dataset_yaml_name=} must be a .yaml file name inside .nv-meta")
@@ -249,9 +265,18 @@ def prepare_dataset(
                 split_by_ratio(shards, split_ratio, None), split_ratio, len(shards)
             )
         written: list[StoragePath] = []
+        journaled = remote or executor != "process"
+        resumed = 0
         try:
             scans = []
-            for name, scan in zip(shards, scan_shards(root, shards, num_workers, progress)):
+            if journaled:
+                found, resumed = scan_resumable(root, shards, executor=executor,
+                                                num_workers=num_workers, address=ray_address,
+                                                progress=progress)  # fmt: skip
+                in_order: Iterator[ShardScan] = iter(found)
+            else:
+                in_order = scan_shards(root, shards, num_workers, progress)
+            for name, scan in zip(shards, in_order):
                 if scan.count == 0:
                     raise DatasetFormatError(
                         f"{root / name}: shard holds no samples; leave it out with --exclude {name}"
@@ -272,17 +297,23 @@ def prepare_dataset(
                     if isinstance(path, Path):
                         path.unlink(missing_ok=True)
             raise
-        if remote:
-            for name, scan in zip(shards, scans):
-                write_index(root / name, scan.offsets)
+        if remote:  # one PUT each, several at a time (a round trip each, little work)
+            with ThreadPoolExecutor(max_workers=REMOTE_WRITERS) as writers:
+                for _ in writers.map(
+                    lambda item: write_index(root / item[0], item[1].offsets), zip(shards, scans)
+                ):
+                    pass
         report = PrepareReport(root, shards, [scan.count for scan in scans], parts)
         report.excluded = excluded
+        report.resumed = resumed
         for scan in scans:
             scan.key_hashes = scan.key_hashes[:0]  # free them before the metadata
         record = make_record(root, report.shard_names, scans)
         if tar_index_only:
             if is_prepared(root):
                 write_record(meta, record)
+            if journaled:
+                Journal(root).clear()
             return report
         if split_ratio is not None:
             report.split_parts = split_by_ratio(
@@ -296,6 +327,8 @@ def prepare_dataset(
             {k: v for k, v in report.split_parts.items() if k in wanted}, len(shards)
         )
         _write_meta(root, report, config, excluded.sample_entries, record, dataset_yaml_name)
+        if journaled:
+            Journal(root).clear()
     return report
 
 

@@ -55,10 +55,11 @@ class DatasetKind:
     describe: Callable[[Path], list[str]] | None = None  # info lines
     preview: Callable[[Path, str, int], list[str]] | None = None  # (path, split, num) -> lines
     lint: Callable[[Path, bool], list[str]] | None = None  # (path, progress) -> problems
-    # file-name suffixes of this kind: such a path on remote storage is opened by this kind
-    # when it reads remote paths (``remote``), else refused by name
+    # file-name suffixes of this kind: such a path on remote storage is refused by name
+    # unless ``remote`` (its opener reads s3://, msc://, http(s):// paths too); the tar
+    # folder is read from remote storage
     suffixes: tuple[str, ...] = ()
-    remote: bool = False  # ``open`` takes a RemotePath too
+    remote: bool = False
 
 
 def _open_tar_folder(path: Path, split_part: str, **options: Any) -> Source:
@@ -92,7 +93,7 @@ def registered_kinds() -> list[DatasetKind]:
 def kind_of(path: str | os.PathLike[str] | RemotePath) -> DatasetKind:
     """The kind of the dataset at ``path`` (the tar folder when no other kind claims it)."""
     path = as_path(path)
-    if isinstance(path, RemotePath):  # a remote store holds tar folders and remote kinds
+    if isinstance(path, RemotePath):  # by name: a remote store is a tar folder or a kind's file
         for kind in registered_kinds():
             if kind.suffixes and path.name.endswith(kind.suffixes):
                 if kind.remote:
@@ -142,7 +143,10 @@ def _discover() -> None:
     _discovered = True
     flavors = importlib.import_module(_FLAVORS_PACKAGE)
     for module in sorted(pkgutil.iter_modules(flavors.__path__), key=lambda m: m.name):
-        if module.ispkg and importlib.util.find_spec(f"{_FLAVORS_PACKAGE}.{module.name}.kind"):
+        # Look for the file instead of asking find_spec, which imports the package first: a
+        # package that is no kind (flavors/webdataset) must not be loaded, nor its extras.
+        folder = getattr(module.module_finder, "path", None)
+        if module.ispkg and folder and (Path(folder) / module.name / "kind.py").is_file():
             importlib.import_module(f"{_FLAVORS_PACKAGE}.{module.name}.kind")
     for entry in entry_points(group=ENTRY_POINT_GROUP):
         try:

@@ -6,6 +6,7 @@ read as a list of leaves; the pipeline opens each leaf through the dataset-kind 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +19,8 @@ class Leaf:
 
     path: StoragePath  # a local folder or a RemotePath (s3://, msc://, http(s)://)
     split_part: str
-    weight: float | None = None  # blend
+    # blend: a number, or a callable weight_at(step) (a schedule: metadataset/schedule.py)
+    weight: float | Callable[[int], float] | None = None
     repetitions: float | None = None  # blend_epochized
     subflavors: dict[str, Any] | None = None
     subset: tuple[int | str, int | str] | None = None  # ints, "N%" or "end"
@@ -26,3 +28,5 @@ class Leaf:
     split_config: str = "split.yaml"
     dataset_config: str = "dataset.yaml"
     aux: dict[str, str] | None = None  # name -> aux source (crude leaves; cookers read it)
+    composition: str | None = None  # batch_composition of the blend: random (None), ...
+    weight_unit: str | None = None  # weight_unit of the blend: samples (None) or tokens

@@ -23,7 +23,7 @@ parents first and checks the state's shape (:func:`energon_lite.state.codec.chec
 A stage class also says what the rest of the library needs to know of it, so that nothing
 outside ``stages/`` switches on stage class names: its row in ``loader.stats()``
 (``STATS_LABEL``, ``STATS_HINT``, ``STATS_BATCHES``, ``STATS_HOOK``, ``stats_name()``,
-``stats_held()``), the restore keys a saved level of it buffers (``held_keys``), what
+``stats_held()``), what ``loader.mix()`` reads of it (``mix_tally``, ``MIX_COSTS``), the restore keys a saved level of it buffers (``held_keys``), what
 ``energon-lite checkpoint info`` says about a saved level (``describe_level``) and how an
 elastic restore deals its state to another layout (``ELASTIC_FRESH``, ``elastic_state``,
 ``elastic_refusal``). Every declaration has a default, so a stage declares only what
@@ -80,6 +80,8 @@ class Stage:
     STATS_HOOK: ClassVar[str | None] = None
     # the own fields of this stage starting over on another layout (elastic restore)
     ELASTIC_FRESH: ClassVar[Mapping[str, Any] | None] = None
+    # loader.mix(): it reports sample costs to the blend (samples held above it are costed)
+    MIX_COSTS: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -104,6 +106,13 @@ class Stage:
         """The plain restore keys of the items a saved level of this stage holds in its
         buffers (an elastic restore deals them to the new workers). Default: none."""
         return []
+
+    @classmethod
+    def mix_tally(cls, level: dict[str, Any]) -> tuple[list[list[float]], int] | None:
+        """``loader.mix()``: a blend's ``[drawn, costed, cost]`` per source in a saved level
+        and the steps delivered before its layout started; None for a stage that does not
+        blend (the default)."""
+        return None
 
     @classmethod
     def describe_level(cls, level: dict[str, Any]) -> list[str]:

@@ -55,6 +55,11 @@ class EpochizedBlend(Stage):
         *,
         repeat: bool = True,
     ) -> None:
+        if any(callable(r) for r in repetitions):
+            raise ConfigError(
+                "blend_epochized cannot follow a weight schedule: its repetitions are exact "
+                "quotas per epoch; use a weighted blend (blend:) for weights that change"
+            )
         if not sources or len(repetitions) != len(sources) or not all(r >= 0 for r in repetitions):
             raise ConfigError(
                 f"EpochizedBlend: need one repetitions >= 0 per source, got {list(repetitions)} "

@@ -49,12 +49,14 @@ from energon_lite.errors import StateError, short_repr
 from energon_lite.quotas import exact_repetitions, next_past_end, passes
 from energon_lite.stages.base import Stage, stage_class
 from energon_lite.stages.blend_epochized import EpochizedBlend
+from energon_lite.stages.blend_weighted import WeightedBlend
 from energon_lite.stages.reader import Reader
 from energon_lite.state.codec import STATE_VERSION, check_same_config, state_count, state_digest
 from energon_lite.state.restore_key import SampleKey, from_plain, sample_keys, to_plain
 
 LAYOUT = ("rank", "world_size", "num_workers")
 _READER, _EPOCHIZED = Reader.__name__, EpochizedBlend.__name__  # the leftover's own stages
+_WEIGHTED = WeightedBlend.__name__
 
 
 class LeafWork(NamedTuple):
@@ -76,6 +78,7 @@ class ElasticDeal:
     blend_epoch: int  # the blend epoch after the latest one any old worker was in
     reader_repeat: bool  # readers go on to further epochs after the leftover
     leaves: Iterator[LeafWork]  # per leaf, in the order the readers appear in a state
+    delivered: int = 0  # batches each old rank had delivered (a blend schedule's step)
 
     def next_leaf(self) -> LeafWork:
         """The next leaf's work (each Reader level takes one, depth first)."""
@@ -121,7 +124,9 @@ def redistribute(
         # cut by global worker id, so each moves whole and continues its own stream exactly
         workers = copy.deepcopy(old)
     else:
-        workers = _Redistribution(config, epoch, old, world_size * new_wpr).new_states()
+        redistribution = _Redistribution(config, epoch, old, world_size * new_wpr)
+        redistribution.delivered = delivered_steps(states)
+        workers = redistribution.new_states()
     new_config = {**config, "world_size": world_size, "num_workers": num_workers}
     result = []
     for rank in range(world_size):
@@ -139,6 +144,20 @@ def redistribute(
         state["digest"] = state_digest(state)
         result.append(state)
     return result
+
+
+def delivered_steps(states: list[Any]) -> int:
+    """The batches each old rank had delivered: its ``in_pass`` plus the steps delivered
+    before its own layout started (a weighted blend's ``base``); the most of any rank."""
+    out = 0
+    for state in states:
+        base = 0
+        for tree in state["workers"]:
+            for level in walk_states(tree):
+                if level.get("type") == _WEIGHTED:
+                    base = max(base, WeightedBlend.delivered_base(level))
+        out = max(out, state_count(state.get("in_pass", 0), "in_pass") + base)
+    return out
 
 
 def _check_old(states: Any) -> tuple[dict[str, Any], int]:
@@ -343,6 +362,7 @@ def walk_states(tree: Any) -> Iterator[dict[str, Any]]:
 class _Redistribution:
     def __init__(self, config: dict[str, Any], epoch: int, old: list[Any], new: int) -> None:
         self.epoch, self.old, self.new = epoch, old, new
+        self.delivered = 0  # set by redistribute (delivered_steps)
         self.G = len(old)
         self.epochized = config["blend_mode"] == "epochized"
         self.reader_repeat = bool(config["repeat"]) and not self.epochized
@@ -472,6 +492,7 @@ class _Redistribution:
             epoch=self.epoch,
             blend_epoch=blend_epoch,
             reader_repeat=self.reader_repeat,
+            delivered=self.delivered,
             leaves=iter(
                 LeafWork(keys[leaf], segs, last_reader)
                 for leaf, (segs, last_reader, _) in enumerate(leaves)

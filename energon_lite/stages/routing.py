@@ -12,7 +12,7 @@ from energon_lite.state.restore_key import PackKey, SampleKey, SubKey, sample_ke
 
 def fetch_by_leaf(stage: str, by_leaf: Mapping[int, Stage], restore_key: Any) -> Any:
     """``by_leaf[key.leaf].fetch(key)``; a StateError naming the stage for a foreign key."""
-    leaf = _leaf_of(restore_key)
+    leaf = leaf_of(restore_key)
     source = by_leaf.get(leaf) if leaf is not None else None
     if source is None:
         raise StateError(
@@ -22,7 +22,7 @@ def fetch_by_leaf(stage: str, by_leaf: Mapping[int, Stage], restore_key: Any) ->
     return source.fetch(restore_key)
 
 
-def _leaf_of(restore_key: Any) -> int | None:
+def leaf_of(restore_key: Any) -> int | None:
     """The leaf a key was read from: a pack's or sub-item's first sample's; a batch's (the
     list of its items' keys, from a wrapped batched chain) its first item's."""
     if isinstance(restore_key, list) and restore_key:

@@ -1,4 +1,5 @@
-"""Where dataset files live: local folders, S3 (``s3://``), MSC profiles (``msc://``), HTTP.
+"""Where dataset files live: local folders, S3 (``s3://``), Azure (``az://``), GCS (``gs://``),
+MSC profiles (``msc://``), HTTP.
 
 The dataset code names files with ``as_path(...)`` (a ``pathlib.Path`` or a ``RemotePath``)
 and reads them through ``ops`` and ``ShardFile``; nothing above the dataset (the Reader, the
@@ -16,11 +17,12 @@ from energon_lite.storage.path import (
     is_url,
     local_only,
 )
-from energon_lite.storage.ranged import ShardFile
+from energon_lite.storage.ranged import RangedFile, ShardFile, open_binary
 from energon_lite.storage.retry import STATS, scrub
 
 __all__ = [
     "STATS",
+    "RangedFile",
     "RemotePath",
     "ShardCacheConfig",
     "ShardFile",
@@ -29,5 +31,6 @@ __all__ = [
     "is_remote",
     "is_url",
     "local_only",
+    "open_binary",
     "scrub",
 ]

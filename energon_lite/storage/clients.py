@@ -1,4 +1,5 @@
-"""One fsspec client per store and process: ``s3fs`` for ``s3://``/``msc://``, aiohttp for HTTP.
+"""One fsspec client per store and process: ``s3fs`` for ``s3://``/``msc://``, ``adlfs`` for
+``az://``, ``gcsfs`` for ``gs://``, aiohttp for HTTP.
 
 Clients are opened lazily and keyed by the process id, so a DataLoader worker forked from a
 process that already held one opens its own (a client's connection pool and event loop must
@@ -11,12 +12,26 @@ arguments: ``endpoint_url``, ``key``, ``secret``, ``token``, ``profile``, ``regi
 ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``, ``AWS_PROFILE``,
 ``AWS_DEFAULT_REGION``, ``~/.aws/config``) read by botocore. ``msc://`` takes them from the
 MSC profile (``msc.py``), overridden by ``storage_options``.
+
+For ``az://container/prefix`` (Azure Blob, through adlfs): ``storage_options`` (adlfs's
+arguments: ``account_name``, ``account_key``, ``connection_string``, ``sas_token``,
+``credential``, ``anon``...), else Azure's standard variables ``AZURE_STORAGE_CONNECTION_STRING``,
+``AZURE_STORAGE_ACCOUNT_NAME`` with ``AZURE_STORAGE_ACCOUNT_KEY`` or ``AZURE_STORAGE_SAS_TOKEN``
+(or ``AZURE_STORAGE_CLIENT_ID``/``_SECRET``/``TENANT_ID``, else Azure's default credential
+chain). The Azure SDK's own retry policy is set to no retries: ours counts them.
+
+For ``gs://bucket/prefix`` (Google Cloud Storage, through gcsfs's JSON-API client):
+``storage_options`` (gcsfs's ``project``, ``token``, ``endpoint_url``...), else Google's
+standard environment: ``GOOGLE_APPLICATION_CREDENTIALS`` (or the metadata server / gcloud's
+default login) for the token, ``GOOGLE_CLOUD_PROJECT`` for the project, and
+``STORAGE_EMULATOR_HOST`` for an emulator (anonymous access).
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+import types
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,7 +61,16 @@ def request_timeout() -> float:
 
 _ENV = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
         "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_DEFAULT_REGION", "MSC_CONFIG",
-        "ENERGON_LITE_REQUEST_TIMEOUT")  # fmt: skip
+        "ENERGON_LITE_REQUEST_TIMEOUT", "AZURE_STORAGE_CONNECTION_STRING",
+        "AZURE_STORAGE_ACCOUNT_NAME", "AZURE_STORAGE_ACCOUNT_KEY", "AZURE_STORAGE_SAS_TOKEN",
+        "AZURE_STORAGE_CLIENT_ID", "AZURE_STORAGE_CLIENT_SECRET", "AZURE_STORAGE_TENANT_ID",
+        "AZURE_STORAGE_ANON", "GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_CLOUD_PROJECT",
+        "STORAGE_EMULATOR_HOST")  # fmt: skip
+# the secrets among them, scrubbed from every message
+_SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID",
+               "AZURE_STORAGE_ACCOUNT_KEY", "AZURE_STORAGE_SAS_TOKEN",
+               "AZURE_STORAGE_CLIENT_SECRET")  # fmt: skip
+STORAGE_ENV = _ENV  # the variables that say where a store is and how to reach it
 _pid = os.getpid()
 _clients: dict[tuple[Any, ...], Any] = {}
 _profiles: dict[tuple[str, ...], MscProfile] = {}
@@ -65,11 +89,17 @@ def _freeze(options: dict[str, Any]) -> tuple[Any, ...]:
     return tuple(sorted((k, repr(v)) for k, v in options.items()))
 
 
-def _need(module: str) -> Any:
+def _need(module: str, extra: str = "s3") -> Any:
     try:
         return importlib.import_module(module)
     except ImportError:
-        raise ConfigError(f"remote paths need {module}: pip install 'energon-lite[s3]'") from None
+        raise ConfigError(
+            f"{extra_scheme(extra)} paths need {module}: pip install 'energon-lite[{extra}]'"
+        ) from None
+
+
+def extra_scheme(extra: str) -> str:
+    return {"s3": "remote", "azure": "az://", "gcs": "gs://"}.get(extra, extra)
 
 
 def _s3_client(options: dict[str, Any]) -> Any:
@@ -84,12 +114,17 @@ def _s3_client(options: dict[str, Any]) -> Any:
     endpoint = options.pop("endpoint_url", None) or os.environ.get(
         "AWS_ENDPOINT_URL_S3", os.environ.get("AWS_ENDPOINT_URL")
     )
-    config_kwargs = {
+    config_kwargs: dict[str, Any] = {
         "retries": {"total_max_attempts": 1, "mode": "standard"},
         "connect_timeout": timeout,
         "read_timeout": timeout,
-        **(options.pop("config_kwargs", {}) or {}),
     }
+    if "AWS_REQUEST_CHECKSUM_CALCULATION" not in os.environ:
+        # a PUT body as sent, not aws-chunked with a checksum trailer (botocore >= 1.36's
+        # default), which S3-compatible stores other than AWS (MinIO, Ceph, test servers)
+        # may reject or leave hanging; checksums are still sent where an operation needs one
+        config_kwargs["request_checksum_calculation"] = "when_required"
+    config_kwargs.update(options.pop("config_kwargs", {}) or {})
     fs = s3fs.S3FileSystem(
         endpoint_url=endpoint,
         client_kwargs=client_kwargs,
@@ -98,6 +133,59 @@ def _s3_client(options: dict[str, Any]) -> Any:
         **options,
     )
     fs.retries = 1  # s3fs's own retry loop: one attempt, ours counts and backs off
+    _no_expect_continue(fs)
+    return fs
+
+
+def _no_expect_continue(fs: Any) -> None:
+    """Send uploads without ``Expect: 100-continue``: botocore asks for it on every upload,
+    and aiohttp then waits for the server's interim answer, which simple S3-compatible
+    servers never send (the upload would hang until the read timeout, then again on each
+    retry). Our uploads are in memory and small enough to send at once."""
+    from botocore.handlers import add_expect_header
+
+    fs.connect()  # makes the client (no request)
+    fs.s3.meta.events.unregister("before-call.s3", add_expect_header)
+
+
+def _az_client(options: dict[str, Any]) -> Any:
+    adlfs = _need("adlfs", "azure")
+
+    options = dict(options)
+    timeout = float(options.pop("timeout", DEFAULT_TIMEOUT))
+    options.setdefault("connection_timeout", int(timeout))
+    options.setdefault("read_timeout", int(timeout))
+    fs = adlfs.AzureBlobFileSystem(skip_instance_cache=True, use_listings_cache=False, **options)
+    # the SDK's retry policy (up to 3 retries, 15 s apart) shares one object with every
+    # container and blob client made from this service client: no retries there, ours count
+    policy = getattr(getattr(fs.service_client, "_config", None), "retry_policy", None)
+    if policy is not None and hasattr(policy, "total_retries"):
+        policy.total_retries = 0
+    return fs
+
+
+def _gs_client(options: dict[str, Any]) -> Any:
+    # gcsfs.core's client: the JSON API only (the package's default class probes each bucket
+    # over gRPC first, which an emulator does not answer)
+    core = _need("gcsfs.core", "gcs")
+
+    options = dict(options)
+    timeout = float(options.pop("timeout", DEFAULT_TIMEOUT))
+    emulator = os.environ.get("STORAGE_EMULATOR_HOST")
+    if emulator and "token" not in options:
+        options["token"] = "anon"  # an emulator checks no credentials
+    if "project" not in options and os.environ.get("GOOGLE_CLOUD_PROJECT"):
+        options["project"] = os.environ["GOOGLE_CLOUD_PROJECT"]
+    fs = core.GCSFileSystem(
+        skip_instance_cache=True,
+        use_listings_cache=False,
+        requests_timeout=timeout,
+        **options,
+    )
+    # gcsfs retries each request up to 6 times (sleeping up to 32 s): one attempt, ours count
+    single = getattr(type(fs)._request, "__wrapped__", None)
+    if single is not None:
+        fs._request = types.MethodType(single, fs)
     return fs
 
 
@@ -119,9 +207,13 @@ def _http_client(options: dict[str, Any]) -> Any:
 
 
 def _secrets(options: dict[str, Any]) -> tuple[str, ...]:
-    values = [options.get(k) for k in ("key", "secret", "token", "password")]
-    values += [os.environ.get(k) for k in ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")]
-    values.append(os.environ.get("AWS_ACCESS_KEY_ID"))
+    names = ("key", "secret", "token", "password", "account_key", "sas_token", "client_secret")
+    values = [options.get(k) for k in names]
+    values += [os.environ.get(k) for k in _SECRET_ENV]
+    for text in (options.get("connection_string"), os.environ.get("AZURE_STORAGE_CONNECTION_STRING")):  # fmt: skip
+        if isinstance(text, str):  # AccountKey=...;SharedAccessSignature=...
+            values += [part.partition("=")[2] for part in text.split(";") if "Key=" in part
+                       or part.startswith("SharedAccessSignature=")]  # fmt: skip
     headers = options.get("headers") or {}
     values += [str(v) for v in headers.values()]
     return tuple(v for v in values if isinstance(v, str) and len(v) >= 4)
@@ -147,13 +239,16 @@ def target(path: RemotePath) -> Target:
         options = {**profile.options, **options}
         where = "/".join(part for part in (profile.base, path.key) if part).rstrip("/")
         scheme = "s3"
-    elif path.scheme == "s3":
-        where, scheme = f"{path.netloc}/{path.key}".rstrip("/"), "s3"
+    elif path.scheme in ("s3", "az", "gs"):
+        where, scheme = f"{path.netloc}/{path.key}".rstrip("/"), path.scheme
     else:
         where, scheme = path.url, "http"
     env = tuple(os.environ.get(k) for k in _ENV)  # a changed environment gets a new client
     key = (scheme, _freeze(options), env)
     fs = _clients.get(key)
     if fs is None:
-        fs = _clients[key] = _s3_client(options) if scheme == "s3" else _http_client(options)
+        fs = _clients[key] = _OPEN[scheme](options)
     return Target(fs, where, _secrets(options))
+
+
+_OPEN = {"s3": _s3_client, "az": _az_client, "gs": _gs_client, "http": _http_client}

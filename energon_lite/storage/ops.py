@@ -13,7 +13,8 @@ Shard bytes are not read here but through ``ranged.ShardFile`` (windows with rea
 which calls ``read_range``: one ranged GET, bounded in total time (``request_timeout()``, not
 only per socket read, so a server trickling bytes cannot stall a worker) and, given the
 object's ``version`` (its ETag, else its Last-Modified: see ``version``), conditional on it:
-S3 gets ``IfMatch``, HTTP ``If-Match`` (or ``If-Unmodified-Since``), and the version the
+S3 gets ``IfMatch``, Azure ``If-Match``, GCS ``ifGenerationMatch``, HTTP ``If-Match`` (or
+``If-Unmodified-Since``), and the version the
 answer carries is compared too, so an object replaced by one of the same size is refused
 with ``ObjectChangedError`` naming it, never served through the old index.
 """
@@ -107,7 +108,16 @@ def is_dir(path: StoragePath) -> bool:
     t = target(path)
     if path.scheme in ("http", "https"):
         return True  # no listing over plain HTTP: a folder is whatever the server serves
+    if "/" not in t.path.strip("/"):  # a bucket: a folder while it holds an object, as in MSC
+        return bool(retry.call(lambda: _holds_objects(t.fs, t.path), "list", str(path), t.secrets))
     return bool(retry.call(lambda: t.fs.isdir(t.path), "list", str(path), t.secrets))
+
+
+def _holds_objects(fs: Any, bucket: str) -> bool:
+    try:
+        return bool(fs.ls(bucket, detail=False, refresh=True))
+    except FileNotFoundError:
+        return False
 
 
 def read_bytes(path: StoragePath) -> bytes:
@@ -153,10 +163,13 @@ def read_range(path: RemotePath, start: int, end: int, version: str = "") -> byt
 
 
 def version(path: RemotePath) -> str:
-    """What names the content of a remote object now: ``"etag:<ETag>"``, else
+    """What names the content of a remote object now: ``"generation:<n>"`` on GCS, else
+    ``"etag:<ETag>"``, else
     ``"last-modified:<date>"`` (an HTTP server without ETags), else ``""`` (nothing to check)."""
     _, _ = stat(path)  # fills the listing entry
     info = _listings[path.parent].get(path.name) or {}
+    if path.scheme == "gs" and info.get("generation"):
+        return f"generation:{info['generation']}"  # GCS's own content version
     tag = info.get("ETag") or info.get("etag")
     if tag:
         return f"etag:{tag}"
@@ -179,7 +192,7 @@ def _bounded_get(path: RemotePath, t: Any, start: int, end: int, expected: str) 
         return bytes(t.fs.cat_file(t.path, start=start, end=end))
     from fsspec.asyn import sync
 
-    get = _s3_get if path.scheme in ("s3", "msc") else _http_get
+    get = _GETS.get(path.scheme, _http_get)
     timeout = request_timeout()
 
     async def bounded() -> tuple[bytes, str] | None:
@@ -245,6 +258,51 @@ async def _http_get(t: Any, start: int, end: int, expected: str) -> tuple[bytes,
         elif expected.startswith("last-modified:") and response.headers.get("Last-Modified"):
             seen = f"last-modified:{response.headers['Last-Modified']}"
     return data, seen
+
+
+async def _az_get(t: Any, start: int, end: int, expected: str) -> tuple[bytes, str]:
+    container, _, blob = t.path.partition("/")
+    kwargs: dict[str, Any] = {}
+    if expected.startswith("etag:"):
+        from azure.core import MatchConditions
+
+        kwargs = {"etag": expected[5:], "match_condition": MatchConditions.IfNotModified}
+    async with t.fs.service_client.get_blob_client(container=container, blob=blob) as client:
+        stream = await client.download_blob(
+            offset=start, length=end - start, max_concurrency=1, **kwargs
+        )
+        data = await stream.readall()
+    tag = str(stream.properties.etag or "")
+    if not (tag and expected.startswith("etag:")):
+        return data, ""
+    same = tag.strip('"') == expected[5:].strip('"')  # the SDK and the listing quote alike
+    return data, expected if same else f"etag:{tag}"
+
+
+async def _gs_get(t: Any, start: int, end: int, expected: str) -> tuple[bytes, str]:
+    bucket, key, _ = t.fs.split_path(t.path)
+    params: dict[str, Any] = {"alt": "media"}
+    if expected.startswith("generation:"):
+        params["ifGenerationMatch"] = expected[11:]
+    await t.fs._set_session()
+    url = t.fs._format_path("b/{}/o/{}", (bucket, key))
+    headers = t.fs._get_headers({"Range": f"bytes={start}-{end - 1}"})
+    async with t.fs.session.get(url, params=t.fs._get_params(params), headers=headers) as response:
+        if response.status == 412:
+            raise retry.PreconditionFailed(
+                f"HTTP 412 for generation {params.get('ifGenerationMatch')}"
+            )
+        if response.status == 404:
+            raise FileNotFoundError(errno.ENOENT, "not found", t.path)
+        response.raise_for_status()
+        data = await response.read()
+        if response.status == 200:  # the whole object came
+            data = data[start:end]
+        seen = response.headers.get("X-Goog-Generation")
+    return data, f"generation:{seen}" if seen and expected.startswith("generation:") else ""
+
+
+_GETS = {"s3": _s3_get, "msc": _s3_get, "az": _az_get, "gs": _gs_get}
 
 
 def size(path: StoragePath) -> int:

@@ -1,4 +1,5 @@
-"""``RemotePath``: a pathlib-like name for an object under ``s3://``, ``msc://`` or ``http(s)://``.
+"""``RemotePath``: a pathlib-like name for an object under ``s3://``, ``az://``, ``gs://``,
+``msc://`` or ``http(s)://``.
 
 Local paths stay ``pathlib.Path``; ``as_path`` turns a string or path-like into one of the
 two. A ``RemotePath`` supports what the dataset code uses of ``pathlib.Path``: ``/``,
@@ -22,8 +23,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from energon_lite.errors import ConfigError
+from energon_lite.storage.dss import dss_target, is_dss
 
-SCHEMES = ("s3", "msc", "http", "https")
+SCHEMES = ("s3", "az", "gs", "msc", "http", "https")
 
 
 def is_url(value: object) -> bool:
@@ -47,7 +49,8 @@ class RemotePath:
         if scheme not in SCHEMES or not parts.hostname:
             raise ConfigError(
                 f"{redact_url(url)!r} is not a remote path; allowed: s3://bucket/prefix, "
-                "msc://profile/prefix, http(s)://host/path"
+                "az://container/prefix, gs://bucket/prefix, msc://profile/prefix, "
+                "http(s)://host/path"
             )
         self.scheme = scheme
         host = parts.hostname if scheme in ("http", "https") else parts.netloc.rpartition("@")[2]
@@ -176,6 +179,8 @@ def as_path(
         if storage_options:
             return RemotePath(value.url, {**value.storage_options, **storage_options})
         return value
+    if isinstance(value, str) and is_dss(value):  # the dataset service's local cache
+        value = dss_target(value)
     if isinstance(value, str) and is_url(value):
         return RemotePath(value, storage_options)
     return Path(value)

@@ -25,11 +25,13 @@ rest of that pass (until a read goes back to an earlier offset) reads ranged win
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any, BinaryIO
 
 from energon_lite.errors import DatasetFormatError
 from energon_lite.storage import ops, prefetch
@@ -192,3 +194,49 @@ def _take_pending(path: RemotePath, offset: int, size: int) -> tuple[int, bytes]
         if offset + size <= start + len(data):
             return start, data
     return None
+
+
+class RangedFile(io.RawIOBase):
+    """A read-only, seekable file over a remote object: each ``read`` is a ``pread`` served
+    from the windows above (one ranged GET per window, read-ahead on sequential reads), every
+    GET pinned to the object's version at open. For libraries that take a file object
+    (h5py, PIL, av): ``h5py.File(RangedFile(path), "r")`` reads an HDF5 file by ranges."""
+
+    def __init__(self, path: RemotePath, version: str | None = None) -> None:
+        super().__init__()
+        self._shard = ShardFile(path, ops.version(path) if version is None else version)
+        self.name = str(path)
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._shard.size}[whence]
+        if base + offset < 0:
+            raise ValueError(f"{self.name}: negative seek position {base + offset}")
+        self._pos = base + offset
+        return self._pos
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        size = min(len(view), max(0, self._shard.size - self._pos))
+        if size == 0:
+            return 0
+        data = self._shard.pread(size, self._pos)
+        view[: len(data)] = data
+        self._pos += len(data)
+        return len(data)
+
+
+def open_binary(path: StoragePath) -> BinaryIO:
+    """A seekable binary file object for ``path``: the file itself, or a ``RangedFile``."""
+    if isinstance(path, Path):
+        return open(path, "rb")
+    return RangedFile(path)  # type: ignore[return-value]

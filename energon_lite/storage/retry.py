@@ -104,6 +104,8 @@ def precondition_failed(exc: BaseException) -> bool:
                 return True
         if getattr(item, "status", None) == 412 and not isinstance(item, OSError):
             return True
+        if getattr(item, "status_code", None) == 412:  # azure.core's HttpResponseError
+            return True
     return False
 
 
@@ -126,6 +128,13 @@ def classify(exc: BaseException) -> str:
                 return "missing"
             if http_status >= 500 or http_status == 429:
                 return "transient"
+        # azure.core's HttpResponseError (status_code), gcsfs's HttpError (code)
+        for value in (getattr(item, "status_code", None), getattr(item, "code", None)):
+            if isinstance(value, int) and not isinstance(item, OSError):
+                if value == 404:
+                    return "missing"
+                if value >= 500 or value in (408, 429):
+                    return "transient"
         if isinstance(item, PermissionError):
             return "permanent"
         if isinstance(item, (TimeoutError, ConnectionError)):
@@ -137,7 +146,9 @@ def classify(exc: BaseException) -> str:
                     "ConnectionClosedError", "HTTPClientError", "IncompleteRead",
                     "ResponseParserError", "ClientPayloadError", "ServerDisconnectedError",
                     "ClientConnectorError", "ClientOSError", "ServerTimeoutError",
-                    "FSTimeoutError", "ContentLengthError"):  # fmt: skip
+                    "FSTimeoutError", "ContentLengthError", "ServiceRequestError",
+                    "ServiceResponseError", "ServiceRequestTimeoutError",
+                    "ServiceResponseTimeoutError", "IncompleteReadError"):  # fmt: skip
             return "transient"
     return "permanent"
 

@@ -1,7 +1,8 @@
 """``TaskEncoder``: the user's hooks into the pipeline, in the order they run.
 
 1. ``cook_crude_sample(sample)`` (crude datasets only; default: the first matching ``cookers`` entry)
-2. ``encode_sample(sample) -> encoded`` *or* ``preencode_sample(sample)`` when packing
+2. ``encode_sample(sample) -> encoded`` *or* ``preencode_sample(sample)`` when packing;
+   then ``sample_cost(encoded) -> float`` for a blend weighted by ``tokens``
 3. ``select_samples_to_pack(samples) -> list[list]`` (with ``packing_buffer_size``)
 4. ``postencode_sample(sample)`` on each selected sample
 5. ``pack_selected_samples(samples) -> packed`` per group
@@ -21,7 +22,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import random
-from collections.abc import Callable, Sequence
+import types
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Generic, TypeVar
 
 import numpy as np
@@ -80,18 +82,46 @@ def _with_restored_seeds(f: Callable) -> Callable:
         if key is None:
             key = self._rng_key
         seed = derive_seed(self._rng_seed, "restore_seeds", f.__qualname__, key)
-        saved = random.getstate(), np.random.get_state(), torch.random.get_rng_state()
+        saved = _global_rng_state()
         random.seed(seed)
         np.random.seed(seed & 0xFFFF_FFFF)
         torch.manual_seed(seed & 0x7FFF_FFFF_FFFF_FFFF)
         try:
-            return f(self, *args, **kwargs)
+            out = f(self, *args, **kwargs)
+            if isinstance(out, types.GeneratorType):  # its body runs later, one output at a time
+                return _seeded_outputs(out, _global_rng_state())
+            return out
         finally:
-            random.setstate(saved[0])
-            np.random.set_state(saved[1])
-            torch.random.set_rng_state(saved[2])
+            _set_global_rng_state(saved)
 
     return seeded
+
+
+def _global_rng_state() -> tuple[Any, Any, Any]:
+    return random.getstate(), np.random.get_state(), torch.random.get_rng_state()
+
+
+def _set_global_rng_state(state: tuple[Any, Any, Any]) -> None:
+    random.setstate(state[0])
+    np.random.set_state(state[1])
+    torch.random.set_rng_state(state[2])
+
+
+def _seeded_outputs(outputs: Iterator[Any], inner: tuple[Any, Any, Any]) -> Iterator[Any]:
+    """A generator hook's outputs, each made with the generators seeded for its input and
+    carried on from the previous output (so output ``n`` is the same after a restore), the
+    caller's generators untouched in between."""
+    while True:
+        outer = _global_rng_state()
+        _set_global_rng_state(inner)
+        try:
+            item = next(outputs)
+        except StopIteration:
+            return
+        finally:
+            inner = _global_rng_state()
+            _set_global_rng_state(outer)
+        yield item
 
 
 class TaskEncoder(Generic[T_sample, T_encoded_sample, T_raw_batch, T_batch]):
@@ -149,6 +179,21 @@ class TaskEncoder(Generic[T_sample, T_encoded_sample, T_raw_batch, T_batch]):
 
     def preencode_sample(self, sample: T_sample) -> Any:
         return sample
+
+    def sample_cost(self, sample: Any) -> float:
+        """What a sample costs for a blend with ``weight_unit: tokens`` (runs after
+        ``encode_sample`` / ``preencode_sample``). Default: its length in tokens, the length
+        a packer packs: ``len()`` of its ``tokens``, ``input_ids`` or ``text`` field (the
+        first it has). Override for another measure (pixels, seconds of audio ...)."""
+        for name in ("tokens", "input_ids", "text"):
+            value = sample.get(name) if isinstance(sample, dict) else getattr(sample, name, None)
+            if value is not None and hasattr(value, "__len__"):
+                return float(len(value))
+        raise ConfigError(
+            f"{type(self).__name__}.sample_cost: a {type(sample).__name__} has no tokens, "
+            "input_ids or text field to measure; override sample_cost(sample) -> float for "
+            "weight_unit: tokens"
+        )
 
     # 3-5
     def select_samples_to_pack(self, samples: list[Any]) -> list[list[Any]]:

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from tqdm import tqdm
 
 from energon_lite.flavors.episodes.index import load_episode_index
 from energon_lite.flavors.episodes.reader import EpisodeReader
+from energon_lite.storage import as_path
 
 
 def episodes_info(root: str | os.PathLike[str]) -> list[str]:
-    index = load_episode_index(Path(root))
+    index = load_episode_index(as_path(root))
     cameras = sorted({c for e in range(len(index)) for c in index.cameras_of(e)})
     lines = [
         f"robot episodes {root}",
@@ -31,7 +31,7 @@ def episodes_info(root: str | os.PathLike[str]) -> list[str]:
 def episodes_preview(root: str | os.PathLike[str], split_part: str = "", num: int = 5) -> list[str]:
     """One line per episode, then its arrays and the first frame of each camera (episodes
     have no splits: ``split_part`` is ignored)."""
-    index = load_episode_index(Path(root))
+    index = load_episode_index(as_path(root))
     reader = EpisodeReader(index)
     lines = []
     try:
@@ -51,7 +51,7 @@ def episodes_preview(root: str | os.PathLike[str], split_part: str = "", num: in
 
 def episodes_lint(root: str | os.PathLike[str], progress: bool = True) -> list[str]:
     """Read every episode's arrays and decode every frame of every camera."""
-    index = load_episode_index(Path(root))
+    index = load_episode_index(as_path(root))
     reader = EpisodeReader(index, max_open_files=1, cache_episodes=1)
     problems = [f"skipped at prepare: {path}: {why}" for path, why in index.skipped]
     bar = tqdm(total=index.total_frames, desc="lint episodes", unit="frame", disable=not progress)

@@ -19,8 +19,11 @@ Memory: a few integers per episode, shared by every worker.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import logging
+import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +32,8 @@ import numpy as np
 from tqdm import tqdm
 
 from energon_lite.errors import ConfigError, DatasetFormatError, FailureTracker, missing_extra
+from energon_lite.storage import RemotePath, StoragePath, as_path, open_binary
+from energon_lite.storage.ops import list_files, read_range_all, write_atomic
 
 logger = logging.getLogger("energon_lite")
 
@@ -46,7 +51,7 @@ _SEP = "\n"
 class EpisodeIndex:
     """Paths, lengths and labels of the usable episodes of one folder."""
 
-    root: Path
+    root: StoragePath  # a local folder, or a prefix in object storage
     paths: np.ndarray  # relative paths (unicode array)
     lengths: np.ndarray  # int64 (E,)
     labels: np.ndarray  # bool (E,): success
@@ -75,7 +80,7 @@ class EpisodeIndex:
     def starts(self) -> np.ndarray:
         return self.cum_lengths - self.lengths
 
-    def path(self, episode: int) -> Path:
+    def path(self, episode: int) -> StoragePath:
         return self.root / str(self.paths[episode])
 
     def frame_shape(self, episode: int, key: str) -> tuple[int, ...] | None:
@@ -136,31 +141,32 @@ class EpisodeIndex:
             raise DatasetFormatError(f"no episode under {self.root} has cameras {camera_names}")
         return self if keep.all() else self.subset(keep)
 
-    def save(self) -> Path:
+    def save(self) -> StoragePath:
         out = self.root / INDEX_PATH
-        out.parent.mkdir(parents=True, exist_ok=True)
         skipped = np.array([f"{p}{_SEP}{why}" for p, why in self.skipped], dtype=str)
         extra: dict[str, Any] = {}
         if self.frame_shapes is not None:
             extra["frame_shapes"] = self.frame_shapes
-        with open(out, "wb") as f:
-            np.savez(
-                f, version=FORMAT_VERSION, paths=self.paths, lengths=self.lengths,
+        buffer = io.BytesIO()
+        np.savez(
+                buffer, version=FORMAT_VERSION, paths=self.paths, lengths=self.lengths,
                 labels=self.labels, cameras=self.cameras, depth_cameras=self.depth_cameras,
                 has_reward=self.has_reward, dims=np.array([self.qpos_dim, self.action_dim]),
                 skipped=skipped, **extra,
             )  # fmt: skip
+        write_atomic(out, buffer.getvalue())  # temp file + rename, or one PUT
         return out
 
 
-def load_episode_index(folder: str | Path) -> EpisodeIndex:
-    """Read the index ``prepare_episodes`` wrote under ``folder``."""
-    root = Path(folder)
+def load_episode_index(folder: str | os.PathLike[str] | RemotePath) -> EpisodeIndex:
+    """Read the index ``prepare_episodes`` wrote under ``folder`` (local or remote)."""
+    root = as_path(folder)
     path = root / INDEX_PATH
     if not path.is_file():
         raise DatasetFormatError(f"{path} not found; run `energon-lite prepare {root}` first")
     try:
-        with np.load(path, allow_pickle=False) as z:
+        source = path if isinstance(path, Path) else io.BytesIO(read_range_all(path))
+        with np.load(source, allow_pickle=False) as z:
             if int(z["version"]) != FORMAT_VERSION:
                 raise DatasetFormatError(f"{path}: index version {int(z['version'])} unknown")
             skipped = tuple(tuple(s.split(_SEP, 1)) for s in z["skipped"].tolist())
@@ -191,7 +197,7 @@ def frame_pixels(key: str, shape: tuple[int, ...]) -> int:
     return 0
 
 
-def check_frame_budget(path: Path, key: str, shape: tuple[int, ...], budget: int) -> None:
+def check_frame_budget(path: StoragePath, key: str, shape: tuple[int, ...], budget: int) -> None:
     pixels = frame_pixels(key, shape)
     if pixels > budget:
         raise DatasetFormatError(
@@ -201,10 +207,10 @@ def check_frame_budget(path: Path, key: str, shape: tuple[int, ...], budget: int
 
 
 def _scan_one(
-    path: Path, max_frame_pixels: int = MAX_FRAME_PIXELS
+    path: StoragePath, max_frame_pixels: int = MAX_FRAME_PIXELS
 ) -> tuple[int, bool, list[str], list[str], bool, int, int, str]:
     h5py = import_h5py()
-    with h5py.File(path, "r") as f:
+    with open_binary(path) as raw, h5py.File(raw, "r") as f:  # remote: ranged reads
         for key in ("observations/qpos", "action"):
             if key not in f:
                 raise DatasetFormatError(f"{path}: no dataset /{key}")
@@ -246,17 +252,23 @@ def _scan_one(
 
 
 def scan_episodes(
-    folder: str | Path,
+    folder: str | os.PathLike[str] | RemotePath,
     *,
     failure_tolerance: int = 10,
     progress: bool = False,
     max_frame_pixels: int = MAX_FRAME_PIXELS,
 ) -> EpisodeIndex:
-    """Open every episode under ``folder`` once and build the index (not written)."""
-    root = Path(folder)
+    """Open every episode under ``folder`` once and build the index (not written); a remote
+    folder's episodes are read by ranges (their headers and first/last rows, not whole)."""
+    root = as_path(folder)
     if not root.is_dir():
         raise ConfigError(f"dataset_dir={str(root)!r} is not a directory")
-    files = sorted(p for ext in ("*.hdf5", "*.h5") for p in root.rglob(ext))
+    files: Sequence[StoragePath]
+    if isinstance(root, Path):
+        files = sorted(p for ext in ("*.hdf5", "*.h5") for p in root.rglob(ext))
+    else:  # one listing of the prefix
+        names = sorted(n for ext in (".hdf5", ".h5") for n in list_files(root, ext))
+        files = [root / n for n in names if not n.startswith(".nv-meta/")]
     import_h5py()  # before the progress bar: a missing extra is one clear line
     tracker = FailureTracker(failure_tolerance)
     rows, skipped, dims = [], [], None
@@ -268,12 +280,12 @@ def scan_episodes(
                     f"{path}: qpos/action dims {row[5:7]} differ from the first episode's {dims}"
                 )
         except (OSError, DatasetFormatError) as exc:
-            skipped.append((str(path.relative_to(root)), f"{type(exc).__name__}: {exc}"))
+            skipped.append((_relative(path, root), f"{type(exc).__name__}: {exc}"))
             tracker.failed("episode scan", {"file": str(path)}, exc)
             continue
         tracker.ok()
         dims = dims or row[5:7]
-        rows.append((str(path.relative_to(root)), *row))
+        rows.append((_relative(path, root), *row))
     if not rows or dims is None:
         raise DatasetFormatError(f"no usable HDF5 episode (*.hdf5, *.h5) under {root}")
     cols = list(zip(*rows))
@@ -285,13 +297,17 @@ def scan_episodes(
     )  # fmt: skip
 
 
+def _relative(path: StoragePath, root: StoragePath) -> str:
+    return str(path.relative_to(root))  # type: ignore[arg-type]
+
+
 def prepare_episodes(
-    folder: str | Path,
+    folder: str | os.PathLike[str] | RemotePath,
     *,
     failure_tolerance: int = 10,
     progress: bool = True,
     max_frame_pixels: int = MAX_FRAME_PIXELS,
-) -> Path:
+) -> StoragePath:
     """Scan the episodes under ``folder`` and write the index; returns its path."""
     return scan_episodes(
         folder,
@@ -301,12 +317,12 @@ def prepare_episodes(
     ).save()
 
 
-def open_episode_index(folder: str | Path) -> EpisodeIndex:
+def open_episode_index(folder: str | os.PathLike[str] | RemotePath) -> EpisodeIndex:
     """The prepared index of ``folder``, or a fresh scan (saved when the folder is writable)."""
     try:
         return load_episode_index(folder)
     except DatasetFormatError:
-        if (Path(folder) / INDEX_PATH).is_file():
+        if (as_path(folder) / INDEX_PATH).is_file():
             raise
     index = scan_episodes(folder)
     try:

@@ -29,7 +29,6 @@ This class is not resumable mid-epoch (its draws come from torch's global genera
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -40,6 +39,7 @@ from energon_lite.errors import ConfigError, FailureTracker
 from energon_lite.flavors.episodes.index import open_episode_index
 from energon_lite.flavors.episodes.pool import choose_pool, pool_stats
 from energon_lite.flavors.episodes.transitions import TransitionBuilder
+from energon_lite.storage import as_path
 
 DATASET_TYPES = ("train", "val", "test")
 
@@ -74,7 +74,7 @@ class QCSimpleDatasetV3(Dataset):
         if not 0 <= rank < world_size:
             raise ConfigError(f"{rank=} must be in [0, {world_size=})")
         self.builder = TransitionBuilder(
-            open_episode_index(Path(dataset_dir)), camera_names, norm_stats, chunk_size,
+            open_episode_index(as_path(dataset_dir)), camera_names, norm_stats, chunk_size,
             discount=discount, include_depth=include_depth, normalize_actions=normalize_actions,
             normalize_images=normalize_images, failure_tolerance=failure_tolerance,
             frame_cache_bytes=frame_cache_bytes, shared_pool=shared_pool,

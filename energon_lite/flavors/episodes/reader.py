@@ -23,6 +23,7 @@ import io
 import os
 from collections import OrderedDict
 from functools import partial
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -35,6 +36,7 @@ from energon_lite.flavors.episodes.index import (
     check_frame_budget,
     import_h5py,
 )
+from energon_lite.storage import RangedFile
 
 
 class LowDim(NamedTuple):
@@ -86,7 +88,7 @@ class EpisodeReader:
             return f
         path = self.index.path(episode)
         try:
-            f = h5py.File(path, "r")
+            f = h5py.File(path if isinstance(path, Path) else RangedFile(path), "r")
         except OSError as exc:
             raise DatasetFormatError(f"{path}: cannot open episode ({exc})") from exc
         self._files[episode] = f

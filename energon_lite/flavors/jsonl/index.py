@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
@@ -35,7 +36,7 @@ import numpy as np
 from tqdm import tqdm
 
 from energon_lite.errors import DatasetFormatError
-from energon_lite.storage import RemotePath, ShardFile, StoragePath, as_path
+from energon_lite.storage import RemotePath, StoragePath
 
 IDX_SUFFIX = ".idx"
 INFO_SUFFIX = ".idx.json"
@@ -46,27 +47,32 @@ _SOLID[[9, 10, 13, 32]] = False
 _WINDOW, _WINDOWS = 4096, 64
 
 
-def sampled_digest(path: str | os.PathLike[str] | ShardFile, size: int) -> str:
-    """A blake2b of ``size`` and of up to 64 evenly spread 4 KiB windows of the file (a
-    remote one is read through its ``ShardFile``: ranged GETs, or the shard cache)."""
+def sampled_digest(
+    path: str | os.PathLike[str], size: int, pread: Callable[[int, int], bytes] | None = None
+) -> str:
+    """A blake2b of ``size`` and of up to 64 evenly spread 4 KiB windows of the file
+    (read with ``pread(size, offset)`` when given: a remote file)."""
     digest = hashlib.blake2b(str(size).encode(), digest_size=16)
-    if isinstance(path, ShardFile):
-        if size <= _WINDOW * _WINDOWS:
-            digest.update(path.pread(size, 0))
-        else:
-            step = (size - _WINDOW) / (_WINDOWS - 1)
-            for i in range(_WINDOWS):
-                digest.update(path.pread(_WINDOW, round(i * step)))
+    if pread is not None:
+        _sample_windows(digest, size, pread)
         return digest.hexdigest()
     with open(path, "rb") as file:
-        if size <= _WINDOW * _WINDOWS:
-            digest.update(file.read(size))
-        else:
-            step = (size - _WINDOW) / (_WINDOWS - 1)
-            for i in range(_WINDOWS):
-                file.seek(round(i * step))
-                digest.update(file.read(_WINDOW))
+
+        def local(length: int, offset: int) -> bytes:
+            file.seek(offset)
+            return file.read(length)
+
+        _sample_windows(digest, size, local)
     return digest.hexdigest()
+
+
+def _sample_windows(digest: Any, size: int, pread: Callable[[int, int], bytes]) -> None:
+    if size <= _WINDOW * _WINDOWS:
+        digest.update(pread(size, 0))
+        return
+    step = (size - _WINDOW) / (_WINDOWS - 1)
+    for i in range(_WINDOWS):
+        digest.update(pread(_WINDOW, round(i * step)))
 
 
 def index_path(path: str | os.PathLike[str]) -> Path:
@@ -75,13 +81,6 @@ def index_path(path: str | os.PathLike[str]) -> Path:
 
 def info_path(path: str | os.PathLike[str]) -> Path:
     return Path(str(path) + INFO_SUFFIX)
-
-
-def beside(path: StoragePath, suffix: str) -> StoragePath:
-    """``path`` + ``suffix`` (``IDX_SUFFIX``, ``INFO_SUFFIX``), local or remote."""
-    if isinstance(path, RemotePath):
-        return path.with_name(path.name + suffix)
-    return Path(str(path) + suffix)
 
 
 @dataclass
@@ -97,8 +96,7 @@ class LineIndexInfo:
 
 
 def guess_format(path: str | os.PathLike[str] | RemotePath) -> str:
-    suffix = path.suffix if isinstance(path, RemotePath) else Path(path).suffix
-    return "jsonl" if suffix in (".jsonl", ".json", ".ndjson") else "text"
+    return "jsonl" if Path(str(path)).suffix in (".jsonl", ".json", ".ndjson") else "text"
 
 
 def prepare_lines(
@@ -184,9 +182,16 @@ def write_info(info: LineIndexInfo) -> None:
     os.replace(tmp, target)
 
 
-def read_info(path: str | os.PathLike[str] | RemotePath) -> dict[str, Any]:
+def sidecar(path: StoragePath, suffix: str) -> StoragePath:
+    """``path`` with ``suffix`` appended to its name (a local path or a remote URL)."""
+    if isinstance(path, RemotePath):
+        return path.with_name(path.name + suffix)
+    return Path(str(path) + suffix)
+
+
+def read_info(path: StoragePath) -> dict[str, Any]:
     """The ``.idx.json`` of a line file, or the defaults of an Energon-written index."""
-    side = beside(as_path(path), INFO_SUFFIX)
+    side = sidecar(path, INFO_SUFFIX)
     if not side.is_file():
         return {"format": guess_format(path), "media_root": None}
     try:

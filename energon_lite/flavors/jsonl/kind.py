@@ -10,9 +10,10 @@ from energon_lite.flavors.jsonl.index import prepare_lines
 from energon_lite.flavors.jsonl.source import LINE_SUFFIXES, JsonlSource, is_line_file
 from energon_lite.sources.base import Source
 from energon_lite.sources.kinds import DatasetKind, register_kind
+from energon_lite.storage import StoragePath
 
 
-def _open(path: Path, split_part: str, **options: Any) -> Source:
+def _open(path: StoragePath, split_part: str, **options: Any) -> Source:
     return JsonlSource(path, split_part, **options)
 
 
@@ -37,6 +38,6 @@ KIND = register_kind(
         open=_open,
         prepare=_prepare,
         suffixes=LINE_SUFFIXES,
-        remote=True,  # a prepared file and its .idx in a bucket (read, not prepared, there)
+        remote=True,  # read through ranged GETs, as Energon reads msc:// line files
     )
 )

@@ -7,11 +7,6 @@ even without ``max_samples_per_sequence``), ``read``/``read_range``, ``fingerpri
 parts ``{"json": bytes}`` for JSONL (decoded to a dict like any ``.json`` part) or
 ``{"path": str, "label": int | str | None}`` for a text list.
 
-On remote storage (``s3://``, ``msc://`` ... ``/file.jsonl`` beside its ``.idx``) the index is
-fetched once into the local index cache (named by URL and ETag) and the lines are read with
-ranged GETs through ``ShardFile`` (retried, conditional on the versions pinned at open, and
-through the node-local shard cache when one is on), so the same state resumes on either copy.
-
 Memory: opening reads two small files (the ``.idx.json`` and the index's last entry): a
 10M-line file opens in milliseconds. Reading takes the offsets of a chunk with one
 ``pread`` of the index and the lines with one ``pread`` of the file, so a worker holds no
@@ -29,7 +24,13 @@ import numpy as np
 
 from energon_lite.cache.file_store import FileStore, SystemFileStore
 from energon_lite.errors import DatasetFormatError
-from energon_lite.flavors.jsonl.index import IDX_SUFFIX, beside, read_info, sampled_digest
+from energon_lite.flavors.jsonl.index import (
+    IDX_SUFFIX,
+    index_path,
+    read_info,
+    sampled_digest,
+    sidecar,
+)
 from energon_lite.samples.types import SourceInfo
 from energon_lite.shards.dataset import _resolve_bound
 from energon_lite.storage import RemotePath, ShardFile, StoragePath, as_path, ops
@@ -51,37 +52,23 @@ class JsonlSource:
         subset: tuple[int | str, int | str] | None = None,
     ) -> None:
         del split_config, dataset_config  # a line file has no .nv-meta
-        self.root: StoragePath = as_path(root)
+        self.root: StoragePath = as_path(root)  # a local file, or s3:// / msc:// / http(s)://
         self.split_part = split_part
         self.config: dict[str, Any] = dict(CRUDE_CONFIG)
-        self._versions = ("", "")
-        if isinstance(self.root, RemotePath):
-            ops.forget(self.root)  # sizes and versions as they are now
         info = read_info(self.root)
         self.format: str = info["format"]
         media = info.get("media_root")
-        if media is not None and isinstance(self.root, RemotePath):
-            raise DatasetFormatError(
-                f"{self.root}: prepared with a media root ({media!r}), which is a local "
-                "folder; read this meta list from local disk"
-            )
-        self.media_root = None
-        if media is not None and isinstance(self.root, Path):
-            self.media_root = (self.root.parent / media).resolve()
+        self.media_root = None if media is None else (self.root.parent / media).resolve()
         self.shard_names = [self.root.name]
+        self._pid = os.getpid()
+        self._files_open: tuple[ShardFile, ShardFile] | None = None
         self.count, self.size = self._check_index()
-        if isinstance(self.root, RemotePath):
-            idx = beside(self.root, IDX_SUFFIX)
-            assert isinstance(idx, RemotePath)
-            self._versions = (ops.version(self.root), ops.version(idx))
         recorded = info.get("sampled_blake2b")
         if recorded is not None and self._digest() != recorded:
             raise DatasetFormatError(
                 f"{self.root}: content changed since it was prepared (same size, "
                 f"{self.size} bytes, different bytes); re-run `energon-lite prepare {self.root}`"
             )
-        self._pid = os.getpid()
-        self._fds: tuple[ShardFile, ShardFile] | None = None
         runs = max(1, min(VIRTUAL_RUNS, self.count))
         bounds = np.linspace(0, self.count, runs + 1).round().astype(np.int64)
         self.run_start, self.run_end = bounds[:-1], bounds[1:]
@@ -94,31 +81,21 @@ class JsonlSource:
     def _digest(self) -> str:
         if isinstance(self.root, Path):
             return sampled_digest(self.root, self.size)
-        file = ShardFile(self.root, self._versions[0])  # the shard cache's entry, when on
-        try:
-            return sampled_digest(file, self.size)
-        finally:
-            file.close()
+        lines = self._files()[0]
+        return sampled_digest(str(self.root), self.size, lines.pread)
 
     def _check_index(self) -> tuple[int, int]:
-        idx = beside(self.root, IDX_SUFFIX)
-        try:
-            size, nbytes = ops.size(self.root), ops.size(idx)
-        except FileNotFoundError as exc:
-            raise DatasetFormatError(
-                f"{exc.filename}: not found; run `energon-lite prepare {self.root}`"
-            ) from None
-        except DatasetFormatError as exc:  # a remote object that is not there
-            raise DatasetFormatError(f"{exc}; run `energon-lite prepare` on a local copy") from None
+        idx = sidecar(self.root, IDX_SUFFIX)
+        for path in (self.root, idx):
+            if not path.is_file():
+                raise DatasetFormatError(
+                    f"{path}: not found; run `energon-lite prepare {self.root}`"
+                )
+        lines, index = self._files()
+        size, nbytes = lines.size, index.size
         if nbytes % 8 or nbytes < 16:
             raise DatasetFormatError(f"{idx}: {nbytes} bytes is not a line index; re-run prepare")
-        if isinstance(idx, RemotePath):
-            tail = ops.read_range(idx, nbytes - 8, nbytes)
-        else:
-            with open(idx, "rb") as file:
-                file.seek(nbytes - 8)
-                tail = file.read(8)
-        last = int(np.frombuffer(tail, dtype="<u8")[0])
+        last = int(np.frombuffer(index.pread(8, nbytes - 8), dtype="<u8")[0])
         if last != size:
             raise DatasetFormatError(
                 f"{idx}: indexes {last} bytes but {self.root} has {size}: the file changed "
@@ -157,15 +134,14 @@ class JsonlSource:
     # I/O ------------------------------------------------------------------------------
 
     def _files(self) -> tuple[ShardFile, ShardFile]:
-        """The file and its index, opened in this process (a remote index: a local copy)."""
-        if self._fds is None or os.getpid() != self._pid:  # never share offsets after fork
+        """The line file and its index, opened per process (never share them after fork)."""
+        if self._files_open is None or os.getpid() != self._pid:
             self._pid = os.getpid()
-            idx = beside(self.root, IDX_SUFFIX)
-            self._fds = (
-                ShardFile(self.root, self._versions[0]),
-                ShardFile(ops.local_copy(idx)),
+            self._files_open = (
+                ShardFile(self.root, _version(self.root)),
+                ShardFile(sidecar(self.root, IDX_SUFFIX), _version(sidecar(self.root, IDX_SUFFIX))),
             )
-        return self._fds
+        return self._files_open
 
     def offsets(self, start: int, end: int) -> np.ndarray:
         """Byte offsets of lines ``[start, end]`` (``end - start + 1`` entries)."""
@@ -216,26 +192,31 @@ class JsonlSource:
         return {"media": SystemFileStore(self.media_root)}
 
     def close(self) -> None:
-        if self._fds is not None and os.getpid() == self._pid:
-            for file in self._fds:
+        if self._files_open is not None and os.getpid() == self._pid:
+            for file in self._files_open:
                 file.close()
-        self._fds = None
+        self._files_open = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_fds"] = None
+        state["_files_open"] = None
         return state
+
+
+def _version(path: StoragePath) -> str:
+    """A remote line file's version (ETag), so that every read sees the same object."""
+    return ops.version(path) if isinstance(path, RemotePath) else ""
 
 
 LINE_SUFFIXES = (".jsonl", ".ndjson", ".txt", ".lst", ".list", ".meta")
 
 
-def is_line_file(path: StoragePath) -> bool:
+def is_line_file(path: Path) -> bool:
     """A file named like a JSONL or meta list, or any file prepared as a line index."""
-    path = as_path(path)
+    path = Path(path)
     if not path.is_file() or path.suffix in (".yaml", ".yml", ".csv", ".tar"):
         return False
-    return path.suffix in LINE_SUFFIXES or beside(path, IDX_SUFFIX).is_file()
+    return path.suffix in LINE_SUFFIXES or index_path(path).is_file()
 
 
 def parse_text_line(line: bytes) -> dict[str, Any]:

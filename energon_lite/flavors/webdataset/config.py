@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from energon_lite.cache.media_metadata import DB_NAME
+from energon_lite.media_records.table import DB_NAME
 from energon_lite.shards.meta import INFO_JSON, INFO_YAML, META_DIR
 
 #: a tar member name split into sample key and extension (``folder/key.ext``)

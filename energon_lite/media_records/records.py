@@ -1,5 +1,10 @@
-"""Media metadata types (Energon's ``megatron.energon.media``): what a video/audio file or an
-image holds, as plain dataclasses that serialise to a (type, JSON) pair."""
+"""Media metadata types (Energon's ``megatron.energon.media.metadata``): what a video/audio
+file or an image holds, as plain dataclasses that serialise to a (type, JSON) pair.
+
+Defined here, below both the decoder (``energon_lite.av``, which returns them) and
+``energon_lite.media`` (whose extractor uses the decoder), and needing neither PyAV nor
+PIL; ``energon_lite.media``, ``energon_lite.media.metadata`` and ``energon_lite.av``
+re-export them."""
 
 from __future__ import annotations
 

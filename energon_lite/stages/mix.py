@@ -1,0 +1,148 @@
+"""How a ``WeightedBlend`` picks its sources.
+
+* ``draw(rng, weights)``: one source drawn by weight (one draw of a ``CounterRng``).
+* ``plan_batch``: a composed batch's sources, planned when the batch starts.
+* ``largest_remainder(n, weights)``: ``n`` slots split in proportion to ``weights``, each
+  source its floor, the leftover slots to the largest remainders (ties: the lower index).
+  A ``stratified`` batch holds exactly these counts.
+* ``deficit_choice(targets, tally)``: ``weight_unit: tokens``. The source whose delivered
+  cost lags its target share the most: ``argmax target_i * total - cost_i``, with the cost of
+  samples drawn but not costed yet (in the buffers before the cost is known) estimated at
+  the source's mean so far. No chance involved, so the delivered shares track the targets
+  within a few samples' cost.
+* ``CostLedger``: the costs the ``Cost`` stage (after ``Encode``) reports, per leaf, for the
+  blend to add to its tally on its next draw. Reports arrive in the order of the stream, so a
+  restored chain sees them at the same draws as the original.
+* ``loader_step(base)``: the training step a worker's blend is drawing for: ``base`` (the
+  steps delivered before an elastic restore) plus the rank's batch index of the batch being
+  filled (the worker's count spread as ``local * workers + worker``, the order in which the
+  loader hands batches out, the same on every rank).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from energon_lite.errors import ConfigError
+from energon_lite.rng import CounterRng
+from energon_lite.task_encoder.hook_index import INDEX
+
+
+def draw(rng: CounterRng, weights: Sequence[float]) -> int:
+    """Index drawn with probability ``weights[i] / sum(weights)`` (one draw of ``rng``)."""
+    target = rng.random() * sum(weights)
+    for index, weight in enumerate(weights):
+        if target < weight:
+            return index
+        target -= weight
+    return max(i for i, w in enumerate(weights) if w > 0)  # float round-off at the top end
+
+
+def largest_remainder(n: int, weights: Sequence[float]) -> list[int]:
+    """``n`` split in proportion to ``weights`` (sum > 0), by largest remainder."""
+    total = sum(weights)
+    exact = [n * w / total for w in weights]
+    counts = [math.floor(x) for x in exact]
+    order = sorted(range(len(weights)), key=lambda i: (-(exact[i] - counts[i]), i))
+    for i in order[: n - sum(counts)]:
+        counts[i] += 1
+    return counts
+
+
+def deficit_choice(targets: Sequence[float], tally: Sequence[list[float]]) -> int:
+    """The live source (target > 0) furthest below its share of the cost so far.
+    ``tally[i] = [drawn, costed, cost]``."""
+    known = [t[2] for t in tally if t[1] > 0]
+    counted = sum(t[1] for t in tally)
+    prior = sum(known) / counted if counted else 1.0
+    estimated = []
+    for drawn, costed, cost in tally:
+        mean = cost / costed if costed else prior
+        estimated.append(cost + (drawn - costed) * mean)
+    total = sum(estimated)
+    weight_sum = sum(targets)
+    best, best_gap = -1, -math.inf
+    for i, target in enumerate(targets):
+        if target <= 0:
+            continue
+        gap = target / weight_sum * total - estimated[i]
+        if gap > best_gap:
+            best, best_gap = i, gap
+    return best
+
+
+COMPOSITIONS = ("random", "stratified", "per_source")
+
+
+def check_options(composition: str, batch_size: int | None, by_cost: bool) -> None:
+    """A weighted blend's composition, batch size and cost steering fit together."""
+    if composition not in COMPOSITIONS:
+        raise ConfigError(f"WeightedBlend: {composition=}; allowed: {list(COMPOSITIONS)}")
+    if composition != "random" and (batch_size is None or batch_size < 1):
+        raise ConfigError(
+            f"batch_composition {composition!r} shapes batches: it needs batch_size >= 1, "
+            f"got {batch_size=}"
+        )
+    if by_cost and composition != "random":
+        raise ConfigError(
+            f"weight_unit: tokens steers every draw by cost; it cannot also make "
+            f"{composition!r} batches (use batch_composition: random with it)"
+        )
+
+
+def plan_batch(rng: CounterRng, composition: str, size: int, live: Sequence[float]) -> list[int]:
+    """The sources of one composed batch, in the order they are drawn (last first):
+    ``stratified``, the largest-remainder counts in an order drawn at random (``size``
+    draws); ``per_source``, one source drawn by weight."""
+    if composition == "per_source":
+        return [draw(rng, live)] * size
+    left = [float(n) for n in largest_remainder(size, live)]
+    order = []
+    for _ in range(size):
+        index = draw(rng, left)
+        left[index] -= 1
+        order.append(index)
+    return order[::-1]
+
+
+class CostLedger:
+    """Costs reported downstream, per leaf, until the blend takes them."""
+
+    __slots__ = ("reports",)
+
+    def __init__(self) -> None:
+        self.reports: list[tuple[int, float]] = []
+
+    def add(self, leaf: int, cost: float) -> None:
+        self.reports.append((leaf, cost))
+
+    def take(self) -> list[tuple[int, float]]:
+        out, self.reports = self.reports, []
+        return out
+
+
+def loader_step(base: int) -> int:
+    """The step of the batch being filled (see the module docstring)."""
+    local = INDEX.batch
+    return base + (0 if local is None else local * INDEX.workers + INDEX.worker)
+
+
+def plain_tally(tally: Any, sources: int, where: str) -> list[list[float]]:
+    """A saved tally checked: one ``[drawn, costed, cost]`` per source."""
+    from energon_lite.errors import StateError
+
+    ok = isinstance(tally, list) and len(tally) == sources
+    ok = ok and all(
+        isinstance(t, list)
+        and len(t) == 3
+        and all(isinstance(x, (int, float)) and not isinstance(x, bool) and x >= 0 for x in t)
+        for t in tally
+    )
+    if not ok:
+        raise StateError(
+            f"{where}: tally {tally!r} is not one [drawn, costed, cost] per source "
+            f"({sources}); the state is corrupt"
+        )
+    return [[int(t[0]), int(t[1]), float(t[2])] for t in tally]

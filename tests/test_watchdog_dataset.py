@@ -1,0 +1,106 @@
+"""``WatchdogDataset`` (Energon's ``megatron.energon.wrappers.watchdog_dataset``): a batch
+that takes longer than the timeout calls ``_watchdog_trigger``, with or without worker
+processes; the stream, its length and its saved states are the wrapped dataset's."""
+
+from __future__ import annotations
+
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from energon_lite import (
+    CaptioningSample,
+    TaskEncoder,
+    WorkerConfig,
+    get_loader,
+    get_savable_loader,
+    get_train_dataset,
+)
+from energon_lite.errors import ConfigError
+from energon_lite.wrappers.watchdog_dataset import WatchdogDataset
+
+
+class SlowOnce(TaskEncoder):
+    """Takes ``seconds`` over the ``at``-th sample it encodes, once."""
+
+    def __init__(self, at: int, seconds: float) -> None:
+        super().__init__()
+        self.at, self.seconds, self.count = at, seconds, 0
+
+    def encode_sample(self, sample: CaptioningSample) -> CaptioningSample:
+        self.count += 1
+        if self.count == self.at:
+            time.sleep(self.seconds)
+        return sample
+
+
+class Recording(WatchdogDataset):
+    triggers = 0
+
+    def _watchdog_trigger(self) -> None:
+        type(self).triggers += 1
+
+
+def _dataset(path: Path, encoder: TaskEncoder, num_workers: int = 0) -> Any:
+    wc = WorkerConfig(rank=0, world_size=1, num_workers=num_workers)
+    return get_train_dataset(
+        path, worker_config=wc, batch_size=2, shuffle_buffer_size=None,
+        max_samples_per_sequence=None, task_encoder=encoder,
+    )  # fmt: skip
+
+
+def _keys(loader: Any, n: int) -> list[list[str]]:
+    return [batch.__key__ for _, batch in zip(range(n), loader)]
+
+
+@pytest.mark.timeout(60)
+def test_a_stalled_batch_triggers_and_a_fast_one_does_not(train_ds: Path) -> None:
+    Recording.triggers = 0
+    slow = _dataset(train_ds, SlowOnce(at=9, seconds=1.5))
+    watched = Recording(slow, slow.worker_config, timeout_seconds=0.4, initial_timeout_seconds=5)
+    _keys(get_loader(watched, watchdog_timeout_seconds=None), 8)
+    assert Recording.triggers == 1  # the one slow sample, once
+
+    Recording.triggers = 0
+    fast = _dataset(train_ds, SlowOnce(at=0, seconds=0))
+    watched = Recording(fast, fast.worker_config, timeout_seconds=0.4, initial_timeout_seconds=5)
+    loader = get_loader(watched, watchdog_timeout_seconds=None)
+    for _, _batch in zip(range(4), loader):
+        time.sleep(0.8)  # a slow training step is no stall of the loader
+    assert Recording.triggers == 0
+
+
+@pytest.mark.timeout(60)
+def test_get_loader_wraps_with_energons_warning(train_ds: Path) -> None:
+    dataset = _dataset(train_ds, SlowOnce(at=3, seconds=1.5))
+    loader = get_loader(dataset, watchdog_timeout_seconds=0.4, watchdog_initial_timeout_seconds=5)
+    assert isinstance(loader.dataset, WatchdogDataset)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _keys(loader, 4)
+    messages = [str(w.message) for w in caught if w.category is RuntimeWarning]
+    assert messages == ["Watchdog triggered. Sample processing took longer than 0.4 seconds."]
+
+
+def test_the_stream_and_states_are_the_wrapped_datasets(train_ds: Path) -> None:
+    plain = _dataset(train_ds, SlowOnce(at=0, seconds=0), num_workers=1)
+    watched = WatchdogDataset(plain, plain.worker_config, timeout_seconds=30)
+    assert len(watched) == len(plain) and watched.config() == plain.config()
+    ours, theirs = get_savable_loader(watched), get_savable_loader(plain)
+    assert _keys(ours, 3) == _keys(theirs, 3)
+    state = ours.save_state_rank()
+    resumed = get_savable_loader(_dataset(train_ds, SlowOnce(at=0, seconds=0), num_workers=1))
+    resumed.restore_state_rank(state)  # a watched loader's state restores unwatched
+    assert _keys(resumed, 3) == _keys(theirs, 3)
+
+
+def test_settings_are_checked(train_ds: Path) -> None:
+    dataset = _dataset(train_ds, SlowOnce(at=0, seconds=0))
+    with pytest.raises(ConfigError, match="timeout_seconds=0"):
+        WatchdogDataset(dataset, dataset.worker_config, timeout_seconds=0)
+    other = WorkerConfig(rank=0, world_size=1, num_workers=2)
+    with pytest.raises(ConfigError, match="differs from the wrapped dataset"):
+        WatchdogDataset(dataset, other)
