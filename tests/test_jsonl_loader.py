@@ -241,9 +241,9 @@ def test_bad_aux_is_named(tmp_path: Path) -> None:
     _jsonl(tmp_path, "x.jsonl", 5)
     (tmp_path / "mds.yaml").write_text(
         "__module__: megatron.energon\n__class__: MetadatasetV2\nsplits:\n  train:\n"
-        "    path: x.jsonl\n    aux:\n      pics: s3://bucket/pics\n"
+        "    path: x.jsonl\n    aux:\n      pics: ftp://bucket/pics\n"
     )
-    with pytest.raises(DatasetFormatError, match=r"splits.train.aux.pics: 's3://bucket/pics'"):
+    with pytest.raises(DatasetFormatError, match=r"splits.train.aux.pics: 'ftp://bucket/pics'"):
         _train(tmp_path / "mds.yaml")
 
 

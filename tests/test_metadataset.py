@@ -284,8 +284,8 @@ BAD = {
     "unknown split": ("splits:\n  val:\n    path: a\n", ["splits", "no split 'train'", "['val']"]),
     "jsonl": (_entry("{weight: 1, path: x.jsonl}"), ["blend[1].path", "x.jsonl does not exist"]),
     "aux": (
-        _entry("{weight: 1, path: b, aux: {m: 'http://x/y'}}"),
-        ["blend[1].aux.m", "remote sources are not supported"],
+        _entry("{weight: 1, path: b, aux: {m: 'ftp://x/y'}}"),
+        ["blend[1].aux.m", "'ftp://x/y': unknown scheme"],
     ),
     "class": ("splits:\n  train:\n    path: a\n", ["Metadataset", "datasets", "MetadatasetV2"]),
     "subset": (

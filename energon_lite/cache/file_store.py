@@ -5,7 +5,9 @@ source to ``sample["__sources__"]``). Kinds:
 
 * ``SystemFileStore(base_dir)``: files of a plain folder (``aux: {media: filesystem://imgs}``);
 * ``WebdatasetFileStore(root)``: members of a prepared tar dataset, ``"<key>.<part>"``, by
-  random access (the key index, then one ``pread`` of the sample);
+  random access (the key index, then one ``pread`` of the sample); the dataset may be on
+  remote storage (``s3://``, ``msc://`` ...), read as its Source reads it (ranged GETs with
+  retries, pinned versions, the node-local shard cache);
 * any dataset kind whose Source has ``as_file_store()`` (a JSONL file: ``"<line>.json"``);
 * ``DecodeFileStore(inner, decoder=...)`` decodes by extension; ``PrimaryFileStore`` lets
   a cooker name a part of its own sample as ``".jpg"``.
@@ -21,7 +23,7 @@ from typing import Any
 
 from energon_lite.errors import DatasetFormatError
 from energon_lite.samples.types import SourceInfo
-from energon_lite.storage import StoragePath, local_only
+from energon_lite.storage import RemotePath, StoragePath, as_path, is_url, local_only
 
 
 def add_source_info(sample: Any, *infos: SourceInfo) -> None:
@@ -101,8 +103,8 @@ class SystemFileStore(FileStore):
 class WebdatasetFileStore(FileStore):
     """Parts of the samples of a prepared tar dataset: ``"<sample key>.<part>"``."""
 
-    def __init__(self, dataset_path: str | os.PathLike[str]) -> None:
-        self.root = Path(dataset_path).resolve()
+    def __init__(self, dataset_path: str | os.PathLike[str] | RemotePath) -> None:
+        self.root = as_path(dataset_path).resolve()
         self._table: Any = None
         self._dataset: Any = None
 
@@ -141,7 +143,7 @@ class WebdatasetFileStore(FileStore):
     def get_media_metadata(self, name: str) -> Any:
         from energon_lite.cache.media_metadata import lookup
 
-        return lookup(self.root, name)
+        return lookup(local_only(self.root, "media metadata"), name)
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_table": None, "_dataset": None}
@@ -205,30 +207,49 @@ class PrimaryFileStore(FileStore):
         return self._inner.get_media_metadata(self._name(name))
 
 
-def open_file_store(spec: str, base: Path) -> FileStore:
-    """An ``aux:`` value: ``filesystem://DIR`` (a plain folder), a prepared tar dataset
+def open_file_store(spec: str, base: StoragePath) -> FileStore:
+    """An ``aux:`` value: ``filesystem://DIR`` (a plain local folder), a prepared tar dataset
     folder, or a dataset of another kind whose Source has ``as_file_store()`` (a prepared
-    ``.jsonl``); relative paths are relative to ``base``."""
+    ``.jsonl``), local or a URL (``s3://``, ``msc://`` ...); relative paths are relative to
+    ``base`` (the metadataset's folder, local or remote)."""
     if spec.startswith("filesystem://"):
-        folder = (base / spec.removeprefix("filesystem://")).resolve()
+        rest = spec.removeprefix("filesystem://")
+        if is_url(rest) or isinstance(base, RemotePath):
+            raise DatasetFormatError(
+                f"aux {spec!r}: filesystem:// names a local folder; on remote storage give a "
+                "prepared dataset (a tar folder or a .jsonl) instead"
+            )
+        folder = (base / rest).resolve()
         if not folder.is_dir():
             raise DatasetFormatError(f"aux {spec!r}: {folder} is not a folder")
         return SystemFileStore(folder)
+    if is_url(spec):
+        return primary_file_store(as_path(spec))
     if "://" in spec:
         raise DatasetFormatError(
-            f"aux {spec!r}: only local paths and filesystem:// are supported (no remote schemes)"
+            f"aux {spec!r}: unknown scheme; a local path, filesystem://DIR or a URL of "
+            "s3://, msc://, http(s)://"
         )
-    target = (base / spec).resolve()
-    return primary_file_store(target)
+    return primary_file_store((base / spec).resolve())
 
 
 def primary_file_store(path: StoragePath, source: Any = None) -> FileStore:
     """A dataset read by file name: its Source's ``as_file_store()`` (a remote JSONL file's
-    too), or a local tar folder's."""
+    too), or a tar folder's (local, or on remote storage)."""
     if source is not None and hasattr(source, "as_file_store"):
         return source.as_file_store()
-    path = local_only(path, "a crude dataset")
-    if source is None and not (path / ".nv-meta").is_dir():
+    if source is None and isinstance(path, RemotePath):
+        from energon_lite.sources.kinds import TAR_FOLDER, kind_of
+
+        kind = kind_of(path)
+        if kind is not TAR_FOLDER and kind.open is not None:
+            source = kind.open(path, "train")
+        elif not any((path / ".nv-meta" / n).exists() for n in (".info.json", ".info.yaml")):
+            raise DatasetFormatError(
+                f"{path}: not a prepared dataset (no .nv-meta/.info.json) that can be read by "
+                "file name; prepare it, or give a prepared .jsonl"
+            )
+    elif source is None and not (path / ".nv-meta").is_dir():
         from energon_lite.sources.kinds import kind_of
 
         kind = kind_of(path)

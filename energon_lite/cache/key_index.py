@@ -7,14 +7,19 @@ atomically beside the dataset's other metadata as a structured numpy array sorte
 64-bit hash of the key: ``(hash, shard_id, index)``. A lookup is a binary search in the
 memory-mapped array plus the check that the sample read really has that key, so hash
 collisions are resolved by trying the neighbours with the same hash.
+
+A dataset on remote storage is not written to: its ``key_index.npy`` is taken from the bucket
+when prepare put one there, else built (reading the headers with ranged GETs) and kept in the
+local index cache (``ENERGON_LITE_CACHE_DIR``), named by the dataset's URL, its shard
+list and counts and its shards' ETags and sizes, so a dataset changed since is indexed again.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import logging
 import os
-from pathlib import Path
 
 import numpy as np
 
@@ -22,6 +27,7 @@ from energon_lite.errors import DatasetFormatError
 from energon_lite.shards.meta import META_DIR, load_info
 from energon_lite.shards.tar import first_member_name, split_name
 from energon_lite.shards.tar_index import open_index
+from energon_lite.storage import RemotePath, ShardFile, StoragePath, ops
 
 FILE_NAME = "key_index.npy"
 DTYPE = np.dtype([("hash", "<u8"), ("shard", "<u4"), ("index", "<u8")])
@@ -32,7 +38,7 @@ def key_hash(key: str) -> int:
     return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little")
 
 
-def build_key_index(root: Path) -> np.ndarray:
+def build_key_index(root: StoragePath) -> np.ndarray:
     """Read the first header name of every sample of every shard (all splits)."""
     info = load_info(root)
     total = sum(info.shard_counts)
@@ -41,10 +47,10 @@ def build_key_index(root: Path) -> np.ndarray:
     for shard_id, (name, count) in enumerate(zip(info.shard_names, info.shard_counts)):
         path = root / name
         offsets = open_index(path, count)
-        fd = os.open(path, os.O_RDONLY)
+        shard = ShardFile(path, ops.version(path) if isinstance(path, RemotePath) else "")
         try:
             for index in range(count):
-                split = split_name(first_member_name(fd, int(offsets[index]), str(path)))
+                split = split_name(first_member_name(shard, int(offsets[index]), str(path)))
                 if split is None:
                     raise DatasetFormatError(
                         f"{path}: sample {index} starts with a non-sample member"
@@ -52,13 +58,15 @@ def build_key_index(root: Path) -> np.ndarray:
                 table[row] = (key_hash(split[0]), shard_id, index)
                 row += 1
         finally:
-            os.close(fd)
+            shard.close()
     table.sort(order="hash", kind="stable")
     return table
 
 
-def load_key_index(root: Path) -> np.ndarray:
+def load_key_index(root: StoragePath) -> np.ndarray:
     """The key index of a prepared dataset, built and saved on first use."""
+    if isinstance(root, RemotePath):
+        return _remote_key_index(root)
     path = root / META_DIR / FILE_NAME
     if path.is_file():
         table = np.load(path, mmap_mode="r")
@@ -75,6 +83,28 @@ def load_key_index(root: Path) -> np.ndarray:
     except OSError as exc:  # a read-only dataset: keep the table in memory
         tmp.unlink(missing_ok=True)
         logger.warning("%s: cannot save the key index (%s); rebuilt per process", path, exc)
+    return table
+
+
+def _remote_key_index(root: RemotePath) -> np.ndarray:
+    info = load_info(root)
+    total = sum(info.shard_counts)
+    stored = root / META_DIR / FILE_NAME
+    if ops.exists(stored):
+        table = np.load(ops.local_copy(stored), mmap_mode="r")
+        if len(table) == total:
+            return table
+    identity = hashlib.sha256(str(root).encode())
+    identity.update(repr((info.shard_names, info.shard_counts)).encode())
+    for name in info.shard_names:
+        identity.update(repr(ops.stat(root / name)).encode())
+    local = ops.cache_dir() / f"key-index-{identity.hexdigest()[:40]}.npy"
+    if local.is_file():
+        return np.load(local, mmap_mode="r")
+    table = build_key_index(root)
+    buffer = io.BytesIO()
+    np.save(buffer, table)
+    ops.write_atomic(local, buffer.getvalue())
     return table
 
 

@@ -23,6 +23,7 @@ from energon_lite.sources.kinds import resolve_path
 from energon_lite.sources.leaf import Leaf
 from energon_lite.stages.bucket_sync import BucketSync
 from energon_lite.storage import RemotePath, as_path
+from energon_lite.storage.cache_config import ShardCacheConfig, announce_shard_cache
 from energon_lite.task_encoder.base import DefaultTaskEncoder, TaskEncoder
 from energon_lite.worker import WorkerConfig
 
@@ -81,6 +82,7 @@ def get_train_dataset(
     failure_tolerance: int = 100,
     max_skip_fraction: float | None = MAX_SKIP_FRACTION,
     bucket_sync: dict[str, Any] | None = None,
+    shard_cache: ShardCacheConfig | None = None,
     **kwargs: Any,
 ) -> SavableDataset:
     """The training dataset of a prepared dataset folder or a metadataset YAML.
@@ -94,6 +96,8 @@ def get_train_dataset(
     weight}}`` makes every rank emit the same ``batch_group_criterion`` bucket at each step
     (``energon_lite.stages.group_batch``); without it, a task encoder's
     ``default_bucket_sync(path, split_part)`` (if it has one) supplies the setting.
+    ``shard_cache=ShardCacheConfig(folder, "200GB")`` reads remote shards through a
+    node-local cache (default: ``ENERGON_LITE_CACHE_LIMIT``; docs/remote.md).
     """
     virtual_epoch_length = kwargs.pop("virtual_epoch_length", None) or None  # Energon: 0 = off
     default_sync = getattr(task_encoder, "default_bucket_sync", None)  # VideoTextTaskEncoder
@@ -123,6 +127,7 @@ def get_train_dataset(
         max_skip_fraction=max_skip_fraction,
         bucket_sync=bucket_sync,
         virtual_epoch_length=virtual_epoch_length,
+        shard_cache=shard_cache,
     )
 
 
@@ -138,10 +143,11 @@ def get_val_dataset(
     task_encoder: TaskEncoder | None = None,
     failure_tolerance: int = 100,
     max_skip_fraction: float | None = MAX_SKIP_FRACTION,
+    shard_cache: ShardCacheConfig | None = None,
     **kwargs: Any,
 ) -> SavableDataset:
     """The validation/test dataset: every sample once, in order, no shuffling; ``limit``
-    batches per worker. Bad samples are bounded as in :func:`get_train_dataset`."""
+    batches per worker. Bad samples and ``shard_cache`` as in :func:`get_train_dataset`."""
     return _dataset(
         path,
         split_part,
@@ -156,6 +162,7 @@ def get_val_dataset(
         limit=limit,
         failure_tolerance=failure_tolerance,
         max_skip_fraction=max_skip_fraction,
+        shard_cache=shard_cache,
     )
 
 
@@ -183,6 +190,14 @@ def _dataset(
     if not isinstance(options["failure_tolerance"], int) or options["failure_tolerance"] < 0:
         raise ConfigError(f"failure_tolerance={options['failure_tolerance']!r} must be >= 0")
     check_skip_fraction(options["max_skip_fraction"])
+    shard_cache = options.pop("shard_cache", None)
+    if shard_cache is not None and not isinstance(shard_cache, ShardCacheConfig):
+        raise ConfigError(
+            f"shard_cache={short_repr(shard_cache)} must be a ShardCacheConfig(folder, limit) "
+            "or None"
+        )
+    if shard_cache is not None:
+        shard_cache.resolved()  # a bad limit is named here, not in a worker
     te = task_encoder if task_encoder is not None else DefaultTaskEncoder()
     sample_type = kwargs.pop("sample_type", None)  # Energon's: checked, not converted
     leaves, mode = _leaves_for(path, split_part, kwargs)
@@ -194,7 +209,9 @@ def _dataset(
     check_sample_type(
         sample_type, [(str(lf.path), sp.factory) for lf, sp in zip(leaves, pipeline.specs)]
     )
-    return SavableDataset(pipeline, worker_config, virtual_epoch_length)
+    if any(isinstance(leaf.path, RemotePath) for leaf in leaves):
+        announce_shard_cache(shard_cache)
+    return SavableDataset(pipeline, worker_config, virtual_epoch_length, shard_cache)
 
 
 # arguments of get_train_dataset / get_val_dataset that people also try on the loader

@@ -17,6 +17,8 @@ from energon_lite.loader.probe import ChainProbe
 from energon_lite.loader.transport import check_sendable
 from energon_lite.loader.watchdog import Watchdog
 from energon_lite.pipeline.dataset_pipeline import Pipeline
+from energon_lite.storage.cache_config import ShardCacheConfig
+from energon_lite.storage.cache_config import use as use_shard_cache
 from energon_lite.task_encoder.hook_index import INDEX
 from energon_lite.worker import WorkerConfig
 
@@ -32,6 +34,7 @@ class SavableDataset(IterableDataset):
         pipeline: Pipeline,
         worker_config: WorkerConfig,
         virtual_epoch_length: int | None = None,
+        shard_cache: ShardCacheConfig | None = None,
     ) -> None:
         super().__init__()
         if virtual_epoch_length is not None and (
@@ -43,6 +46,7 @@ class SavableDataset(IterableDataset):
         self.pipeline = pipeline
         self.worker_config = worker_config
         self.virtual_epoch_length = virtual_epoch_length
+        self.shard_cache = shard_cache  # made this process's cache where the chain runs
 
     def __iter__(self) -> Iterator[Any]:
         for _, batch, _ in self.iter_with_state(None, 0, 0, save_states=False):
@@ -68,6 +72,8 @@ class SavableDataset(IterableDataset):
         ``watch_settings``) starts a :class:`~energon_lite.loader.watchdog.Watchdog` that
         logs where a stalled worker (or, without workers, the loading thread) is.
         """
+        shard_cache = getattr(self, "shard_cache", None)
+        before = use_shard_cache(shard_cache) if shard_cache is not None else None
         info = get_worker_info()
         physical = info.id if info is not None else 0
         n = self.worker_config.workers_per_rank
@@ -112,6 +118,8 @@ class SavableDataset(IterableDataset):
         finally:
             if dog is not None:
                 dog.stop()
+            if shard_cache is not None:
+                use_shard_cache(before)
 
     def watch_settings(
         self, watchdog: tuple[float, float | None] | None

@@ -46,7 +46,6 @@ from energon_lite.stages.plan import Node
 from energon_lite.stages.reader import Reader
 from energon_lite.stages.routing import leaf_of
 from energon_lite.stages.shuffle import ShuffleBuffer
-from energon_lite.storage import local_only
 from energon_lite.task_encoder.base import TaskEncoder
 from energon_lite.worker import WorkerConfig, WorkerSlot
 
@@ -159,9 +158,7 @@ class DatasetPipeline:
                 spec.factory.primary = primary_file_store(leaf.path, ds)
                 spec.factory.aux.update(getattr(ds, "aux_stores", None) or {})
                 for name, src in (leaf.aux or {}).items():
-                    spec.factory.aux[name] = open_file_store(
-                        src, local_only(leaf.path.parent, "aux:")
-                    )
+                    spec.factory.aux[name] = open_file_store(src, leaf.path.parent)
         if task_encoder.overrides("encode_sample") and task_encoder.overrides("preencode_sample"):
             raise ConfigError(
                 f"{type(task_encoder).__name__} overrides both encode_sample and preencode_sample; "

@@ -37,6 +37,8 @@ from energon_lite.shards.shard_record import (
 from energon_lite.shards.tar import first_member_name, parse_sample, split_name
 from energon_lite.shards.tar_index import open_index
 from energon_lite.storage import RemotePath, ShardFile, StoragePath, as_path, ops
+from energon_lite.storage.prefetch import prefetch as prefetch_shards
+from energon_lite.storage.prefetch import process_cache
 
 _MAX_OPEN_FILES = 32
 _MAX_OPEN_INDEXES = 256
@@ -214,6 +216,25 @@ class PreparedDataset:
         else:
             self._files.move_to_end(shard_id)
         return fd
+
+    def prefetch_enabled(self) -> bool:
+        """Whether :meth:`prefetch` does anything: a remote dataset with a shard cache on."""
+        return isinstance(self.root, RemotePath) and process_cache() is not None
+
+    def prefetch(self, shard_ids: list[int]) -> None:
+        """The shards this worker reads next, in order: fetched into the node's shard cache
+        ahead of use (bounded in bytes; ``energon_lite.storage.prefetch``)."""
+        root = self.root
+        if not isinstance(root, RemotePath) or process_cache() is None:
+            return
+        items = []
+        for shard_id in shard_ids:
+            if shard_id in self._files and os.getpid() == self._pid:
+                continue  # open already
+            name = self.shard_names[shard_id]
+            path = root / name
+            items.append((path, self._versions.get(name, ""), ops.size(path)))
+        prefetch_shards(items)
 
     def index(self, shard_id: int) -> np.ndarray:
         """The memory-mapped sample offsets of a shard (``count + 1`` entries)."""

@@ -15,6 +15,8 @@ Rules a source keeps:
 * ``fingerprint()`` changes whenever the samples a ``(shard_id, index)`` names change; it
   must not depend on where the dataset lives, so a copy restores a state of the original.
 * A source is pickled into worker processes: hold paths and arrays, open files lazily.
+* Optionally ``prefetch_enabled()`` and ``prefetch(shard_ids)``: the Reader names the shards
+  of a worker's next slices, so a remote source can fetch them ahead (a hint, never state).
 """
 
 from __future__ import annotations

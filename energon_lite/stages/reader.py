@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from energon_lite.stages.elastic import ElasticDeal
 
 _CHUNK = 16  # samples read per pread from an open slice
+_PREFETCH_SLICES = 8  # upcoming slices whose shards a source may fetch ahead (a hint)
 
 
 class Reader(Stage):
@@ -220,6 +221,7 @@ class Reader(Stage):
                 _, start, _ = self.slice_bounds(slice_id)
                 self._open.append([slice_id, start])
                 self._next += 1
+                self._prefetch_next()
             if self._open:
                 break
             if not self.repeat or self._done or count == 0:
@@ -242,6 +244,26 @@ class Reader(Stage):
         if entry[1] >= end:
             self._open.pop(choice)
         return sample
+
+    def _prefetch_next(self) -> None:
+        """Tell the source which shards the next slices of this worker's plan read (a source
+        with a node-local shard cache fetches them ahead; not state: a restore recomputes)."""
+        enabled = getattr(self.dataset, "prefetch_enabled", None)
+        if enabled is None or not enabled():
+            return
+        count, epoch, ahead = self.worker_slice_count(), self._epoch, []
+        for k in range(self._next, self._next + _PREFETCH_SLICES):
+            if k >= count:  # the next epoch's first slices follow this one's last
+                if not self.repeat or count == 0:
+                    break
+                epoch, k = self._epoch + 1, k - count
+                if k >= count:
+                    break
+            slice_id = self._slice_at(epoch, self.worker_index + k * self.num_workers)
+            shard = self.slice_bounds(slice_id)[0]
+            if shard not in ahead:
+                ahead.append(shard)
+        self.dataset.prefetch(ahead)  # type: ignore[attr-defined]  # optional, checked above
 
     def left_total(self) -> int:
         """Samples of an elastic restore's leftover this reader delivers (0 without one)."""

@@ -8,6 +8,7 @@ stages, the loader) knows where the bytes come from. See docs/remote.md.
 
 from __future__ import annotations
 
+from energon_lite.storage.cache_config import ShardCacheConfig
 from energon_lite.storage.path import (
     RemotePath,
     StoragePath,
@@ -23,6 +24,7 @@ __all__ = [
     "STATS",
     "RangedFile",
     "RemotePath",
+    "ShardCacheConfig",
     "ShardFile",
     "StoragePath",
     "as_path",

@@ -16,11 +16,17 @@ its second request; a failed background fetch is simply done again in the foregr
 A remote ``ShardFile`` carries the object's ``version`` (ETag or Last-Modified) its dataset
 pinned at open: every GET is conditional on it (``ops.read_range``), so a shard replaced
 mid-run stops the run with ``ObjectChangedError`` naming it instead of serving other bytes.
+
+With a node-local shard cache on (``cache_config.py``), a remote shard of a known version is
+read from its checked local entry instead (``shard_cache.py``), fetched whole on first use.
+An entry evicted by another process while it is read is let go (its space is freed); the
+rest of that pass (until a read goes back to an earlier offset) reads ranged windows.
 """
 
 from __future__ import annotations
 
 import io
+import logging
 import os
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -28,8 +34,12 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from energon_lite.errors import DatasetFormatError
-from energon_lite.storage import ops
+from energon_lite.storage import ops, prefetch
 from energon_lite.storage.path import RemotePath, StoragePath
+from energon_lite.storage.prefetch import process_cache
+from energon_lite.storage.shard_cache import CachedShard, CorruptEntry, EvictedEntry
+
+logger = logging.getLogger("energon_lite.storage")
 
 READAHEAD = int(os.environ.get("ENERGON_LITE_READAHEAD_BYTES", str(1 << 20)))
 WINDOWS = 8
@@ -48,6 +58,10 @@ class ShardFile:
         self.version = version  # a remote object's pinned ETag / Last-Modified ("": none)
         self._fd: int | None = None
         self._size: int | None = None
+        self._cached: CachedShard | None = None
+        self._cache_checked = False
+        self._evicted = False  # its entry was evicted during the current pass
+        self._last_offset = 0
         if isinstance(path, Path):
             try:
                 self._fd = os.open(path, os.O_RDONLY)
@@ -70,9 +84,52 @@ class ShardFile:
         if self._fd is not None:
             return os.pread(self._fd, size, offset)
         assert isinstance(self.path, RemotePath)  # no descriptor: a remote shard
-        return _remote_pread(self.path, size, offset, self.version)
+        if not self._cache_checked or (self._evicted and offset < self._last_offset):
+            self._evicted = False  # a new pass over the shard: through the cache again
+            self._open_cached()
+        self._last_offset = offset
+        if self._cached is None:
+            return _remote_pread(self.path, size, offset, self.version)
+        try:
+            return self._cached.pread(size, offset)
+        except EvictedEntry:
+            # another process needed the room while this shard is read: the rest of this
+            # pass reads ranged windows (what a fetch of the whole shard again would cost
+            # more than), the next pass goes through the cache again
+            self._cached.close()
+            self._cached, self._evicted = None, True
+            return _remote_pread(self.path, size, offset, self.version)
+        except CorruptEntry as exc:  # removed, fetched again, read again: no sample lost
+            logger.warning("%s; fetching %s again", exc, self.path)
+            cache = process_cache()
+            assert cache is not None
+            cache.discard(self._cached)
+            self._cached = None
+            self._open_cached()
+            if self._cached is None:
+                return _remote_pread(self.path, size, offset, self.version)
+            try:
+                return self._cached.pread(size, offset)
+            except CorruptEntry as again:
+                raise OSError(
+                    f"{again} right after fetching {self.path} again: the disk of the shard "
+                    "cache is failing; point ENERGON_LITE_CACHE_DIR elsewhere"
+                ) from None
+
+    def _open_cached(self) -> None:
+        """Read through the node's shard cache when one is on (see ``shard_cache.py``)."""
+        self._cache_checked = True
+        cache = process_cache()
+        assert isinstance(self.path, RemotePath)
+        if cache is None or not cache.cacheable(self.version, self.size):
+            return
+        self._cached = cache.open(self.path, self.version, self.size)
+        prefetch.opened((self.path, self.version, self.size))
 
     def close(self) -> None:
+        if self._cached is not None:
+            self._cached.close()
+            self._cached = None
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None

@@ -90,8 +90,12 @@ class FaultProxy:
 
     Actions: ``None`` (forward), ``"delay:<seconds>"`` (wait, then forward), ``"drop"``
     (close the connection without answering), ``"503"`` (answer S3's SlowDown error).
-    ``delay`` is added before every request in any case.
+    ``delay`` is added before every request in any case. ``log`` lists the forwarded
+    requests as ``(method, path, status, bytes of the answer's body)``, the first
+    ``LOG_LIMIT`` of them (counting GETs and bytes per object).
     """
+
+    LOG_LIMIT = 200_000
 
     def __init__(
         self,
@@ -109,6 +113,7 @@ class FaultProxy:
             "503": 0,
             "delay": 0,
         }
+        self.log: list[tuple[str, str, int, int]] = []
         self._lock = threading.Lock()
         proxy = self
 
@@ -163,6 +168,9 @@ class FaultProxy:
             payload = response.read()
         finally:
             conn.close()
+        with self._lock:
+            if len(self.log) < self.LOG_LIMIT:
+                self.log.append((handler.command, handler.path, response.status, len(payload)))
         handler.send_response(response.status)
         for name, value in response.getheaders():
             if name.lower() not in ("connection", "transfer-encoding", "content-length"):

@@ -1,0 +1,139 @@
+"""``aux:`` sources on remote storage (a prepared tar folder and a prepared .jsonl in a real
+moto S3 bucket on 127.0.0.1): cookers read them by name as from local copies, through the
+node-local shard cache when it is on, and a run resumes exactly."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("moto")
+pytest.importorskip("s3fs")
+
+from test_crude import _crude_dataset
+
+from energon_lite import (
+    Cooker,
+    DefaultTaskEncoder,
+    TextSample,
+    WorkerConfig,
+    basic_sample_keys,
+    get_loader,
+    get_savable_loader,
+    get_train_dataset,
+)
+from energon_lite.errors import DatasetFormatError
+from energon_lite.flavors.jsonl import prepare_lines
+from energon_lite.storage import cache_config
+from energon_lite.synth.lines import write_caption_jsonl
+from energon_lite.synth.servers import TEST_CREDENTIALS, FaultProxy, S3Server
+from energon_lite.testing import assert_loader_resumes
+
+HEADER = "__module__: megatron.energon\n__class__: MetadatasetV2\nsplits:\n  train:\n"
+
+
+def cook(sample: dict, pkl_source, captions) -> TextSample:
+    other = pkl_source.get(f"{int(sample['txt']) + 100:06d}.txt", sample)
+    line = captions.get(f"{int(sample['txt']) % 40}.json", sample)
+    return TextSample(**basic_sample_keys(sample), text=f"<{sample['txt']}|{other}|{len(line)}>")
+
+
+class Encoder(DefaultTaskEncoder):
+    cookers = (Cooker(cook),)
+
+
+@pytest.fixture(scope="module")
+def s3() -> S3Server:
+    with S3Server() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def proxy(s3: S3Server) -> FaultProxy:
+    with FaultProxy(s3.endpoint) as counting:
+        yield counting
+
+
+@pytest.fixture(autouse=True)
+def env(proxy: FaultProxy, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", TEST_CREDENTIALS["key"])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", TEST_CREDENTIALS["secret"])
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("ENERGON_LITE_CACHE_DIR", str(tmp_path / "cache"))
+    yield
+    cache_config.use(None)
+
+
+@pytest.fixture(scope="module")
+def folders(s3: S3Server, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """ds1 (primary, local), ds2 and caps.jsonl (aux) locally and in s3://aux/; two YAMLs."""
+    root = tmp_path_factory.mktemp("remote_aux")
+    _crude_dataset(root / "ds1", 0)
+    _crude_dataset(root / "ds2", 100)
+    (root / "lines").mkdir()
+    prepare_lines(write_caption_jsonl(root / "lines" / "caps.jsonl", 40), progress=False)
+    s3.upload(root / "ds2", "aux", "ds2")
+    s3.upload(root / "lines", "aux", "lines")
+    (root / "local.yaml").write_text(
+        HEADER
+        + "    path: ds1\n    aux:\n      pkl_source: ds2\n      captions: lines/caps.jsonl\n"
+    )
+    (root / "remote.yaml").write_text(
+        HEADER + "    path: ds1\n    aux:\n      pkl_source: s3://aux/ds2\n"
+        "      captions: s3://aux/lines/caps.jsonl\n"
+    )
+    return root
+
+
+def _train(path: Path, workers: int = 0):
+    return get_train_dataset(
+        path,
+        worker_config=WorkerConfig(rank=0, world_size=1, num_workers=workers),
+        batch_size=2,
+        shuffle_buffer_size=None,
+        max_samples_per_sequence=5,
+        task_encoder=Encoder(),
+    )
+
+
+def _texts(path: Path, workers: int = 0, n: int = 30) -> list[str]:
+    return [t for _, b in zip(range(n), get_loader(_train(path, workers))) for t in b.text]
+
+
+def test_remote_aux_sources_read_like_local_ones(folders):
+    remote = _texts(folders / "remote.yaml", 2)
+    assert remote == _texts(folders / "local.yaml", 2)
+    for text in remote:
+        m = re.fullmatch(r"<(\d+)\|(\d+)\|(\d+)>", text)
+        assert m and int(m.group(2)) == int(m.group(1)) + 100
+
+
+def test_remote_aux_resumes_exactly(folders):
+    assert_loader_resumes(
+        lambda: get_savable_loader(_train(folders / "remote.yaml", 2)),
+        total=20,
+        save_points=[0, 9],
+    )
+
+
+def test_remote_aux_reads_through_the_shard_cache(folders, proxy, monkeypatch):
+    monkeypatch.setenv("ENERGON_LITE_CACHE_LIMIT", "50MB")
+    expected = _texts(folders / "local.yaml")
+    assert _texts(folders / "remote.yaml") == expected
+    start = len(proxy.log)
+    assert _texts(folders / "remote.yaml") == expected  # a new run on the same node
+    data = [p for m, p, _, _ in proxy.log[start:] if m == "GET" and p.endswith((".tar", ".jsonl"))]
+    assert data == []
+
+
+def test_a_missing_remote_aux_source_is_named(folders, tmp_path):
+    (tmp_path / "ds1").symlink_to(folders / "ds1")
+    (tmp_path / "bad.yaml").write_text(
+        HEADER + "    path: ds1\n    aux:\n      pkl_source: s3://aux/nothing-here\n"
+        "      captions: s3://aux/lines/caps.jsonl\n"
+    )
+    with pytest.raises(DatasetFormatError, match="s3://aux/nothing-here"):
+        _texts(tmp_path / "bad.yaml")

@@ -1,0 +1,245 @@
+"""The node-local shard cache against a real moto S3 server on 127.0.0.1, with a counting
+proxy in front of it (``FaultProxy.log``: every request, its path and the bytes answered).
+
+What is checked: a warm epoch sends no GET for shard data; 4 processes sharing one folder
+fetch each object once; a corrupt or deleted entry is fetched again and no sample is lost;
+an object replaced under the same key (new ETag) is never served from the cache; the folder
+stays within its limit; a run resumed mid-epoch with the cache on gives the same batches.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import tarfile
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("moto")
+pytest.importorskip("s3fs")
+
+from conftest import make_dataset
+
+from energon_lite import WorkerConfig, get_savable_loader, get_train_dataset, get_val_dataset
+from energon_lite.errors import ConfigError
+from energon_lite.storage import cache_config
+from energon_lite.storage.cache_config import ShardCacheConfig, parse_size
+from energon_lite.synth.servers import TEST_CREDENTIALS, FaultProxy, S3Server
+from energon_lite.testing import assert_loader_resumes
+
+BUCKET = "cached"
+
+
+@pytest.fixture(scope="module")
+def s3() -> S3Server:
+    with S3Server() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def proxy(s3: S3Server) -> FaultProxy:
+    with FaultProxy(s3.endpoint) as counting:
+        yield counting
+
+
+@pytest.fixture(scope="module")
+def local_ds(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """120 samples in 6 shards of 20."""
+    return make_dataset(tmp_path_factory.mktemp("cache_local") / "ds")
+
+
+@pytest.fixture
+def env(proxy: FaultProxy, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """AWS variables pointing at the counting proxy; a fresh cache folder, limit 1 GB."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", TEST_CREDENTIALS["key"])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", TEST_CREDENTIALS["secret"])
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("ENERGON_LITE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("ENERGON_LITE_CACHE_LIMIT", "1GB")
+    yield tmp_path / "cache" / "shards"
+    cache_config.use(None)
+
+
+def _upload(s3: S3Server, local: Path, prefix: str) -> str:
+    s3.upload(local, BUCKET, prefix)
+    return f"s3://{BUCKET}/{prefix}"
+
+
+def _shard_gets(proxy: FaultProxy, since: int) -> dict[str, int]:
+    """GETs of shard data (``*.tar``, not indexes or metadata) per object since ``since``."""
+    counts: dict[str, int] = {}
+    for method, path, _, _ in proxy.log[since:]:
+        name = path.split("?", 1)[0]
+        if method == "GET" and name.endswith(".tar"):
+            counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+def _val_keys(path: str | Path, num_workers: int = 0, **kwargs) -> list[str]:
+    wc = WorkerConfig(rank=0, world_size=1, num_workers=num_workers)
+    loader = get_savable_loader(
+        get_val_dataset(path, worker_config=wc, batch_size=8, split_part="train", **kwargs)
+    )
+    return [key for batch in loader for key in batch.__key__]
+
+
+def _captions(path: str | Path) -> list[str]:
+    wc = WorkerConfig(rank=0, world_size=1, num_workers=0)
+    loader = get_savable_loader(
+        get_val_dataset(path, worker_config=wc, batch_size=8, split_part="train")
+    )
+    return [c for batch in loader for c in batch.caption]
+
+
+def test_warm_epoch_sends_no_get_for_shard_data(s3, proxy, local_ds, env):
+    url = _upload(s3, local_ds, "warm")
+    expected = _val_keys(local_ds, num_workers=2)
+    start = len(proxy.log)
+    assert _val_keys(url, num_workers=2) == expected
+    cold = _shard_gets(proxy, start)
+    assert len(cold) == 6 and all(n == 1 for n in cold.values())  # one GET per small shard
+    assert len(list(env.glob("*.data"))) == 6
+    start = len(proxy.log)
+    assert _val_keys(url, num_workers=2) == expected
+    assert _shard_gets(proxy, start) == {}
+
+
+def _read_all(url: str, out: multiprocessing.Queue) -> None:
+    out.put(_val_keys(url))
+
+
+def test_four_processes_sharing_one_cache_fetch_each_object_once(s3, proxy, local_ds, env):
+    url = _upload(s3, local_ds, "shared")
+    start = len(proxy.log)
+    ctx = multiprocessing.get_context("fork")
+    out: multiprocessing.Queue = ctx.Queue()
+    workers = [ctx.Process(target=_read_all, args=(url, out)) for _ in range(4)]
+    for p in workers:
+        p.start()
+    results = [out.get(timeout=120) for _ in workers]
+    for p in workers:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    expected = _val_keys(local_ds)
+    assert all(keys == expected for keys in results)
+    gets = _shard_gets(proxy, start)
+    assert len(gets) == 6 and all(n == 1 for n in gets.values()), gets
+
+
+def test_corrupt_and_deleted_entries_are_fetched_again(s3, proxy, local_ds, env):
+    url = _upload(s3, local_ds, "damaged")
+    expected = _val_keys(local_ds)
+    assert _val_keys(url) == expected
+    entries = sorted(env.glob("*.data"))
+    corrupt, deleted = entries[0], entries[1]
+    data = bytearray(corrupt.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    corrupt.write_bytes(bytes(data))
+    deleted.unlink()
+    start = len(proxy.log)
+    assert _val_keys(url) == expected  # every sample, from good bytes
+    assert sum(_shard_gets(proxy, start).values()) == 2
+    assert len(list(env.glob("*.data"))) == 6
+    start = len(proxy.log)
+    assert _val_keys(url) == expected
+    assert _shard_gets(proxy, start) == {}
+
+
+def _same_size_new_caption(shard: Path, out: Path) -> str:
+    """A copy of ``shard`` with a middle sample's caption changed in its first letter (same
+    size, so the index still describes it, and first and last samples as prepare probed
+    them); returns the new caption."""
+    with tarfile.open(shard) as tar:
+        captions = [m for m in tar.getmembers() if m.name.endswith(".txt")]
+    member = captions[len(captions) // 2]
+    data = bytearray(shard.read_bytes())
+    old = data[member.offset_data]
+    data[member.offset_data] = ord("Z") if old != ord("Z") else ord("Y")
+    out.write_bytes(bytes(data))
+    return data[member.offset_data : member.offset_data + member.size].decode()
+
+
+def test_changed_object_is_not_served_from_the_cache(s3, proxy, local_ds, env, tmp_path):
+    url = _upload(s3, local_ds, "changing")
+    before = _captions(url)
+    shard = sorted(local_ds.glob("**/*.tar"))[0]
+    key = f"changing/{shard.relative_to(local_ds).as_posix()}"
+    changed = tmp_path / "changed.tar"
+    new_caption = _same_size_new_caption(shard, changed)
+    s3.client().upload_file(str(changed), BUCKET, key)  # same key and size, new ETag
+    start = len(proxy.log)
+    after = _captions(url)
+    assert new_caption in after and new_caption not in before
+    assert len(after) == len(before)
+    assert sum(_shard_gets(proxy, start).values()) == 1  # only the changed object
+
+
+def test_the_folder_stays_within_its_limit(s3, proxy, local_ds, env, monkeypatch):
+    url = _upload(s3, local_ds, "evicting")
+    sizes = sorted(p.stat().st_size for p in local_ds.glob("**/*.tar"))
+    limit = sum(sizes) // 2
+    monkeypatch.setenv("ENERGON_LITE_CACHE_LIMIT", str(limit))
+    expected = _val_keys(local_ds)
+    for _ in range(2):
+        start = len(proxy.log)
+        assert _val_keys(url) == expected
+        used = sum(p.stat().st_size for p in env.glob("*.data"))
+        assert 0 < used <= limit
+        assert len(list(env.glob("*.data"))) < 6
+        assert sum(_shard_gets(proxy, start).values()) >= 6 - len(list(env.glob("*.data")))
+
+
+def test_resume_mid_epoch_with_the_cache_on(s3, local_ds, env):
+    url = _upload(s3, local_ds, "resuming")
+
+    def make_loader():
+        wc = WorkerConfig(rank=0, world_size=1, num_workers=2)
+        ds = get_train_dataset(
+            url, worker_config=wc, batch_size=4, shuffle_buffer_size=10, max_samples_per_sequence=5
+        )
+        return get_savable_loader(ds)
+
+    assert_loader_resumes(make_loader, total=24, save_points=[0, 7, 13])
+    assert len(list(env.glob("*.data"))) == 6
+
+
+def test_cache_from_the_loader_api(s3, proxy, local_ds, env, monkeypatch, tmp_path):
+    monkeypatch.delenv("ENERGON_LITE_CACHE_LIMIT")
+    url = _upload(s3, local_ds, "api")
+    folder = tmp_path / "api-cache"
+    config = ShardCacheConfig(folder, "100MB")
+    expected = _val_keys(local_ds, num_workers=2)
+    start = len(proxy.log)
+    assert _val_keys(url, num_workers=2, shard_cache=config) == expected
+    assert len(list(folder.glob("*.data"))) == 6 and not env.exists()
+    assert sum(_shard_gets(proxy, start).values()) == 6
+    start = len(proxy.log)
+    assert _val_keys(url, num_workers=2, shard_cache=config) == expected
+    assert _shard_gets(proxy, start) == {}
+
+
+def test_sizes_and_bad_settings_are_named(env, monkeypatch, local_ds):
+    assert parse_size("200GB", "x") == 200 * 10**9
+    assert parse_size("1.5GiB", "x") == 3 << 29
+    assert parse_size(4096, "x") == 4096
+    monkeypatch.setenv("ENERGON_LITE_CACHE_LIMIT", "lots")
+    with pytest.raises(ConfigError, match="ENERGON_LITE_CACHE_LIMIT='lots'"):
+        cache_config.current()
+    wc = WorkerConfig(rank=0, world_size=1, num_workers=0)
+    with pytest.raises(ConfigError, match="shard cache limit='-3'"):
+        get_val_dataset(local_ds, worker_config=wc, batch_size=2,
+                        shard_cache=ShardCacheConfig("/tmp", "-3"))  # fmt: skip
+
+
+def test_the_run_says_once_where_its_cache_is_and_local_data_skips_it(s3, local_ds, env, caplog):
+    url = _upload(s3, local_ds, "announced")
+    wc = WorkerConfig(rank=0, world_size=1, num_workers=0)
+    with caplog.at_level("INFO", logger="energon_lite.storage"):
+        for _ in range(2):
+            get_val_dataset(url, worker_config=wc, batch_size=8, split_part="train")
+    said = [
+        r.getMessage() for r in caplog.records if "remote shards are cached in" in r.getMessage()
+    ]
+    assert said == [f"remote shards are cached in {env} (at most 1000000000 bytes)"]
+    assert _val_keys(local_ds) and not env.exists()  # a local dataset is read in place
