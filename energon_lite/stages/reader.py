@@ -259,7 +259,7 @@ class Reader(Stage):
                 epoch, k = self._epoch + 1, k - count
                 if k >= count:
                     break
-            slice_id = self._slice_at(epoch, self.worker_index + k * self.num_workers)
+            slice_id = self._slice_at(epoch, k)  # k: a position in this worker's own plan
             shard = self.slice_bounds(slice_id)[0]
             if shard not in ahead:
                 ahead.append(shard)
