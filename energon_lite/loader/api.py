@@ -13,6 +13,7 @@ from typing import Any
 
 from energon_lite.cache.base import CachePool
 from energon_lite.errors import MAX_SKIP_FRACTION, ConfigError, check_skip_fraction, short_repr
+from energon_lite.loader.canonical import canonical_for
 from energon_lite.loader.savable_dataset import SavableDataset
 from energon_lite.loader.savable_loader import SavableLoader
 from energon_lite.pipeline.dataset_pipeline import DatasetPipeline, PipelineOptions
@@ -76,6 +77,7 @@ def get_train_dataset(
     failure_tolerance: int = 100,
     max_skip_fraction: float | None = MAX_SKIP_FRACTION,
     bucket_sync: dict[str, Any] | None = None,
+    canonical_layout: tuple[int, int] | None = None,
     **kwargs: Any,
 ) -> SavableDataset:
     """The training dataset of a prepared dataset folder or a metadataset YAML.
@@ -89,6 +91,9 @@ def get_train_dataset(
     weight}}`` makes every rank emit the same ``batch_group_criterion`` bucket at each step
     (``energon_lite.stages.group_batch``); without it, a task encoder's
     ``default_bucket_sync(path, split_part)`` (if it has one) supplies the setting.
+    ``canonical_layout=(ranks, workers)`` defines the global batches on that layout, and any
+    layout whose ranks and workers divide it delivers the same ones (``batch_size`` is then
+    per rank of this layout: keep ranks x batch_size; docs/resume.md); default: this layout.
     """
     virtual_epoch_length = kwargs.pop("virtual_epoch_length", None) or None  # Energon: 0 = off
     default_sync = getattr(task_encoder, "default_bucket_sync", None)  # VideoTextTaskEncoder
@@ -113,6 +118,9 @@ def get_train_dataset(
         max_skip_fraction=max_skip_fraction,
         bucket_sync=bucket_sync,
         virtual_epoch_length=virtual_epoch_length,
+        canonical_layout=canonical_for(
+            canonical_layout, worker_config, batch_size, task_encoder, bucket_sync
+        ),
     )
 
 

@@ -469,6 +469,11 @@ class SavableLoader:
         leaves = (
             None if readers is None else [LeafPlan.of(reader) for reader in readers(wc.slot(0))]
         )
+        from energon_lite.loader.canonical import relayout
+
+        moved = relayout(states, self.dataset, leaves)  # a canonical layout's run
+        if moved is not None:
+            return moved
         if same_layout(states, wc.world_size, wc.num_workers):
             if leaves is not None:  # each rank's own checks cannot see overlaps
                 check_ownership(states, leaves)

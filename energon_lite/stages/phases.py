@@ -1,0 +1,100 @@
+"""``Phases``: one loader worker running several logical pipelines of a canonical layout.
+
+A run defined on a canonical layout of K ranks x Q workers has K x Q logical pipelines
+(:class:`energon_lite.worker.CanonicalLayout`); at canonical step ``t`` every canonical rank
+takes one batch from its pipeline of phase ``q = t mod Q``. A physical loader worker runs
+the phases ``w, w + W ...`` of its rank's canonical ranks: its sources are those pipelines,
+phase by phase (``per_phase`` canonical ranks each). Each pipeline ends in a batching stage
+that hands out its batch as a plain list of samples; ``next()`` takes one list from each
+pipeline of the current phase, joins them in canonical rank order, collates them once and
+moves on to the next phase. So the rank's batch holds exactly the samples its canonical
+ranks' batches would hold, whatever the physical layout.
+
+A pipeline that has ended (a finite stream) gives nothing to its phase; a phase whose
+pipelines all ended is skipped, and the stream ends when every pipeline has.
+
+State: the index of the next phase, and each pipeline's own state under ``sources``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from energon_lite.errors import SKIPPED, ConfigError, FailureTracker, StateError
+from energon_lite.stages.base import Stage
+from energon_lite.stages.batch import collate_or_skip
+from energon_lite.state.codec import state_count
+
+
+class Phases(Stage):
+    STATE_KEYS = ("phase",)
+    FRESH_SOURCES = True  # a pipeline no batch has come from yet starts fresh
+    STATS_LABEL = "phases"
+    sources: list[Stage]  # always set: pipelines phase by phase
+    _phase: int  # the next phase to serve
+    _ended: set[int]  # pipelines whose stream has ended
+
+    def __init__(
+        self,
+        sources: list[Stage],
+        per_phase: int,
+        collate: Callable[[list[Any]], Any],
+        failures: FailureTracker | None = None,
+    ) -> None:
+        if per_phase < 1 or not sources or len(sources) % per_phase:
+            raise ConfigError(f"Phases: {len(sources)} pipelines are not phases of {per_phase=}")
+        self.sources = sources
+        self.per_phase = per_phase
+        self.phases = len(sources) // per_phase
+        self.collate = collate
+        self.failures = failures or FailureTracker(0)
+
+    def next(self) -> Any:
+        self._start_if_fresh()
+        while len(self._ended) < len(self.sources):
+            phase = self._phase
+            self._phase = (phase + 1) % self.phases
+            items: list[Any] = []
+            first = phase * self.per_phase
+            for index in range(first, first + self.per_phase):
+                if index in self._ended:
+                    continue
+                try:
+                    items.extend(self.sources[index].next())
+                except StopIteration:
+                    self._ended.add(index)
+            if items:
+                batch = collate_or_skip(self.collate, items, self.failures)
+                if batch is not SKIPPED:
+                    return batch
+        raise StopIteration
+
+    def fetch(self, restore_key: Any) -> Any:
+        """A batch again from its items' keys (any pipeline fetches any key: keys route by
+        leaf, not by pipeline); a single item's key gives that item."""
+        if isinstance(restore_key, list):
+            return self.collate([self.sources[0].fetch(key) for key in restore_key])
+        return self.sources[0].fetch(restore_key)
+
+    def _reset(self) -> None:
+        self._phase = 0
+        self._ended = set()
+
+    def _save(self) -> dict[str, Any]:
+        return {"phase": self._phase}
+
+    def _validate(self, state: dict[str, Any]) -> None:
+        phase = state_count(state["phase"], "Phases phase")
+        if phase >= self.phases:
+            raise StateError(f"Phases: saved phase={phase} outside [0, {self.phases})")
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        self._reset()
+        self._phase = state["phase"]
+
+
+def as_list(items: list[Any]) -> list[Any]:
+    """The collate of a pipeline's batching stage under :class:`Phases`: the samples as a
+    list, collated once the phase's lists are joined."""
+    return items
