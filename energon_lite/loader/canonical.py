@@ -24,6 +24,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from energon_lite.errors import ConfigError, StateError, short_repr
+from energon_lite.stages.phases import (
+    phases_level,
+    read_phases_level,
+    stateless_added,
+    stateless_removed,
+)
 from energon_lite.state.codec import STATE_VERSION, check_same_config, state_digest
 from energon_lite.task_encoder.base import DefaultTaskEncoder, TaskEncoder
 from energon_lite.worker import CanonicalLayout, WorkerConfig, WorkerSlot
@@ -61,12 +67,10 @@ def canonical_for(
     here = f"{wc.world_size} ranks x {wc.num_workers} workers"
     if not layout.reproduced_by(wc.world_size, wc.num_workers):
         log.warning(
-            "canonical_layout=(%d, %d) on %s: %d ranks do not divide %d or %d workers do not "
-            "divide %d, so this run delivers every sample exactly once but in an order of this "
-            "layout; a layout whose ranks divide %d and workers divide %d gives the canonical "
-            "global batches",
-            layout.ranks, layout.workers, here, wc.world_size, layout.ranks,
-            wc.workers_per_rank, layout.workers, layout.ranks, layout.workers,
+            "canonical_layout=(%d, %d) on %s, which do not divide it: this run delivers every "
+            "sample exactly once, in an order of its own layout; a layout whose ranks divide "
+            "%d and whose workers (0 counts as 1) divide %d gives the canonical global batches",
+            layout.ranks, layout.workers, here, layout.ranks, layout.workers,
         )  # fmt: skip
         return layout
     per_phase = layout.ranks // wc.world_size
@@ -130,7 +134,7 @@ def relayout(
     if layout is None and not old_canonical:
         return None
     current = dataset.config()
-    encode_batch = pipeline.task_encoder.overrides("encode_batch")  # type: ignore[attr-defined]
+    shape = pipeline.state_shape(wc.slot(0))  # the chain above the pipelines (encode_batch)
     config, epoch = _check_old(states)
     _check_settings(config, current, wc)
     logical = _logical(states, config, epoch)
@@ -141,13 +145,13 @@ def relayout(
     if layout is None:  # this layout does not reproduce a canonical one: its own chains
         _warn_fallback(logical.layout, wc)
         moved = redistribute(_expanded(logical, current), wc.world_size, wc.num_workers)
-        return [_with_config(state, current, encode_batch) for state in moved]
+        return [_with_config(state, current, shape) for state in moved]
     if logical.layout != layout:
         _warn_fallback(logical.layout, wc)
         logical = _redistributed(_expanded(logical, current), layout, leaves)
     else:
         check_ownership(_expanded(logical, current), leaves)
-    return _physical(logical, wc, current, encode_batch)
+    return _physical(logical, wc, current, shape)
 
 
 def _check_settings(old: dict[str, Any], current: dict[str, Any], wc: WorkerConfig) -> None:
@@ -175,13 +179,6 @@ def _warn_fallback(old: CanonicalLayout, wc: WorkerConfig) -> None:
     )  # fmt: skip
 
 
-def _strip(level: Any) -> Any:
-    """A worker's state without the ``encode_batch`` level (it runs on joined batches)."""
-    while isinstance(level, dict) and level.get("type") == "Map":
-        level = level.get("source")
-    return level
-
-
 def _logical(states: list[Any], config: dict[str, Any], epoch: int) -> Logical | None:
     """The old states (checked together: ``config`` and ``epoch`` are theirs) as canonical
     pipelines; None for plain chains of a layout that did not reproduce its canonical one."""
@@ -197,7 +194,7 @@ def _logical(states: list[Any], config: dict[str, Any], epoch: int) -> Logical |
         if not isinstance(next_worker, int) or not 0 <= next_worker < workers:
             raise StateError(f"old rank {rank}: next_worker={short_repr(next_worker)} is corrupt")
         for worker, level in enumerate(state["workers"]):
-            level = _strip(level)
+            level = stateless_removed(level)
             if saved is None:  # a plain chain is the canonical pipeline of its own layout
                 pipelines[rank * workers + worker] = level
                 phases[rank] = next_worker
@@ -205,12 +202,7 @@ def _logical(states: list[Any], config: dict[str, Any], epoch: int) -> Logical |
             slots = layout.slots(WorkerSlot(rank, ranks, worker, workers, 0))
             sources, index = [None] * len(slots), 0
             if level is not None:
-                if level.get("type") != "Phases" or not isinstance(level.get("sources"), list):
-                    raise StateError(
-                        f"old rank {rank} worker {worker}: a state of canonical layout "
-                        f"{saved} must hold its pipelines (Phases), got {short_repr(level)}"
-                    )
-                sources, index = level["sources"], level.get("phase")
+                sources, index = read_phases_level(level, f"old rank {rank} worker {worker}")
                 own = layout.phases_of(worker, workers)
                 if (
                     len(sources) != len(slots)
@@ -277,7 +269,7 @@ def _redistributed(plain: list[Any], layout: CanonicalLayout, leaves: Any) -> Lo
     moved = redistribute(plain, layout.ranks, layout.workers)
     return Logical(
         layout,
-        [_strip(level) for state in moved for level in state["workers"]],
+        [stateless_removed(level) for state in moved for level in state["workers"]],
         0,
         moved[0]["config"],
         moved[0]["epoch"],
@@ -287,16 +279,13 @@ def _redistributed(plain: list[Any], layout: CanonicalLayout, leaves: Any) -> Lo
 
 
 def _with_config(
-    state: dict[str, Any], current: dict[str, Any], encode_batch: bool
+    state: dict[str, Any], current: dict[str, Any], shape: dict[str, Any]
 ) -> dict[str, Any]:
-    """A redistributed plain state with this loader's config (and its ``encode_batch``)."""
+    """A redistributed plain state with this loader's config (and chain ``shape``)."""
     out = {
         **state,
         "config": {**current, "rank": state["config"]["rank"]},
-        "workers": [
-            {"type": "Map", "source": w} if encode_batch and w is not None else w
-            for w in (_strip(w) for w in state["workers"])
-        ],
+        "workers": [stateless_added(shape, stateless_removed(w)) for w in state["workers"]],
     }
     out.pop("digest", None)
     out["digest"] = state_digest(out)
@@ -304,7 +293,7 @@ def _with_config(
 
 
 def _physical(
-    logical: Logical, wc: WorkerConfig, current: dict[str, Any], encode_batch: bool
+    logical: Logical, wc: WorkerConfig, current: dict[str, Any], shape: dict[str, Any]
 ) -> list[dict[str, Any]]:
     """Every rank's state of this layout: each loader worker's pipelines, and the phase it
     serves next so that the workers polled in turn continue the canonical phase order."""
@@ -320,9 +309,7 @@ def _physical(
             index = first // workers
             level: Any = None
             if index or any(source is not None for source in sources):
-                level = {"type": "Phases", "phase": index, "sources": sources}
-                if encode_batch:
-                    level = {"type": "Map", "source": level}
+                level = stateless_added(shape, phases_level(index, sources))
             levels.append(level)
         state = {
             "type": "SavableLoader",

@@ -161,7 +161,8 @@ class DatasetPipeline:
 
         ``per_phase`` > 0: ``slot`` is one logical pipeline of a canonical layout, run under
         :class:`Phases` with ``per_phase`` - 1 others of its phase: its batches are lists of
-        ``1 / per_phase`` of the batch size, and the batch hooks run on the joined batch."""
+        ``1 / per_phase`` of the batch size (a ``batch_group_criterion``'s sizes are per
+        canonical rank already), and the batch hooks run on the joined batch."""
         opts, te = self.options, self.task_encoder
         layout = self.canonical(slot) if not per_phase else None
         if layout is not None:
@@ -204,14 +205,11 @@ class DatasetPipeline:
             then(Pack, lambda s: Pack(s, size, te, slot.seed, failures(), hook))
         if te.overrides("batch_group_criterion"):
             sync = BucketSync.for_slot(opts.bucket_sync, slot)
-            criterion = te.batch_group_criterion
-            if per_phase > 1:
-                criterion = partial(_part_of_bucket, criterion, per_phase)
             then(
                 GroupBatch,
                 lambda s: GroupBatch(
                     s,
-                    criterion,
+                    te.batch_group_criterion,  # per canonical rank under Phases
                     collate,
                     opts.batch_drop_last,
                     failures(),
@@ -333,9 +331,15 @@ class DatasetPipeline:
                 f"rank {wc.rank} has no data: the split has {sum(sizes)} samples in "
                 f"{sum(r.num_slices for r in self.readers(wc.slot(0)))} slices of at most "
                 f"max_samples_per_sequence={self.options.max_samples_per_sequence}, fewer than "
-                f"world_size x num_workers = {wc.world_size} x {wc.workers_per_rank}; use fewer "
-                "ranks or workers, or a smaller max_samples_per_sequence"
+                f"{self._global_workers(wc)}; use fewer ranks or workers, or a smaller "
+                "max_samples_per_sequence"
             )
+
+    def _global_workers(self, wc: WorkerConfig) -> str:
+        layout = self.canonical(wc.slot(0))
+        if layout is None:
+            return f"world_size x num_workers = {wc.world_size} x {wc.workers_per_rank}"
+        return f"the canonical_layout's {layout.ranks} x {layout.workers} logical pipelines"
 
     def _chain_slots(self, wc: WorkerConfig, epoch: int = 0) -> list[list[WorkerSlot]]:
         """Per loader worker of ``wc``'s rank, the slots of the chains it runs: its own, or
@@ -391,18 +395,3 @@ class DatasetPipeline:
         if self.options.limit is not None:
             batches = min(batches, self.options.limit)
         return batches
-
-
-def _part_of_bucket(
-    criterion: Callable[[Any], tuple[Any, int]], per_phase: int, sample: Any
-) -> tuple[Any, int]:
-    """``batch_group_criterion`` for one logical pipeline of ``per_phase`` joined at a step:
-    its share of the bucket's batch size."""
-    key, batch_size = criterion(sample)
-    if isinstance(batch_size, int) and batch_size % per_phase:
-        raise ConfigError(
-            f"batch_group_criterion gave bucket {key!r} {batch_size=}, which {per_phase} "
-            "canonical ranks per rank cannot share evenly; give batch sizes that are "
-            f"multiples of {per_phase} (the global batch over the canonical ranks)"
-        )
-    return key, batch_size // per_phase if isinstance(batch_size, int) else batch_size
