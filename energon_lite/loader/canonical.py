@@ -150,7 +150,7 @@ def relayout(
         _warn_fallback(logical.layout, wc)
         logical = _redistributed(_expanded(logical, current), layout, leaves)
     else:
-        check_ownership(_expanded(logical, current), leaves)
+        check_ownership(_expanded(logical, current, digest=False), leaves)
     return _physical(logical, wc, current, shape)
 
 
@@ -233,9 +233,12 @@ def _logical(states: list[Any], config: dict[str, Any], epoch: int) -> Logical |
     )
 
 
-def _expanded(logical: Logical, current: dict[str, Any]) -> list[dict[str, Any]]:
+def _expanded(
+    logical: Logical, current: dict[str, Any], digest: bool = True
+) -> list[dict[str, Any]]:
     """The pipelines as the plain states of K ranks x Q workers (what the elastic checks and
-    redistribution read): pipeline k * Q + q is worker q of rank k."""
+    redistribution read): pipeline k * Q + q is worker q of rank k. ``digest=False`` for
+    the ownership check alone, which does not read digests."""
     layout = logical.layout
     config = {key: value for key, value in logical.config.items() if key != "canonical_layout"}
     size = current.get("batch_size")  # buffers hold keys, not batches: any batch size deals
@@ -256,7 +259,8 @@ def _expanded(logical: Logical, current: dict[str, Any]) -> list[dict[str, Any]]
             "workers": logical.pipelines[rank * layout.workers : (rank + 1) * layout.workers],
             "in_pass": logical.in_pass,
         }
-        state["digest"] = state_digest(state)
+        if digest:
+            state["digest"] = state_digest(state)
         out.append(state)
     return out
 

@@ -229,9 +229,10 @@ class DatasetPipeline:
             then(Limit, lambda s: Limit(s, limit))
         return node
 
-    def _phases(self, slot: WorkerSlot, layout: CanonicalLayout) -> Node:
+    def _phases(self, slot: WorkerSlot, layout: CanonicalLayout, shape_only: bool = False) -> Node:
         """A physical worker's chain under a canonical layout: its logical pipelines, joined
-        phase by phase (:class:`Phases`), then ``encode_batch`` on the joined batch."""
+        phase by phase (:class:`Phases`), then ``encode_batch`` on the joined batch.
+        ``shape_only``: the first pipeline's plan stands for all (for ``shape()``)."""
         per_phase = layout.ranks // slot.world_size
         te = self.task_encoder
         failures = failure_trackers(
@@ -240,7 +241,11 @@ class DatasetPipeline:
             self.options.max_skip_fraction,
             f"rank {slot.rank} worker {slot.worker_id}",
         )
-        pipelines = [self.plan(logical, per_phase) for logical in layout.slots(slot)]
+        slots = layout.slots(slot)
+        if shape_only:
+            pipelines = [self.plan(slots[0], per_phase)] * len(slots)
+        else:
+            pipelines = [self.plan(logical, per_phase) for logical in slots]
         node = Node(
             Phases,
             lambda ps: Phases(ps, per_phase, te.batch, failures()),
@@ -257,6 +262,9 @@ class DatasetPipeline:
 
     def state_shape(self, slot: WorkerSlot) -> dict[str, Any]:
         """The shape a saved state of ``slot``'s chain must have (no chain is built)."""
+        layout = self.canonical(slot)
+        if layout is not None:  # the logical pipelines share one shape: plan it once
+            return self._phases(slot, layout, shape_only=True).shape()
         return self.plan(slot).shape()
 
     def _blend(self, readers: list[Node], slot: WorkerSlot) -> Node:
