@@ -32,6 +32,7 @@ from energon_lite import (
     get_train_dataset,
     prepare_dataset,
 )
+from energon_lite.cli.info import describe_state
 from energon_lite.synth.shards import write_captioning_shards
 from energon_lite.testing import take
 
@@ -294,8 +295,34 @@ def test_the_state_stays_small(tmp_path):
         states.append(one.save_state_rank())
         one.close()
     sizes = [len(msgpack.packb(state)) for state in states]
-    print("state sizes", sizes)
-    assert max(sizes) < 64_000, sizes
+    assert max(sizes) < 64_000, sizes  # 256 pipelines per rank: about 110 bytes each
+    summary = describe_state(states[0]).splitlines()  # `energon-lite checkpoint info`
+    assert any("... and 120 more" in line for line in summary) and len(summary) < 80
+
+
+def test_a_rank_state_restores_on_its_own_layout(data):
+    one = loader(data, "weighted", 1, 2, 2)
+    made = take(one, 3)
+    state = one.save_state_rank()
+    following = [b["items"] for b in take(one, 4)]
+    one.close()
+    again = loader(data, "weighted", 1, 2, 2)
+    again.restore_state_rank(state)
+    assert [b["items"] for b in take(again, 4)] == following
+    assert made and len(again) > 0
+    default = get_savable_loader(  # default batches carry their restore key
+        get_train_dataset(
+            data["a"],
+            worker_config=WorkerConfig(0, 2, 2),
+            batch_size=4,
+            shuffle_buffer_size=8,
+            max_samples_per_sequence=5,
+            canonical_layout=CANONICAL,
+        )
+    )
+    batch = take(default, 2)[1]
+    assert default.restore_sample(batch.__restore_key__).__key__ == batch.__key__
+    default.close()
 
 
 def _free_port() -> int:
