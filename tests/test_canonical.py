@@ -33,6 +33,8 @@ from energon_lite import (
     prepare_dataset,
 )
 from energon_lite.cli.info import describe_state
+from energon_lite.cli.main import main
+from energon_lite.state.codec import encode_state
 from energon_lite.synth.shards import write_captioning_shards
 from energon_lite.testing import take
 
@@ -371,3 +373,15 @@ def test_two_gloo_ranks_move_to_one_mid_epoch(data, tmp_path):
     assert [sorted(tuple(i) for r in ranks for i in r["before"][s]) for s in range(3)] + both == [
         [tuple(i) for i in step] for step in reference(data, "shuffle", 7)
     ]
+
+
+def test_checkpoint_redist_sends_canonical_states_to_the_trainer(data, tmp_path, capsys):
+    _, states = run(data, "shuffle", (2, 2), 2)
+    (tmp_path / "ckpt").mkdir()
+    for rank, state in enumerate(states):
+        (tmp_path / "ckpt" / f"state_rank_{rank}.msgpack").write_bytes(encode_state(state))
+    argv = ["checkpoint", "redist", str(tmp_path / "ckpt"), "--world-size", "1"]
+    assert main([*argv, "--num-workers", "4", "-o", str(tmp_path / "out")]) == 1
+    assert "canonical_layout=[4, 4]; pass them to loader.restore_state_global" in (
+        capsys.readouterr().err
+    )

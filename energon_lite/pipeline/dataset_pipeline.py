@@ -219,7 +219,12 @@ class DatasetPipeline:
             )
         elif opts.batch_size is not None:
             bs = opts.batch_size // max(1, per_phase)
-            then(Batch, lambda s: Batch(s, bs, collate, opts.batch_drop_last, failures()))
+            then(
+                Batch,
+                lambda s: Batch(
+                    s, bs, collate, opts.batch_drop_last, failures(), slab=not per_phase
+                ),
+            )
         if per_phase:
             return node
         if te.overrides("encode_batch"):
@@ -235,6 +240,8 @@ class DatasetPipeline:
         ``shape_only``: the first pipeline's plan stands for all (for ``shape()``)."""
         per_phase = layout.ranks // slot.world_size
         te = self.task_encoder
+        grouped = te.overrides("batch_group_criterion")
+        rows = None if grouped else self.options.batch_size  # the joined batch's size
         failures = failure_trackers(
             self.options.failure_tolerance,
             self.global_error_handler,
@@ -248,7 +255,7 @@ class DatasetPipeline:
             pipelines = [self.plan(logical, per_phase) for logical in slots]
         node = Node(
             Phases,
-            lambda ps: Phases(ps, per_phase, te.batch, failures()),
+            lambda ps: Phases(ps, per_phase, te.batch, failures(), rows),
             pipelines,
             several=True,
         )

@@ -18,9 +18,11 @@ State: the index of the next phase, and each pipeline's own state under ``source
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
+from energon_lite.batching.slab import SlabScope
 from energon_lite.errors import SKIPPED, ConfigError, FailureTracker, StateError, short_repr
 from energon_lite.stages.base import Stage, stage_class
 from energon_lite.stages.batch import collate_or_skip
@@ -41,6 +43,7 @@ class Phases(Stage):
         per_phase: int,
         collate: Callable[[list[Any]], Any],
         failures: FailureTracker | None = None,
+        rows: int | None = None,
     ) -> None:
         if per_phase < 1 or not sources or len(sources) % per_phase:
             raise ConfigError(f"Phases: {len(sources)} pipelines are not phases of {per_phase=}")
@@ -49,25 +52,30 @@ class Phases(Stage):
         self.phases = len(sources) // per_phase
         self.collate = collate
         self.failures = failures or FailureTracker(0)
+        # images decode straight into the joined batch (batching/slab.py) when its size is
+        # fixed (``rows``); the pipelines' batchers then open no scope of their own
+        self._slabs: SlabScope | contextlib.nullcontext[None] = (
+            SlabScope(rows) if rows else contextlib.nullcontext()
+        )
 
     def next(self) -> Any:
         self._start_if_fresh()
         while len(self._ended) < len(self.sources):
             phase = self._phase
             self._phase = (phase + 1) % self.phases
-            items: list[Any] = []
             first = phase * self.per_phase
-            for index in range(first, first + self.per_phase):
-                if index in self._ended:
-                    continue
-                try:
-                    items.extend(self.sources[index].next())
-                except StopIteration:
-                    self._ended.add(index)
-            if items:
-                batch = collate_or_skip(self.collate, items, self.failures)
-                if batch is not SKIPPED:
-                    return batch
+            with self._slabs:
+                items: list[Any] = []
+                for index in range(first, first + self.per_phase):
+                    if index in self._ended:
+                        continue
+                    try:
+                        items.extend(self.sources[index].next())
+                    except StopIteration:
+                        self._ended.add(index)
+                batch = collate_or_skip(self.collate, items, self.failures) if items else SKIPPED
+            if batch is not SKIPPED:
+                return batch
         raise StopIteration
 
     def fetch(self, restore_key: Any) -> Any:
