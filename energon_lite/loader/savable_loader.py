@@ -27,6 +27,7 @@ from energon_lite.errors import (
     short_repr,
 )
 from energon_lite.loader.savable_dataset import SavableDataset, unsavable_reason
+from energon_lite.loader.state_delta import with_unchanged
 from energon_lite.loader.stats import LoaderStats
 from energon_lite.state.codec import (
     STATE_VERSION,
@@ -155,7 +156,7 @@ def _stream(
                 ) from exc
             if memory is not None:
                 memory.received(batch, extra.pop())
-            loader._states[logical] = state
+            loader._states[logical] = with_unchanged(loader._states[logical], state)
             loader._next_worker = (logical + 1) % n
             if stats is not None:
                 stats.received(extra[0] if extra else None, time.perf_counter_ns() - asked)

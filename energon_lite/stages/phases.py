@@ -36,6 +36,8 @@ class Phases(Stage):
     sources: list[Stage]  # always set: pipelines phase by phase
     _phase: int  # the next phase to serve
     _ended: set[int]  # pipelines whose stream has ended
+    _saved: list[Any]  # each pipeline's state as last saved
+    _touched: set[int]  # pipelines pulled since then
 
     def __init__(
         self,
@@ -69,6 +71,7 @@ class Phases(Stage):
                 for index in range(first, first + self.per_phase):
                     if index in self._ended:
                         continue
+                    self._touched.add(index)
                     try:
                         items.extend(self.sources[index].next())
                     except StopIteration:
@@ -85,9 +88,21 @@ class Phases(Stage):
             return self.collate([self.sources[0].fetch(key) for key in restore_key])
         return self.sources[0].fetch(restore_key)
 
+    def save_state(self) -> dict[str, Any]:
+        """Only the pipelines pulled since the last save are saved again; the others keep
+        the very state object saved before, so a worker sends the trainer only what changed
+        (:mod:`energon_lite.loader.state_delta`)."""
+        self._start_if_fresh()
+        for index in sorted(self._touched):
+            self._saved[index] = self.sources[index].save_state()
+        self._touched.clear()
+        return {"type": type(self).__name__, **self._save(), "sources": list(self._saved)}
+
     def _reset(self) -> None:
         self._phase = 0
         self._ended = set()
+        self._saved = [None] * len(self.sources)
+        self._touched = set(range(len(self.sources)))
 
     def _save(self) -> dict[str, Any]:
         return {"phase": self._phase}
