@@ -13,7 +13,14 @@ ranks' batches would hold, whatever the physical layout.
 A pipeline that has ended (a finite stream) gives nothing to its phase; a phase whose
 pipelines all ended is skipped, and the stream ends when every pipeline has.
 
-State: the index of the next phase, and each pipeline's own state under ``sources``.
+Cost per pipeline: its chain's objects and buffers only (the opened datasets, their index
+maps and file handles are the process's, shared). A pipeline restores, or starts fresh,
+when its phase is first served, so a worker of hundreds of pipelines starts with one
+phase's; a save re-saves only the pipelines pulled since the last one and keeps the others'
+state objects, which the worker then does not send again (``loader/state_delta.py``).
+
+State: the index of the next phase, and each pipeline's own state under ``sources`` (None
+for a pipeline that starts fresh when its phase comes).
 """
 
 from __future__ import annotations
@@ -23,10 +30,18 @@ from collections.abc import Callable
 from typing import Any
 
 from energon_lite.batching.slab import SlabScope
-from energon_lite.errors import SKIPPED, ConfigError, FailureTracker, StateError, short_repr
+from energon_lite.errors import (
+    SKIPPED,
+    ConfigError,
+    FailureTracker,
+    StateError,
+    current_restore_handler,
+    restoring,
+    short_repr,
+)
 from energon_lite.stages.base import Stage, stage_class
 from energon_lite.stages.batch import collate_or_skip
-from energon_lite.state.codec import state_count
+from energon_lite.state.codec import check_level, state_count
 
 
 class Phases(Stage):
@@ -38,6 +53,8 @@ class Phases(Stage):
     _ended: set[int]  # pipelines whose stream has ended
     _saved: list[Any]  # each pipeline's state as last saved
     _touched: set[int]  # pipelines pulled since then
+    _pending: dict[int, Any]  # pipelines not restored yet, and their states (None: fresh)
+    _handler: Any  # the restore error handler of the worker's restore
 
     def __init__(
         self,
@@ -71,6 +88,7 @@ class Phases(Stage):
                 for index in range(first, first + self.per_phase):
                     if index in self._ended:
                         continue
+                    self._ready(index)
                     self._touched.add(index)
                     try:
                         items.extend(self.sources[index].next())
@@ -84,9 +102,37 @@ class Phases(Stage):
     def fetch(self, restore_key: Any) -> Any:
         """A batch again from its items' keys (any pipeline fetches any key: keys route by
         leaf, not by pipeline); a single item's key gives that item."""
+        self._ready(0)
         if isinstance(restore_key, list):
             return self.collate([self.sources[0].fetch(key) for key in restore_key])
         return self.sources[0].fetch(restore_key)
+
+    def restore_state(self, state: dict[str, Any] | None) -> None:
+        """Each pipeline restores (or starts fresh) when its phase is first served, so a
+        worker running hundreds of pipelines starts or resumes with one phase's; until then
+        a pipeline's state is the one it was given."""
+        if state is not None:
+            check_level(type(self).__name__, self.STATE_KEYS, "sources", state)
+            self._validate(state)
+            if len(state["sources"]) != len(self.sources):
+                raise StateError(
+                    f"Phases: state has {len(state['sources'])} pipelines, this worker runs "
+                    f"{len(self.sources)}; was it saved with another canonical layout?"
+                )
+        self._reset()
+        if state is not None:
+            self._phase = state["phase"]
+            self._saved = list(state["sources"])
+        self._pending = dict(enumerate(self._saved))
+        self._touched = set()
+        self._handler = current_restore_handler()
+        self._started = True
+
+    def _ready(self, index: int) -> None:
+        """Restore pipeline ``index`` if it has not been yet."""
+        if index in self._pending:
+            with restoring(self._handler):
+                self.sources[index].restore_state(self._pending.pop(index))
 
     def save_state(self) -> dict[str, Any]:
         """Only the pipelines pulled since the last save are saved again; the others keep
@@ -111,10 +157,6 @@ class Phases(Stage):
         phase = state_count(state["phase"], "Phases phase")
         if phase >= self.phases:
             raise StateError(f"Phases: saved phase={phase} outside [0, {self.phases})")
-
-    def _restore(self, state: dict[str, Any]) -> None:
-        self._reset()
-        self._phase = state["phase"]
 
 
 def as_list(items: list[Any]) -> list[Any]:
