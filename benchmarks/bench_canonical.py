@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import ab_order, fmt_num, markdown_table, median, run_child  # noqa: E402
+from common import ab_order, fmt_num, markdown_table, median, run_child
 
 RESULT = "RESULT "
 BATCH = 32
@@ -67,10 +68,8 @@ def cpu_seconds() -> float:
 
     total = time.process_time()
     for child in psutil.Process().children(recursive=True):
-        try:
+        with contextlib.suppress(psutil.Error):  # a worker that just ended
             total += sum(child.cpu_times()[:2])
-        except psutil.Error:
-            pass
     return total
 
 
@@ -135,22 +134,28 @@ def state(root: Path, steps: int) -> None:
 
     from energon_lite.testing import take
 
-    options = dict(batch_size=64, shuffle_buffer_size=16, max_samples_per_sequence=10)
+    options: dict[str, Any] = dict(batch_size=64, max_samples_per_sequence=10)
     rows = []
     saved: dict[tuple[int, int], list[Any]] = {}
-    for world, workers in ((1, 2), (4, 2)):
-        states = []
-        for rank in range(world):
-            one = loader(root, rank, world, workers, (32, 32), **options)
-            take(one, steps)
-            states.append(one.save_state_rank())
-            one.close()
-        saved[(world, workers)] = states
-        sizes = [len(msgpack.packb(s)) for s in states]
-        rows.append([f"{world} x {workers}", f"{1024 // world}", f"{max(sizes) / 1024:.1f} KB"])
-    print(f"\nstate at K x Q = 1024, canonical (32, 32), after {steps} steps (batch 64, shuffle "
-          f"buffer 16 per pipeline), load {os.getloadavg()[0]:.1f}\n")  # fmt: skip
-    print(markdown_table(["layout", "pipelines per rank", "state per rank (msgpack)"], rows))
+    for buffer in (16, None):
+        for world, workers in ((1, 2), (4, 2), (32, 1)):
+            states = []
+            for rank in range(world if world < 32 else 1):  # of 32 ranks: rank 0's alone
+                one = loader(root, rank, world, workers, (32, 32), **options,
+                             shuffle_buffer_size=buffer)  # fmt: skip
+                take(one, steps)
+                states.append(one.save_state_rank())
+                one.close()
+            if buffer:
+                saved[(world, workers)] = states
+            sizes = [len(msgpack.packb(s)) for s in states]
+            rows.append([f"{world} x {workers}", f"{1024 // world}", str(buffer),
+                         f"{max(sizes) / 1024:.1f} KB"])  # fmt: skip
+    print(f"\nstate at K x Q = 1024, canonical (32, 32), after {steps} steps (batch 64), "
+          f"load {os.getloadavg()[0]:.1f}\n")  # fmt: skip
+    print(markdown_table(["layout", "pipelines per rank", "shuffle buffer per pipeline",
+                          "state per rank (msgpack)"], rows))  # fmt: skip
+    options["shuffle_buffer_size"] = 16
     rows = []
     for old, new in (((1, 2), (1, 2)), ((4, 2), (4, 2)), ((4, 2), (1, 2)), ((1, 2), (4, 2))):
         start = time.perf_counter()
@@ -171,7 +176,9 @@ def state(root: Path, steps: int) -> None:
             ]
         )
     print(f"\nrestore at K x Q = 1024 (rank 0), load {os.getloadavg()[0]:.1f}\n")
-    print(markdown_table(["restore", "build", "restore_state_global", "first batch", "total"], rows))
+    print(
+        markdown_table(["restore", "build", "restore_state_global", "first batch", "total"], rows)
+    )
 
 
 def main() -> None:
@@ -195,9 +202,7 @@ def main() -> None:
         "CaptioningSample",
         {"image": "jpg", "caption": "txt"},
     )
-    texts = prepared(
-        args.data / "canonical_texts_40000", 40_000, 8, "TextSample", {"text": "txt"}
-    )
+    texts = prepared(args.data / "canonical_texts_40000", 40_000, 8, "TextSample", {"text": "txt"})
     if args.only in (None, "throughput"):
         throughput(images, args.rounds, args.batches)
     if args.only in (None, "state"):
