@@ -9,30 +9,63 @@ by :data:`UNCHANGED`, and the trainer puts its copy back (:func:`with_unchanged`
 batches reach the trainer in order and a new pass starts its workers from the trainer's
 states, so the trainer's copy is always the one the worker meant. Chains whose parents
 save new objects each time (every chain but ``Phases``) travel whole, as before.
+
+The pipelines a batch did move travel as msgpack bytes, under a stage that declares
+``LAZY_SOURCES``: the trainer keeps them so and decodes them only for
+``save_state_rank()`` (:func:`decoded`); a worker restarted from the trainer's states
+decodes each when its phase comes. Unpickling a dozen KB of small key lists per batch had
+cost the trainer as much again as the unchanged ones.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from energon_lite.stages.base import stage_class
+from energon_lite.state.codec import decode_state, encode_state
+
 UNCHANGED = "=unchanged"  # never a stage state (those are dicts or None)
 
 
 def unchanged_marked(previous: Any, state: Any) -> Any:
     """``state`` with each parent state under ``sources`` that is the same object as in
-    ``previous`` (the state sent before) replaced by :data:`UNCHANGED`."""
-    if not isinstance(state, dict) or not isinstance(previous, dict):
+    ``previous`` (the state sent before) replaced by :data:`UNCHANGED`; under a stage with
+    ``LAZY_SOURCES`` the others as msgpack bytes."""
+    if not isinstance(state, dict):
         return state
     out = dict(state)
     if "source" in state:
-        out["source"] = unchanged_marked(previous.get("source"), state["source"])
-    before = previous.get("sources")
+        before = previous.get("source") if isinstance(previous, dict) else None
+        out["source"] = unchanged_marked(before, state["source"])
     now = state.get("sources")
-    if isinstance(now, list) and isinstance(before, list) and len(now) == len(before):
+    if isinstance(now, list):
+        before = previous.get("sources") if isinstance(previous, dict) else None
+        if not isinstance(before, list) or len(before) != len(now):
+            before = [None] * len(now)
+        cls = stage_class(state.get("type"))
+        lazy = cls is not None and cls.LAZY_SOURCES
         out["sources"] = [
-            UNCHANGED if new is old and new is not None else unchanged_marked(old, new)
+            UNCHANGED
+            if new is old and new is not None
+            else encode_state(new)
+            if lazy and isinstance(new, dict)  # bytes: a state the trainer gave, still kept
+            else unchanged_marked(old, new)
             for old, new in zip(before, now)
         ]
+    return out
+
+
+def decoded(state: Any) -> Any:
+    """A state the trainer kept, with every parent state kept as bytes decoded."""
+    if isinstance(state, bytes):
+        return decode_state(state)
+    if not isinstance(state, dict):
+        return state
+    out = dict(state)
+    if "source" in state:
+        out["source"] = decoded(state["source"])
+    if isinstance(state.get("sources"), list):
+        out["sources"] = [decoded(source) for source in state["sources"]]
     return out
 
 

@@ -80,8 +80,9 @@ class Stage:
     STATS_HOOK: ClassVar[str | None] = None
     # the own fields of this stage starting over on another layout (elastic restore)
     ELASTIC_FRESH: ClassVar[Mapping[str, Any] | None] = None
-    # a saved level's "sources" may hold None: that parent starts fresh (``Phases``)
-    FRESH_SOURCES: ClassVar[bool] = False
+    # a saved level's "sources" may hold None (that parent starts fresh) and, inside the
+    # loader only, a parent's state as msgpack bytes, decoded when it restores (``Phases``)
+    LAZY_SOURCES: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

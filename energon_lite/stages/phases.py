@@ -41,12 +41,12 @@ from energon_lite.errors import (
 )
 from energon_lite.stages.base import Stage, stage_class
 from energon_lite.stages.batch import collate_or_skip
-from energon_lite.state.codec import check_level, state_count
+from energon_lite.state.codec import check_level, decode_state, state_count
 
 
 class Phases(Stage):
     STATE_KEYS = ("phase",)
-    FRESH_SOURCES = True  # a pipeline no batch has come from yet starts fresh
+    LAZY_SOURCES = True  # pipelines restore when their phase comes (see restore_state)
     STATS_LABEL = "phases"
     sources: list[Stage]  # always set: pipelines phase by phase
     _phase: int  # the next phase to serve
@@ -131,8 +131,11 @@ class Phases(Stage):
     def _ready(self, index: int) -> None:
         """Restore pipeline ``index`` if it has not been yet."""
         if index in self._pending:
+            state = self._pending.pop(index)
+            if isinstance(state, bytes):  # as the trainer kept it (loader/state_delta.py)
+                state = decode_state(state)
             with restoring(self._handler):
-                self.sources[index].restore_state(self._pending.pop(index))
+                self.sources[index].restore_state(state)
 
     def save_state(self) -> dict[str, Any]:
         """Only the pipelines pulled since the last save are saved again; the others keep
