@@ -49,7 +49,7 @@ def unchanged_marked(previous: Any, state: Any) -> Any:
             if new is old and new is not None
             else encode_state(new)
             if lazy and isinstance(new, dict)  # bytes: a state the trainer gave, still kept
-            else unchanged_marked(old, new)
+            else new
             for old, new in zip(before, now)
         ]
     return out
@@ -81,10 +81,10 @@ def with_unchanged(previous: Any, state: Any) -> Any:
     now = state.get("sources")
     if isinstance(now, list):
         before = previous.get("sources") if isinstance(previous, dict) else None
-        out["sources"] = [
-            _kept(before, i) if new == UNCHANGED else with_unchanged(_at(before, i), new)
-            for i, new in enumerate(now)
-        ]
+        if UNCHANGED in now:  # (only Phases marks its parents; other levels pass as sent)
+            out["sources"] = [
+                _kept(before, i) if new == UNCHANGED else new for i, new in enumerate(now)
+            ]
     return out
 
 
