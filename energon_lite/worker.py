@@ -100,3 +100,41 @@ class WorkerSlot:
     @property
     def num_global_workers(self) -> int:
         return self.world_size * self.num_workers
+
+
+@dataclass(frozen=True)
+class CanonicalLayout:
+    """The ``ranks`` x ``workers`` layout that defines a run's global batches.
+
+    Its ``ranks * workers`` logical pipelines are the global workers of the canonical run,
+    each with its own stream and state. A physical layout of R ranks x W workers (0 workers
+    count as 1) runs them all when R divides ``ranks`` and W divides ``workers``: rank r
+    runs the canonical ranks ``r * ranks / R ...`` (a contiguous block) and loader worker w
+    the canonical workers ("phases") ``w, w + W, w + 2W ...``; at each step a rank merges
+    one batch of each of its canonical ranks' pipelines of the step's phase.
+    """
+
+    ranks: int
+    workers: int
+
+    def reproduced_by(self, world_size: int, num_workers: int) -> bool:
+        """Whether ``world_size`` ranks x ``num_workers`` workers reproduce this layout."""
+        return self.ranks % world_size == 0 and self.workers % max(1, num_workers) == 0
+
+    def ranks_of(self, rank: int, world_size: int) -> range:
+        """The canonical ranks that physical ``rank`` of ``world_size`` runs."""
+        per = self.ranks // world_size
+        return range(rank * per, (rank + 1) * per)
+
+    def phases_of(self, worker_id: int, workers_per_rank: int) -> range:
+        """The canonical workers (phases) that loader worker ``worker_id`` runs, in turn."""
+        return range(worker_id, self.workers, workers_per_rank)
+
+    def slots(self, slot: WorkerSlot) -> list[WorkerSlot]:
+        """The canonical pipelines a physical ``slot`` runs, phase by phase, each phase's
+        canonical ranks in order (``len(ranks_of)`` pipelines per phase)."""
+        return [
+            WorkerSlot(k, self.ranks, q, self.workers, slot.seed, slot.epoch, slot.leaf_base)
+            for q in self.phases_of(slot.worker_id, slot.num_workers)
+            for k in self.ranks_of(slot.rank, slot.world_size)
+        ]

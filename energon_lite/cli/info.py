@@ -233,6 +233,9 @@ def describe_state(state: Any) -> str:
     return _describe_rank(state)
 
 
+_SOURCES_SHOWN = 8  # parents listed per stage (a blend's leaves, a worker's pipelines)
+
+
 def _describe_rank(state: Any) -> str:
     if not isinstance(state, dict) or state.get("type") != "SavableLoader":
         return f"not an energon_lite loader state: {type(state).__name__}"
@@ -259,12 +262,15 @@ def _describe_rank(state: Any) -> str:
             )
             lines.append("  " * depth + f"{node.get('type')}: {shown}")
             children = node.get("sources", [])
-            for child in children if isinstance(children, list) else []:
+            children = children if isinstance(children, list) else []
+            for child in children[:_SOURCES_SHOWN]:
                 if not isinstance(child, dict):
                     continue
                 lines.append(
                     "  " * (depth + 1)
                     + f"{child.get('type')}: epoch={child.get('epoch')}, open={child.get('open')}"
                 )
+            if len(children) > _SOURCES_SHOWN:  # a canonical layout's pipelines: 1024 or more
+                lines.append("  " * (depth + 1) + f"... and {len(children) - _SOURCES_SHOWN} more")
             node, depth = node.get("source"), depth + 1
     return "\n".join(lines)

@@ -258,7 +258,7 @@ def _leaf_plans(args: argparse.Namespace, config: dict[str, Any]) -> list[LeafPl
 
 def cmd_checkpoint_redist(args: argparse.Namespace) -> int:
     from energon_lite.cli.checkpoint_files import read_checkpoint, write_checkpoint
-    from energon_lite.errors import ConfigError
+    from energon_lite.errors import ConfigError, short_repr
     from energon_lite.stages.elastic import redistribute
 
     paths, output = [Path(p) for p in args.paths], args.output
@@ -292,6 +292,14 @@ def cmd_checkpoint_redist(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"checkpoint redist: {paths[0]}: the loader state has no config with num_workers; "
             "is it a state from loader.save_state_rank()?"
+        )
+    canonical = config.get("canonical_layout")
+    if canonical is not None:  # its pipelines move in the trainer, which knows the new loader
+        raise ConfigError(
+            f"checkpoint redist: {paths[0]}: the states are of a run with canonical_layout="
+            f"{short_repr(canonical)}; pass them to loader.restore_state_global(states) on the "
+            "new layout instead: it keeps the canonical global batches (with batch_size = "
+            "global batch / ranks) and deals the rest exactly once on other layouts"
         )
     if energon_form is not None:  # keeps ranks x workers, as Energon's redist does
         total = len(old.states) * max(1, config["num_workers"])

@@ -15,6 +15,7 @@ from typing import Any
 
 from energon_lite.cache.base import CachePool
 from energon_lite.errors import MAX_SKIP_FRACTION, ConfigError, check_skip_fraction, short_repr
+from energon_lite.loader.canonical import canonical_for
 from energon_lite.loader.savable_dataset import SavableDataset
 from energon_lite.loader.savable_loader import SavableLoader
 from energon_lite.pipeline.dataset_pipeline import DatasetPipeline, PipelineOptions
@@ -83,6 +84,7 @@ def get_train_dataset(
     max_skip_fraction: float | None = MAX_SKIP_FRACTION,
     bucket_sync: dict[str, Any] | None = None,
     shard_cache: ShardCacheConfig | None = None,
+    canonical_layout: tuple[int, int] | None = None,
     **kwargs: Any,
 ) -> SavableDataset:
     """The training dataset of a prepared dataset folder or a metadataset YAML.
@@ -98,6 +100,9 @@ def get_train_dataset(
     ``default_bucket_sync(path, split_part)`` (if it has one) supplies the setting.
     ``shard_cache=ShardCacheConfig(folder, "200GB")`` reads remote shards through a
     node-local cache (default: ``ENERGON_LITE_CACHE_LIMIT``; docs/remote.md).
+    ``canonical_layout=(ranks, workers)`` defines the global batches on that layout, and any
+    layout whose ranks and workers divide it delivers the same ones (``batch_size`` is then
+    per rank of this layout: keep ranks x batch_size; docs/resume.md); default: this layout.
     """
     virtual_epoch_length = kwargs.pop("virtual_epoch_length", None) or None  # Energon: 0 = off
     default_sync = getattr(task_encoder, "default_bucket_sync", None)  # VideoTextTaskEncoder
@@ -128,6 +133,9 @@ def get_train_dataset(
         bucket_sync=bucket_sync,
         virtual_epoch_length=virtual_epoch_length,
         shard_cache=shard_cache,
+        canonical_layout=canonical_for(
+            canonical_layout, worker_config, batch_size, task_encoder, bucket_sync
+        ),
     )
 
 

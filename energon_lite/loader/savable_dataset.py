@@ -14,6 +14,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from energon_lite.errors import ConfigError, UnsavableStateError, restoring
 from energon_lite.loader.probe import ChainProbe
+from energon_lite.loader.state_delta import unchanged_marked
 from energon_lite.loader.transport import check_sendable
 from energon_lite.loader.watchdog import Watchdog
 from energon_lite.pipeline.dataset_pipeline import Pipeline
@@ -82,6 +83,7 @@ class SavableDataset(IterableDataset):
         watch = self.watch_settings(watchdog)
         dog = Watchdog(watch[0], logical, watch[1], watch[2]).start() if watch else None
         pool = memory if in_worker else None
+        last: Any = None  # the state sent with the previous batch
         if pool is not None:
             pool.activate(physical)
         try:
@@ -103,6 +105,8 @@ class SavableDataset(IterableDataset):
                 if dog is not None:
                     dog.beat()
                 state = _save(chain) if save_states else None
+                if in_worker and save_states:  # what changed since the state sent before
+                    state, last = unchanged_marked(last, state), state
                 extra: tuple[Any, ...] = () if probe is None else (probe.snapshot(),)
                 if memory is not None:
                     extra += (

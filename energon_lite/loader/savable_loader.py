@@ -29,6 +29,7 @@ from energon_lite.errors import (
 )
 from energon_lite.loader import healing
 from energon_lite.loader.savable_dataset import SavableDataset, unsavable_reason
+from energon_lite.loader.state_delta import decoded, with_unchanged
 from energon_lite.loader.stats import LoaderStats
 from energon_lite.state.codec import (
     STATE_VERSION,
@@ -178,7 +179,7 @@ def _stream(
             memory = pools[-1]
             if memory is not None:
                 memory.received(batch, extra.pop())
-            loader._states[logical] = state
+            loader._states[logical] = with_unchanged(loader._states[logical], state)
             loader._next_worker = (logical + 1) % n
             if stats is not None:
                 stats.received(extra[0] if extra else None, time.perf_counter_ns() - asked)
@@ -381,7 +382,7 @@ class SavableLoader:
             "config": self.dataset.config(),
             "epoch": self._epoch,
             "next_worker": self._next_worker,
-            "workers": list(self._states),
+            "workers": [decoded(worker) for worker in self._states],
             "in_pass": self._in_pass,
             # where the datasets were read from, for messages only: a state restores into a
             # copy elsewhere (the config identifies datasets by content)
@@ -527,6 +528,11 @@ class SavableLoader:
         leaves = (
             None if readers is None else [LeafPlan.of(reader) for reader in readers(wc.slot(0))]
         )
+        from energon_lite.loader.canonical import relayout
+
+        moved = relayout(states, self.dataset, leaves)  # a canonical layout's run
+        if moved is not None:
+            return moved
         if same_layout(states, wc.world_size, wc.num_workers):
             if leaves is not None:  # each rank's own checks cannot see overlaps
                 check_ownership(states, leaves)

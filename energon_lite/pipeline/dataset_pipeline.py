@@ -42,12 +42,13 @@ from energon_lite.stages.limit import Limit
 from energon_lite.stages.map import Map
 from energon_lite.stages.mix import CostLedger
 from energon_lite.stages.pack import Pack
+from energon_lite.stages.phases import Phases, as_list
 from energon_lite.stages.plan import Node
 from energon_lite.stages.reader import Reader
 from energon_lite.stages.routing import leaf_of
 from energon_lite.stages.shuffle import ShuffleBuffer
 from energon_lite.task_encoder.base import TaskEncoder
-from energon_lite.worker import WorkerConfig, WorkerSlot
+from energon_lite.worker import CanonicalLayout, WorkerConfig, WorkerSlot
 
 log = logging.getLogger(__name__)
 _TOLD_FEW: set[tuple[str, int, int]] = set()  # (split, samples, global workers) already logged
@@ -71,6 +72,7 @@ class PipelineOptions:
     # "slices" is the dealing of states saved before it was recorded (a restored state
     # always keeps its own)
     dealing: str = "ranges"
+    canonical_layout: CanonicalLayout | None = None  # the layout that defines the batches
 
 
 def blend_options(leaves: list[Leaf], blend_mode: str) -> tuple[str, str]:
@@ -212,9 +214,26 @@ class DatasetPipeline:
             nodes.append(Node(Reader, partial(Reader, dataset, **settings)))
         return nodes
 
-    def plan(self, slot: WorkerSlot) -> Node:
-        """The chain of one worker, as nodes (``plan(slot).build()`` makes it)."""
+    def canonical(self, slot: WorkerSlot) -> CanonicalLayout | None:
+        """The canonical layout when ``slot``'s layout reproduces it (the worker then runs
+        :class:`Phases` over its logical pipelines), else None (one chain of its own)."""
+        layout = self.options.canonical_layout
+        if layout is None or not layout.reproduced_by(slot.world_size, slot.num_workers):
+            return None
+        return layout
+
+    def plan(self, slot: WorkerSlot, per_phase: int = 0) -> Node:
+        """The chain of one worker, as nodes (``plan(slot).build()`` makes it).
+
+        ``per_phase`` > 0: ``slot`` is one logical pipeline of a canonical layout, run under
+        :class:`Phases` with ``per_phase`` - 1 others of its phase: its batches are lists of
+        ``1 / per_phase`` of the batch size (a ``batch_group_criterion``'s sizes are per
+        canonical rank already), and the batch hooks run on the joined batch."""
         opts, te = self.options, self.task_encoder
+        layout = self.canonical(slot) if not per_phase else None
+        if layout is not None:
+            return self._phases(slot, layout)
+        collate = as_list if per_phase else te.batch
 
         failures = failure_trackers(
             opts.failure_tolerance,
@@ -275,7 +294,7 @@ class DatasetPipeline:
                     by_source(te.batch_group_criterion)
                     if self.composition == "per_source" and not single
                     else te.batch_group_criterion,
-                    te.batch,
+                    collate,
                     opts.batch_drop_last,
                     failures(),
                     sync,
@@ -283,13 +302,49 @@ class DatasetPipeline:
                 ),
             )
         elif opts.batch_size is not None:
-            bs = opts.batch_size
-            then(Batch, lambda s: Batch(s, bs, te.batch, opts.batch_drop_last, failures()))
+            bs = opts.batch_size // max(1, per_phase)
+            then(
+                Batch,
+                lambda s: Batch(
+                    s, bs, collate, opts.batch_drop_last, failures(), slab=not per_phase
+                ),
+            )
+        if per_phase:
+            return node
         if te.overrides("encode_batch"):
             then(Map, lambda s: Map(s, te.encode_batch, "encode_batch", failures()))
         if opts.limit is not None:  # per rank; the loader polls workers round robin
             limit = -(-(opts.limit - slot.worker_id) // slot.num_workers)
             then(Limit, lambda s: Limit(s, limit))
+        return node
+
+    def _phases(self, slot: WorkerSlot, layout: CanonicalLayout, shape_only: bool = False) -> Node:
+        """A physical worker's chain under a canonical layout: its logical pipelines, joined
+        phase by phase (:class:`Phases`), then ``encode_batch`` on the joined batch.
+        ``shape_only``: the first pipeline's plan stands for all (for ``shape()``)."""
+        per_phase = layout.ranks // slot.world_size
+        te = self.task_encoder
+        grouped = te.overrides("batch_group_criterion")
+        rows = None if grouped else self.options.batch_size  # the joined batch's size
+        failures = failure_trackers(
+            self.options.failure_tolerance,
+            self.global_error_handler,
+            self.options.max_skip_fraction,
+            f"rank {slot.rank} worker {slot.worker_id}",
+        )
+        slots = layout.slots(slot)
+        if shape_only:
+            pipelines = [self.plan(slots[0], per_phase)] * len(slots)
+        else:
+            pipelines = [self.plan(logical, per_phase) for logical in slots]
+        node = Node(
+            Phases,
+            lambda ps: Phases(ps, per_phase, te.batch, failures(), rows),
+            pipelines,
+            several=True,
+        )
+        if te.overrides("encode_batch"):
+            node = Node(Map, lambda s: Map(s, te.encode_batch, "encode_batch", failures()), [node])
         return node
 
     def build(self, slot: WorkerSlot) -> Stage:
@@ -298,6 +353,9 @@ class DatasetPipeline:
 
     def state_shape(self, slot: WorkerSlot) -> dict[str, Any]:
         """The shape a saved state of ``slot``'s chain must have (no chain is built)."""
+        layout = self.canonical(slot)
+        if layout is not None:  # the logical pipelines share one shape: plan it once
+            return self._phases(slot, layout, shape_only=True).shape()
         return self.plan(slot).shape()
 
     def _blend(self, readers: list[Node], slot: WorkerSlot, ledger: CostLedger | None) -> Node:
@@ -359,6 +417,13 @@ class DatasetPipeline:
             # only where set, so that the states of loaders without them still match
             **({"batch_composition": self.composition} if self.composition != "random" else {}),
             **({"weight_unit": self.weight_unit} if self.weight_unit != "samples" else {}),
+            **(
+                {}
+                if opts.canonical_layout is None
+                else {
+                    "canonical_layout": [opts.canonical_layout.ranks, opts.canonical_layout.workers]
+                }
+            ),
         }
 
     def _check_rank_has_work(self, wc: WorkerConfig) -> None:
@@ -379,9 +444,10 @@ class DatasetPipeline:
                     workers - len(ds),
                 )
         total_slices = 0
-        for worker in range(wc.workers_per_rank):
-            for reader in self.readers(wc.slot(worker)):
-                total_slices += reader.worker_slice_count()
+        for slots in self._chain_slots(wc):
+            for slot in slots:
+                for reader in self.readers(slot):
+                    total_slices += reader.worker_slice_count()
         if total_slices == 0:
             sizes = [len(ds) for ds in self.datasets]
             if sum(sizes) == 0:
@@ -393,10 +459,31 @@ class DatasetPipeline:
                 )
             raise ConfigError(
                 f"rank {wc.rank} has no data: the split has {sum(sizes)} samples, fewer than "
-                f"world_size x num_workers = {wc.world_size} x {wc.workers_per_rank} = "
-                f"{workers} global workers, and none of them is this rank's; use fewer ranks "
-                "or workers"
+                f"{self._global_workers(wc)} global workers, and none of them is this "
+                "rank's; use fewer ranks or workers"
             )
+
+    def _global_workers(self, wc: WorkerConfig) -> str:
+        layout = self.canonical(wc.slot(0))
+        if layout is None:
+            return (
+                f"world_size x num_workers = {wc.world_size} x {wc.workers_per_rank} = "
+                f"{wc.world_size * wc.workers_per_rank}"
+            )
+        return (
+            f"the canonical_layout's {layout.ranks} x {layout.workers} = "
+            f"{layout.ranks * layout.workers} logical pipelines as"
+        )
+
+    def _chain_slots(self, wc: WorkerConfig, epoch: int = 0) -> list[list[WorkerSlot]]:
+        """Per loader worker of ``wc``'s rank, the slots of the chains it runs: its own, or
+        under a canonical layout its logical pipelines (phase by phase)."""
+        out = []
+        for worker in range(wc.workers_per_rank):
+            slot = wc.slot(worker, epoch)
+            layout = self.canonical(slot)
+            out.append([slot] if layout is None else layout.slots(slot))
+        return out
 
     def samples_per_epoch(self, wc: WorkerConfig, epoch: int = 0) -> list[int]:
         """Samples each worker of this rank reads in ``epoch`` (before blending)."""
@@ -409,21 +496,34 @@ class DatasetPipeline:
         """Samples each worker of ``wc``'s rank counts towards ``len()`` in ``epoch``
         (:mod:`energon_lite.pipeline.lengths` says how a blend counts)."""
 
-        def counted(readers: list[Reader]) -> int:
-            if self.blend_mode == "epochized":
-                return sum(
-                    lengths.epochized_samples(r, leaf.repetitions or 0, epoch)
-                    for r, leaf in zip(readers, self.leaves)
-                )
-            if self.blend_mode == "weights" and len(readers) > 1:
-                return sum(lengths.dealt_samples(r) for r in readers)
-            return sum(lengths.read_samples(r, epoch) for r in readers)
+        return [
+            self._counted(self.readers(wc.slot(w, epoch)), epoch)
+            for w in range(wc.workers_per_rank)
+        ]
 
-        return [counted(self.readers(wc.slot(w, epoch))) for w in range(wc.workers_per_rank)]
+    def _counted(self, readers: list[Reader], epoch: int) -> int:
+        if self.blend_mode == "epochized":
+            return sum(
+                lengths.epochized_samples(r, leaf.repetitions or 0, epoch)
+                for r, leaf in zip(readers, self.leaves)
+            )
+        if self.blend_mode == "weights" and len(readers) > 1:
+            return sum(lengths.dealt_samples(r) for r in readers)
+        return sum(lengths.read_samples(r, epoch) for r in readers)
 
     def batches_per_epoch(self, wc: WorkerConfig, epoch: int = 0) -> int:
         """Batches this rank counts per epoch, by Energon's rules (:mod:`energon_lite.pipeline.lengths`)."""
         opts = self.options
+        layout = self.canonical(wc.slot(0))
+        if layout is not None:  # a step of a phase lasts while any of its pipelines has batches
+            per_phase = layout.ranks // wc.world_size
+            size = None if opts.batch_size is None else opts.batch_size // per_phase
+            batches = 0
+            for slots in self._chain_slots(wc, epoch):
+                counts = [self._counted(self.readers(slot), epoch) for slot in slots]
+                made = lengths.batches_per_worker(counts, size, opts.batch_drop_last)
+                batches += sum(max(made[i : i + per_phase]) for i in range(0, len(made), per_phase))
+            return batches if opts.limit is None else min(batches, opts.limit)
         per_worker = self.counted_samples(wc, epoch)
         batches = sum(lengths.batches_per_worker(per_worker, opts.batch_size, opts.batch_drop_last))
         if self.options.limit is not None:

@@ -8,6 +8,7 @@ is logged and the batch dropped, counted by the failure tracker.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -58,6 +59,7 @@ class Batch(Stage):
         collate: Callable[[list[Any]], Any],
         drop_last: bool = False,
         failures: FailureTracker | None = None,
+        slab: bool = True,
     ) -> None:
         if batch_size < 1:
             raise ConfigError(f"{batch_size=} must be >= 1 (or None for no batching)")
@@ -66,7 +68,10 @@ class Batch(Stage):
         self.collate = collate
         self.drop_last = drop_last
         self.failures = failures or FailureTracker(0)
-        self._slabs = SlabScope(batch_size)
+        # slab=False: a part of a batch joined later, which decodes into the joined one's
+        self._slabs: SlabScope | contextlib.nullcontext[None] = (
+            SlabScope(batch_size) if slab else contextlib.nullcontext()
+        )
 
     def next(self) -> Any:
         self._start_if_fresh()

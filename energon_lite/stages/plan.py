@@ -36,6 +36,8 @@ class Node:
         shape: dict[str, Any] = {"type": self.cls.__name__, "keys": list(self.cls.STATE_KEYS)}
         if self.cls.OPTIONAL_KEYS:
             shape["optional"] = list(self.cls.OPTIONAL_KEYS)
+        if self.cls.LAZY_SOURCES:
+            shape["fresh_sources"] = True
         if self.several:
             shape["sources"] = [parent.shape() for parent in self.parents]
         elif self.parents:

@@ -1,0 +1,213 @@
+"""What a canonical layout costs: throughput, state size and restore time.
+
+* ``throughput``: samples/s and CPU per sample of a canonical (8, 8) layout run on
+  1 rank x 2 workers (each worker runs 32 of the 64 logical pipelines, 8 per step) against
+  the plain 1 x 2 loader, same data and global batch; A/B alternated (order reversed every
+  round), a fresh child process per run, ``--batches`` batches after 10 warm-up batches
+  (the warm-up fills every pipeline's shuffle buffer).
+* ``state``: K x Q = 1024 (canonical (32, 32)) on 1 x 2 and 4 x 2 (ranks simulated in one
+  process): each rank takes ``--state-batches`` batches and saves; the state's msgpack size
+  per rank, and the time from building a new loader through ``restore_state_global`` to its
+  first batch, on the same layout and on the other one.
+
+    python benchmarks/bench_canonical.py [--data DIR] [--rounds 6] [--batches 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import ab_order, fmt_num, markdown_table, median, run_child
+
+RESULT = "RESULT "
+BATCH = 32
+
+
+def prepared(folder: Path, samples: int, size: int, sample_type: str, fields: dict) -> Path:
+    from energon_lite import prepare_dataset
+    from energon_lite.synth.shards import write_captioning_shards
+
+    if not (folder / ".nv-meta").is_dir():
+        write_captioning_shards(folder, samples, 500, image_size=(size, size))
+        prepare_dataset(
+            folder,
+            split_ratio=[("train", 1)],
+            sample_type=sample_type,
+            field_map=fields,
+            progress=False,
+        )
+    return folder
+
+
+def loader(root: Path, rank: int, world: int, workers: int, canonical: Any, **options: Any):
+    import energon_lite as el
+
+    dataset = el.get_train_dataset(
+        root,
+        worker_config=el.WorkerConfig(rank=rank, world_size=world, num_workers=workers),
+        batch_size=options.pop("batch_size", BATCH) // world,
+        shuffle_buffer_size=options.pop("shuffle_buffer_size", 100),
+        max_samples_per_sequence=options.pop("max_samples_per_sequence", 100),
+        canonical_layout=canonical,
+        **options,
+    )
+    return el.get_savable_loader(dataset)
+
+
+def cpu_seconds() -> float:
+    import psutil
+
+    total = time.process_time()
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):  # a worker that just ended
+            total += sum(child.cpu_times()[:2])
+    return total
+
+
+def child_throughput(root: Path, mode: str, batches: int) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    one = loader(root, 0, 1, 2, (8, 8) if mode == "canonical" else None)
+    it = iter(one)
+    start = time.perf_counter()
+    for _ in range(10):  # warm-up: workers started, every shuffle buffer filled
+        next(it)
+    first = time.perf_counter() - start
+    samples, start, cpu = 0, time.perf_counter(), cpu_seconds()
+    for _ in range(batches):
+        samples += len(next(it).__key__)
+    wall = time.perf_counter() - start
+    result = {"rate": samples / wall, "cpu_us": 1e6 * (cpu_seconds() - cpu) / samples}
+    result["warmup_s"] = first
+    print(RESULT + json.dumps(result), flush=True)
+    one.close()
+
+
+def throughput(root: Path, rounds: int, batches: int) -> None:
+    runs: dict[str, list[dict[str, float]]] = {"plain": [], "canonical": []}
+    loads = []
+    for index in range(rounds):
+        for mode in ab_order(["plain", "canonical"], index):
+            loads.append(os.getloadavg()[0])
+            cmd = [sys.executable, __file__, "--child", mode, "--data", str(root)]
+            child = run_child([*cmd, "--batches", str(batches)], timeout=900)
+            line = next((x for x in child.lines if x.startswith(RESULT)), None)
+            if line is None:
+                raise SystemExit(f"{mode} run failed:\n{child.stderr[-3000:]}")
+            runs[mode].append(json.loads(line[len(RESULT) :]))
+    rows = []
+    for figure, label, higher in (("rate", "samples/s", True), ("cpu_us", "CPU us/sample", False)):
+        plain = [r[figure] for r in runs["plain"]]
+        canon = [r[figure] for r in runs["canonical"]]
+        # overhead per round (> 0: the canonical layout costs something)
+        per_round = [(p / c - 1) if higher else (c / p - 1) for p, c in zip(plain, canon)]
+        rows.append(
+            [
+                label,
+                fmt_num(median(plain)),
+                fmt_num(median(canon)),
+                f"{100 * (median(per_round) or 0):+.2f} %",
+                f"{100 * min(per_round):+.1f} .. {100 * max(per_round):+.1f} %",
+            ]
+        )
+    print(f"\nthroughput, {rounds} rounds x {batches} batches of {BATCH}, load average "
+          f"{min(loads):.1f}-{max(loads):.1f}\n")  # fmt: skip
+    print(markdown_table(["figure", "plain 1 x 2", "canonical (8, 8) on 1 x 2",
+                          "overhead (median of rounds)", "per-round spread"], rows))  # fmt: skip
+    warm = [median([r["warmup_s"] for r in runs[m]]) for m in ("plain", "canonical")]
+    print(f"\nfirst 10 batches (start-up, buffers filling): plain {warm[0]:.2f} s, "
+          f"canonical {warm[1]:.2f} s (medians)")  # fmt: skip
+
+
+def state(root: Path, steps: int) -> None:
+    import msgpack
+
+    from energon_lite.testing import take
+
+    options: dict[str, Any] = dict(batch_size=64, max_samples_per_sequence=10)
+    rows = []
+    saved: dict[tuple[int, int], list[Any]] = {}
+    for buffer in (16, None):
+        for world, workers in ((1, 2), (4, 2), (32, 1)):
+            states = []
+            for rank in range(world if world < 32 else 1):  # of 32 ranks: rank 0's alone
+                one = loader(root, rank, world, workers, (32, 32), **options,
+                             shuffle_buffer_size=buffer)  # fmt: skip
+                take(one, steps)
+                states.append(one.save_state_rank())
+                one.close()
+            if buffer:
+                saved[(world, workers)] = states
+            sizes = [len(msgpack.packb(s)) for s in states]
+            rows.append([f"{world} x {workers}", f"{1024 // world}", str(buffer),
+                         f"{max(sizes) / 1024:.1f} KB"])  # fmt: skip
+    print(f"\nstate at K x Q = 1024, canonical (32, 32), after {steps} steps (batch 64), "
+          f"load {os.getloadavg()[0]:.1f}\n")  # fmt: skip
+    print(markdown_table(["layout", "pipelines per rank", "shuffle buffer per pipeline",
+                          "state per rank (msgpack)"], rows))  # fmt: skip
+    options["shuffle_buffer_size"] = 16
+    rows = []
+    for old, new in (((1, 2), (1, 2)), ((4, 2), (4, 2)), ((4, 2), (1, 2)), ((1, 2), (4, 2))):
+        start = time.perf_counter()
+        one = loader(root, 0, new[0], new[1], (32, 32), **options)
+        built = time.perf_counter()
+        one.restore_state_global(saved[old])
+        restored = time.perf_counter()
+        next(iter(one))
+        done = time.perf_counter()
+        one.close()
+        rows.append(
+            [
+                f"{old[0]} x {old[1]} -> {new[0]} x {new[1]}",
+                f"{built - start:.2f} s",
+                f"{restored - built:.2f} s",
+                f"{done - restored:.2f} s",
+                f"{done - start:.2f} s",
+            ]
+        )
+    print(f"\nrestore at K x Q = 1024 (rank 0), load {os.getloadavg()[0]:.1f}\n")
+    print(
+        markdown_table(["restore", "build", "restore_state_global", "first batch", "total"], rows)
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=Path(__file__).parent / "data")
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--batches", type=int, default=60)
+    parser.add_argument("--samples", type=int, default=8000)
+    parser.add_argument("--state-batches", type=int, default=40)
+    parser.add_argument("--only", choices=["throughput", "state"])
+    parser.add_argument("--child", choices=["plain", "canonical"])
+    args = parser.parse_args()
+    if args.child:
+        child_throughput(args.data, args.child, args.batches)
+        return
+    print(f"{platform.python_version()}, {os.cpu_count()} cores")
+    images = prepared(
+        args.data / f"canonical_images_{args.samples}",
+        args.samples,
+        128,
+        "CaptioningSample",
+        {"image": "jpg", "caption": "txt"},
+    )
+    texts = prepared(args.data / "canonical_texts_40000", 40_000, 8, "TextSample", {"text": "txt"})
+    if args.only in (None, "throughput"):
+        throughput(images, args.rounds, args.batches)
+    if args.only in (None, "state"):
+        state(texts, args.state_batches)
+
+
+if __name__ == "__main__":
+    main()
