@@ -39,11 +39,13 @@ import zlib
 from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from energon_lite.storage import ops
 from energon_lite.storage.path import RemotePath
+
+if TYPE_CHECKING:
+    import numpy as np
 
 BLOCK = 1 << 20  # bytes per checksum
 FETCH_CHUNK = 16 << 20  # bytes per GET while filling an entry
@@ -75,6 +77,8 @@ class CachedShard:
     """An open, checked entry: ``pread`` verifies each block the first time it is read."""
 
     def __init__(self, fd: int, crcs: np.ndarray, size: int, where: Path) -> None:
+        import numpy as np  # here, not at import: `energon-lite --help` loads storage/
+
         self.fd, self.crcs, self.size, self.where = fd, crcs, size, where
         self._checked = np.zeros(len(crcs), dtype=bool)
         self._touched = time.monotonic()
@@ -163,6 +167,8 @@ class ShardCache:
         except FileNotFoundError:
             return None
         try:
+            import numpy as np
+
             crcs = np.frombuffer(crc.read_bytes(), dtype="<u4")
             if os.fstat(fd).st_size != size or len(crcs) != -(-size // BLOCK):
                 raise CorruptEntry(f"{data}: size or checksum list does not match the object")
@@ -184,6 +190,8 @@ class ShardCache:
             fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
             os.ftruncate(fd, size)  # counted at its final size by other processes' sums
         try:
+            import numpy as np
+
             crcs = np.zeros(-(-size // BLOCK), dtype="<u4")
             for start in range(0, size, FETCH_CHUNK):
                 chunk = ops.read_range(path, start, min(start + FETCH_CHUNK, size), version)
