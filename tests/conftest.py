@@ -33,6 +33,36 @@ def make_dataset(
     return root
 
 
+def write_two_leaves(root: Path, a: int = 120, b: int = 80) -> dict[str, Path]:
+    """Two text datasets (``a`` and ``b`` samples, shards of 20, keys ``a00000``...,
+    ``b00000``...) and two metadatasets over them: ``weighted`` (blend 2:1) and
+    ``epochized`` (``blend_epochized`` 1 and 0.5 repetitions)."""
+    for name, count in (("a", a), ("b", b)):
+        write_captioning_shards(
+            root / name, count, 20, image_size=(8, 8), key_format=name + "{:05d}"
+        )
+        prepare_dataset(
+            root / name,
+            split_ratio=[("train", 1)],
+            sample_type="TextSample",
+            field_map={"text": "txt"},
+            progress=False,
+        )
+    head = "__module__: energon_lite\n__class__: MetadatasetV2\nsplits:\n  train:\n"
+    (root / "weighted.yaml").write_text(
+        head + "    blend:\n      - {weight: 2, path: a}\n      - {weight: 1, path: b}\n"
+    )
+    (root / "epochized.yaml").write_text(
+        head + "    blend_epochized:\n      - {repetitions: 1, path: a}\n"
+        "      - {repetitions: 0.5, path: b}\n"
+    )
+    return {
+        "a": root / "a",
+        "weighted": root / "weighted.yaml",
+        "epochized": root / "epochized.yaml",
+    }
+
+
 @pytest.fixture(scope="session")
 def train_ds(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """120 samples in 6 shards of 20, all in train."""

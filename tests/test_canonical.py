@@ -21,6 +21,7 @@ import msgpack
 import pytest
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from conftest import write_two_leaves
 
 from energon_lite import (
     ConfigError,
@@ -45,31 +46,7 @@ CANONICAL = (4, 4)
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("canonical")
-    for name, count in (("a", A), ("b", B)):
-        write_captioning_shards(
-            root / name, count, 20, image_size=(8, 8), key_format=name + "{:05d}"
-        )
-        prepare_dataset(
-            root / name,
-            split_ratio=[("train", 1)],
-            sample_type="TextSample",
-            field_map={"text": "txt"},
-            progress=False,
-        )
-    head = "__module__: energon_lite\n__class__: MetadatasetV2\nsplits:\n  train:\n"
-    (root / "weighted.yaml").write_text(
-        head + "    blend:\n      - {weight: 2, path: a}\n      - {weight: 1, path: b}\n"
-    )
-    (root / "epochized.yaml").write_text(
-        head + "    blend_epochized:\n      - {repetitions: 1, path: a}\n"
-        "      - {repetitions: 0.5, path: b}\n"
-    )
-    return {
-        "a": root / "a",
-        "weighted": root / "weighted.yaml",
-        "epochized": root / "epochized.yaml",
-    }
+    return write_two_leaves(tmp_path_factory.mktemp("canonical"), A, B)
 
 
 @dataclass

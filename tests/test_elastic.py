@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import write_two_leaves
 
 from energon_lite import (
     Sample,
@@ -25,13 +26,11 @@ from energon_lite import (
     get_savable_loader,
     get_train_dataset,
     get_val_dataset,
-    prepare_dataset,
 )
 from energon_lite.cli.main import main
 from energon_lite.cli.state_file import read_state_file
 from energon_lite.stages.elastic import redistribute
 from energon_lite.state.codec import encode_state
-from energon_lite.synth.shards import write_captioning_shards
 from energon_lite.testing import take
 
 A, B = 120, 80  # samples of the two leaves
@@ -39,31 +38,7 @@ A, B = 120, 80  # samples of the two leaves
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("elastic")
-    for name, count in (("a", A), ("b", B)):
-        write_captioning_shards(
-            root / name, count, 20, image_size=(8, 8), key_format=name + "{:05d}"
-        )
-        prepare_dataset(
-            root / name,
-            split_ratio=[("train", 1)],
-            sample_type="TextSample",
-            field_map={"text": "txt"},
-            progress=False,
-        )
-    head = "__module__: energon_lite\n__class__: MetadatasetV2\nsplits:\n  train:\n"
-    (root / "weighted.yaml").write_text(
-        head + "    blend:\n      - {weight: 2, path: a}\n      - {weight: 1, path: b}\n"
-    )
-    (root / "epochized.yaml").write_text(
-        head + "    blend_epochized:\n      - {repetitions: 1, path: a}\n"
-        "      - {repetitions: 0.5, path: b}\n"
-    )
-    return {
-        "a": root / "a",
-        "weighted": root / "weighted.yaml",
-        "epochized": root / "epochized.yaml",
-    }
+    return write_two_leaves(tmp_path_factory.mktemp("elastic"), A, B)
 
 
 @dataclass

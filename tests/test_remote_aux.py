@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
+import s3_fixtures
 
 pytest.importorskip("moto")
 pytest.importorskip("s3fs")
@@ -26,10 +27,12 @@ from energon_lite import (
 )
 from energon_lite.errors import DatasetFormatError
 from energon_lite.flavors.jsonl import prepare_lines
-from energon_lite.storage import cache_config
 from energon_lite.synth.lines import write_caption_jsonl
-from energon_lite.synth.servers import TEST_CREDENTIALS, FaultProxy, S3Server
+from energon_lite.synth.servers import S3Server
 from energon_lite.testing import assert_loader_resumes
+
+# the moto server, the counting proxy and each test's environment (tests/s3_fixtures.py)
+s3, proxy, env = s3_fixtures.s3, s3_fixtures.proxy, s3_fixtures.env
 
 HEADER = "__module__: megatron.energon\n__class__: MetadatasetV2\nsplits:\n  train:\n"
 
@@ -42,29 +45,6 @@ def cook(sample: dict, pkl_source, captions) -> TextSample:
 
 class Encoder(DefaultTaskEncoder):
     cookers = (Cooker(cook),)
-
-
-@pytest.fixture(scope="module")
-def s3() -> S3Server:
-    with S3Server() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def proxy(s3: S3Server) -> FaultProxy:
-    with FaultProxy(s3.endpoint) as counting:
-        yield counting
-
-
-@pytest.fixture(autouse=True)
-def env(proxy: FaultProxy, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", TEST_CREDENTIALS["key"])
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", TEST_CREDENTIALS["secret"])
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    monkeypatch.setenv("ENERGON_LITE_CACHE_DIR", str(tmp_path / "cache"))
-    yield
-    cache_config.use(None)
 
 
 @pytest.fixture(scope="module")
