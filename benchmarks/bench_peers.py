@@ -48,7 +48,6 @@ import os
 import pickle
 import platform
 import shutil
-import sys
 import time
 import warnings
 from collections.abc import Iterator
@@ -56,7 +55,7 @@ from pathlib import Path
 from typing import Any
 
 import bench_pipeline as bp
-from common import ab_order, fmt_bytes, fmt_num, markdown_table, median, ratio, run_child
+from common import fmt_bytes, fmt_num, markdown_table, median, ratio
 
 ALL = ("energon_lite", "energon", "torch", "webdataset", "streaming", "litdata")
 NEW = ("webdataset", "streaming", "litdata")
@@ -278,13 +277,15 @@ def check_batch(peer: NewPeer, batch: Any, reference: bp.PlainTarDataset) -> Non
         raise RuntimeError(f"{peer.lib}: the first image is not sample {index}'s JPEG")
 
 
-def measure(lib: str, root: Path, workers: int, batches: int, warmup: int) -> dict[str, Any]:
+def measure(
+    lib: str, root: Path, workers: int, batches: int, warmup: int, torch_threads: int = 1
+) -> dict[str, Any]:
     """One loader's first batch, samples/s, state and restore (as ``bench_pipeline``), with
     its first batch checked against the tar shards."""
     import torch
 
     warnings.filterwarnings("ignore")
-    torch.set_num_threads(1)
+    torch.set_num_threads(torch_threads)
     peer = NewPeer(lib, root, workers)
     peer.import_modules()
     result: dict[str, Any] = {"lib": lib, "workers": workers}
@@ -317,36 +318,6 @@ def measure(lib: str, root: Path, workers: int, batches: int, warmup: int) -> di
 
 
 # the parent --------------------------------------------------------------------------------
-
-
-def run_rounds(
-    root: Path, libs: tuple[str, ...], rounds: int, batches: int, warmup: int
-) -> dict[tuple[str, int], list[dict[str, Any]]]:
-    results: dict[tuple[str, int], list[dict[str, Any]]] = {
-        (lib, w): [] for w in WORKERS for lib in libs
-    }
-    for r in range(rounds):
-        for workers in WORKERS:
-            for lib in ab_order(libs, r):
-                cmd = [sys.executable, str(Path(__file__).resolve()), "--child", lib]
-                cmd += ["--workers", str(workers), "--data", str(root)]
-                cmd += ["--batches", str(batches), "--warmup", str(warmup)]
-                run = run_child(cmd, mark=MARK)
-                lines = [line for line in run.lines if line.startswith(RESULT)]
-                if run.returncode != 0 or not lines:
-                    raise RuntimeError(f"{lib} workers={workers} failed:\n{run.stderr[-4000:]}")
-                result = json.loads(lines[-1][len(RESULT) :])
-                result["peak_rss"] = run.peak_rss_at_mark or run.peak_rss
-                results[(lib, workers)].append(result)
-                print(
-                    f"round {r + 1}/{rounds} load {os.getloadavg()[0]:.1f} workers={workers} "
-                    f"{lib:12s} {result['samples_per_s']:7.0f} samples/s, first batch "
-                    f"{fmt_num(result.get('first_batch_s'), 2)} s, restore "
-                    f"{fmt_num(result.get('restore_first_batch_s'), 2)} s",
-                    file=sys.stderr,
-                    flush=True,
-                )
-    return results
 
 
 def summarise(results: dict[tuple[str, int], list[dict[str, Any]]], libs: tuple[str, ...]) -> str:
@@ -410,12 +381,17 @@ def main(argv: list[str] | None = None) -> None:
         help="the peers' JPEG decode: energon_lite's decode_image (same) or plain Pillow",
     )
     parser.add_argument("--quick", action="store_true", help="4,000 samples, 1 round, 30 batches")
+    parser.add_argument(
+        "--torch-threads", type=int, default=1, help="torch intra-op threads in the main process"
+    )
     parser.add_argument("--child", choices=ALL, help=argparse.SUPPRESS)
     parser.add_argument("--workers", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--data", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        result = measure(args.child, args.data, args.workers, args.batches, args.warmup)
+        result = measure(
+            args.child, args.data, args.workers, args.batches, args.warmup, args.torch_threads
+        )
         print(RESULT + json.dumps(result), flush=True)
         return
     if args.quick:
@@ -433,7 +409,15 @@ def main(argv: list[str] | None = None) -> None:
             conversions.append(f"{lib}: {where.name} ({took})")
     os.environ[PEER_DECODE] = args.peer_decode  # the children inherit it
     started, load_before = time.perf_counter(), os.getloadavg()
-    results = run_rounds(root, libs, args.rounds, args.batches, args.warmup)
+    results = bp.run_rounds(
+        root,
+        args.rounds,
+        args.batches,
+        args.warmup,
+        args.torch_threads,
+        peers={w: libs for w in WORKERS},
+        script=__file__,
+    )
     import torch
 
     print(

@@ -461,15 +461,24 @@ def measure(
 
 
 def run_rounds(
-    root: Path, rounds: int, batches: int, warmup: int, torch_threads: int
+    root: Path,
+    rounds: int,
+    batches: int,
+    warmup: int,
+    torch_threads: int,
+    peers: dict[int, tuple[str, ...]] | None = None,
+    script: str | None = None,
 ) -> dict[tuple[str, int], list[dict[str, Any]]]:
+    """``rounds`` A/B rounds of ``peers`` (loaders per worker count; this script's rows by
+    default), each run a fresh child of ``script`` (this one by default)."""
+    peers = PEERS if peers is None else peers
     results: dict[tuple[str, int], list[dict[str, Any]]] = {
-        (lib, w): [] for w in WORKERS for lib in PEERS[w]
+        (lib, w): [] for w in peers for lib in peers[w]
     }
-    script = str(Path(__file__).resolve())
+    script = str(Path(script or __file__).resolve())
     for r in range(rounds):
-        for workers in WORKERS:
-            for lib in ab_order(PEERS[workers], r):
+        for workers in peers:
+            for lib in ab_order(peers[workers], r):
                 cmd = [sys.executable, script, "--child", lib, "--workers", str(workers)]
                 cmd += ["--data", str(root), "--batches", str(batches), "--warmup", str(warmup)]
                 cmd += ["--torch-threads", str(torch_threads)]
