@@ -268,7 +268,12 @@ def check_batch(peer: NewPeer, batch: Any, reference: bp.PlainTarDataset) -> Non
     if tuple(image.shape[1:]) != (3, 256, 256):
         raise RuntimeError(f"{peer.lib}: images of shape {tuple(image.shape)}")
     index = int(captions[0].split(":", 1)[0].removeprefix("sample "))
-    parts = reference.read_parts(index)
+    # sample i is the (i % 1000)-th of shard data-(i // 1000).tar; the split lists its shards
+    # in its own order (data-0, data-1, data-10, ...)
+    shard, within = divmod(index, bp.SAMPLES_PER_SHARD)
+    position = [Path(p).name for p in reference.paths].index(f"data-{shard}.tar")
+    first = sum(1 for item in reference.items if item[0] < position)
+    parts = reference.read_parts(first + within)
     if parts["txt"].decode("utf-8") != captions[0]:
         raise RuntimeError(f"{peer.lib}: caption {captions[0]!r} is not sample {index}'s")
     from energon_lite.decode.image import decode_image
