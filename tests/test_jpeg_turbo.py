@@ -77,6 +77,15 @@ def test_the_same_values_as_pillow(
         _same(got, _pillow(monkeypatch, data, mode, size, draft))
 
 
+def test_any_bytes_like_object_is_taken(monkeypatch: pytest.MonkeyPatch) -> None:
+    """decode_image takes what Pillow takes: bytes, bytearray, memoryview (LitData's and
+    numpy buffers hand out memoryviews)."""
+    data = CASES["photo 1000x750"]
+    want = _pillow(monkeypatch, data, "torchrgb", (224, 224))
+    for blob in (bytearray(data), memoryview(data), memoryview(bytearray(data))[0:]):
+        _same(decode_image(blob, "torchrgb", (224, 224)), want)  # type: ignore[arg-type]
+
+
 def test_draft_takes_pillows_scale_not_an_in_between_one() -> None:
     # 1000x750 asked for >= 600x450: Pillow keeps the full size (1/2 would be 500 wide);
     # libjpeg-turbo on its own would pick 7/8 (875x657)

@@ -61,7 +61,8 @@ def draft_scale(width: int, height: int, request: tuple[int, int]) -> int:
 def header(data: bytes) -> tuple[int, int] | None:
     """``(width, height)`` of a JPEG simplejpeg will decode to RGB as Pillow does, else None
     (not a JPEG, no simplejpeg, a colour space left to Pillow, an unreadable header)."""
-    if _simplejpeg is None or not data.startswith(_JPEG_MAGIC):
+    # any bytes-like object, as Pillow takes (a memoryview has no startswith)
+    if _simplejpeg is None or bytes(memoryview(data)[:3]) != _JPEG_MAGIC:
         return None
     try:
         height, width, colourspace, _ = _simplejpeg.decode_jpeg_header(data)
