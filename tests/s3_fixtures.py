@@ -26,12 +26,18 @@ def proxy(s3: S3Server) -> Iterator[FaultProxy]:
         yield counting
 
 
-@pytest.fixture(autouse=True)
-def env(proxy: FaultProxy, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
-    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+def point_aws_at(endpoint: str, monkeypatch: pytest.MonkeyPatch, cache: Path) -> None:
+    """This test's S3 environment: ``endpoint`` with the test credentials, and ``cache`` as
+    its index (and shard) cache folder."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", TEST_CREDENTIALS["key"])
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", TEST_CREDENTIALS["secret"])
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    monkeypatch.setenv("ENERGON_LITE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("ENERGON_LITE_CACHE_DIR", str(cache))
+
+
+@pytest.fixture(autouse=True)
+def env(proxy: FaultProxy, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
+    point_aws_at(proxy.endpoint, monkeypatch, tmp_path / "cache")
     yield
     cache_config.use(None)

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from s3_fixtures import point_aws_at
 
 pytest.importorskip("moto")
 pytest.importorskip("s3fs")
@@ -24,7 +25,7 @@ from energon_lite.errors import DatasetFormatError
 from energon_lite.shards.meta import META_DIR
 from energon_lite.shards.prepare_journal import JOURNAL_DIR
 from energon_lite.shards.tar_index import scan_shard
-from energon_lite.synth.servers import TEST_CREDENTIALS, S3Server
+from energon_lite.synth.servers import S3Server
 from energon_lite.synth.shards import write_captioning_shards
 
 OPTIONS = {"split_ratio": [("train", 1)], "sample_type": "CaptioningSample",
@@ -39,11 +40,7 @@ def s3() -> Iterator[S3Server]:
 
 @pytest.fixture(autouse=True)
 def aws_env(s3: S3Server, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("AWS_ENDPOINT_URL", s3.endpoint)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", TEST_CREDENTIALS["key"])
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", TEST_CREDENTIALS["secret"])
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    monkeypatch.setenv("ENERGON_LITE_CACHE_DIR", str(tmp_path / "cache"))
+    point_aws_at(s3.endpoint, monkeypatch, tmp_path / "cache")
     monkeypatch.setenv("ENERGON_LITE_PREPARE_BATCH", "2")
 
 

@@ -13,13 +13,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from test_remote import _keys_and_pixels, _train
 
 pytest.importorskip("moto")
 pytest.importorskip("s3fs")
 
 from conftest import make_dataset
 
-from energon_lite import WorkerConfig, get_savable_loader, get_train_dataset
 from energon_lite.cli import main as cli_main
 from energon_lite.errors import DatasetFormatError, RemoteStorageError
 from energon_lite.storage import STATS, RemotePath, ops
@@ -93,17 +93,6 @@ def _copy(cloud: tuple[str, object], folder: Path, prefix: str | None = None) ->
 @pytest.fixture(scope="module")
 def cloud_ds(cloud: tuple[str, object], local_ds: Path) -> str:
     return _copy(cloud, local_ds, "copies/ds")
-
-
-def _train(path: str | Path, num_workers: int = 0, **kwargs):
-    options = {"batch_size": 8, "shuffle_buffer_size": 20, "max_samples_per_sequence": 10}
-    options.update(kwargs)
-    wc = WorkerConfig(rank=0, world_size=1, num_workers=num_workers)
-    return get_savable_loader(get_train_dataset(path, worker_config=wc, **options))
-
-
-def _keys_and_pixels(batch) -> tuple:
-    return tuple(batch.__key__), float(batch.image.sum())
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from s3_fixtures import point_aws_at
 
 pytest.importorskip("moto")
 pytest.importorskip("s3fs")
@@ -25,7 +26,7 @@ from energon_lite.flavors.episodes.index import INDEX_PATH
 from energon_lite.storage import STATS, RangedFile, RemotePath
 from energon_lite.storage.ops import ObjectChangedError
 from energon_lite.synth.episodes import write_dataset
-from energon_lite.synth.servers import TEST_CREDENTIALS, S3Server
+from energon_lite.synth.servers import S3Server
 
 LENGTHS = [5, 3, 8, 2, 6, 4, 1, 7]
 CAMS = ["cam_high", "cam_left_wrist"]
@@ -40,11 +41,7 @@ def s3() -> Iterator[S3Server]:
 
 @pytest.fixture(autouse=True)
 def aws_env(s3: S3Server, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("AWS_ENDPOINT_URL", s3.endpoint)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", TEST_CREDENTIALS["key"])
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", TEST_CREDENTIALS["secret"])
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    monkeypatch.setenv("ENERGON_LITE_CACHE_DIR", str(tmp_path / "cache"))
+    point_aws_at(s3.endpoint, monkeypatch, tmp_path / "cache")
 
 
 @pytest.fixture(scope="module")
