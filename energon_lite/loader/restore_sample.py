@@ -18,9 +18,16 @@ from typing import Any
 from energon_lite.errors import StateError, short_repr
 from energon_lite.loader.savable_dataset import SavableDataset
 from energon_lite.stages.base import Stage
-from energon_lite.state.restore_key import PackKey, RestoreKey, SampleKey, SubKey, from_plain
+from energon_lite.state.restore_key import (
+    IndexKey,
+    PackKey,
+    RestoreKey,
+    SampleKey,
+    SubKey,
+    from_plain,
+)
 
-_TYPED = (SampleKey, PackKey, SubKey)
+_TYPED = (SampleKey, PackKey, SubKey, IndexKey)
 
 
 def normalize_key(restore_key: Any) -> RestoreKey | list[RestoreKey]:

@@ -277,7 +277,15 @@ class DatasetPipeline:
         then(
             Encode,
             lambda s: Encode(
-                s, self.specs, te, slot.seed, failures(), hook, counts, slot.leaf_base
+                s,
+                self.specs,
+                te,
+                slot.seed,
+                failures(),
+                hook,
+                counts,
+                slot.leaf_base,
+                slot.global_worker_id,
             ),
         )
         if ledger is not None:

@@ -11,9 +11,14 @@ A hook may be a generator yielding several samples per input (Energon allows it)
 ``n`` gets the restore key ``SubKey(input key, n)``, and ``fetch`` of such a key runs the
 hook again and takes its ``n``-th output.
 
+An output whose hook read ``current_batch_index`` / ``current_sample_index`` (or seeded
+``restore_seeds`` from them) gets the restore key ``IndexKey(key, worker, batch, sample)``
+with the values the hook saw, and ``fetch`` replays them (``hook_index.py``).
+
 State: ``pending``: ``[]``, or the input key and the next output number while a generator
 hook is part-way through its outputs (a restore re-runs it and skips what was handed out);
-``calls``: inputs taken so far, the hook's ``current_sample_index`` (``hook_index.py``).
+``calls``: inputs taken so far, the hook's ``current_sample_index`` (``hook_index.py``);
+``seeds``: 2 (IndexKeys and Energon's ``restore_seeds``); absent in states saved before: 1.
 """
 
 from __future__ import annotations
@@ -27,9 +32,16 @@ from energon_lite.errors import SKIPPED, FailureTracker, StateError, guarded, sh
 from energon_lite.samples.factory import SampleFactory
 from energon_lite.stages.base import Stage
 from energon_lite.state.codec import state_count
-from energon_lite.state.restore_key import RestoreKey, SampleKey, SubKey, from_plain, to_plain
+from energon_lite.state.restore_key import (
+    IndexKey,
+    RestoreKey,
+    SampleKey,
+    SubKey,
+    from_plain,
+    to_plain,
+)
 from energon_lite.task_encoder.base import TaskEncoder
-from energon_lite.task_encoder.hook_index import INDEX
+from energon_lite.task_encoder.hook_index import INDEX, SEEDS_BY_KEY, SEEDS_LATEST
 
 
 @dataclass
@@ -42,14 +54,14 @@ class LeafSpec:
 
 class Encode(Stage):
     STATE_KEYS = ("pending",)
-    OPTIONAL_KEYS = ("calls",)  # absent in states saved before the hook indices: 0
+    OPTIONAL_KEYS = ("calls", "seeds")  # absent in states saved before: 0 calls, seeds 1
     STATS_LABEL = "decode"
     STATS_HINT = (
         "decode is {percent}%: decode images to uint8 "
         '(SampleDecoder(image_decode="torchrgb8")) and normalise on the GPU, or {more_workers}'
     )
     STATS_HOOK = "hook"  # the task encoder's encode_sample / preencode_sample
-    ELASTIC_FRESH = {"pending": []}  # the hook index (calls) starts over too
+    ELASTIC_FRESH = {"pending": []}  # the hook index (calls) starts over too; seeds: kept
     source: Stage  # always set: this stage has one parent
     _outputs: Iterator[Any] | None  # the running generator hook
     _parent: RestoreKey | None
@@ -65,6 +77,7 @@ class Encode(Stage):
         hook: str = "encode_sample",
         counts_batches: bool = False,
         leaf_base: int = 0,  # the leaf id of leaves[0] (datasets composed by a wrapper)
+        worker: int = 0,  # the global worker id (restore_seeds' worker seed)
     ) -> None:
         self.source = source
         self.leaves = list(leaves)
@@ -75,6 +88,11 @@ class Encode(Stage):
         self.cook = task_encoder.overrides("cook_crude_sample") or bool(task_encoder.cookers)
         self.counts_batches = counts_batches  # no batching stage: each sample is a "batch"
         self.leaf_base = leaf_base
+        self.worker = worker
+
+    @classmethod
+    def elastic_state(cls, level: dict[str, Any], deal: Any) -> dict[str, Any]:
+        return {"pending": [], "seeds": level.get("seeds", SEEDS_BY_KEY)}
 
     @classmethod
     def elastic_refusal(cls, level: dict[str, Any]) -> str | None:
@@ -119,15 +137,30 @@ class Encode(Stage):
             )
             if isinstance(sample, types.GeneratorType):
                 self._outputs, self._parent, self._sub = sample, raw["__restore_key__"], 0
+                self._indexed = INDEX.read
                 continue
             if sample is not SKIPPED:
-                return sample
+                return self._indexed_output(sample, raw["__restore_key__"])
 
     def _set_index(self) -> None:
         """The hook's index: the input being encoded (a generator's outputs share it)."""
         INDEX.sample = self._calls - 1
         if self.counts_batches:
             INDEX.batch = self._calls - 1
+        self._hook_context()
+        INDEX.read = False
+
+    def _hook_context(self) -> None:
+        INDEX.seeds, INDEX.seed_offset = self._seeds, self.seed
+        if self._seeds != SEEDS_BY_KEY:
+            INDEX.global_worker = self.worker
+
+    def _indexed_output(self, out: Any, key: RestoreKey) -> Any:
+        """``out`` with an IndexKey when its hook read an index (not in a seeds-1 run)."""
+        if INDEX.read and self._seeds != SEEDS_BY_KEY:
+            batch, sample = INDEX.seen()
+            return _with_restore_key(out, IndexKey(key, self.worker, batch, sample))
+        return out
 
     def _failed(self) -> Any:
         """The sample an error handler is given: the typed sample the hook was called with."""
@@ -138,6 +171,7 @@ class Encode(Stage):
         assert self._outputs is not None and self._parent is not None
         self.task_encoder._set_sample_context(self.seed, self._parent)
         self._set_index()
+        INDEX.read = self._indexed  # the generator read an index at its start
         where = {"key": self._parent}
         out = guarded(
             self.failures,
@@ -151,11 +185,18 @@ class Encode(Stage):
         if out is SKIPPED or isinstance(out, _Ended):
             self._outputs = self._parent = None
             return SKIPPED
+        self._indexed = INDEX.read
         key = SubKey(self._parent, self._sub)
         self._sub += 1
-        return _with_restore_key(out, key)
+        return self._indexed_output(_with_restore_key(out, key), key)
 
     def fetch(self, restore_key: Any) -> Any:
+        if isinstance(restore_key, IndexKey):
+            with INDEX.replay(restore_key.worker, restore_key.batch, restore_key.sample):
+                self._hook_context()
+                INDEX.global_worker = restore_key.worker
+                out = self.fetch(restore_key.parent)
+            return _with_restore_key(out, restore_key)
         if isinstance(restore_key, SubKey):
             outputs = self.encode(self.source.fetch(restore_key.parent))
             if not isinstance(outputs, types.GeneratorType):
@@ -173,15 +214,27 @@ class Encode(Stage):
     def _reset(self) -> None:
         self._outputs, self._parent, self._sub = None, None, 0
         self._calls = 0
+        self._indexed = False
+        self._seeds = SEEDS_LATEST
 
     def _save(self) -> dict[str, Any]:
+        counters = {"calls": self._calls, "seeds": self._seeds}
         if self._outputs is None or self._parent is None:
-            return {"pending": [], "calls": self._calls}
-        return {"pending": [to_plain(self._parent), self._sub], "calls": self._calls}
+            return {"pending": [], **counters}
+        return {"pending": [to_plain(self._parent), self._sub], **counters}
+
+    def _validate(self, state: dict[str, Any]) -> None:
+        seeds = state.get("seeds", SEEDS_BY_KEY)
+        if seeds not in (SEEDS_BY_KEY, SEEDS_LATEST) or isinstance(seeds, bool):
+            raise StateError(
+                f"Encode: seeds {short_repr(seeds)} is not {SEEDS_BY_KEY} or {SEEDS_LATEST}; "
+                "the state was written by a newer energon_lite or is corrupt"
+            )
 
     def _restore(self, state: dict[str, Any]) -> None:
         self._reset()
         self._calls = state_count(state.get("calls", 0), "Encode calls")
+        self._seeds = state.get("seeds", SEEDS_BY_KEY)
         pending = state["pending"]
         if pending == []:
             return
@@ -189,14 +242,24 @@ class Encode(Stage):
             raise StateError(f"Encode: pending {short_repr(pending)} is not [key, output]")
         parent, sub = from_plain(pending[0]), state_count(pending[1], "Encode pending output")
         self._set_index()
-        outputs = self.encode(self.source.fetch(parent))
-        if not isinstance(outputs, types.GeneratorType):
-            raise StateError(
-                f"Encode: the state is part-way through a generator hook for {parent}, but the hook returned no generator"
-            )
-        for _ in range(sub):  # what was handed out before the state was saved
-            if next(outputs, _END) is _END:
-                raise StateError(f"Encode: the hook yields fewer than {sub} outputs for {parent}")
+        unset = INDEX.batch is None  # the batching stage below restores after this one
+        if unset:
+            INDEX.batch = 0  # what the skipped outputs saw is dropped with them
+        try:
+            outputs = self.encode(self.source.fetch(parent))
+            if not isinstance(outputs, types.GeneratorType):
+                raise StateError(
+                    f"Encode: the state is part-way through a generator hook for {parent}, but the hook returned no generator"
+                )
+            for _ in range(sub):  # what was handed out before the state was saved
+                if next(outputs, _END) is _END:
+                    raise StateError(
+                        f"Encode: the hook yields fewer than {sub} outputs for {parent}"
+                    )
+        finally:
+            if unset:
+                INDEX.batch = None
+        self._indexed = INDEX.read
         self._outputs, self._parent, self._sub = outputs, parent, sub
 
 
@@ -207,7 +270,7 @@ class _Ended:
 _END = _Ended()
 
 
-def _with_restore_key(sample: Any, key: SubKey) -> Any:
+def _with_restore_key(sample: Any, key: RestoreKey) -> Any:
     if isinstance(sample, dict):
         sample["__restore_key__"] = key
     elif hasattr(sample, "__restore_key__"):

@@ -7,7 +7,7 @@ from typing import Any
 
 from energon_lite.errors import StateError, short_repr
 from energon_lite.stages.base import Stage
-from energon_lite.state.restore_key import PackKey, SampleKey, SubKey, sample_keys
+from energon_lite.state.restore_key import IndexKey, PackKey, SampleKey, SubKey, sample_keys
 
 
 def fetch_by_leaf(stage: str, by_leaf: Mapping[int, Stage], restore_key: Any) -> Any:
@@ -27,7 +27,7 @@ def leaf_of(restore_key: Any) -> int | None:
     list of its items' keys, from a wrapped batched chain) its first item's."""
     if isinstance(restore_key, list) and restore_key:
         restore_key = restore_key[0]
-    if isinstance(restore_key, (PackKey, SubKey)):
+    if isinstance(restore_key, (PackKey, SubKey, IndexKey)):
         samples = sample_keys(restore_key)
         restore_key = samples[0] if samples else None
     return restore_key.leaf if isinstance(restore_key, SampleKey) else None

@@ -3,11 +3,13 @@
 Every item in the pipeline carries ``__restore_key__``. The Reader makes a
 :class:`SampleKey`; a stage that makes new items from old ones wraps its inputs' keys
 (:class:`PackKey` for a pack of samples, :class:`SubKey` for the n-th output of a hook that
-yields several). Stages route a key by its type, never by position in a tuple, and buffers
-save keys with :func:`to_plain` and read them back with :func:`from_plain`.
+yields several, :class:`IndexKey` for an item whose hook read Energon's hook indices).
+Stages route a key by its type, never by position in a tuple, and buffers save keys with
+:func:`to_plain` and read them back with :func:`from_plain`.
 
 Plain forms (msgpack-able lists with a tag first):
-``["s", leaf, shard, index, epoch]``, ``["pack", member, ...]``, ``["sub", parent, n]``.
+``["s", leaf, shard, index, epoch]``, ``["pack", member, ...]``, ``["sub", parent, n]``,
+``["ix", parent, worker, batch, sample]``.
 """
 
 from __future__ import annotations
@@ -40,7 +42,20 @@ class SubKey(NamedTuple):
     sub: int
 
 
-RestoreKey = Union[SampleKey, PackKey, SubKey]  # noqa: UP007 (a runtime alias, py3.10)
+class IndexKey(NamedTuple):
+    """The output of ``encode_sample`` for ``parent`` made while the hook read
+    ``current_batch_index`` / ``current_sample_index`` (or seeded ``restore_seeds`` from
+    them): the values it saw (``batch``, ``sample``; -1: none was set) and the global worker
+    ``worker`` that made it, so that fetching it again replays them
+    (``energon_lite/task_encoder/hook_index.py``)."""
+
+    parent: RestoreKey
+    worker: int
+    batch: int
+    sample: int
+
+
+RestoreKey = Union[SampleKey, PackKey, SubKey, IndexKey]  # noqa: UP007 (a runtime alias, py3.10)
 
 _LEGACY_SAMPLE = "Webdataset"  # states written before keys were typed
 _LEGACY_PACK = "Pack"
@@ -54,12 +69,14 @@ def to_plain(key: RestoreKey) -> list[Any]:
         return ["pack", *(to_plain(member) for member in key.members)]
     if isinstance(key, SubKey):
         return ["sub", to_plain(key.parent), key.sub]
+    if isinstance(key, IndexKey):
+        return ["ix", to_plain(key.parent), key.worker, key.batch, key.sample]
     raise StateError(f"not a restore key: {short_repr(key)}")
 
 
 def from_plain(data: Any) -> RestoreKey:
     """Read back a key saved with :func:`to_plain`; StateError for anything else."""
-    if isinstance(data, (SampleKey, PackKey, SubKey)):
+    if isinstance(data, (SampleKey, PackKey, SubKey, IndexKey)):
         return data
     if isinstance(data, (list, tuple)) and data:
         tag, rest = data[0], data[1:]
@@ -69,6 +86,8 @@ def from_plain(data: Any) -> RestoreKey:
             return PackKey(tuple(from_plain(member) for member in rest))
         if tag == "sub" and len(rest) == 2 and _is_int(rest[1]):
             return SubKey(from_plain(rest[0]), int(rest[1]))
+        if tag == "ix" and len(rest) == 4 and all(_is_int(x) for x in rest[1:]):
+            return IndexKey(from_plain(rest[0]), *(int(x) for x in rest[1:]))
     raise StateError(f"not a restore key: {short_repr(data)}; the state is corrupt")
 
 
@@ -79,6 +98,18 @@ def sample_keys(key: RestoreKey) -> list[SampleKey]:
     if isinstance(key, PackKey):
         return [sample for member in key.members for sample in sample_keys(member)]
     return sample_keys(key.parent)
+
+
+def without_index(key: Any) -> Any:
+    """``key`` with every :class:`IndexKey` replaced by its parent: what per-sample
+    randomness (``sample_rng``) is keyed by, so reading the hook indices changes no draw."""
+    if isinstance(key, IndexKey):
+        return without_index(key.parent)
+    if isinstance(key, PackKey):
+        return PackKey(tuple(without_index(member) for member in key.members))
+    if isinstance(key, SubKey):
+        return SubKey(without_index(key.parent), key.sub)
+    return key
 
 
 def _is_int(value: Any) -> bool:

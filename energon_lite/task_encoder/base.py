@@ -40,7 +40,9 @@ from energon_lite.decode import SampleDecoder
 from energon_lite.errors import ConfigError
 from energon_lite.rng import derive_seed, rng_for, torch_generator_for
 from energon_lite.samples.types import Batch  # noqa: F401  (Energon's module path re-export)
+from energon_lite.state.restore_key import without_index
 from energon_lite.task_encoder.cooking import Cooker
+from energon_lite.task_encoder.hook_index import INDEX, SEEDS_BY_KEY
 
 T_sample = TypeVar("T_sample")
 T_encoded_sample = TypeVar("T_encoded_sample")
@@ -53,8 +55,11 @@ def stateless(fn: Callable | None = None, *, restore_seeds: bool = False) -> Cal
 
     ``restore_seeds=True`` (Energon's option, for encoders that call ``random``,
     ``numpy.random`` or ``torch``'s global generators): around each call, the three global
-    generators are seeded from (loader seed, the item's restore key) and put back afterwards,
-    so the hook gives the same result after a restore. Prefer ``self.sample_rng``: it needs
+    generators are seeded as Energon seeds them, from the worker's seed and
+    ``current_sample_index``, and put back afterwards; the index is replayed when an item is
+    made again, so the hook gives the same result after a restore. (A run restored from a
+    state saved before this form seeds from (loader seed, the item's restore key), as it
+    did: ``energon_lite/task_encoder/hook_index.py``.) Prefer ``self.sample_rng``: it needs
     no global state at all.
     """
 
@@ -81,7 +86,10 @@ def _with_restored_seeds(f: Callable) -> Callable:
             key = item.get("__restore_key__")
         if key is None:
             key = self._rng_key
-        seed = derive_seed(self._rng_seed, "restore_seeds", f.__qualname__, key)
+        if INDEX.seeds == SEEDS_BY_KEY or (INDEX.seeds is None and INDEX.sample is None):
+            seed = derive_seed(self._rng_seed, "restore_seeds", f.__qualname__, key)
+        else:  # Energon's: the worker's seed and the hook's call index
+            seed = INDEX.energon_seed(self.current_sample_index)
         saved = _global_rng_state()
         random.seed(seed)
         np.random.seed(seed & 0xFFFF_FFFF)
@@ -226,7 +234,7 @@ class TaskEncoder(Generic[T_sample, T_encoded_sample, T_raw_batch, T_batch]):
     _torch_cache: Any = None
 
     def _set_sample_context(self, seed: int, restore_key: Any) -> None:
-        self._rng_seed, self._rng_key = seed, restore_key
+        self._rng_seed, self._rng_key = seed, without_index(restore_key)
         self._rng_cache = self._torch_cache = None
 
     @property
