@@ -22,6 +22,7 @@ from energon_lite.epathlib import EPath
 from energon_lite.errors import ConfigError, DatasetFormatError
 from energon_lite.loader.api import SavableDataset
 from energon_lite.metadataset.loader_interface import DatasetBlendMode
+from energon_lite.metadataset.metadataset_v2 import SplitConfig, parse_splits
 from energon_lite.metadataset.parse import load_metadataset
 from energon_lite.metadataset.v1 import is_v1
 from energon_lite.shards.meta import load_yaml
@@ -163,10 +164,20 @@ class DatasetLoader(DatasetLoaderInterface):
 
 
 class MetadatasetV2(DatasetLoaderInterface):
-    """A metadataset YAML file (``__class__: MetadatasetV2``; v1 files are read too)."""
+    """A metadataset YAML file (``__class__: MetadatasetV2``; v1 files are read too).
+
+    ``splits`` maps each split to Energon's config object for it
+    (``energon_lite/metadataset/metadataset_v2.py``): ``splits["train"].blend[0].path``."""
 
     def __init__(self, path: str | os.PathLike[str], **_kwargs: Any) -> None:
         self.path = Path(path)
+        self._splits: dict[str, SplitConfig] | None = None
+
+    @property
+    def splits(self) -> dict[str, SplitConfig]:
+        if self._splits is None:
+            self._splits = parse_splits(load_yaml(self.path), EPath(self.path))
+        return self._splits
 
     def split_names(self) -> list[str]:
         data = load_yaml(self.path)
