@@ -18,6 +18,7 @@ from energon_lite.cache import (
     NoCachePool,
     SystemFileStore,
 )
+from energon_lite.epathlib import EPath
 from energon_lite.errors import ConfigError
 from energon_lite.samples.types import SourceInfo
 
@@ -62,7 +63,7 @@ def test_get_reads_through_and_records_the_source(files: Path, tmp_path: Path) -
     assert len(_fetches(log)) == 1
     assert sample["__sources__"] == (
         SourceInfo(
-            dataset_path=str(files), index="f3.bin", shard_name=str(files), file_names=("f3.bin",)
+            dataset_path=EPath(files), index="f3.bin", shard_name=str(files), file_names=("f3.bin",)
         ),
     )
     pool.close()

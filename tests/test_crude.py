@@ -130,7 +130,7 @@ def test_a_cooker_reads_aux_media_by_name(crude: Path) -> None:
             m = re.fullmatch(r"<(\d+)\|aux\|(\d+)\|hello from a folder>", text)
             assert m and int(m.group(2)) == int(m.group(1)) + 100
     sources = batches[0].__sources__
-    assert any(s.dataset_path.endswith("ds2") and s.file_names[0].endswith(".txt") for s in sources)
+    assert any(s.dataset_path.name == "ds2" and s.file_names[0].endswith(".txt") for s in sources)
     assert any(s.file_names == ("hello.txt",) for s in sources)
 
 

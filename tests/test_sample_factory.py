@@ -186,3 +186,64 @@ def test_shards_written_by_webdataset_with_png_and_npy(tmp_path: Path) -> None:
     raw = PreparedDataset(tmp_path, "train")
     key, parts = raw.read(*raw.locate(4))
     assert key == "k004" and np.load(io.BytesIO(parts["npy"])).tolist() == list(range(5))
+
+
+def _energon_text_dataset(root: Path) -> Path:
+    """25 text samples in shards of 10, prepared by megatron-energon."""
+    import io
+    import tarfile
+
+    from megatron.energon.flavors import BaseWebdatasetFactory
+
+    (root / "parts").mkdir(parents=True)
+    for shard in range(3):
+        with tarfile.open(root / "parts" / f"data-{shard}.tar", "w") as tar:
+            for index in range(shard * 10, min(25, shard * 10 + 10)):
+                data = f"text {index}".encode()
+                info = tarfile.TarInfo(f"{index:06d}.txt")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    BaseWebdatasetFactory.prepare_dataset(
+        root, ["parts/data-{0..2}.tar"], split_parts_ratio=[("train", 1.0)], shuffle_seed=None,
+        workers=1, media_filter=None,
+    )  # fmt: skip
+    (root / ".nv-meta" / "dataset.yaml").write_text(
+        "sample_type:\n  __module__: megatron.energon\n  __class__: TextSample\n"
+        "field_map:\n  text: txt\n"
+    )
+    return root
+
+
+def test_sources_name_the_dataset_and_index_as_energon(tmp_path: Path) -> None:
+    """``__sources__``: the dataset's EPath and the sample's index in the whole dataset (not
+    in its shard), as megatron-energon (the oracle) gives them for every sample."""
+    energon = pytest.importorskip("megatron.energon")
+    import energon_lite as el
+
+    root = _energon_text_dataset(tmp_path / "texts")
+
+    def sources(lib: object, sample_type: type) -> dict[str, tuple]:
+        wc = lib.WorkerConfig(rank=0, world_size=1, num_workers=0)  # type: ignore[attr-defined]
+        dataset = lib.get_train_dataset(  # type: ignore[attr-defined]
+            root, batch_size=None, worker_config=wc, shuffle_buffer_size=None,
+            max_samples_per_sequence=None,
+        )  # fmt: skip
+        out = {}
+        for _, sample in zip(range(25), lib.get_loader(dataset)):  # type: ignore[attr-defined]
+            (source,) = sample.__sources__
+            assert isinstance(source.dataset_path, sample_type)
+            out[sample.__key__] = (
+                str(source.dataset_path),
+                source.index,
+                source.shard_name,
+                source.file_names,
+            )
+        return out
+
+    from megatron.energon.epathlib import EPath as TheirEPath
+
+    from energon_lite.epathlib import EPath
+
+    ours, theirs = sources(el, EPath), sources(energon, TheirEPath)
+    assert len(ours) == 25 and ours == theirs
+    assert ours["000021"][1:3] == (21, "parts/data-2.tar")

@@ -21,6 +21,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from energon_lite.epathlib import EPath
 from energon_lite.errors import DatasetFormatError
 from energon_lite.samples.types import SourceInfo
 from energon_lite.storage import RemotePath, StoragePath, as_path, is_url, local_only
@@ -83,7 +84,7 @@ class SystemFileStore(FileStore):
         except FileNotFoundError:
             raise DatasetFormatError(f"{path}: file not found (asked for {name!r})") from None
         return data, SourceInfo(
-            dataset_path=str(self.base_dir or ""),
+            dataset_path=EPath(self.base_dir if self.base_dir is not None else "/"),
             index=name,
             shard_name=str(self.base_dir or ""),
             file_names=(name,),
@@ -134,7 +135,7 @@ class WebdatasetFileStore(FileStore):
             )
         shard = self._dataset.shard_names[shard_id]
         return parts[part], SourceInfo(
-            dataset_path=str(self.root), index=name, shard_name=shard, file_names=(name,)
+            dataset_path=EPath(self.root), index=name, shard_name=shard, file_names=(name,)
         )
 
     def get_path(self) -> str:

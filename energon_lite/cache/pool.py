@@ -48,6 +48,7 @@ from energon_lite.cache.base import CachePool, Lazy
 from energon_lite.cache.file_store import FileStore, add_source_info
 from energon_lite.cache.lazy import CacheFileLazy, MockLazy, pack_plain
 from energon_lite.cache.no_cache import _Constant
+from energon_lite.epathlib import EPath
 from energon_lite.errors import ConfigError
 from energon_lite.samples.types import SourceInfo
 
@@ -414,7 +415,7 @@ def _encode_entry(data: bytes, source: Any) -> bytes:
     info = None
     if isinstance(source, SourceInfo):
         info = {
-            "dataset_path": source.dataset_path,
+            "dataset_path": str(source.dataset_path),
             "index": source.index,
             "shard_name": source.shard_name,
             "file_names": list(source.file_names),
@@ -439,7 +440,7 @@ def _decode_entry(blob: bytes) -> tuple[bytes, SourceInfo | None]:
         if info is None:
             return data, None
         source = SourceInfo(
-            dataset_path=str(info["dataset_path"]),
+            dataset_path=EPath(str(info["dataset_path"])),
             index=info["index"]
             if info["index"] is None or isinstance(info["index"], (int, str))
             else str(info["index"]),

@@ -154,6 +154,7 @@ class DatasetPipeline:
         for ds, spec in zip(self.datasets, self.specs):
             require_av(str(ds.root), spec.factory.parts)
         for spec, leaf, ds in zip(self.specs, leaves, self.datasets):
+            spec.factory.shard_offsets = getattr(ds, "shard_offsets", None)
             if spec.factory.crude:  # what cookers read by file name (all opened lazily)
                 from energon_lite.cache.file_store import open_file_store, primary_file_store
 

@@ -17,6 +17,7 @@ from types import ModuleType
 from typing import Any
 
 from energon_lite.decode import SampleDecoder
+from energon_lite.epathlib import EPath
 from energon_lite.errors import DatasetFormatError, short_repr
 from energon_lite.samples.crude import CrudeSample
 from energon_lite.samples.resolver import (
@@ -112,6 +113,10 @@ class SampleFactory:
         self.parts: frozenset[str] | None = None  # None: decode every part
         self.aux: dict[str, Any] = {}  # name -> FileStore, for cookers (a leaf's aux:)
         self.primary: Any = None  # the leaf's own dataset as a FileStore (set by the pipeline)
+        # the first sample's index in the dataset of each shard (set by the pipeline), so a
+        # source names the sample's index in the dataset as Energon's does
+        self.shard_offsets: Sequence[int] | None = None
+        self._source_path = EPath(meta_dir.parent)
         self.joined: list[tuple[SampleFactory, dict[str, Any] | None]] | None = None
         if self.crude:
             return
@@ -153,8 +158,10 @@ class SampleFactory:
         decoded = decoder.decode(raw, self.parts) if decoder is not None else raw
         restore_key = raw["__restore_key__"]
         source = SourceInfo(
-            dataset_path=self.root,
-            index=restore_key.sample if isinstance(restore_key, SampleKey) else raw["__key__"],
+            dataset_path=self._source_path,
+            index=self._index(restore_key)
+            if isinstance(restore_key, SampleKey)
+            else raw["__key__"],
             shard_name=raw.get("__shard__", ""),
             file_names=tuple(
                 f"{raw['__key__']}.{part}" for part in raw if not part.startswith("__")
@@ -197,6 +204,11 @@ class SampleFactory:
                 ) from None
             values[name] = value
         return self.sample_type(**keys, **values)
+
+    def _index(self, key: SampleKey) -> int:
+        if self.shard_offsets is None:
+            return key.sample
+        return int(self.shard_offsets[key.shard]) + key.sample
 
     def _build_joined(
         self, raw: dict[str, Any], decoder: SampleDecoder | None, subflavors: dict | None

@@ -16,15 +16,18 @@ import torch
 
 from energon_lite.batching.collate import generic_batch, merged_sources
 from energon_lite.edataclass import edataclass
+from energon_lite.epathlib import EPath
 
 T = TypeVar("T", bound="Sample")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SourceInfo:
-    """Where a sample was read from (Energon's ``__sources__`` entries)."""
+    """Where a sample was read from (Energon's ``__sources__`` entries): the dataset's
+    ``EPath``, the sample's index in the dataset (all its shards in order) or an auxiliary
+    file's name, the shard and the files read."""
 
-    dataset_path: str
+    dataset_path: EPath
     index: int | str | None  # None for a file that is not a sample (an aux or cached file)
     shard_name: str | None  # None where the file is not in a shard
     file_names: tuple[str, ...]

@@ -76,6 +76,8 @@ class PreparedDataset:
             )
         self.shard_names = info.shard_names
         self._counts = np.asarray(info.shard_counts, dtype=np.int64)
+        # each shard's first sample's index in the dataset (a sample's SourceInfo index)
+        self.shard_offsets = np.concatenate([[0], np.cumsum(self._counts)[:-1]]).astype(np.int64)
         shard_id = {name: i for i, name in enumerate(self.shard_names)}
         excluded_shards = {e for e in split.exclude if e in shard_id}
         excluded_samples: dict[str, set[str]] = {}

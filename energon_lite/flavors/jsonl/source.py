@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from energon_lite.cache.file_store import FileStore, SystemFileStore
+from energon_lite.epathlib import EPath
 from energon_lite.errors import DatasetFormatError
 from energon_lite.flavors.jsonl.index import (
     IDX_SUFFIX,
@@ -248,7 +249,7 @@ class JsonlFileStore(FileStore):
             raise DatasetFormatError(f"{self.path}: {name!r} is no '<line>.json' name") from None
         _, parts = self._source.read(0, line)
         return parts["json"], SourceInfo(
-            dataset_path=str(self.path),
+            dataset_path=EPath(self.path),
             index=line,
             shard_name=self.path.name,
             file_names=(f"{line}.json",),
