@@ -310,12 +310,15 @@ def test_a_full_cache_disk_reads_around_itself(
 
 class UnindexedStore(SystemFileStore):
     """A folder store whose files are not samples: their source has no index and no shard
-    (Energon's stores say None for such files)."""
+    (Energon's stores say None for such files); ``named`` gives its path as a string, as a
+    store of your own may."""
+
+    named: str | None = None
 
     def __getitem__(self, name: str) -> tuple[bytes, SourceInfo]:
         data, source = super().__getitem__(name)
         return data, SourceInfo(
-            dataset_path=source.dataset_path,
+            dataset_path=source.dataset_path if self.named is None else self.named,
             index=None,
             shard_name=None,
             file_names=source.file_names,
@@ -335,4 +338,22 @@ def test_a_source_without_index_and_tuples_come_back_from_the_cache_as_they_went
     lazy = pool.to_cache((1, "some_data", (2, [3])), "tuple")
     assert isinstance(lazy, CacheFileLazy) and lazy.cache_path is not None
     assert lazy.get() == (1, "some_data", (2, [3])) and isinstance(lazy.get(), tuple)
+    pool.close()
+
+
+@pytest.mark.parametrize("named", [None, "mock_store"])
+def test_a_sources_dataset_path_comes_back_from_the_cache_as_it_went_in(
+    files: Path, tmp_path: Path, named: str | None
+) -> None:
+    """Energon's stores give an ``EPath``; a store of your own may give a string: both come
+    back from the cache file as they were given."""
+    pool = FileStoreCachePool(parent_cache_dir=tmp_path / "cache")
+    store = UnindexedStore(files)
+    store.named = named
+    for _ in range(2):  # read through, then from the cache file
+        sample: dict[str, Any] = {"__key__": "x"}
+        pool.get(store, "f5.bin", sample)
+        path = sample["__sources__"][0].dataset_path
+        assert path == (EPath(files) if named is None else "mock_store")
+        assert type(path) is (EPath if named is None else str)
     pool.close()

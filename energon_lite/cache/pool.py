@@ -416,6 +416,8 @@ def _encode_entry(data: bytes, source: Any) -> bytes:
     if isinstance(source, SourceInfo):
         info = {
             "dataset_path": str(source.dataset_path),
+            # an EPath comes back as one; a store of your own may name its path as a string
+            "epath": isinstance(source.dataset_path, EPath),
             "index": source.index,
             "shard_name": source.shard_name,
             "file_names": list(source.file_names),
@@ -440,7 +442,9 @@ def _decode_entry(blob: bytes) -> tuple[bytes, SourceInfo | None]:
         if info is None:
             return data, None
         source = SourceInfo(
-            dataset_path=EPath(str(info["dataset_path"])),
+            dataset_path=EPath(str(info["dataset_path"]))
+            if info.get("epath")
+            else str(info["dataset_path"]),
             index=info["index"]
             if info["index"] is None or isinstance(info["index"], (int, str))
             else str(info["index"]),

@@ -27,7 +27,7 @@ class SourceInfo:
     ``EPath``, the sample's index in the dataset (all its shards in order) or an auxiliary
     file's name, the shard and the files read."""
 
-    dataset_path: EPath
+    dataset_path: EPath | str  # EPath from energon_lite; a FileStore of your own may give a str
     index: int | str | None  # None for a file that is not a sample (an aux or cached file)
     shard_name: str | None  # None where the file is not in a shard
     file_names: tuple[str, ...]
