@@ -271,31 +271,42 @@ def test_indices_and_draws_continue_exactly_after_a_restore(
     resumed.close()
 
 
-def test_a_state_saved_before_replaying_keeps_its_seeds(texts: Path) -> None:
-    """A state written before the indices were replayed (``seeds_v1.msgpack``, by the
-    previous release) restores to the batches that release delivered: restore_seeds still
+V1_CASES = {
+    "seeds_v1": (_Drawing, {}),
+    "seeds_v1_packed": (_DrawingPacked, {"packing_buffer_size": 4}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(V1_CASES))
+def test_a_state_saved_before_replaying_keeps_its_seeds(texts: Path, case: str) -> None:
+    """A state written before the indices were replayed (``seeds_v1*.msgpack``, by the
+    previous release) restores to the batches that release delivered, also when its packing
+    buffer is refilled in a process that ran a fresh loader before: restore_seeds still
     seeds from the restore key in that run; a fresh run seeds as Energon."""
-    state = msgpack.unpackb((STATES / "seeds_v1.msgpack").read_bytes(), strict_map_key=False)
-    expected = json.loads((STATES / "seeds_v1.json").read_text())["next"]
-    resumed = _text_loader(texts, _Drawing(), WorkerConfig(0, 1, 0))
+    te, kwargs = V1_CASES[case]
+    fresh = _text_loader(texts, te(), WorkerConfig(0, 1, 0), **kwargs)
+    assert [b.rand_num for b in itertools.islice(fresh, 1)] == [[661, 762]]
+    state = msgpack.unpackb((STATES / f"{case}.msgpack").read_bytes(), strict_map_key=False)
+    expected = json.loads((STATES / f"{case}.json").read_text())["next"]
+    resumed = _text_loader(texts, te(), WorkerConfig(0, 1, 0), **kwargs)
     resumed.restore_state_rank(state)
     got = [[list(b.__key__), [int(r) for r in b.rand_num]] for b in itertools.islice(resumed, 4)]
     assert got == expected
-    fresh = _text_loader(texts, _Drawing(), WorkerConfig(0, 1, 0))
-    assert [b.rand_num for b in itertools.islice(fresh, 1)] == [[661, 762]]
 
 
 def write_seeds_v1(root: Path) -> None:
-    """Writes ``seeds_v1.*`` (run with the previous release's energon_lite on PYTHONPATH)."""
-    loader = _text_loader(write_text_dataset(root), _Drawing(), WorkerConfig(0, 1, 0))
-    list(itertools.islice(loader, 3))
-    state = loader.save_state_rank()
-    following = [
-        [list(b.__key__), [int(r) for r in b.rand_num]] for b in itertools.islice(loader, 4)
-    ]
+    """Writes ``seeds_v1*.*`` (run with the previous release's energon_lite on PYTHONPATH)."""
+    folder = write_text_dataset(root)
     STATES.mkdir(exist_ok=True)
-    (STATES / "seeds_v1.msgpack").write_bytes(msgpack.packb(state, use_bin_type=True))
-    (STATES / "seeds_v1.json").write_text(json.dumps({"next": following}, indent=1) + "\n")
+    for case, (te, kwargs) in V1_CASES.items():
+        loader = _text_loader(folder, te(), WorkerConfig(0, 1, 0), **kwargs)
+        list(itertools.islice(loader, 3))
+        state = loader.save_state_rank()
+        following = [
+            [list(b.__key__), [int(r) for r in b.rand_num]] for b in itertools.islice(loader, 4)
+        ]
+        (STATES / f"{case}.msgpack").write_bytes(msgpack.packb(state, use_bin_type=True))
+        (STATES / f"{case}.json").write_text(json.dumps({"next": following}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

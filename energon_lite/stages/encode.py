@@ -191,12 +191,14 @@ class Encode(Stage):
         return self._indexed_output(_with_restore_key(out, key), key)
 
     def fetch(self, restore_key: Any) -> Any:
+        self._hook_context()  # this chain's seeding form, also for a key without indices
         if isinstance(restore_key, IndexKey):
             with INDEX.replay(restore_key.worker, restore_key.batch, restore_key.sample):
-                self._hook_context()
-                INDEX.global_worker = restore_key.worker
-                out = self.fetch(restore_key.parent)
+                out = self._fetch(restore_key.parent)
             return _with_restore_key(out, restore_key)
+        return self._fetch(restore_key)
+
+    def _fetch(self, restore_key: Any) -> Any:
         if isinstance(restore_key, SubKey):
             outputs = self.encode(self.source.fetch(restore_key.parent))
             if not isinstance(outputs, types.GeneratorType):
