@@ -66,6 +66,8 @@ class Encode(Stage):
     _outputs: Iterator[Any] | None  # the running generator hook
     _parent: RestoreKey | None
     _sub: int
+    _seeds = SEEDS_LATEST  # until restored: the form a fresh run uses
+    _indexed = False  # whether the running generator hook read an index
 
     def __init__(
         self,
