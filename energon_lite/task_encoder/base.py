@@ -86,7 +86,7 @@ def _with_restored_seeds(f: Callable) -> Callable:
             key = item.get("__restore_key__")
         if key is None:
             key = self._rng_key
-        if INDEX.seeds == SEEDS_BY_KEY or (INDEX.seeds is None and INDEX.sample is None):
+        if INDEX.seeds == SEEDS_BY_KEY or INDEX.sample is None:  # (or called outside a loader)
             seed = derive_seed(self._rng_seed, "restore_seeds", f.__qualname__, key)
         else:  # Energon's: the worker's seed and the hook's call index
             seed = INDEX.energon_seed(self.current_sample_index)
