@@ -18,7 +18,9 @@ caption, batch 32, shuffled), each in a fresh child process, rounds in A/B order
 Peers without a decoder of their own (all but Energon) decode with energon_lite's own
 ``decode_image(jpg, "torchrgb")`` (``--peer-decode same``, the default: simplejpeg where the
 ``jpeg`` extra is installed, else Pillow), or with a plain Pillow call as a user would write
-it (``--peer-decode pillow``: ``PIL.Image.open`` -> RGB -> float CHW in [0, 1]). Conversion times are printed. Before
+it (``--peer-decode pillow``: ``PIL.Image.open`` -> RGB -> float CHW in [0, 1]). Conversion times are printed. Time to the first batch is given twice: from building the
+loader (modules imported) and from the child's interpreter start (start-up and imports
+included, as a user's script pays it). Before
 timing, each child checks its first batch: 32 float 3x256x256 images whose captions name
 their sample (``sample <i>: ...``), and the first image equal to that sample's JPEG decoded
 from the tar shards. A peer that saves state (Energon, energon_lite, Streaming, LitData)
@@ -58,7 +60,7 @@ from pathlib import Path
 from typing import Any
 
 import bench_pipeline as bp
-from common import fmt_bytes, fmt_num, markdown_table, median, ratio
+from common import STARTED_AT, fmt_bytes, fmt_num, markdown_table, median, ratio
 
 ALL = ("energon_lite", "energon", "torch", "webdataset", "streaming", "litdata", "limit")
 # "limit": as many processes as workers (one for 0) that only read and decode the same
@@ -308,6 +310,8 @@ def measure(
     iterator: Iterator[Any] = iter(loader)
     first = next(iterator)
     result["first_batch_s"] = time.perf_counter() - start
+    if STARTED_AT in os.environ:  # from the interpreter's start: start-up and imports too
+        result["start_to_first_batch_s"] = time.time() - float(os.environ[STARTED_AT])
     check_batch(peer, first, bp.PlainTarDataset(root))
     for _ in range(warmup):
         next(iterator)
@@ -351,6 +355,7 @@ def summarise(results: dict[tuple[str, int], list[dict[str, Any]]], libs: tuple[
             exact = [r.get("resume_exact") for r in results[(lib, w)]]
             speed = ratios(w, "samples_per_s", lib)
             first = ratios(w, "first_batch_s", lib)
+            cold = ratios(w, "start_to_first_batch_s", lib)
             ceiling = ratios(w, "samples_per_s", lib, LIMIT) if LIMIT in libs else []
             rows.append(
                 [
@@ -361,6 +366,8 @@ def summarise(results: dict[tuple[str, int], list[dict[str, Any]]], libs: tuple[
                     spread(ceiling) if ceiling else "n/a",
                     fmt_num(med(lib, w, "first_batch_s"), 2, " s"),
                     fmt_num(median(first), 2, "x") if first else "n/a",
+                    fmt_num(med(lib, w, "start_to_first_batch_s"), 2, " s"),
+                    spread(cold) if cold else "n/a",
                     fmt_bytes(med(lib, w, "peak_rss")),
                     fmt_bytes(med(lib, w, "state_bytes")),
                     fmt_num(med(lib, w, "restore_first_batch_s"), 2, " s"),
@@ -376,6 +383,8 @@ def summarise(results: dict[tuple[str, int], list[dict[str, Any]]], libs: tuple[
             "limit / it: the most any loader can lead it by",
             "first batch",
             "first batch, ours / it",
+            "from interpreter start",
+            "from start, ours / it",
             "peak RSS (tree)",
             "state",
             "restore -> 1st batch",
