@@ -45,10 +45,18 @@ def _parse_split_parts(items: Sequence[str]) -> list[tuple[str, str]]:
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:
+    from energon_lite.cli.meta_info import is_metadataset
     from energon_lite.cli.prepare_questions import ask, ask_prepare_options
     from energon_lite.shards.prepare import prepare_dataset
     from energon_lite.sources.kinds import kind_of
 
+    if is_metadataset(args.path):  # as Energon's: checks it and makes each join's index
+        from energon_lite.compat.metadataset_api import prepare_metadataset
+
+        prepare_metadataset(args.path)
+        print(f"Prepared metadataset {args.path}")
+        print("Done")
+        return 0
     kind = kind_of(args.path)
     if kind.prepare is not None:  # a dataset kind of a flavor (video-text table, episodes ...)
         if args.media_metadata_by_extension:
