@@ -14,6 +14,18 @@ from energon_lite import WorkerConfig, get_savable_loader, get_val_dataset
 from energon_lite.errors import ConfigError
 
 
+def _cli(*args: str) -> str:
+    import contextlib
+    import io
+
+    from energon_lite.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(list(args)) == 0
+    return out.getvalue()
+
+
 def _events(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
@@ -53,6 +65,15 @@ def test_each_process_logs_its_batches_with_their_keys(train_ds: Path, tmp_path:
         assert all(e["m"] == "val" and e["r"] == 0 for e in events)
         made += [e["keys"] for e in events]
     assert sorted(made) == sorted(keys for batches in passes for keys in batches)
+
+    # Energon's analysis of the logs: every key, every step, and a heatmap of them
+    out = _cli("analyze-debug", str(folder), "--include-modality", "train,val",
+               "--heatmap-path", str(tmp_path / "heatmap.png"))  # fmt: skip
+    assert "Analyzing 3 logs" in out and "Found 120 unique sample keys, 20 steps" in out
+    from PIL import Image
+
+    with Image.open(tmp_path / "heatmap.png") as image:
+        assert image.size == (20, 120)  # a column per step, a row per sample key
 
 
 def test_without_a_path_the_events_go_to_stdout(

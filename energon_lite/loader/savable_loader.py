@@ -291,7 +291,8 @@ class SavableLoader:
         if self.worker_config.should_log(level=1):
             self.worker_config.worker_log(
                 {"t": "SavableLoader.__init__", "r": self.worker_config.rank, "w": None,
-                 "id": self.id, "config": self.config()}
+                 "id": self.id, "m": _modality(dataset), "path": _paths(dataset),
+                 "config": self.config()}
             )  # fmt: skip
 
     def _take_id(self) -> int:
@@ -592,3 +593,15 @@ class SavableLoader:
                 check_ownership(states, leaves)
             return states
         return redistribute(states, wc.world_size, wc.num_workers, self.dataset.config(), leaves)
+
+
+def _modality(dataset: SavableDataset) -> str:
+    """``train`` or ``val``: what the debug log's analysis groups loaders by."""
+    options = getattr(getattr(dataset, "pipeline", None), "options", None)
+    return "train" if getattr(options, "training", True) else "val"
+
+
+def _paths(dataset: SavableDataset) -> str:
+    """The dataset paths of ``dataset`` (for the debug log), comma-separated."""
+    leaves = getattr(getattr(dataset, "pipeline", None), "leaves", None) or []
+    return ",".join(str(getattr(leaf, "path", leaf)) for leaf in leaves) or "?"
