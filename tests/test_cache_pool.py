@@ -59,7 +59,7 @@ def test_get_reads_directly_and_records_the_source(files: Path, tmp_path: Path) 
     sample: dict[str, Any] = {"__key__": "x"}
     assert pool.get(store, "f3.bin", sample) == bytes([3]) * 30_000
     assert pool.get(store, "f3.bin") == bytes([3]) * 30_000
-    assert len(_fetches(log)) == 2 and list(pool.cache_dir.iterdir()) == []
+    assert len(_fetches(log)) == 2 and list(pool.cache_dir.glob("*")) == []
     assert sample["__sources__"] == (
         SourceInfo(
             dataset_path=str(files), index="f3.bin", shard_name=str(files), file_names=("f3.bin",)
@@ -98,7 +98,7 @@ def _staging_trace(pool_type: type, store: Any, parent: Path) -> list[Any]:
                 )
                 for name, lazy in lazies.items()
             }
-            files = len([p for p in pool.cache_dir.iterdir() if p.is_file()])
+            files = len([p for p in pool.cache_dir.glob("*") if p.is_file()])
             trace.append((states, pool.current_cache_size, pool.current_cache_count, files))
 
         a.entry.send_to_cache_future.result(timeout=10)
@@ -153,7 +153,7 @@ def test_a_file_larger_than_the_cache_is_read_directly(files: Path, tmp_path: Pa
     assert isinstance(lazy, FileCacheLazy)
     assert lazy.entry.send_to_cache_future.result() is False
     assert lazy.get() == bytes([1]) * 30_000
-    assert list(pool.cache_dir.iterdir()) == [] and pool.usage() == (0, 0)
+    assert list(pool.cache_dir.glob("*")) == [] and pool.usage() == (0, 0)
     pool.close()
 
 
@@ -191,8 +191,8 @@ def test_a_lazy_waits_and_releases_through_the_pools_public_interface(
 def _worker(pool: FileStoreCachePool, store: LoggingStore, out: Any) -> None:
     lazy = pool.get_lazy(store, "f9.bin")
     lazy.entry.send_to_cache_future.result(timeout=30)
-    staged = len(list(pool.cache_dir.iterdir()))
-    out.put((str(pool.cache_dir), staged, len(lazy.get()), len(list(pool.cache_dir.iterdir()))))
+    staged = len(list(pool.cache_dir.glob("*")))
+    out.put((str(pool.cache_dir), staged, len(lazy.get()), len(list(pool.cache_dir.glob("*")))))
     pool.close()
 
 
@@ -256,14 +256,14 @@ def test_nothing_in_the_cache_is_a_pickle(files: Path, tmp_path: Path) -> None:
     marker = tmp_path / "planted-code-ran"
     lazy = pool.get_lazy(store, "f5.bin")
     assert lazy.entry.send_to_cache_future.result(timeout=30) is True
-    (staged,) = pool.cache_dir.iterdir()
+    (staged,) = pool.cache_dir.glob("*")
     assert staged.read_bytes() == bytes([5]) * 30_000
     assert lazy.get() == bytes([5]) * 30_000 and not staged.exists()
     plain = pool.to_cache({"a": [1, 2], "b": b"x"}, "plain")
     assert isinstance(plain, CacheFileLazy) and plain.get() == {"a": [1, 2], "b": b"x"}
     obj = pool.to_cache(_Planted(marker), "object")
     assert isinstance(obj, MockLazy) and isinstance(obj.get(), _Planted)
-    assert list(pool.cache_dir.iterdir()) == [] and not marker.exists()
+    assert list(pool.cache_dir.glob("*")) == [] and not marker.exists()
     pool.close()
 
 
@@ -275,9 +275,13 @@ def test_the_default_folder_is_private_and_a_shared_one_is_refused(
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     pool = FileStoreCachePool(num_workers=1)
     root = tmp_path / "energon_lite_cache"
-    assert pool.cache_dir.parent == root
+    assert pool.cache_dir.parent == root and not pool.cache_dir.exists()  # made on first use
+    lazy = pool.get_lazy(SystemFileStore(files), "f1.bin")
+    assert lazy.entry.send_to_cache_future.result(timeout=30) is True
     for folder in (root, pool.cache_dir):
         assert folder.stat().st_mode & 0o777 == 0o700, folder
+    assert lazy.get() == bytes([1]) * 30_000
+    assert not pool.cache_dir.exists()  # removed with its last file: none left per worker
     pool.close()
 
     os.chmod(root, 0o777)  # a folder others may write to: they could plant entries
@@ -314,7 +318,7 @@ def test_the_cache_folder_deleted_mid_run_is_made_again(files: Path, tmp_path: P
         assert lazy.get() == bytes([i]) * 30_000
     assert pool.to_cache({"a": 1}, "obj").get() == {"a": 1}
     assert os.stat(pool.cache_dir.parent).st_mode & 0o777 == 0o700
-    assert pool.usage() == (0, 0) and list(pool.cache_dir.iterdir()) == []
+    assert pool.usage() == (0, 0) and list(pool.cache_dir.glob("*")) == []
     pool.close()
 
 
@@ -333,11 +337,11 @@ def test_a_full_cache_disk_reads_around_itself(
         held = [pool.get_lazy(store, f"f{i}.bin") for i in range(12)]
         staged = [lazy.entry.send_to_cache_future.result(timeout=30) for lazy in held]
         assert 0 < staged.count(True) < 12
-        assert [p for p in pool.cache_dir.iterdir() if p.name.endswith(".tmp")] == []
+        assert [p for p in pool.cache_dir.glob("*") if p.name.endswith(".tmp")] == []
         for i, lazy in enumerate(held):
             assert lazy.get() == bytes([i]) * 30_000
         assert pool.to_cache(big, "big").get() == big
-    assert list(pool.cache_dir.iterdir()) == [] and pool.usage() == (0, 0)
+    assert list(pool.cache_dir.glob("*")) == [] and pool.usage() == (0, 0)
     warnings = [r for r in caplog.records if "reading around it" in r.getMessage()]
     assert len(warnings) == 1 and "No space left on device" in warnings[0].getMessage()
     pool.close()

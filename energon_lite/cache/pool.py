@@ -15,8 +15,9 @@ again. ``current_cache_size`` / ``current_cache_count`` are the bytes and files 
 and each pending entry knows its ``data_size`` and ``refcount``.
 
 Layout: ``<parent>/energon_lite_cache/`` (mode 0700, refused when another user owns it or
-others may write to it) holds one folder per process (``cache_dir``, made again in a forked
-child), with the raw bytes of each staged file (``method="pickle"`` also keeps raw bytes and
+others may write to it) holds one folder per process (``cache_dir``, another one in a forked
+child; made, mode 0700, when the process first writes to it and removed when its last file
+was deleted), with the raw bytes of each staged file (``method="pickle"`` also keeps raw bytes and
 decodes on read: nothing in the folder is ever unpickled) and ``to_cache`` data as msgpack.
 
 The cache never costs a sample: its folder deleted under a running pool (a tmp cleaner) is
@@ -102,8 +103,7 @@ class FileStoreCachePool(CachePool):
     def _reset(self) -> None:
         """This process's state: its own folder, threads, entries and counters."""
         self._pid = os.getpid()
-        self.cache_dir = self._root / f"{self._pid}-{secrets.token_hex(8)}"
-        private_folder(self.cache_dir)
+        self.cache_dir = self._root / f"{self._pid}-{secrets.token_hex(8)}"  # made on use
         self._lock = threading.RLock()
         self._cache_space_available = threading.Condition(self._lock)
         self._pending_tasks: dict[tuple[str, str], _Pending] = {}
@@ -343,17 +343,24 @@ class FileStoreCachePool(CachePool):
             log.debug("%s: not removed: %s", entry.cache_path, exc)
         entry.cache_path = None
         self._unreserve(entry.data_size)
+        if self.current_cache_count == 0:  # no folder left behind by each worker of each pass
+            with contextlib.suppress(OSError):
+                self.cache_dir.rmdir()  # unless to_cache data is still there
 
     # the folder ---------------------------------------------------------------------------
 
     def _write(self, path: Path, blob: bytes) -> None:
-        """``_write_atomic`` into the cache, its folders made again once if they vanished."""
-        try:
-            _write_atomic(path, blob)
-        except FileNotFoundError:
-            private_folder(self._root)
-            private_folder(self.cache_dir)
-            _write_atomic(path, blob)
+        """``_write_atomic`` into the cache, its folder made (private) when missing: not
+        made yet, removed when its last file went, or deleted by a tmp cleaner."""
+        for attempt in range(3):
+            try:
+                _write_atomic(path, blob)
+                return
+            except FileNotFoundError:
+                if attempt == 2:
+                    raise
+                private_folder(self._root)
+                private_folder(self.cache_dir)
 
     def _read_around(self, exc: OSError) -> None:
         """Log, once per process, that the cache is read around (data read directly)."""
