@@ -258,7 +258,9 @@ def test_a_join_loads_only_once_prepared_and_again_after_an_edit(
     yaml_path.write_text(HEAD + "    blend:\n" + one.replace("{path: ds1}", "{path: half}") + two)
     with pytest.raises(ConfigError, match=r"run prepare_metadataset\(.*left_join.yaml'\)"):
         _train(yaml_path)
-    prepare_metadataset(yaml_path)
+    from energon_lite.cli import main
+
+    assert main(["prepare", str(yaml_path)]) == 0  # energon-lite prepare <metadataset>.yaml
     assert len(_train(yaml_path)) == 28 + 28
     cache = tmp_path / "left_join.yaml.cache"
     assert len([p for p in cache.iterdir() if p.is_file()]) == 2  # a spec per join
