@@ -86,9 +86,7 @@ class SavableDataset(IterableDataset):
         pool = memory if in_worker else None
         wc = self.worker_config
         logging = wc.should_log(level=1)  # Energon's debug sample log: each batch made
-        mode = (
-            "train" if getattr(getattr(self.pipeline, "options", None), "training", True) else "val"
-        )
+        mode = modality(self)
         step = 0
         last: Any = None  # the state sent with the previous batch
         if pool is not None:
@@ -182,3 +180,9 @@ def unsavable_reason(states: list[Any]) -> str | None:
         if isinstance(state, dict) and UNSAVABLE in state:
             return str(state[UNSAVABLE])
     return None
+
+
+def modality(dataset: Any) -> str:
+    """``train`` or ``val`` (the debug sample log's ``m``): whether the pipeline trains."""
+    options = getattr(getattr(dataset, "pipeline", None), "options", None)
+    return "train" if getattr(options, "training", True) else "val"

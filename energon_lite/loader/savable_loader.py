@@ -28,7 +28,7 @@ from energon_lite.errors import (
     short_repr,
 )
 from energon_lite.loader import healing
-from energon_lite.loader.savable_dataset import SavableDataset, unsavable_reason
+from energon_lite.loader.savable_dataset import SavableDataset, modality, unsavable_reason
 from energon_lite.loader.state_delta import decoded, with_unchanged
 from energon_lite.loader.stats import LoaderStats
 from energon_lite.sample_utils import default_get_batch_keys
@@ -291,7 +291,7 @@ class SavableLoader:
         if self.worker_config.should_log(level=1):
             self.worker_config.worker_log(
                 {"t": "SavableLoader.__init__", "r": self.worker_config.rank, "w": None,
-                 "id": self.id, "m": _modality(dataset), "path": _paths(dataset),
+                 "id": self.id, "m": modality(dataset), "path": _paths(dataset),
                  "config": self.config()}
             )  # fmt: skip
 
@@ -593,12 +593,6 @@ class SavableLoader:
                 check_ownership(states, leaves)
             return states
         return redistribute(states, wc.world_size, wc.num_workers, self.dataset.config(), leaves)
-
-
-def _modality(dataset: SavableDataset) -> str:
-    """``train`` or ``val``: what the debug log's analysis groups loaders by."""
-    options = getattr(getattr(dataset, "pipeline", None), "options", None)
-    return "train" if getattr(options, "training", True) else "val"
 
 
 def _paths(dataset: SavableDataset) -> str:
