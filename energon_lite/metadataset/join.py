@@ -31,12 +31,19 @@ from energon_lite.sources.leaf import Leaf
 
 SUFFIX = ".join.json"
 NONMATCH = ("error", "skip", "none")
+_PARTNER_KEYS = ("path", "split_part", "subflavors", "nonmatch", "split_config", "dataset_config")
 INDEX_FOLDER = "index"
 
 # (spec, index) of every join opened while a metadataset is prepared; None otherwise
 _PREPARING: ContextVar[list[tuple[Path, Path]] | None] = ContextVar(
     "energon_lite_preparing_joins", default=None
 )
+
+
+def joins_being_prepared() -> list[tuple[Path, Path]] | None:
+    """Inside :func:`preparing_joins`, the list a join opened records itself in; else None
+    (a join whose index is missing is then an error)."""
+    return _PREPARING.get()
 
 
 @contextlib.contextmanager
@@ -65,9 +72,6 @@ def remove_stale_join_files(used: list[tuple[Path, Path]], folders: list[Path]) 
                 path.unlink()
                 removed.append(path)
     return removed
-
-
-_PARTNER_KEYS = ("path", "split_part", "subflavors", "nonmatch", "split_config", "dataset_config")
 
 
 def join_leaf(

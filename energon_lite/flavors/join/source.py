@@ -33,7 +33,7 @@ import numpy as np
 
 from energon_lite.cache.key_index import load_key_index
 from energon_lite.errors import ConfigError, DatasetFormatError
-from energon_lite.metadataset.join import _PREPARING, INDEX_FOLDER
+from energon_lite.metadataset.join import INDEX_FOLDER, joins_being_prepared
 from energon_lite.shards.dataset import PreparedDataset
 from energon_lite.shards.meta import load_info
 from energon_lite.storage import local_only
@@ -111,7 +111,7 @@ class JoinedSource:
             match = np.load(path, mmap_mode="r")
             if match.shape != (rows, total):
                 match = None  # not this join's: made again by prepare
-        preparing = _PREPARING.get()
+        preparing = joins_being_prepared()
         if match is None:
             if preparing is None and not self.spec.get("build_on_open"):
                 metadataset = self.root.parent.with_name(
