@@ -6,9 +6,10 @@ the primary's samples (all shards, in shard order) holding the partner's ``shard
 index`` or -1, one row per partner. As in Energon, the index is made when the metadataset
 is prepared (``prepare_metadataset``, inside
 ``energon_lite.metadataset.join.preparing_joins``), from the datasets' key indexes (sorted
-key hashes, ``energon_lite.cache.key_index``) with vectorised binary search, saved atomically as ``index/join_index_<digest>.npy`` beside the spec (the digest
-covers each dataset's path, split, configs, ``nonmatch`` and content fingerprint) and
-memory-mapped afterwards; opening a join whose index is missing (never prepared, or the
+key hashes, ``energon_lite.cache.key_index``) with vectorised binary search, saved
+atomically as ``index/join_index_<digest>.npy`` beside the spec (the digest covers each
+dataset's path, split, configs, ``nonmatch`` and content fingerprint) and memory-mapped
+afterwards; opening a join whose index is missing (never prepared, or the
 join or its datasets changed since) is a ``ConfigError`` that says to prepare again. A
 ``JoinedWebdatasetFactory`` join (built in code, no metadataset to prepare) makes its index
 on first open. A partner's ``nonmatch`` decides what a primary sample without a match does:
