@@ -190,5 +190,6 @@ def _debug_file(path: Path, in_worker: bool) -> TextIO:
         for other in [k for k in _DEBUG_FILES if k[0] != key[0]]:  # a forked parent's
             del _DEBUG_FILES[other]
         path.parent.mkdir(parents=True, exist_ok=True)
-        file = _DEBUG_FILES[key] = open(path, "a" if in_worker else "w", encoding="utf-8")  # noqa: SIM115
+        mode = "a" if in_worker else "w"
+        file = _DEBUG_FILES[key] = open(path, mode, encoding="utf-8")  # noqa: SIM115
     return file

@@ -52,7 +52,8 @@ def test_each_process_logs_its_batches_with_their_keys(train_ds: Path, tmp_path:
     main = _events(folder / "0.jsonl")
     assert main[0]["t"] == "SavableLoader.__init__" and main[0]["id"] == loader.id
     yields = [e for e in main if e["t"] == "SavableDataLoader.yield"]
-    assert [[e["keys"] for e in yields if e["iter_id"] == i] for i in sorted({e["iter_id"] for e in yields})] == passes  # fmt: skip
+    iter_ids = sorted({e["iter_id"] for e in yields})
+    assert [[e["keys"] for e in yields if e["iter_id"] == i] for i in iter_ids] == passes
     assert [e["idx"] for e in yields] == list(range(10)) * 2
     assert [e["global_idx"] for e in yields] == list(range(20))
     assert [e["t"] for e in main].count("SavableDataLoader.iter") == 2
