@@ -16,7 +16,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Literal, TextIO
 
 from energon_lite.errors import ConfigError, log_exception, reraise_exception
 
@@ -190,6 +190,6 @@ def _debug_file(path: Path, in_worker: bool) -> TextIO:
         for other in [k for k in _DEBUG_FILES if k[0] != key[0]]:  # a forked parent's
             del _DEBUG_FILES[other]
         path.parent.mkdir(parents=True, exist_ok=True)
-        mode = "a" if in_worker else "w"
+        mode: Literal["a", "w"] = "a" if in_worker else "w"
         file = _DEBUG_FILES[key] = open(path, mode, encoding="utf-8")  # noqa: SIM115
     return file
