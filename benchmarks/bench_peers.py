@@ -10,12 +10,17 @@ caption, batch 32, shuffled), each in a fresh child process, rounds in A/B order
 * ``streaming`` (MosaicML Streaming): the same JPEG bytes and captions converted once to MDS
   (``MDSWriter``), ``StreamingDataset(local=..., shuffle=True)`` + ``StreamingDataLoader``;
 * ``litdata``: the same converted once with ``litdata.optimize``, ``StreamingDataset`` +
-  ``StreamingDataLoader``.
+  ``StreamingDataLoader``;
+* ``limit``: not a loader but the ceiling of all of them: as many processes as workers (one
+  for 0) that only read and decode the same samples with the same decoder. ``limit / it``
+  is the most any loader can lead that loader by on this machine, in this run.
 
 Peers without a decoder of their own (all but Energon) decode with energon_lite's own
 ``decode_image(jpg, "torchrgb")`` (``--peer-decode same``, the default: simplejpeg where the
 ``jpeg`` extra is installed, else Pillow), or with a plain Pillow call as a user would write
-it (``--peer-decode pillow``: ``PIL.Image.open`` -> RGB -> float CHW in [0, 1]). Conversion times are printed. Before
+it (``--peer-decode pillow``: ``PIL.Image.open`` -> RGB -> float CHW in [0, 1]). Conversion times are printed. Time to the first batch is given twice: from building the
+loader (modules imported) and from the child's interpreter start (start-up and imports
+included, as a user's script pays it). Before
 timing, each child checks its first batch: 32 float 3x256x256 images whose captions name
 their sample (``sample <i>: ...``), and the first image equal to that sample's JPEG decoded
 from the tar shards. A peer that saves state (Energon, energon_lite, Streaming, LitData)
@@ -55,9 +60,13 @@ from pathlib import Path
 from typing import Any
 
 import bench_pipeline as bp
-from common import fmt_bytes, fmt_num, markdown_table, median, ratio
+from common import STARTED_AT, fmt_bytes, fmt_num, markdown_table, median, ratio
 
-ALL = ("energon_lite", "energon", "torch", "webdataset", "streaming", "litdata")
+ALL = ("energon_lite", "energon", "torch", "webdataset", "streaming", "litdata", "limit")
+# "limit": as many processes as workers (one for 0) that only read and decode the same
+# samples with the same decoder (bench_pipeline's ``limit``): no loader can pass it, so
+# ``limit / peer`` is the most any loader can lead that peer by on this machine
+LIMIT = "limit"
 NEW = ("webdataset", "streaming", "litdata")
 WORKERS = (0, 2)
 RESULT, MARK = bp.RESULT, bp.MARK
@@ -291,6 +300,8 @@ def measure(
 
     warnings.filterwarnings("ignore")
     torch.set_num_threads(torch_threads)
+    if lib == LIMIT:
+        return bp.measure_limit(lib, root, workers, batches, warmup)
     peer = NewPeer(lib, root, workers)
     peer.import_modules()
     result: dict[str, Any] = {"lib": lib, "workers": workers}
@@ -299,6 +310,8 @@ def measure(
     iterator: Iterator[Any] = iter(loader)
     first = next(iterator)
     result["first_batch_s"] = time.perf_counter() - start
+    if STARTED_AT in os.environ:  # from the interpreter's start: start-up and imports too
+        result["start_to_first_batch_s"] = time.time() - float(os.environ[STARTED_AT])
     check_batch(peer, first, bp.PlainTarDataset(root))
     for _ in range(warmup):
         next(iterator)
@@ -329,9 +342,12 @@ def summarise(results: dict[tuple[str, int], list[dict[str, Any]]], libs: tuple[
     def med(lib: str, w: int, key: str) -> float | None:
         return median([r.get(key) for r in results[(lib, w)]])
 
-    def ratios(w: int, key: str, peer: str) -> list[float]:
-        pairs = zip(results[("energon_lite", w)], results[(peer, w)])
+    def ratios(w: int, key: str, peer: str, lib: str = "energon_lite") -> list[float]:
+        pairs = zip(results[(lib, w)], results[(peer, w)])
         return [v for a, b in pairs if (v := ratio(a.get(key), b.get(key))) is not None]
+
+    def spread(values: list[float]) -> str:
+        return f"{fmt_num(median(values), 2, 'x')} ({min(values):.2f}-{max(values):.2f})"
 
     rows = []
     for w in WORKERS:
@@ -339,16 +355,19 @@ def summarise(results: dict[tuple[str, int], list[dict[str, Any]]], libs: tuple[
             exact = [r.get("resume_exact") for r in results[(lib, w)]]
             speed = ratios(w, "samples_per_s", lib)
             first = ratios(w, "first_batch_s", lib)
+            cold = ratios(w, "start_to_first_batch_s", lib)
+            ceiling = ratios(w, "samples_per_s", lib, LIMIT) if LIMIT in libs else []
             rows.append(
                 [
                     w,
                     lib,
                     fmt_num(med(lib, w, "samples_per_s")),
-                    f"{fmt_num(median(speed), 2, 'x')} ({min(speed):.2f}-{max(speed):.2f})"
-                    if speed
-                    else "n/a",
+                    spread(speed) if speed else "n/a",
+                    spread(ceiling) if ceiling else "n/a",
                     fmt_num(med(lib, w, "first_batch_s"), 2, " s"),
                     fmt_num(median(first), 2, "x") if first else "n/a",
+                    fmt_num(med(lib, w, "start_to_first_batch_s"), 2, " s"),
+                    spread(cold) if cold else "n/a",
                     fmt_bytes(med(lib, w, "peak_rss")),
                     fmt_bytes(med(lib, w, "state_bytes")),
                     fmt_num(med(lib, w, "restore_first_batch_s"), 2, " s"),
@@ -361,8 +380,11 @@ def summarise(results: dict[tuple[str, int], list[dict[str, Any]]], libs: tuple[
             "loader",
             "samples/s",
             "energon_lite / it (min-max)",
+            "limit / it: the most any loader can lead it by",
             "first batch",
             "first batch, ours / it",
+            "from interpreter start",
+            "from start, ours / it",
             "peak RSS (tree)",
             "state",
             "restore -> 1st batch",

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import statistics
 import subprocess
 import threading
@@ -25,6 +26,7 @@ from typing import Any, TypeVar
 import psutil
 
 T = TypeVar("T")
+STARTED_AT = "BENCH_STARTED_AT"  # run_child: the wall-clock time the child was started
 
 
 class TreeMemorySampler:
@@ -110,6 +112,8 @@ def run_child(
     ``peak_rss_at_mark`` (for instance the steady-state phase before a restore phase).
     """
     start = time.perf_counter()
+    # the child can tell how long it has run, interpreter start and imports included
+    env = {**(os.environ if env is None else env), STARTED_AT: repr(time.time())}
     process = subprocess.Popen(
         list(cmd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
     )

@@ -2,13 +2,21 @@
 
 It lives in the trainer's process and the loader; stages never see it. Each worker's chain
 gets a ``WorkerSlot`` of plain integers instead.
+
+Energon's debug sample logs: with ``worker_log_level >= 1``, ``worker_log`` writes one JSON
+line per event to ``worker_debug_path`` (formatted with ``worker_id`` and ``pid``; printed
+to stdout when no path is given). The main process of rank ``r`` is ``worker_id``
+``r * (num_workers + 1)``, its loader worker ``w`` is that plus ``w + 1``.
 """
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal, TextIO
 
 from energon_lite.errors import ConfigError, log_exception, reraise_exception
 
@@ -25,18 +33,24 @@ class WorkerConfig:
     num_workers: int
     data_parallel_group: Any = None
     seed_offset: int = 0
-    worker_debug_path: str | None = None  # Energon's; only the default is supported
-    worker_log_level: int = 0  # Energon's; only the default is supported
+    # Energon's debug sample logs (module doc): a path with {worker_id} (and {pid}), a level
+    worker_debug_path: str | None = None
+    worker_log_level: int = 0
     # Energon's error handlers: called as handler(exception, sample, sources) for a sample
     # that fails while iterating / while being fetched again on restore.
     global_error_handler: ErrorHandler = log_exception
     restore_error_handler: ErrorHandler = reraise_exception
 
     def __post_init__(self) -> None:
-        if self.worker_debug_path is not None or self.worker_log_level != 0:
+        if isinstance(self.worker_log_level, bool) or not isinstance(self.worker_log_level, int):
             raise ConfigError(
-                "WorkerConfig: Energon's worker_debug_path/worker_log_level sample logs are not "
-                "supported; `energon-lite checkpoint info` shows where each worker is"
+                f"WorkerConfig: worker_log_level={self.worker_log_level!r} must be an integer "
+                "(0: no logs, 1: each batch, 2: more)"
+            )
+        if self.worker_debug_path is not None and "{worker_id}" not in self.worker_debug_path:
+            raise ConfigError(
+                f"WorkerConfig: worker_debug_path={self.worker_debug_path!r} needs "
+                "'{worker_id}' in it, so that each process writes its own file"
             )
         if self.world_size < 1 or not 0 <= self.rank < self.world_size:
             raise ConfigError(
@@ -45,6 +59,30 @@ class WorkerConfig:
             )
         if self.num_workers < 0:
             raise ConfigError(f"WorkerConfig: num_workers={self.num_workers!r} must be >= 0")
+
+    def should_log(self, level: int) -> bool:
+        """Whether events of ``level`` are logged (Energon's)."""
+        return level <= self.worker_log_level
+
+    def debug_worker_id(self) -> int:
+        """This process's ``worker_id`` in the debug log: the rank's main process first,
+        then its loader workers."""
+        from torch.utils.data import get_worker_info
+
+        info = get_worker_info()
+        return self.rank * (self.num_workers + 1) + (0 if info is None else info.id + 1)
+
+    def worker_log(self, data: dict[str, Any]) -> None:
+        """Write ``data`` as one JSON line to this process's debug log (Energon's)."""
+        line = json.dumps(data, default=str) + "\n"
+        if self.worker_debug_path is None:
+            print(line, end="", flush=True)
+            return
+        worker_id = self.debug_worker_id()
+        path = Path(self.worker_debug_path.format(worker_id=worker_id, pid=os.getpid()))
+        file = _debug_file(path, in_worker=worker_id % (self.num_workers + 1) != 0)
+        file.write(line)
+        file.flush()
 
     @staticmethod
     def default_worker_config(
@@ -138,3 +176,20 @@ class CanonicalLayout:
             for q in self.phases_of(slot.worker_id, slot.num_workers)
             for k in self.ranks_of(slot.rank, slot.world_size)
         ]
+
+
+_DEBUG_FILES: dict[tuple[int, Path], TextIO] = {}  # (pid, path) -> this process's open log
+
+
+def _debug_file(path: Path, in_worker: bool) -> TextIO:
+    """The open debug log at ``path`` of this process. The main process starts it afresh;
+    a loader worker (a new process each pass) appends, so that each pass's events stay."""
+    key = (os.getpid(), path)
+    file = _DEBUG_FILES.get(key)
+    if file is None:
+        for other in [k for k in _DEBUG_FILES if k[0] != key[0]]:  # a forked parent's
+            del _DEBUG_FILES[other]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        mode: Literal["a", "w"] = "a" if in_worker else "w"
+        file = _DEBUG_FILES[key] = open(path, mode, encoding="utf-8")  # noqa: SIM115
+    return file

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import subprocess
 from pathlib import Path
 
@@ -9,6 +11,21 @@ import pytest
 
 from energon_lite import prepare_dataset
 from energon_lite.synth.shards import write_captioning_shards
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    """``energon-lite ARGS`` in this process: its exit status, stdout and stderr, as a
+    subprocess would give them, without an interpreter start and imports per call (tests
+    that need the real process, a terminal or a signal still start one)."""
+    from energon_lite.cli.main import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(args))
+        except SystemExit as exit:  # argparse's usage errors
+            code = exit.code if isinstance(exit.code, int) else 1
+    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
 
 
 def make_dataset(

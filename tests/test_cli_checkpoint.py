@@ -11,16 +11,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import run_cli
 
 from energon_lite import WorkerConfig, get_savable_loader, get_train_dataset
 from energon_lite.testing import take
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "energon_lite.cli", *args],
-        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+    return run_cli(*args)
 
 
 def _loader(root: Path, rank: int, world: int):

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import write_two_leaves
+from conftest import run_cli, write_two_leaves
 
 from energon_lite import (
     Sample,
@@ -493,22 +493,12 @@ def _edited(data, edit: str, dealing: str = "ranges") -> list[dict[str, Any]]:
 
 
 def _redist_cli(states, tmp_path: Path, *extra: str):
-    import os
-    import subprocess
-    import sys
-
     ckpt, out = tmp_path / "ckpt", tmp_path / "out"
     ckpt.mkdir(parents=True)
     for rank, state in enumerate(states):
         (ckpt / f"state_rank_{rank}.msgpack").write_bytes(encode_state(state))
     argv = ["checkpoint", "redist", str(ckpt), "--world-size", "3", "--num-workers", "1"]
-    done = subprocess.run(
-        [sys.executable, "-m", "energon_lite.cli", *argv, "-o", str(out), *extra],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
-    )
+    done = run_cli(*argv, "-o", str(out), *extra)
     return done, out
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from energon_lite import (
+    ConfigError,
     DatasetFormatError,
     Sample,
     TextSample,
@@ -86,6 +87,8 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
         f"        joiner: {{__module__: {__name__}, __class__: Joined}}\n",
     }.items():
         (root / name).write_text(HEAD + body)
+        if name != "error.yaml":  # its preparation fails (below)
+            prepare_metadataset(root / name)
     return root
 
 
@@ -132,10 +135,11 @@ def test_nonmatch_skip_none_and_error(data: Path) -> None:
     for batch in kept:
         number = int(batch.text1[0][1:])
         assert batch.text2[0] == (f"j{number}" if number in half else None)
-    with pytest.raises(
-        DatasetFormatError, match=r"27 samples of .*ds1 have no partner in .*half, e.g. key"
-    ):
-        _train(data / "error.yaml")
+    for step in (prepare_metadataset, _train):  # preparing it fails, and so does loading
+        with pytest.raises(
+            DatasetFormatError, match=r"27 samples of .*ds1 have no partner in .*half, e.g. key"
+        ):
+            step(data / "error.yaml")
 
 
 def _texts(root: Path) -> list[str]:
@@ -151,7 +155,7 @@ def test_join_inside_a_blend_and_the_index_is_built_once(data: Path) -> None:
     joined = [b for b in batches if hasattr(b, "text1")]
     plain = [b for b in batches if not hasattr(b, "text1")]
     assert joined and plain
-    indexes = sorted((data / "blend.yaml.cache").glob("*.npy"))
+    indexes = sorted((data / "blend.yaml.cache").glob("index/*.npy"))
     assert indexes
     before = [p.stat().st_mtime_ns for p in indexes]
     _train(data / "blend.yaml")
@@ -197,6 +201,7 @@ def test_joiner_from_an_importable_module_is_imported_as_in_energon(
         HEAD + "    join:\n      - {path: ds1}\n      - {path: ds1b}\n"
         "    joiner: {__module__: my_joiners, __function__: pair}\n"
     )
+    prepare_metadataset(yaml_path)
     texts = {b.text[0] for _, b in zip(range(55), get_loader(_train(yaml_path)))}
     assert texts == {f"{i}+B{i}" for i in range(55)}
 
@@ -227,3 +232,36 @@ def test_joiner_module_that_cannot_be_imported_is_named(data: Path) -> None:
         r".*no_such_joiner_module",
     ):
         _train(data / "missing_joiner.yaml")
+
+
+def test_a_join_loads_only_once_prepared_and_again_after_an_edit(
+    data: Path, tmp_path: Path
+) -> None:
+    """Energon's point of failure: a join's match index is made by ``prepare_metadataset``;
+    loading a join never prepared, or edited since, fails at ``get_train_dataset`` until
+    it runs again, which leaves one spec and one index per join (before: built on first
+    use, so the edited join loaded, and stale indexes stayed)."""
+    for name in ("ds1", "ds1b", "half"):
+        (tmp_path / name).symlink_to(data / name)
+    one = (
+        "      - weight: 1\n        join:\n          - {path: ds1}\n"
+        "          - {path: ds1b, nonmatch: skip}\n"
+        f"        joiner: {{__module__: {__name__}, __function__: joiner}}\n"
+    )
+    two = one.replace("ds1b", "half")
+    yaml_path = tmp_path / "left_join.yaml"
+    yaml_path.write_text(HEAD + "    blend:\n" + one)
+    with pytest.raises(ConfigError, match=r"left_join.yaml: the join of .* is not prepared"):
+        _train(yaml_path)
+    prepare_metadataset(yaml_path)
+    assert len(_train(yaml_path)) == 55
+    yaml_path.write_text(HEAD + "    blend:\n" + one.replace("{path: ds1}", "{path: half}") + two)
+    with pytest.raises(ConfigError, match=r"run prepare_metadataset\(.*left_join.yaml'\)"):
+        _train(yaml_path)
+    from energon_lite.cli import main
+
+    assert main(["prepare", str(yaml_path)]) == 0  # energon-lite prepare <metadataset>.yaml
+    assert len(_train(yaml_path)) == 28 + 28
+    cache = tmp_path / "left_join.yaml.cache"
+    assert len([p for p in cache.iterdir() if p.is_file()]) == 2  # a spec per join
+    assert len(list((cache / "index").iterdir())) == 2  # an index per join

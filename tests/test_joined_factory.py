@@ -21,6 +21,7 @@ from energon_lite import (
     get_loader,
     get_val_dataset,
     prepare_dataset,
+    prepare_metadataset,
 )
 from energon_lite.synth.shards import write_captioning_shards
 
@@ -57,6 +58,7 @@ splits:
     joiner: {{__module__: {__name__}, __function__: join_pair}}
 """
     (root / "join.yaml").write_text(join)
+    prepare_metadataset(root / "join.yaml")
     return root
 
 

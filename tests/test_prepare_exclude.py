@@ -6,12 +6,12 @@ split empty is an error naming the fix."""
 from __future__ import annotations
 
 import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
 import pytest
 import yaml
+from conftest import run_cli
 
 from energon_lite import WorkerConfig, get_train_dataset, prepare_dataset
 from energon_lite.errors import ConfigError
@@ -22,10 +22,7 @@ FIELD_MAP = '{"image": "jpg", "caption": "txt"}'
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "energon_lite.cli", *args],
-        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+    return run_cli(*args)
 
 
 def _prepare_cli(root: Path, *extra: str, ratio: str = "1") -> subprocess.CompletedProcess:

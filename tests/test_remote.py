@@ -440,6 +440,29 @@ def test_faults_are_retried_nothing_lost_or_repeated(
     assert proxy.counts["503"] <= retries <= proxy.counts["503"] + proxy.counts["drop"]
 
 
+def test_worker_processes_leave_the_trainers_connections_alone(
+    s3: S3Server, local_ds: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # forked workers inherit the trainer's open connections and its event loop's epoll set;
+    # a worker that closed them there took them out of the trainer's epoll set, so the
+    # trainer's next request on such a connection was answered but never read: it timed out
+    # and went out again (the proxy then saw it twice)
+    with FaultProxy(s3.endpoint) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+        options = {"endpoint_url": proxy.endpoint, "timeout": 3, **TEST_CREDENTIALS}
+        s3.upload(local_ds, "data", "copies/forked")  # its own copy: the trainer reads it
+        path = RemotePath("s3://data/copies/forked", storage_options=options)
+        openings = []
+        for num_workers in (0, 2, 2):  # the first warms the index cache
+            start = len(proxy.log)
+            wc = WorkerConfig(rank=0, world_size=1, num_workers=num_workers)
+            ds = get_val_dataset(path, worker_config=wc, batch_size=10, split_part="train")
+            openings.append(proxy.log[start:])
+            assert len([k for b in get_savable_loader(ds) for k in b.__key__]) == 120
+    # an opening after worker processes sends what one before them sent, nothing twice
+    assert openings[2] == openings[1], openings
+
+
 def test_a_range_that_stays_broken_stops_the_run_naming_the_object(
     s3: S3Server, s3_ds: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

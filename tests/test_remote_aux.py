@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 import s3_fixtures
@@ -117,3 +118,70 @@ def test_a_missing_remote_aux_source_is_named(folders, tmp_path):
     )
     with pytest.raises(DatasetFormatError, match="s3://aux/nothing-here"):
         _texts(tmp_path / "bad.yaml")
+
+
+def cook_plain(sample: dict, pkl_source, fs_source) -> TextSample:
+    note = fs_source.get("notes/hello.txt", sample)  # decoded by extension
+    return TextSample(**basic_sample_keys(sample), text=f"<{sample['txt']}|{note}>")
+
+
+class PlainEncoder(DefaultTaskEncoder):
+    cookers = (Cooker(cook_plain),)
+
+
+def test_a_plain_folder_on_remote_storage_is_an_aux_source(
+    s3: S3Server, folders: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``filesystem+msc://profile/DIR`` and ``filesystem+s3://bucket/DIR`` name a plain
+    folder on remote storage, and ``filesystem://DIR`` in a remote YAML a folder beside it,
+    as in Energon: each file is read by name (before: refused as an unknown scheme, and
+    ``filesystem://`` in a remote YAML as a local folder)."""
+    plain = tmp_path / "plain"
+    (plain / "notes").mkdir(parents=True)
+    (plain / "notes" / "hello.txt").write_text("hello from a bucket")
+    s3.upload(plain, "aux", "plain")
+    s3.upload(folders / "ds1", "aux", "ds1")
+    config = tmp_path / "msc_config.yaml"
+    config.write_text(
+        "profiles:\n  auxp:\n    storage_provider:\n      type: s3\n      options:\n"
+        f"        base_path: aux\n        endpoint_url: {s3.endpoint}\n"
+        "        region_name: us-east-1\n"
+    )
+    monkeypatch.setenv("MSC_CONFIG", str(config))
+    (tmp_path / "ds1").symlink_to(folders / "ds1")
+    (tmp_path / "ds2").symlink_to(folders / "ds2")
+    yamls = {}
+    for name, spec in (("msc", "filesystem+msc://auxp/plain"), ("s3", "filesystem+s3://aux/plain")):
+        yamls[name] = tmp_path / f"{name}.yaml"
+        yamls[name].write_text(
+            HEADER + f"    path: ds1\n    aux:\n      pkl_source: ds2\n      fs_source: {spec}\n"
+        )
+    s3.client().put_object(
+        Bucket="aux",
+        Key="relative.yaml",
+        Body=(
+            HEADER + "    path: ds1\n    aux:\n      pkl_source: ./ds2\n"
+            "      fs_source: filesystem://./plain\n"
+        ).encode(),
+    )
+    s3.upload(folders / "ds2", "aux", "ds2")
+
+    def texts(path: Any) -> list[str]:
+        dataset = get_train_dataset(
+            path,
+            worker_config=WorkerConfig(rank=0, world_size=1, num_workers=0),
+            batch_size=2,
+            shuffle_buffer_size=None,
+            max_samples_per_sequence=5,
+            task_encoder=PlainEncoder(),
+        )
+        return [t for _, b in zip(range(3), get_loader(dataset)) for t in b.text]
+
+    for path in (yamls["msc"], yamls["s3"], "s3://aux/relative.yaml"):
+        got = texts(path)
+        assert len(got) == 6 and all(t.endswith("|hello from a bucket>") for t in got), got
+    (tmp_path / "escape.yaml").write_text(
+        HEADER + "    path: ds1\n    aux:\n      fs_source: filesystem+nope://x/y\n"
+    )
+    with pytest.raises(DatasetFormatError, match=r"escape.yaml.*fs_source.*'nope'"):
+        texts(tmp_path / "escape.yaml")

@@ -2,8 +2,8 @@
 ``cache``, and ``Lazy``, a reference to data it does not need yet.
 
 The implementations: ``NoCachePool`` (no caching, :mod:`energon_lite.cache.no_cache`),
-``FileStoreCachePool`` and its ``FileCacheLazy`` (a file cache shared by the processes of a
-machine, :mod:`energon_lite.cache.pool`), and the other Lazy kinds
+``FileStoreCachePool`` and its ``FileCacheLazy`` (Energon's staging area for lazily
+referenced files, :mod:`energon_lite.cache.pool`), and the other Lazy kinds
 (:mod:`energon_lite.cache.lazy`).
 """
 

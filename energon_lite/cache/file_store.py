@@ -3,7 +3,8 @@
 ``store[name] -> (data, SourceInfo)`` and ``store.get(name, sample)`` (which also appends the
 source to ``sample["__sources__"]``). Kinds:
 
-* ``SystemFileStore(base_dir)``: files of a plain folder (``aux: {media: filesystem://imgs}``);
+* ``SystemFileStore(base_dir)``: files of a plain folder (``aux: {media: filesystem://imgs}``),
+  local or on remote storage (``filesystem+msc://profile/imgs``: one GET per file);
 * ``WebdatasetFileStore(root)``: members of a prepared tar dataset, ``"<key>.<part>"``, by
   random access (the key index, then one ``pread`` of the sample); the dataset may be on
   remote storage (``s3://``, ``msc://`` ...), read as its Source reads it (ranged GETs with
@@ -18,7 +19,7 @@ All are picklable (files are opened lazily, per process).
 from __future__ import annotations
 
 import os
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from energon_lite.epathlib import EPath
@@ -67,13 +68,22 @@ class FileStore:
 
 
 class SystemFileStore(FileStore):
-    """Files of a folder, by path relative to it (paths may not leave it)."""
+    """Files of a folder, by path relative to it (paths may not leave it); the folder may be
+    a URL (``msc://``, ``s3://`` ...): each file is then read with one GET."""
 
-    def __init__(self, base_dir: str | os.PathLike[str] | None = None) -> None:
-        self.base_dir = None if base_dir is None else Path(base_dir).resolve()
+    def __init__(self, base_dir: str | os.PathLike[str] | RemotePath | None = None) -> None:
+        self.base_dir: StoragePath | None = (
+            None if base_dir is None else as_path(base_dir).resolve()
+        )
 
     def __getitem__(self, name: str) -> tuple[bytes, SourceInfo]:
-        if self.base_dir is None:
+        path: StoragePath
+        if isinstance(self.base_dir, RemotePath):
+            parts = PurePosixPath(name).parts
+            if not name or name.startswith("/") or ".." in parts or "://" in name:
+                raise DatasetFormatError(f"{self.base_dir}: file name {name!r} leaves the folder")
+            path = self.base_dir / name
+        elif self.base_dir is None:
             path = Path(name)
         else:
             path = (self.base_dir / name).resolve()
@@ -98,7 +108,7 @@ class SystemFileStore(FileStore):
 
         if self.base_dir is None:
             raise DatasetFormatError("media metadata needs a SystemFileStore with a base_dir")
-        return lookup(self.base_dir, name)
+        return lookup(local_only(self.base_dir, "media metadata of a plain folder:"), name)
 
 
 class WebdatasetFileStore(FileStore):
@@ -213,17 +223,14 @@ def open_file_store(spec: str, base: StoragePath) -> FileStore:
     folder, or a dataset of another kind whose Source has ``as_file_store()`` (a prepared
     ``.jsonl``), local or a URL (``s3://``, ``msc://`` ...); relative paths are relative to
     ``base`` (the metadataset's folder, local or remote)."""
+    if spec.startswith("filesystem+") and is_url(spec.removeprefix("filesystem+")):
+        spec = "filesystem://" + spec.removeprefix("filesystem+")
     if spec.startswith("filesystem://"):
         rest = spec.removeprefix("filesystem://")
-        if is_url(rest) or isinstance(base, RemotePath):
-            raise DatasetFormatError(
-                f"aux {spec!r}: filesystem:// names a local folder; on remote storage give a "
-                "prepared dataset (a tar folder or a .jsonl) instead"
-            )
-        folder = (base / rest).resolve()
-        if not folder.is_dir():
+        folder: StoragePath = as_path(rest) if is_url(rest) else (base / rest).resolve()
+        if isinstance(folder, Path) and not folder.is_dir():
             raise DatasetFormatError(f"aux {spec!r}: {folder} is not a folder")
-        return SystemFileStore(folder)
+        return SystemFileStore(folder)  # a remote folder: its files are checked when read
     if is_url(spec):
         return primary_file_store(as_path(spec))
     if "://" in spec:

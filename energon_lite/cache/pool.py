@@ -1,42 +1,38 @@
-"""``FileStoreCachePool`` (Energon's name and constructor): a local file cache for cookers.
+"""``FileStoreCachePool`` (Energon's name, constructor and behaviour): a staging area on local
+disk for files that cookers reference lazily.
 
-``FileStoreCachePool`` keeps fetched files in one local folder shared by every worker
-process and rank of a machine that names the same ``parent_cache_dir``; a file any of them
-fetched is read from there by all (fetched once), within a byte and a file-count limit.
+``get_lazy(ds, fname)`` starts a background prefetch of the file into this process's cache
+folder and returns a ``FileCacheLazy``; references to the same file share one prefetch (a
+refcount on the pending entry). ``Lazy.get`` then reads the file from the cache, and the
+entry's file is deleted once its last reference was read or dropped: the folder holds only
+files some reference still waits for, within a byte and a file-count limit.
 
-Layout of ``<parent>/energon_lite_cache/`` (mode 0700, refused when another user owns it or
-others may write to it): ``data/<h>.bin`` (an entry: a magic, a JSON header with the source
-info and the payload's length, then the file's raw bytes; never a pickle, so a planted file
-is at worst wrong bytes, never code; ``h`` a hash of the store type and path, the file name
-and the method; ``data/`` is ``cache_dir``), ``locks/<h>.lock`` (an empty file whose byte 0
-is the fetch lock and byte 1 the pin lock, POSIX record locks), ``locks/usage`` (bytes and
-files cached, guarded by a ``flock`` on it, as is eviction) and ``tmp/`` (files being
-written, and ``to_cache`` data).
+Back pressure, as in Energon: a prefetch whose file does not fit waits (on a condition) until
+deleted entries make room; a ``get`` of an entry whose prefetch has not started cancels it
+and reads the file directly, and a ``get`` of an entry waiting for room stops the wait and
+reads directly; when other references still wait for that file, its prefetch is queued
+again. ``current_cache_size`` / ``current_cache_count`` are the bytes and files staged now,
+and each pending entry knows its ``data_size`` and ``refcount``.
 
-Algorithm. ``get_lazy`` pins the entry (shared lock on byte 1, held until the Lazy is read
-or dropped: an entry some process will read is never evicted) and prefetches it on a
-background thread: exclusive lock on byte 0 (one fetcher per entry across processes); if
-``<h>.bin`` exists it is a hit; otherwise read the data, reserve its size under the pool
-lock (evicting least recently used, unpinned entries until it fits; a file that cannot fit
-is not cached but handed over in memory), write a temp file and rename it into place.
-Every byte on disk was reserved first, so the folder never holds more than the limit.
-Within a process, references to the same entry share one prefetch (a refcount).
+Layout: ``<parent>/energon_lite_cache/`` (mode 0700, refused when another user owns it or
+others may write to it) holds one folder per process (``cache_dir``, another one in a forked
+child; made, mode 0700, when the process first writes to it and removed when its last file
+was deleted), with the raw bytes of each staged file (``method="pickle"`` also keeps raw bytes and
+decodes on read: nothing in the folder is ever unpickled) and ``to_cache`` data as msgpack.
 
-The cache never costs a sample. Its folders deleted under a running pool (a tmp cleaner)
-are made again; an entry that cannot be written (the disk is full) or read back is handed
-over from the store in memory instead, with one warning per process; a failed write
-removes its temp file and gives its reserved bytes back.
+The cache never costs a sample: its folder deleted under a running pool (a tmp cleaner) is
+made again, and an entry that cannot be written (the disk is full) is read from its store
+directly instead, with one warning per process.
 """
 
 from __future__ import annotations
 
-import fcntl
+import contextlib
 import hashlib
-import json
 import logging
 import os
+import secrets
 import stat
-import struct
 import tempfile
 import threading
 import uuid
@@ -48,26 +44,31 @@ from energon_lite.cache.base import CachePool, Lazy
 from energon_lite.cache.file_store import FileStore, add_source_info
 from energon_lite.cache.lazy import CacheFileLazy, MockLazy, pack_plain
 from energon_lite.cache.no_cache import _Constant
-from energon_lite.epathlib import EPath
 from energon_lite.errors import ConfigError
-from energon_lite.samples.types import SourceInfo
 
 log = logging.getLogger(__name__)
 
-_FETCH, _PIN = 0, 1  # byte ranges of an entry's lock file
 T = TypeVar("T")
 
 
 class _Pending:
-    """One entry's prefetch in this process, shared by its Lazy references."""
+    """One file's prefetch in this process, shared by its Lazy references (Energon's fields)."""
 
-    def __init__(self, name: str, lock_fd: int) -> None:
-        self.name, self.lock_fd, self.refcount = name, lock_fd, 1
-        self.send_to_cache_future: Future[Any] | None = None
+    def __init__(self, ds: FileStore, fname: str) -> None:
+        self.ds, self.fname = ds, fname
+        self.send_to_cache_future: Future[bool] | None = None
+        self.refcount = 1
+        self.data_size = 0  # bytes of the file, once read
+        self.require_data_now = False  # a reader waits for it: stop waiting for room
+        self.cache_path: Path | None = None  # the staged file, once written
+        self.source_info: Any = None
+        self.uncacheable = False  # not raw bytes, or the disk refused it: read directly
 
 
 class FileStoreCachePool(CachePool):
-    """A byte- and count-limited file cache in a folder shared by the processes of a machine.
+    """Prefetches lazily referenced files onto local disk in background threads, within
+    ``max_cache_size_gbytes`` and ``max_cache_count``; each file is deleted after its last
+    reference was read.
 
     ``method`` is Energon's: both ``"raw"`` and ``"pickle"`` keep the file's raw bytes and
     decode them on read (decoded objects are never pickled to disk).
@@ -89,13 +90,10 @@ class FileStoreCachePool(CachePool):
                 f"FileStoreCachePool: num_workers={num_workers}, max_cache_count="
                 f"{max_cache_count}, max_cache_size_gbytes={max_cache_size_gbytes} must be > 0"
             )
-        parent = (
+        self.parent_cache_dir = (
             Path(parent_cache_dir) if parent_cache_dir is not None else Path(tempfile.gettempdir())
         )
-        root = private_folder(parent / "energon_lite_cache")
-        self.cache_dir, self._locks, self._tmp = root / "data", root / "locks", root / "tmp"
-        for folder in (self.cache_dir, self._locks, self._tmp):
-            private_folder(folder)
+        self._root = private_folder(self.parent_cache_dir / "energon_lite_cache")
         self.num_workers = num_workers
         self.max_cache_size = int(max_cache_size_gbytes * 1024**3)
         self.max_cache_count = max_cache_count
@@ -103,47 +101,60 @@ class FileStoreCachePool(CachePool):
         self._reset()
 
     def _reset(self) -> None:
+        """This process's state: its own folder, threads, entries and counters."""
         self._pid = os.getpid()
+        self.cache_dir = self._root / f"{self._pid}-{secrets.token_hex(8)}"  # made on use
         self._lock = threading.RLock()
-        self._pending: dict[str, _Pending] = {}
-        self._executor: ThreadPoolExecutor | None = None
+        self._cache_space_available = threading.Condition(self._lock)
+        self._pending_tasks: dict[tuple[str, str], _Pending] = {}
+        self._worker_pool: ThreadPoolExecutor | None = None
+        self._shutting_down = False
+        self.current_cache_size = 0
+        self.current_cache_count = 0
         self._warned = False  # the one warning of this process that the cache is read around
 
+    _VOLATILE = (
+        "_lock", "_cache_space_available", "_pending_tasks", "_worker_pool", "_warned",
+        "cache_dir", "current_cache_size", "current_cache_count", "_shutting_down", "_pid",
+    )  # fmt: skip
+
     def __getstate__(self) -> dict[str, Any]:
-        return {
-            k: v
-            for k, v in self.__dict__.items()
-            if k not in ("_lock", "_pending", "_executor", "_warned")
-        }
+        return {k: v for k, v in self.__dict__.items() if k not in self._VOLATILE}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._reset()
 
     def _check_process(self) -> None:
-        if os.getpid() != self._pid:  # forked: threads, locks and fds belong to the parent
+        if os.getpid() != self._pid:  # forked: threads, locks and entries belong to the parent
             self._reset()
+
+    def _executor(self) -> ThreadPoolExecutor:
+        if self._worker_pool is None:
+            self._worker_pool = ThreadPoolExecutor(self.num_workers, "energon-lite-cache")
+        return self._worker_pool
 
     # public API ---------------------------------------------------------------------------
 
     def get(self, ds: FileStore, fname: str, sample: Any = None) -> Any:
-        """The data of ``fname`` now, through the cache (fetched once per machine)."""
-        return self.get_lazy(ds, fname).get(sample)
+        """The data of ``fname`` now, read from its store (the cache is for lazy reads)."""
+        return ds.get(fname, sample)
 
     def get_lazy(self, ds: FileStore, fname: str) -> FileCacheLazy:
-        """Pin the entry and start fetching it in the background."""
+        """Start prefetching ``fname`` in the background (shared with the other references
+        to it) and return a reference to it."""
         self._check_process()
-        name = self._entry_name(ds, fname)
+        key = (ds.get_path(), fname)
         with self._lock:
-            entry = self._pending.get(name)
+            if self._shutting_down:
+                raise RuntimeError("FileStoreCachePool: get_lazy after close()")
+            entry = self._pending_tasks.get(key)
             if entry is not None:
                 entry.refcount += 1
             else:
-                entry = _Pending(name, self._open_pinned(name))
-                self._pending[name] = entry
-                if self._executor is None:
-                    self._executor = ThreadPoolExecutor(self.num_workers, "energon-lite-cache")
-                entry.send_to_cache_future = self._executor.submit(self._fetch, ds, fname, entry)
+                entry = _Pending(ds, fname)
+                self._pending_tasks[key] = entry
+                entry.send_to_cache_future = self._executor().submit(self._cache_out, entry)
         return FileCacheLazy(ds=ds, fname=fname, pool=self, entry=entry)
 
     def to_cache(self, data: Any, name: str) -> Lazy:
@@ -154,6 +165,7 @@ class FileStoreCachePool(CachePool):
         anything else (arrays, tensors, objects) stays in memory, as with ``NoCachePool``,
         because writing it would need a pickle, and reading a pickle runs code.
         """
+        self._check_process()
         try:
             blob = pack_plain(data)
         except (TypeError, ValueError, OverflowError):
@@ -167,195 +179,206 @@ class FileStoreCachePool(CachePool):
         return CacheFileLazy(fname=name, pool=self, cache_path=path)
 
     def close(self) -> None:
+        """Stop the prefetches (waiting ones give up) and the threads."""
+        if os.getpid() != self._pid:
+            return
         with self._lock:
-            if self._executor is not None and os.getpid() == self._pid:
-                self._executor.shutdown(wait=True, cancel_futures=True)
-            self._executor = None
+            self._shutting_down = True
+            for entry in self._pending_tasks.values():
+                if entry.send_to_cache_future is not None:
+                    entry.send_to_cache_future.cancel()
+            self._cache_space_available.notify_all()
+        if self._worker_pool is not None:
+            self._worker_pool.shutdown(wait=True)
+            self._worker_pool = None
+        with self._lock:
+            for entry in list(self._pending_tasks.values()):
+                self._remove_cached_file(entry)
+            self._pending_tasks.clear()
+        with contextlib.suppress(OSError):
+            self.cache_dir.rmdir()  # empty unless to_cache data is still referenced
 
     def usage(self) -> tuple[int, int]:
-        """``(bytes, files)`` cached now, by every process sharing the folder."""
-        with self._pool_locked() as fd:
-            return _read_usage(fd)
+        """``(bytes, files)`` staged now in this process's folder."""
+        with self._lock:
+            return self.current_cache_size, self.current_cache_count
 
-    # internals ----------------------------------------------------------------------------
+    # the background prefetch ----------------------------------------------------------------
 
-    def _entry_name(self, ds: FileStore, fname: str) -> str:
-        text = f"{type(ds).__name__}\0{ds.get_path()}\0{fname}\0{self.method}"
-        return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+    def _entry_path(self, entry: _Pending) -> Path:
+        text = f"{type(entry.ds).__name__}\0{entry.ds.get_path()}\0{entry.fname}\0{self.method}"
+        return self.cache_dir / f"{hashlib.blake2b(text.encode(), digest_size=16).hexdigest()}.bin"
 
-    def _folders(self) -> None:
-        """Make the cache's folders again (deleted under a running pool), as private ones."""
-        for folder in (self.cache_dir.parent, self.cache_dir, self._locks, self._tmp):
-            private_folder(folder)
-
-    def _write(self, path: Path, blob: bytes) -> None:
-        """``_write_atomic`` into the cache, its folders made again once if they vanished."""
+    def _cache_out(self, entry: _Pending) -> bool:
+        """Background: stage ``entry``'s file; True once written, False when a reader should
+        read it directly (no room and a reader waits, not raw bytes, or a full disk)."""
+        with self._lock:
+            if self._shutting_down:
+                return False
+        data, entry.source_info = entry.ds._get_raw(entry.fname)  # decoded on read
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            entry.uncacheable = True  # a store that gives no raw bytes: never pickled
+            return False
+        size = len(data)
+        with self._lock:
+            entry.data_size = size
+            if size > self.max_cache_size:
+                entry.uncacheable = True  # could never fit: read directly
+                return False
+            while (
+                self.current_cache_count + 1 > self.max_cache_count
+                or self.current_cache_size + size > self.max_cache_size
+            ):
+                self._cache_space_available.wait()
+                if entry.require_data_now or self._shutting_down:
+                    return False  # a reader wants it now: it reads directly
+            self.current_cache_size += size
+            self.current_cache_count += 1
+            if self._shutting_down or entry.refcount <= 0:  # nobody waits for it any more
+                self._unreserve(size)
+                return False
+        path = self._entry_path(entry)
         try:
-            _write_atomic(path, blob, self._tmp)
-        except FileNotFoundError:
-            self._folders()
-            _write_atomic(path, blob, self._tmp)
+            self._write(path, bytes(data))
+        except BaseException as exc:
+            with self._lock:
+                self._unreserve(size)
+            if not isinstance(exc, OSError):
+                raise
+            entry.uncacheable = True
+            self._read_around(exc)  # a full disk: the sample is not lost
+            return False
+        with self._lock:
+            entry.cache_path = path
+            if entry.refcount <= 0:  # the last reference went while it was written
+                self._remove_cached_file(entry)
+        return True
 
-    def _read_around(self, exc: OSError) -> None:
-        """Log, once per process, that the cache is read around (data handed over in memory)."""
-        if not self._warned:
-            self._warned = True
-            log.warning(
-                "%s: cannot write to the cache (%s: %s); reading around it: files are "
-                "handed over from their store in memory, uncached, until it can again",
-                self.cache_dir.parent, type(exc).__name__, exc,
-            )  # fmt: skip
-
-    def _open_pinned(self, name: str) -> int:
-        """Open ``<name>.lock`` and hold a shared lock on its pin byte."""
-        path = self._locks / f"{name}.lock"
-        while True:
-            try:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-            except FileNotFoundError:  # the folder was deleted: make it again, once
-                self._folders()
-                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-            fcntl.lockf(fd, fcntl.LOCK_SH, 1, _PIN)
-            try:
-                same = os.fstat(fd).st_ino == os.stat(path).st_ino
-            except FileNotFoundError:
-                same = False
-            if same:  # not unlinked by an evictor between open and lock
-                return fd
-            os.close(fd)
-
-    def _fetch(self, ds: FileStore, fname: str, entry: _Pending) -> Any:
-        """Background: make ``<name>.bin`` exist; returns None (cached) or the data."""
-        name = entry.name
-        data_path = self.cache_dir / f"{name}.bin"
-        fcntl.lockf(entry.lock_fd, fcntl.LOCK_EX, 1, _FETCH)
-        try:
-            try:
-                os.utime(data_path)  # a hit: recently used
-                return None
-            except FileNotFoundError:
-                pass
-            payload: Any = ds._get_raw(fname)  # decoded on read, for both methods
-            if not isinstance(payload[0], (bytes, bytearray, memoryview)):
-                return payload  # a store that gives no raw bytes: handed over, never pickled
-            blob = _encode_entry(bytes(payload[0]), payload[1])
-            try:
-                if not self._reserve(len(blob), name):
-                    return payload  # too large for the cache: hand it over in memory
-            except OSError as exc:  # the usage file cannot be written (a full disk)
-                self._read_around(exc)
-                return payload
-            try:
-                self._write(data_path, blob)
-            except BaseException as exc:
-                self._unreserve(len(blob))
-                if not isinstance(exc, OSError):
-                    raise
-                self._read_around(exc)  # a full disk: the sample is not lost
-                return payload
-            return None
-        finally:
-            fcntl.lockf(entry.lock_fd, fcntl.LOCK_UN, 1, _FETCH)
+    def _unreserve(self, size: int) -> None:
+        """Give back a reservation (the caller holds the lock)."""
+        self.current_cache_size -= size
+        self.current_cache_count -= 1
+        self._cache_space_available.notify_all()
 
     # what a FileCacheLazy asks of its pool -------------------------------------------------
 
     def wait(self, ds: FileStore, fname: str, entry: _Pending) -> tuple[Any, Any]:
-        """``(data, source info)`` of ``entry``'s file once its prefetch is done; the
-        reference is released (as by :meth:`release`)."""
-        try:
-            assert entry.send_to_cache_future is not None
-            payload = entry.send_to_cache_future.result()
-            if payload is None:
-                payload = self._read_entry(ds, fname, self.cache_dir / f"{entry.name}.bin")
-            data, source = payload
-            return ds._decode_raw(data, fname=fname), source
-        finally:
-            self.release(entry)
+        """``(data, source info)`` of ``entry``'s file, from the cache once staged, else read
+        directly (a prefetch not started is cancelled; one waiting for room stops); the
+        reference is released (as by :meth:`release`), which deletes the staged file after
+        the last one. Other references still waiting get the prefetch queued again."""
+        self._check_process()
+        future = entry.send_to_cache_future
+        assert future is not None
+        cached = False
+        result: tuple[Any, Any] | None = None
+        with self._lock:
+            try:
+                if future.cancel():  # never started: read directly
+                    try:
+                        result = tuple(ds[fname])
+                    finally:
+                        self._release_locked(entry)
+                else:  # running or done: let it finish (or stop waiting for room)
+                    entry.require_data_now = True
+                    self._cache_space_available.notify_all()
+                    self._lock.release()
+                    try:
+                        cached = future.result()
+                        result = self._read_cached(entry) if cached else None
+                        if result is None:
+                            cached = False
+                            result = tuple(ds[fname])
+                    finally:
+                        self._lock.acquire()
+                        entry.require_data_now = False
+                        self._release_locked(entry)
+            finally:
+                if (
+                    entry.refcount > 0
+                    and not cached
+                    and not entry.uncacheable
+                    and not self._shutting_down
+                ):  # others still wait for the file: stage it again for them
+                    entry.send_to_cache_future = self._executor().submit(self._cache_out, entry)
+        assert result is not None
+        return result
 
-    def _read_entry(self, ds: FileStore, fname: str, path: Path) -> tuple[bytes, Any]:
-        """The raw bytes and source of a cached entry; an entry that is not one of ours
-        (truncated, or written by something else) is logged and read from the store."""
+    def _read_cached(self, entry: _Pending) -> tuple[Any, Any] | None:
+        """The decoded data and source of a staged entry; None when its file is gone (the
+        folder deleted by a cleaner): the caller reads from the store."""
+        path = entry.cache_path
+        if path is None:
+            return None
         try:
             with open(path, "rb") as file:
-                blob = file.read()
-        except FileNotFoundError:  # deleted after it was fetched (the folder, by a cleaner)
-            return ds._get_raw(fname)
-        try:
-            return _decode_entry(blob)
-        except ValueError as exc:
-            log.warning("%s: not a cache entry (%s); reading %r from its store", path, exc, fname)
-            return ds._get_raw(fname)
+                raw = file.read()
+        except FileNotFoundError:
+            return None
+        return entry.ds._decode_raw(raw, fname=entry.fname), entry.source_info
 
     def release(self, entry: _Pending) -> None:
-        """Drop one reference to ``entry`` (a Lazy never read); the last one unpins the file."""
+        """Drop one reference to ``entry`` (a Lazy never read); the last one deletes its
+        staged file."""
         if os.getpid() != self._pid:
             return
         with self._lock:
-            entry.refcount -= 1
-            if entry.refcount <= 0 and self._pending.get(entry.name) is entry:
-                del self._pending[entry.name]
-                if entry.send_to_cache_future is not None and not entry.send_to_cache_future.done():
-                    entry.send_to_cache_future.add_done_callback(lambda _: os.close(entry.lock_fd))
-                else:
-                    os.close(entry.lock_fd)  # drops this process's pin
+            self._release_locked(entry)
 
-    # space accounting -------------------------------------------------------------------
+    def _release_locked(self, entry: _Pending) -> None:
+        entry.refcount -= 1
+        if entry.refcount <= 0:
+            key = (entry.ds.get_path(), entry.fname)
+            if self._pending_tasks.get(key) is entry:
+                del self._pending_tasks[key]
+            self._remove_cached_file(entry)
 
-    def _pool_locked(self) -> _PoolLock:
-        if not self._locks.is_dir():  # deleted under the running pool
-            self._folders()
-        return _PoolLock(self._locks / "usage")
-
-    def _reserve(self, size: int, name: str) -> bool:
-        if size > self.max_cache_size:
-            return False
-        with self._lock, self._pool_locked() as fd:
-            used, count = _read_usage(fd)
-            if used + size > self.max_cache_size or count + 1 > self.max_cache_count:
-                used, count = self._evict(fd, used, count, size, keep=name)
-            if used + size > self.max_cache_size or count + 1 > self.max_cache_count:
-                return False
-            _write_usage(fd, used + size, count + 1)
-            return True
-
-    def _unreserve(self, size: int) -> None:
+    def _remove_cached_file(self, entry: _Pending) -> None:
+        """Delete ``entry``'s staged file and give its room back (the caller holds the lock)."""
+        if entry.cache_path is None:
+            return
         try:
-            with self._pool_locked() as fd:
-                used, count = _read_usage(fd)
-                _write_usage(fd, max(0, used - size), max(0, count - 1))
-        except OSError as exc:  # the usage file went with its folder: counted from 0 again
-            log.debug("cache usage not updated: %s", exc)
+            entry.cache_path.unlink(missing_ok=True)
+        except OSError as exc:
+            log.debug("%s: not removed: %s", entry.cache_path, exc)
+        entry.cache_path = None
+        self._unreserve(entry.data_size)
+        if self.current_cache_count == 0:  # no folder left behind by each worker of each pass
+            with contextlib.suppress(OSError):
+                self.cache_dir.rmdir()  # unless to_cache data is still there
 
-    def _evict(self, fd: int, used: int, count: int, size: int, keep: str) -> tuple[int, int]:
-        """Remove least recently used, unpinned entries until ``size`` more bytes fit."""
-        files = []
-        for item in os.scandir(self.cache_dir):
-            if item.name.endswith(".bin"):
-                stat = item.stat()
-                files.append((stat.st_mtime_ns, item.name[:-4], stat.st_size))
-        files.sort()
-        for _, name, nbytes in files:
-            if used + size <= self.max_cache_size and count + 1 <= self.max_cache_count:
-                break
-            if name == keep or name in self._pending:
-                continue
-            lock_path = self._locks / f"{name}.lock"
+    # the folder ---------------------------------------------------------------------------
+
+    def _write(self, path: Path, blob: bytes) -> None:
+        """``_write_atomic`` into the cache, its folder made (private) when missing: not
+        made yet, removed when its last file went, or deleted by a tmp cleaner."""
+        for attempt in range(3):
             try:
-                lock_fd = os.open(lock_path, os.O_RDWR)
+                _write_atomic(path, blob)
+                return
             except FileNotFoundError:
-                continue
-            try:
-                fcntl.lockf(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 2, 0)  # unpinned, idle
-            except OSError:
-                os.close(lock_fd)
-                continue
-            try:
-                (self.cache_dir / f"{name}.bin").unlink(missing_ok=True)
-                lock_path.unlink(missing_ok=True)
-            finally:
-                os.close(lock_fd)
-            used, count = max(0, used - nbytes), max(0, count - 1)
-        return used, count
+                if attempt == 2:
+                    raise
+                private_folder(self._root)
+                private_folder(self.cache_dir)
+
+    def _read_around(self, exc: OSError) -> None:
+        """Log, once per process, that the cache is read around (data read directly)."""
+        if not self._warned:
+            self._warned = True
+            log.warning(
+                "%s: cannot write to the cache (%s: %s); reading around it: files are "
+                "read from their store directly, uncached, until it can again",
+                self.cache_dir, type(exc).__name__, exc,
+            )  # fmt: skip
+
+    def __str__(self) -> str:
+        return (
+            f"FileStoreCachePool(cache_dir={self.cache_dir}, max_cache_size="
+            f"{self.max_cache_size}, max_cache_count={self.max_cache_count}, method="
+            f"{self.method}, current_cache_size={self.current_cache_size}, "
+            f"current_cache_count={self.current_cache_count})"
+        )
 
 
 class FileCacheLazy(Lazy[T]):
@@ -380,80 +403,6 @@ class FileCacheLazy(Lazy[T]):
     def __del__(self) -> None:
         if getattr(self, "_data", None) is None and hasattr(self, "entry"):
             self.pool.release(self.entry)
-
-
-class _PoolLock:
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.fd = -1
-
-    def __enter__(self) -> int:
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        fcntl.flock(self.fd, fcntl.LOCK_EX)
-        return self.fd
-
-    def __exit__(self, *exc: object) -> None:
-        fcntl.flock(self.fd, fcntl.LOCK_UN)
-        os.close(self.fd)
-
-
-def _read_usage(fd: int) -> tuple[int, int]:
-    raw = os.pread(fd, 16, 0)
-    return struct.unpack("<QQ", raw) if len(raw) == 16 else (0, 0)
-
-
-def _write_usage(fd: int, used: int, count: int) -> None:
-    os.pwrite(fd, struct.pack("<QQ", used, count), 0)
-
-
-_MAGIC = b"ELCACHE1"
-_MAX_HEADER = 1 << 20
-
-
-def _encode_entry(data: bytes, source: Any) -> bytes:
-    """``magic, u32 header length, JSON header, data``: plain data only, never a pickle."""
-    info = None
-    if isinstance(source, SourceInfo):
-        info = {
-            "dataset_path": str(source.dataset_path),
-            # an EPath comes back as one; a store of your own may name its path as a string
-            "epath": isinstance(source.dataset_path, EPath),
-            "index": source.index,
-            "shard_name": source.shard_name,
-            "file_names": list(source.file_names),
-        }
-    header = json.dumps({"size": len(data), "source": info}).encode()
-    return _MAGIC + struct.pack("<I", len(header)) + header + data
-
-
-def _decode_entry(blob: bytes) -> tuple[bytes, SourceInfo | None]:
-    if not blob.startswith(_MAGIC) or len(blob) < len(_MAGIC) + 4:
-        raise ValueError("no entry magic")
-    start = len(_MAGIC) + 4
-    (length,) = struct.unpack_from("<I", blob, len(_MAGIC))
-    if length > _MAX_HEADER or start + length > len(blob):
-        raise ValueError(f"header length {length} out of range")
-    try:
-        header = json.loads(blob[start : start + length])
-        data = blob[start + length :]
-        if not isinstance(header, dict) or header.get("size") != len(data):
-            raise ValueError("size does not match the data")
-        info = header.get("source")
-        if info is None:
-            return data, None
-        source = SourceInfo(
-            dataset_path=EPath(str(info["dataset_path"]))
-            if info.get("epath")
-            else str(info["dataset_path"]),
-            index=info["index"]
-            if info["index"] is None or isinstance(info["index"], (int, str))
-            else str(info["index"]),
-            shard_name=None if info["shard_name"] is None else str(info["shard_name"]),
-            file_names=tuple(str(name) for name in info["file_names"]),
-        )
-    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
-        raise ValueError(f"bad header: {exc}") from None
-    return data, source
 
 
 def private_folder(path: Path) -> Path:
@@ -484,10 +433,10 @@ def private_folder(path: Path) -> Path:
     return resolved
 
 
-def _write_atomic(path: Path, blob: bytes, tmp_dir: Path) -> None:
-    """Write ``blob`` to a temp file, then rename it to ``path``; a failed write (a full
+def _write_atomic(path: Path, blob: bytes) -> None:
+    """Write ``blob`` to a temp file beside ``path``, then rename it; a failed write (a full
     disk) removes its temp file, which would otherwise keep the disk full."""
-    tmp = tmp_dir / f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp"
+    tmp = path.with_name(f".{path.name}.{threading.get_ident()}.tmp")
     try:
         with open(tmp, "wb") as file:
             file.write(blob)

@@ -45,10 +45,18 @@ def _parse_split_parts(items: Sequence[str]) -> list[tuple[str, str]]:
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:
+    from energon_lite.cli.meta_info import is_metadataset
     from energon_lite.cli.prepare_questions import ask, ask_prepare_options
     from energon_lite.shards.prepare import prepare_dataset
     from energon_lite.sources.kinds import kind_of
 
+    if is_metadataset(args.path):  # as Energon's: checks it and makes each join's index
+        from energon_lite.compat.metadataset_api import prepare_metadataset
+
+        prepare_metadataset(args.path)
+        print(f"Prepared metadataset {args.path}")
+        print("Done")
+        return 0
     kind = kind_of(args.path)
     if kind.prepare is not None:  # a dataset kind of a flavor (video-text table, episodes ...)
         if args.media_metadata_by_extension:
@@ -352,6 +360,21 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_analyze_debug(args: argparse.Namespace) -> int:
+    from energon_lite.cli.analyze_debug import analyze
+
+    return analyze(
+        [Path(p) for p in args.log_paths],
+        Path(args.heatmap_path),
+        heatmap_steps=args.heatmap_steps,
+        heatmap_samples=args.heatmap_samples,
+        heatmap_gain=args.heatmap_gain,
+        include_modality=args.include_modality,
+        skip=args.skip,
+        colours=not args.no_colors,
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     from energon_lite import __version__
 
@@ -488,6 +511,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="folder for stats.json and the PNG plots (default: ./energon-lite-bench)",
     )
     p.set_defaults(fn=cmd_bench)
+
+    p = sub.add_parser(
+        "analyze-debug", help="a heatmap of which samples came at which step (debug logs)"
+    )
+    p.add_argument("log_paths", nargs="+", help="folders of *.jsonl debug logs, or log files")
+    p.add_argument("--heatmap-path", default="heatmap.png", help="the PNG (default: heatmap.png)")
+    p.add_argument("--heatmap-steps", type=int, default=1000, help="columns at most (1000)")
+    p.add_argument("--heatmap-samples", type=int, default=1000, help="rows at most (1000)")
+    p.add_argument("--heatmap-gain", type=float, default=10.0, help="brightness (default: 10)")
+    p.add_argument(
+        "--include-modality", default="train", help="train, val or train,val (default: train)"
+    )
+    p.add_argument("--skip", type=int, default=0, help="leave out the first N steps")
+    p.add_argument("--no-colors", action="store_true", help="one colour for every rank")
+    p.set_defaults(fn=cmd_analyze_debug)
 
     p = sub.add_parser("checkpoint", help="inspect a saved loader state")
     csub = p.add_subparsers(dest="action", required=True, metavar="ACTION")

@@ -92,7 +92,13 @@ class JoinedWebdatasetFactory:
             }
             for i, f in enumerate(factories)
         ]
-        spec = {"version": 1, "partners": partners, "joiner": ref, "by_name": bool(named)}
+        spec = {
+            "version": 1,
+            "partners": partners,
+            "joiner": ref,
+            "by_name": bool(named),
+            "build_on_open": True,  # no metadataset to prepare: the index is made when opened
+        }
         cache = Path(join_index).with_name(Path(join_index).name + ".cache")
         self.spec_path = write_spec(spec, cache)
         trust_joiner(self.spec_path, ref)  # the caller's own code

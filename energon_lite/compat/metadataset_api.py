@@ -90,9 +90,21 @@ class DatasetLoaderInterface:
         """Energon's second init step: nothing to do (the file is read when asked)."""
 
     def prepare(self, split_part: str | None = None) -> None:
-        """Check that every split (or ``split_part``) resolves to readable, non-empty leaves."""
-        for name in [split_part] if split_part else self.split_names():
-            self._leaves(name)
+        """Check that every split (or ``split_part``) resolves to readable, non-empty leaves,
+        and make the match index of each ``join:`` (as Energon's prepare does); after all
+        splits, index and spec files no join uses any more are deleted."""
+        from energon_lite.metadataset.join import preparing_joins, remove_stale_join_files
+
+        with preparing_joins() as used:
+            for name in [split_part] if split_part else self.split_names():
+                self._leaves(name)
+        if split_part is None:
+            try:
+                own = Path(os.fspath(self.path))
+            except TypeError:  # a remote metadataset: it has no joins
+                return
+            own = own.with_name(own.name + ".cache")
+            remove_stale_join_files(used, [own] if own.is_dir() else [])
 
     def split_names(self) -> list[str]:
         raise NotImplementedError
@@ -231,10 +243,9 @@ def traverse_metadataset(
 
 
 def prepare_metadataset(path: str | os.PathLike[str]) -> None:
-    """Check a metadataset: every split resolves to readable, non-empty leaves.
-
-    (Energon also builds join indexes here; energon_lite has no ``join``.)
-    """
+    """Prepare a metadataset: every split resolves to readable, non-empty leaves, and each
+    ``join:`` gets its match index (needed before a joined dataset can be loaded; run it
+    again after editing a join)."""
     load_dataset(path).prepare()
 
 

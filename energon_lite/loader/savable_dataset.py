@@ -18,6 +18,7 @@ from energon_lite.loader.state_delta import unchanged_marked
 from energon_lite.loader.transport import check_sendable
 from energon_lite.loader.watchdog import Watchdog
 from energon_lite.pipeline.dataset_pipeline import Pipeline
+from energon_lite.sample_utils import default_get_batch_keys
 from energon_lite.storage.cache_config import ShardCacheConfig
 from energon_lite.storage.cache_config import use as use_shard_cache
 from energon_lite.task_encoder.hook_index import INDEX
@@ -83,6 +84,10 @@ class SavableDataset(IterableDataset):
         watch = self.watch_settings(watchdog)
         dog = Watchdog(watch[0], logical, watch[1], watch[2]).start() if watch else None
         pool = memory if in_worker else None
+        wc = self.worker_config
+        logging = wc.should_log(level=1)  # Energon's debug sample log: each batch made
+        mode = modality(self)
+        step = 0
         last: Any = None  # the state sent with the previous batch
         if pool is not None:
             pool.activate(physical)
@@ -102,6 +107,13 @@ class SavableDataset(IterableDataset):
                     return
                 if in_worker:
                     check_sendable(batch, logical)
+                if logging:
+                    keys = default_get_batch_keys(batch)
+                    wc.worker_log(
+                        {"t": "yield_batch", "r": wc.rank, "w": wc.slot(logical).global_worker_id,
+                         "m": mode, "idx": step, **({} if keys is None else {"keys": keys})}
+                    )  # fmt: skip
+                    step += 1
                 if dog is not None:
                     dog.beat()
                 state = _save(chain) if save_states else None
@@ -168,3 +180,9 @@ def unsavable_reason(states: list[Any]) -> str | None:
         if isinstance(state, dict) and UNSAVABLE in state:
             return str(state[UNSAVABLE])
     return None
+
+
+def modality(dataset: Any) -> str:
+    """``train`` or ``val`` (the debug sample log's ``m``): whether the pipeline trains."""
+    options = getattr(getattr(dataset, "pipeline", None), "options", None)
+    return "train" if getattr(options, "training", True) else "val"

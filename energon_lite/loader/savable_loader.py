@@ -28,9 +28,10 @@ from energon_lite.errors import (
     short_repr,
 )
 from energon_lite.loader import healing
-from energon_lite.loader.savable_dataset import SavableDataset, unsavable_reason
+from energon_lite.loader.savable_dataset import SavableDataset, modality, unsavable_reason
 from energon_lite.loader.state_delta import decoded, with_unchanged
 from energon_lite.loader.stats import LoaderStats
+from energon_lite.sample_utils import default_get_batch_keys
 from energon_lite.state.codec import (
     STATE_VERSION,
     check_same_config,
@@ -155,6 +156,8 @@ def _stream(
     batches = start()
     rotation = loader._next_worker  # logical id of torch's worker 0 in this pool
     n = wc.workers_per_rank
+    logging = wc.should_log(level=1)  # Energon's debug sample log (WorkerConfig.worker_log)
+    iter_id, sample_idx, worker_idx = loader._iter_started(), 0, [0] * n
     try:
         while True:
             asked = time.perf_counter_ns()
@@ -183,6 +186,26 @@ def _stream(
             loader._next_worker = (logical + 1) % n
             if stats is not None:
                 stats.received(extra[0] if extra else None, time.perf_counter_ns() - asked)
+            if logging:
+                keys = default_get_batch_keys(batch)
+                wc.worker_log(
+                    {
+                        "t": "SavableDataLoader.yield",
+                        "r": wc.rank,
+                        "w": None,
+                        "id": loader.id,
+                        "iter_id": iter_id,
+                        "worker_id": logical,
+                        "worker_idx": worker_idx[logical],
+                        "idx": sample_idx,
+                        "iter_idx": sample_idx,
+                        "global_idx": loader._global_sample_idx,
+                        **({} if keys is None else {"keys": keys}),
+                    }
+                )
+            worker_idx[logical] += 1
+            sample_idx += 1
+            loader._global_sample_idx += 1
             yield batch
     except BaseException:
         # an error's traceback keeps torch's iterator alive (its frames hold it): shut the
@@ -190,6 +213,11 @@ def _stream(
         _shut_down(running)
         raise
     _shut_down(running)  # torch has shut the workers down: release its iterator
+    if logging:
+        wc.worker_log(
+            {"t": "SavableDataLoader.StopIteration", "r": wc.rank, "w": None, "id": loader.id,
+             "iter_id": iter_id}
+        )  # fmt: skip
     # the epoch ran out on every worker (finite datasets): the next pass starts the next one
     loader._states = [None] * n
     loader._next_worker = 0
@@ -198,6 +226,8 @@ def _stream(
 
 class SavableLoader:
     """Iterates batches of a SavableDataset and can save/restore its exact position."""
+
+    _next_id = 0  # Energon's loader ids (debug sample log), per class
 
     def __init__(
         self,
@@ -256,6 +286,31 @@ class SavableLoader:
             track_state,
             timeout_seconds,
         )
+        self.id = self._take_id()
+        self._global_sample_idx = 0  # batches handed out by this loader (debug log)
+        if self.worker_config.should_log(level=1):
+            self.worker_config.worker_log(
+                {"t": "SavableLoader.__init__", "r": self.worker_config.rank, "w": None,
+                 "id": self.id, "m": modality(dataset), "path": _paths(dataset),
+                 "config": self.config()}
+            )  # fmt: skip
+
+    def _take_id(self) -> int:
+        cls = type(self)
+        taken = cls._next_id
+        cls._next_id = taken + 1
+        return taken
+
+    def _iter_started(self) -> int:
+        """Log the start of a stream (an epoch's pass); its ``iter_id``."""
+        iter_id = self._take_id()
+        wc = self.worker_config
+        if wc.should_log(level=1):
+            wc.worker_log(
+                {"t": "SavableDataLoader.iter", "r": wc.rank, "w": None, "id": self.id,
+                 "iter_id": iter_id}
+            )  # fmt: skip
+        return iter_id
 
     @property
     def virtual_epoch_length(self) -> int | None:
@@ -538,3 +593,9 @@ class SavableLoader:
                 check_ownership(states, leaves)
             return states
         return redistribute(states, wc.world_size, wc.num_workers, self.dataset.config(), leaves)
+
+
+def _paths(dataset: SavableDataset) -> str:
+    """The dataset paths of ``dataset`` (for the debug log), comma-separated."""
+    leaves = getattr(getattr(dataset, "pipeline", None), "leaves", None) or []
+    return ",".join(str(getattr(leaf, "path", leaf)) for leaf in leaves) or "?"

@@ -1,9 +1,12 @@
 """``aux:`` of a metadataset entry: named sources a crude leaf's cookers read by file name.
 
-A source is ``filesystem://DIR`` (a plain local folder), a prepared dataset folder or a
-prepared ``.jsonl``, local or on remote storage (a URL such as ``s3://bucket/media-ds`` or
-``msc://profile/ds``, or a relative path in a remote YAML); relative paths are made absolute
-against the YAML file's folder here, and the pipeline opens them as FileStores
+A source is a plain folder (``filesystem://DIR``; on remote storage
+``filesystem+msc://profile/DIR``, ``filesystem+s3://bucket/DIR``, or a relative
+``filesystem://DIR`` in a remote YAML), a prepared dataset folder or a prepared ``.jsonl``,
+local or on remote storage (a URL such as ``s3://bucket/media-ds`` or ``msc://profile/ds``,
+or a relative path in a remote YAML); relative paths are made absolute against the YAML
+file's folder here (a plain folder becomes ``filesystem://`` + its absolute path or URL),
+and the pipeline opens them as FileStores
 (``energon_lite.cache.file_store.open_file_store``).
 """
 
@@ -28,23 +31,27 @@ def parse_aux(value: Any, base: StoragePath, where: Any) -> dict[str, str] | Non
     for name, spec in value.items():
         scheme = "filesystem://" if spec.startswith("filesystem://") else ""
         rest = spec.removeprefix(scheme)
+        if spec.startswith("filesystem+") and "://" in spec:  # a plain folder at a URL
+            url = spec.removeprefix("filesystem+")
+            if not is_url(url):
+                raise (where / name).error(
+                    f"{spec!r}: unknown scheme {url.split('://')[0]!r} after filesystem+; "
+                    "use filesystem+msc://, filesystem+s3:// ... or filesystem://DIR"
+                )
+            out[name] = "filesystem://" + url
+            continue
         if is_url(rest) and not scheme:
             out[name] = rest
             continue
         if "://" in rest:
             raise (where / name).error(
-                f"{spec!r}: filesystem:// names a local folder; a remote source is a prepared "
-                "dataset URL (s3://, msc://, http(s)://) without filesystem://"
+                f"{spec!r}: filesystem:// takes a path; a plain folder on remote storage is "
+                f"filesystem+{rest} (as in Energon)"
                 if scheme
                 else f"{spec!r}: unknown scheme; a local path, filesystem://DIR or a URL"
             )
         if isinstance(base, RemotePath):
-            if scheme:
-                raise (where / name).error(
-                    f"{spec!r}: filesystem:// names a local folder, but this metadataset is "
-                    f"remote ({base}); give a prepared dataset or an absolute URL"
-                )
-            out[name] = str(base / rest)
+            out[name] = scheme + str(base / rest)
             continue
         out[name] = scheme + str((base / rest).resolve())
     return out

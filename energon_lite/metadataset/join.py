@@ -10,14 +10,19 @@ out) or ``none`` (the joiner gets None).
 
 The spec is plain data written atomically to ``<metadataset>.cache/join-<digest>.join.json``
 (the digest covers the spec, so an edit makes a new file); the leaf's path is that file, and
-``energon_lite.flavors.join`` opens it and builds the key-match index beside it on first use.
+``energon_lite.flavors.join`` opens it. The key-match index is made while the metadataset is
+prepared (``prepare_metadataset`` opens its joins inside :func:`preparing_joins`), into
+``index/`` beside the spec; loading a join whose index is missing is an error.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+from collections.abc import Iterator
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +32,46 @@ from energon_lite.sources.leaf import Leaf
 SUFFIX = ".join.json"
 NONMATCH = ("error", "skip", "none")
 _PARTNER_KEYS = ("path", "split_part", "subflavors", "nonmatch", "split_config", "dataset_config")
+INDEX_FOLDER = "index"
+
+# (spec, index) of every join opened while a metadataset is prepared; None otherwise
+_PREPARING: ContextVar[list[tuple[Path, Path]] | None] = ContextVar(
+    "energon_lite_preparing_joins", default=None
+)
+
+
+def joins_being_prepared() -> list[tuple[Path, Path]] | None:
+    """Inside :func:`preparing_joins`, the list a join opened records itself in; else None
+    (a join whose index is missing is then an error)."""
+    return _PREPARING.get()
+
+
+@contextlib.contextmanager
+def preparing_joins() -> Iterator[list[tuple[Path, Path]]]:
+    """Joins opened inside make their missing match indexes; yields the ``(spec, index)``
+    paths of the joins opened (for :func:`remove_stale_join_files`)."""
+    used: list[tuple[Path, Path]] = []
+    token = _PREPARING.set(used)
+    try:
+        yield used
+    finally:
+        _PREPARING.reset(token)
+
+
+def remove_stale_join_files(used: list[tuple[Path, Path]], folders: list[Path]) -> list[Path]:
+    """After a metadataset's joins were all prepared: delete the spec and index files in
+    their cache folders (and ``folders``) that no join of it uses any more (as Energon's
+    prepare does); returns the deleted paths."""
+    keep = {path for pair in used for path in pair}
+    removed = []
+    for folder in {spec.parent for spec, _ in used} | set(folders):
+        candidates = [*folder.glob("*.join.json"), *folder.glob("*.join.json.*.npy")]
+        candidates += (folder / INDEX_FOLDER).glob("*.npy")
+        for path in candidates:
+            if path not in keep and path.is_file():
+                path.unlink()
+                removed.append(path)
+    return removed
 
 
 def join_leaf(

@@ -73,6 +73,10 @@ _SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID"
 STORAGE_ENV = _ENV  # the variables that say where a store is and how to reach it
 _pid = os.getpid()
 _clients: dict[tuple[Any, ...], Any] = {}
+# a forked process keeps its parent's clients alive and unused: closing one there would take
+# the parent's sockets out of the event loop's epoll set, which the fork shares (the parent
+# would then wait out a request timeout for an answer that has arrived)
+_inherited: list[Any] = []
 _profiles: dict[tuple[str, ...], MscProfile] = {}
 
 
@@ -223,6 +227,7 @@ def target(path: RemotePath) -> Target:
     """The client for ``path`` in this process (opened on first use after a fork)."""
     global _pid
     if os.getpid() != _pid:
+        _inherited.extend(_clients.values())
         _clients.clear()
         _pid = os.getpid()
     options = dict(path.storage_options)

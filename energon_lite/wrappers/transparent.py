@@ -1,8 +1,9 @@
 """``ShuffleBufferDataset`` (the ``ShuffleBuffer`` stage), and ``LogSampleDataset`` and
 ``GcDataset``, which change nothing in the stream here.
 
-* ``LogSampleDataset`` logs through ``WorkerConfig.worker_log`` at ``worker_log_level >= 1``;
-  energon_lite's ``WorkerConfig`` takes only level 0, at which Energon's logs nothing.
+* ``LogSampleDataset``: at ``worker_log_level >= 1`` every worker logs each batch it makes
+  (``yield_batch``, through ``WorkerConfig.worker_log``) whatever the pipeline, as Energon's
+  ``get_train_dataset`` adds a ``LogSampleDataset`` then; the wrapper itself changes nothing.
 * ``GcDataset`` runs ``gc.collect()`` every ``every_n_iter`` items in Energon's workers; here
   workers hold no per-sample Python garbage to collect (states are keys and counters), so
   it is the wrapped dataset under Energon's name.
@@ -58,7 +59,7 @@ class _Transparent(SavableDataset):
 
 
 class LogSampleDataset(_Transparent):
-    """Energon's ``LogSampleDataset`` (see the module doc: logs nothing at level 0)."""
+    """Energon's ``LogSampleDataset`` (see the module doc)."""
 
     def __init__(
         self,

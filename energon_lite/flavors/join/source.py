@@ -3,11 +3,18 @@
 Opened from a join spec file (``energon_lite.metadataset.join``). The primary (first) dataset's
 split gives the runs; each partner is matched through a *join index*: an int64 array over
 the primary's samples (all shards, in shard order) holding the partner's ``shard << 40 |
-index`` or -1. It is computed once from the two datasets' key indexes (sorted key hashes,
-``energon_lite.cache.key_index``) with vectorised binary search, saved atomically next to
-the spec (``<spec>.<partner>.npy``) and memory-mapped afterwards. A partner's ``nonmatch``
-decides what a primary sample without a match does: ``skip`` cuts it out of the runs,
-``none`` gives None, ``error`` stops at open with the count and a first missing key.
+index`` or -1, one row per partner. As in Energon, the index is made when the metadataset
+is prepared (``prepare_metadataset``, inside
+``energon_lite.metadataset.join.preparing_joins``), from the datasets' key indexes (sorted
+key hashes, ``energon_lite.cache.key_index``) with vectorised binary search, saved
+atomically as ``index/join_index_<digest>.npy`` beside the spec (the digest covers each
+dataset's path, split, configs, ``nonmatch`` and content fingerprint) and memory-mapped
+afterwards; opening a join whose index is missing (never prepared, or the
+join or its datasets changed since) is a ``ConfigError`` that says to prepare again. A
+``JoinedWebdatasetFactory`` join (built in code, no metadataset to prepare) makes its index
+on first open. A partner's ``nonmatch`` decides what a primary sample without a match does:
+``skip`` cuts it out of the runs, ``none`` gives None, ``error`` stops at open with the
+count and a first missing key.
 
 A read returns the primary's key and ``{"__join__": [(key, parts, shard name, shard,
 index) or None per dataset]}``; the sample factory builds each dataset's sample and calls
@@ -26,7 +33,8 @@ from typing import Any
 import numpy as np
 
 from energon_lite.cache.key_index import load_key_index
-from energon_lite.errors import DatasetFormatError
+from energon_lite.errors import ConfigError, DatasetFormatError
+from energon_lite.metadataset.join import INDEX_FOLDER, joins_being_prepared
 from energon_lite.shards.dataset import PreparedDataset
 from energon_lite.shards.meta import load_info
 from energon_lite.storage import local_only
@@ -64,7 +72,7 @@ class JoinedSource:
         self.shard_names = primary.shard_names
         counts = np.asarray(load_info(primary.root).shard_counts, dtype=np.int64)
         self._shard_base = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        self.matches = [self._match(i) for i in range(1, len(partners))]
+        self.matches = self._load_matches()
         self.config: dict[str, Any] = {
             "__class__": "JoinedWebdataset",
             "partners": [
@@ -87,26 +95,56 @@ class JoinedSource:
 
     # the join index ---------------------------------------------------------------------
 
-    def _match(self, partner: int) -> np.ndarray:
-        path = self.root.with_name(f"{self.root.name}.{partner}.npy")
-        total = int(self._shard_base[-1])
+    def index_path(self) -> Path:
+        """Where this join's match index is: named by a digest of what it depends on."""
+        digest = hashlib.blake2b(digest_size=12)
+        for p, ds in zip(self.spec["partners"], self.datasets):
+            fields = [str(ds.root), p["split_part"], p["split_config"], p["dataset_config"]]
+            fields += [p["nonmatch"], ds.fingerprint()]
+            digest.update(json.dumps(fields).encode() + b"\0")
+        return self.root.parent / INDEX_FOLDER / f"join_index_{digest.hexdigest()}.npy"
+
+    def _load_matches(self) -> list[np.ndarray]:
+        path = self.index_path()
+        rows, total = len(self.datasets) - 1, int(self._shard_base[-1])
+        match = None
         if path.is_file():
             match = np.load(path, mmap_mode="r")
-            if len(match) == total:
-                return match
+            if match.shape != (rows, total):
+                match = None  # not this join's: made again by prepare
+        preparing = joins_being_prepared()
+        if match is None:
+            if preparing is None and not self.spec.get("build_on_open"):
+                metadataset = self.root.parent.with_name(
+                    self.root.parent.name.removesuffix(".cache")
+                )
+                raise ConfigError(
+                    f"{metadataset}: the join of {[str(ds.root) for ds in self.datasets]} "
+                    f"is not prepared (no {path}): a join made or edited, or its datasets "
+                    f"changed, since the metadataset was prepared; run "
+                    f"prepare_metadataset({str(metadataset)!r}) (as with Energon) first"
+                )
+            match = self._build_index(path, rows, total)
+        if preparing is not None:
+            preparing.append((self.root, path))
+        return [match[i] for i in range(rows)]
+
+    def _build_index(self, path: Path, rows: int, total: int) -> np.ndarray:
         ours = load_key_index(local_only(self.datasets[0].root, "join:"))
-        theirs = load_key_index(local_only(self.datasets[partner].root, "join:"))
-        where = np.searchsorted(theirs["hash"], ours["hash"])
-        where = np.minimum(where, max(0, len(theirs) - 1))
-        found = (len(theirs) > 0) & (theirs["hash"][where] == ours["hash"])
-        packed = (theirs["shard"][where].astype(np.int64) << _SHIFT) | theirs["index"][
-            where
-        ].astype(np.int64)
-        match = np.full(total, -1, dtype=np.int64)
+        match = np.full((rows, total), -1, dtype=np.int64)
         positions = self._shard_base[ours["shard"].astype(np.int64)] + ours["index"].astype(
             np.int64
         )
-        match[positions] = np.where(found, packed, -1)
+        for row in range(rows):
+            theirs = load_key_index(local_only(self.datasets[row + 1].root, "join:"))
+            where = np.searchsorted(theirs["hash"], ours["hash"])
+            where = np.minimum(where, max(0, len(theirs) - 1))
+            found = (len(theirs) > 0) & (theirs["hash"][where] == ours["hash"])
+            packed = (theirs["shard"][where].astype(np.int64) << _SHIFT) | theirs["index"][
+                where
+            ].astype(np.int64)
+            match[row, positions] = np.where(found, packed, -1)
+        path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         with open(tmp, "wb") as file:
             np.save(file, match)
