@@ -89,12 +89,19 @@ def test_weighted_drops_sources_that_end(datasets):
     ("names", "reps", "expected"),
     [(("a", "b"), (2, 0.5), {"a": 120, "b": 10}), (("a", "c"), (1.5, 0.5), {"a": 90, "c": 10})],
 )
-def test_epochized_quotas_are_exact_across_workers(datasets, workers, names, reps, expected):
+def test_epochized_exact_quotas_are_exact_across_workers(datasets, workers, names, reps, expected):
+    """``rounding="exact"`` (the rounding of states saved before it was recorded): the
+    fraction's shares sum to exactly ``floor(f * N)`` over all workers."""
     data = [datasets[n] for n in names]
     keys = []
     for worker in range(workers):
         blend = EpochizedBlend(
-            _readers(data, worker, workers, repeat=False), reps, 7, worker, repeat=False
+            _readers(data, worker, workers, repeat=False),
+            reps,
+            7,
+            worker,
+            repeat=False,
+            rounding="exact",
         )
         keys += [s["__key__"] for s in blend]
     assert Counter(k[0] for k in keys) == expected
@@ -102,6 +109,50 @@ def test_epochized_quotas_are_exact_across_workers(datasets, workers, names, rep
     whole = int(reps[0])
     assert all(whole <= per_sample[k] <= whole + 1 for k in per_sample if k[0] == "a")
     assert all(per_sample[k] == 1 for k in per_sample if k[0] != "a")
+
+
+@pytest.mark.parametrize(("workers", "c_total"), [(1, 10), (2, 5 + 5), (3, 3 + 3 + 3)])
+def test_epochized_rounds_the_fraction_down_per_worker(datasets, workers, c_total):
+    """Fresh runs round as Energon's ``RepeatDataset``: each worker emits ``floor(f * n)`` of
+    its own ``n`` samples of the fractional pass (c's 21 samples are dealt 21, 11 + 10 or
+    7 + 7 + 7, so the epoch holds 10, 10 or 9 of them, not always ``floor(0.5 * 21)``)."""
+    data = [datasets["a"], datasets["c"]]
+    totals: Counter = Counter()
+    for worker in range(workers):
+        readers = _readers(data, worker, workers, repeat=False)
+        a_owned = 60 // workers  # a: 60 samples in shards of 20, even shares
+        c_owned = int(readers[1].samples_per_worker(0)[worker])
+        mine = Counter(
+            _source(s) for s in EpochizedBlend(readers, (1.5, 0.5), 7, worker, repeat=False)
+        )
+        assert mine == {"a": a_owned + a_owned // 2, "c": c_owned // 2}
+        totals += mine
+    assert totals == {"a": 90, "c": c_total}
+
+
+def test_epochized_state_without_rounding_keeps_the_exact_rounding(datasets):
+    """A state saved before the rounding was recorded (no ``rounding`` field) goes on with
+    the exact rounding of its run, in this epoch and the next, in a blend whose fresh runs
+    round per worker; a fresh run's state records ``per_worker``."""
+    data = [datasets["a"], datasets["c"]]
+
+    def blend(rounding: str = "per_worker") -> EpochizedBlend:
+        readers = _readers(data, 0, 3, repeat=False)  # c: 7 samples, 3.5 -> 3 or 4
+        return EpochizedBlend(readers, (1.5, 0.5), 7, 0, rounding=rounding)
+
+    old = blend("exact")
+    old.restore_state(None)
+    take(old, 5)
+    state = old.save_state()
+    assert "rounding" not in state  # the shape states had before the field
+    expected = take(old, 60)
+    resumed = blend()
+    resumed.restore_state(state)
+    assert [s["__key__"] for s in take(resumed, 60)] == [s["__key__"] for s in expected]
+    assert "rounding" not in resumed.save_state()
+    fresh = blend()
+    fresh.restore_state(None)
+    assert fresh.save_state()["rounding"] == "per_worker"
 
 
 def test_epochized_repeats_with_a_new_fraction_each_epoch(datasets):
