@@ -7,11 +7,13 @@ from pathlib import Path
 
 import pytest
 
+import energon_lite as el
 from energon_lite import StateError, prepare_dataset
 from energon_lite.shards.dataset import PreparedDataset
 from energon_lite.stages.blend_epochized import EpochizedBlend
 from energon_lite.stages.blend_weighted import WeightedBlend
 from energon_lite.stages.concat import Concat
+from energon_lite.stages.elastic import walk_states
 from energon_lite.stages.reader import Reader
 from energon_lite.state.restore_key import SampleKey
 from energon_lite.synth.shards import write_captioning_shards
@@ -215,3 +217,90 @@ def test_state_of_another_mode_is_refused(datasets):
         WeightedBlend(_readers(data[:1], repeat=True), [1], 7, 0).restore_state(
             weighted.save_state()
         )
+
+
+NESTED = """__module__: megatron.energon
+__class__: MetadatasetV2
+splits:
+  train:
+    blend:
+      - weight: 4
+        path: {a}
+      - weight: 1
+        path: inner.yaml
+"""
+INNER = """__module__: megatron.energon
+__class__: MetadatasetV2
+splits:
+  train:
+    blend:
+      - weight: 1
+        path: {b}
+      - weight: 3
+        path: {c}
+"""
+
+
+def _nested_loader(lib, root: Path, workers: int, stream: str | None = None):
+    wc = lib.WorkerConfig(rank=1, world_size=2, num_workers=workers, seed_offset=3)
+    dataset = lib.get_train_dataset(
+        root / "nested.yaml",
+        worker_config=wc,
+        batch_size=10,
+        shuffle_buffer_size=None,
+        max_samples_per_sequence=None,
+    )
+    if stream is not None:  # "counter": a loader of the version before the field
+        dataset.pipeline.options.blend_stream = stream
+    return lib.get_savable_loader(dataset)
+
+
+@pytest.fixture(scope="module")
+def nested(datasets, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("nested")
+    paths = {name: datasets[name].root for name in "abc"}
+    for name, text in (("nested.yaml", NESTED), ("inner.yaml", INNER)):
+        (root / name).write_text(text.format(**{k: str(v) for k, v in paths.items()}))
+    return root
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_metadataset_blend_draws_as_energon(nested, workers):
+    """A metadataset's weighted blend draws as Energon's BlendDataset (its worker stream and
+    float32 cumulative weights): the same weights give the same per-source counts, batch by
+    batch (megatron.energon as the oracle)."""
+    energon = pytest.importorskip("megatron.energon")
+
+    def counts(lib) -> list[Counter]:
+        loader = _nested_loader(lib, nested, workers)
+        return [Counter(k[0] for k in batch.__key__) for _, batch in zip(range(60), loader)]
+
+    ours = counts(el)
+    assert ours == counts(energon)
+    total = sum(ours, Counter())
+    assert total["a"] > total["c"] > total["b"]  # 0.8, 0.15, 0.05 of 600
+
+
+def test_blend_state_without_stream_keeps_the_counter_stream(nested):
+    """A state saved before the stream was recorded goes on with the counter stream it was
+    drawn from; a fresh run's state records ``stream: energon``."""
+    old = _nested_loader(el, nested, 2, stream="counter")
+    take(iter(old), 7)
+    state = old.save_state_rank()
+    levels = [
+        lvl for w in state["workers"] for lvl in walk_states(w) if lvl["type"] == "WeightedBlend"
+    ]
+    assert levels and all("stream" not in lvl for lvl in levels)
+    expected = [batch.__key__ for batch in take(iter(old), 20)]
+    resumed = _nested_loader(el, nested, 2)
+    resumed.restore_state_rank(state)
+    assert [batch.__key__ for batch in take(iter(resumed), 20)] == expected
+    fresh = _nested_loader(el, nested, 2)
+    take(iter(fresh), 2)  # one batch of each worker
+    levels = [
+        lvl
+        for w in fresh.save_state_rank()["workers"]
+        for lvl in walk_states(w)
+        if lvl["type"] == "WeightedBlend"
+    ]
+    assert [lvl["stream"] for lvl in levels] == ["energon", "energon"]

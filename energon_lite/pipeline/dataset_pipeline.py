@@ -76,6 +76,9 @@ class PipelineOptions:
     # "per_worker" as Energon; "exact" is the rounding of states saved before it was
     # recorded (a restored state always keeps its own)
     epochized_rounding: str = "per_worker"
+    # which random stream fresh weighted blends draw from (WeightedBlend): "energon" draws as
+    # Energon does; "counter" is the stream of states saved before it was recorded
+    blend_stream: str = "energon"
     canonical_layout: CanonicalLayout | None = None  # the layout that defines the batches
 
 
@@ -390,6 +393,7 @@ class DatasetPipeline:
                 composition=composition,
                 batch_size=self.options.batch_size,
                 ledger=ledger,
+                stream=self.options.blend_stream,
             ),
             readers,
             several=True,

@@ -1,6 +1,9 @@
 """How a ``WeightedBlend`` picks its sources.
 
 * ``draw(rng, weights)``: one source drawn by weight (one draw of a ``CounterRng``).
+* ``energon_draw(rng, cdf)``: one source drawn as Energon's ``BlendDataset`` draws it (one
+  float32 draw of Energon's worker stream, ``TorchStreamRng``, over float32 cumulative
+  weights), so that a blend delivers Energon's counts.
 * ``plan_batch``: a composed batch's sources, planned when the batch starts.
 * ``largest_remainder(n, weights)``: ``n`` slots split in proportion to ``weights``, each
   source its floor, the leftover slots to the largest remainders (ties: the lower index).
@@ -25,12 +28,14 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from energon_lite.errors import ConfigError
-from energon_lite.rng import CounterRng
+from energon_lite.rng import CounterRng, TorchStreamRng
 from energon_lite.task_encoder.hook_index import INDEX
 
 
-def draw(rng: CounterRng, weights: Sequence[float]) -> int:
+def draw(rng: CounterRng | TorchStreamRng, weights: Sequence[float]) -> int:
     """Index drawn with probability ``weights[i] / sum(weights)`` (one draw of ``rng``)."""
     target = rng.random() * sum(weights)
     for index, weight in enumerate(weights):
@@ -38,6 +43,14 @@ def draw(rng: CounterRng, weights: Sequence[float]) -> int:
             return index
         target -= weight
     return max(i for i, w in enumerate(weights) if w > 0)  # float round-off at the top end
+
+
+def energon_draw(rng: TorchStreamRng, cdf: np.ndarray) -> int:
+    """Index drawn as Energon's blend draws it: one float32 draw times the float32
+    cumulative weights' total, the first cumulative weight above it (a weight of 0 is never
+    drawn)."""
+    target = np.float32(rng.random()) * cdf[-1]
+    return int(np.searchsorted(cdf, target, side="right"))
 
 
 def largest_remainder(n: int, weights: Sequence[float]) -> list[int]:
@@ -92,7 +105,9 @@ def check_options(composition: str, batch_size: int | None, by_cost: bool) -> No
         )
 
 
-def plan_batch(rng: CounterRng, composition: str, size: int, live: Sequence[float]) -> list[int]:
+def plan_batch(
+    rng: CounterRng | TorchStreamRng, composition: str, size: int, live: Sequence[float]
+) -> list[int]:
     """The sources of one composed batch, in the order they are drawn (last first):
     ``stratified``, the largest-remainder counts in an order drawn at random (``size``
     draws); ``per_source``, one source drawn by weight."""
