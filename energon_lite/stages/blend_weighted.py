@@ -38,8 +38,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-import numpy as np
-
 from energon_lite.errors import ConfigError, StateError
 from energon_lite.rng import CounterRng, TorchStreamRng, energon_worker_seed
 from energon_lite.stages.base import Stage
@@ -49,6 +47,7 @@ from energon_lite.stages.mix import (  # draw: imported from here by blend_epoch
     deficit_choice,
     draw,
     energon_draw,
+    float32_cumsum,
     loader_step,
     plain_tally,
     plan_batch,
@@ -118,7 +117,7 @@ class WeightedBlend(Stage):
         self._simple = not scheduled and composition == "random" and ledger is None
         # a fresh run's stream: Energon's draws where it draws one source per sample by weight
         self.stream = stream if self._simple else "counter"
-        self._cdf: dict[tuple[bool, ...], Any] = {}  # float32 cumulative live weights
+        self._cdf: dict[tuple[bool, ...], list[float]] = {}  # float32 cumulative live weights
         self._composed = composition != "random"
         self._step_cached: int | None = None
         self._live: list[float] = fixed
@@ -208,7 +207,7 @@ class WeightedBlend(Stage):
         key = tuple(self._exhausted)
         cdf = self._cdf.get(key)
         if cdf is None:
-            cdf = self._cdf[key] = np.cumsum(np.asarray(live, dtype=np.float32))
+            cdf = self._cdf[key] = float32_cumsum(live)
         return energon_draw(cast(TorchStreamRng, self._rng), cdf)
 
     def _choose(self) -> int:

@@ -24,7 +24,9 @@
 
 from __future__ import annotations
 
+import bisect
 import math
+import struct
 from collections.abc import Sequence
 from typing import Any
 
@@ -45,12 +47,24 @@ def draw(rng: CounterRng | TorchStreamRng, weights: Sequence[float]) -> int:
     return max(i for i, w in enumerate(weights) if w > 0)  # float round-off at the top end
 
 
-def energon_draw(rng: TorchStreamRng, cdf: np.ndarray) -> int:
-    """Index drawn as Energon's blend draws it: one float32 draw times the float32
-    cumulative weights' total, the first cumulative weight above it (a weight of 0 is never
-    drawn)."""
-    target = np.float32(rng.random()) * cdf[-1]
-    return int(np.searchsorted(cdf, target, side="right"))
+def float32_cumsum(weights: Sequence[float]) -> list[float]:
+    """The cumulative weights as Energon sums them (float32), as Python floats."""
+    return [float(x) for x in np.cumsum(np.asarray(weights, dtype=np.float32))]
+
+
+def energon_draw(rng: TorchStreamRng, cdf: list[float]) -> int:
+    """Index drawn as Energon's blend draws it: one float32 draw times the float32 total
+    (the product rounded to float32), the first cumulative weight above it, so a weight of
+    0 is never drawn (a product rounded up to the total, where Energon's index would run
+    past the end, takes the last dataset with a weight)."""
+    target = _F32.unpack(_F32.pack(rng.random() * cdf[-1]))[0]
+    index = bisect.bisect_right(cdf, target)
+    if index == len(cdf):
+        index = bisect.bisect_left(cdf, cdf[-1])
+    return index
+
+
+_F32 = struct.Struct("f")  # packing rounds a float to float32 (to nearest)
 
 
 def largest_remainder(n: int, weights: Sequence[float]) -> list[int]:
