@@ -2,10 +2,17 @@
 
 A leaf with repetitions ``r`` is read in ``ceil(r)`` *passes* per blend epoch. The first
 ``floor(r)`` passes are whole: every worker emits all the samples its reader owns in that
-pass. A fraction ``f`` of a last pass is split by largest remainder so that the workers'
-shares sum to exactly ``floor(f * N)`` (``N``: the leaf's samples in that pass, all
-workers). Every worker computes every worker's counts itself (slice ownership is a pure
-function of seed, epoch and worker), so no communication is needed.
+pass. A fraction ``f`` of a last pass is rounded one of two ways (``ROUNDINGS``):
+
+* ``per_worker`` (Energon's ``RepeatDataset``, new runs): each worker emits
+  ``floor(f * n)`` of its own ``n`` samples of the pass, so the epoch may hold up to one
+  sample per worker less than ``floor(f * N)``;
+* ``exact`` (states saved before the rounding was recorded): the workers' shares are split
+  by largest remainder so that they sum to exactly ``floor(f * N)`` (``N``: the leaf's
+  samples in that pass, all workers).
+
+Every worker computes every worker's counts itself (slice ownership is a pure function of
+seed, epoch and worker), so no communication is needed.
 
 ``share`` is the plain round-robin split of a count over workers (Energon's per-worker
 share), used wherever a rank-wide count is dealt to its workers.
@@ -34,19 +41,40 @@ def passes(repetitions: Fraction) -> int:
     return max(1, math.ceil(repetitions))
 
 
+PER_WORKER, EXACT = "per_worker", "exact"
+ROUNDINGS = (PER_WORKER, EXACT)
+
+
 def pass_quotas(
-    repetitions: Fraction, counts: Callable[[int], Sequence[int]], worker: int, epoch: int
+    repetitions: Fraction,
+    counts: Callable[[int], Sequence[int]],
+    worker: int,
+    epoch: int,
+    rounding: str = PER_WORKER,
 ) -> list[int]:
     """Samples global ``worker`` emits in each pass of one leaf in blend epoch ``epoch``.
 
-    ``counts(k)`` gives every global worker's sample count in pass ``k``.
+    ``counts(k)`` gives every global worker's sample count in pass ``k``; ``rounding`` says
+    how the fraction of a last pass is rounded (see the module).
     """
     whole = math.floor(repetitions)
     fraction = repetitions - whole
     plan = [int(counts(k)[worker]) for k in range(whole)]
     if fraction:
-        plan.append(largest_remainder(counts(whole), fraction, epoch)[worker])
+        plan.append(fraction_shares(counts(whole), fraction, epoch, rounding)[worker])
     return plan
+
+
+def fraction_shares(
+    counts: Sequence[int], fraction: Fraction, epoch: int, rounding: str
+) -> list[int]:
+    """Each worker's share of the fraction ``fraction`` of a pass in which the workers hold
+    ``counts`` samples, under ``rounding``."""
+    if rounding == PER_WORKER:
+        return [math.floor(fraction * int(n)) for n in counts]
+    if rounding == EXACT:
+        return largest_remainder(counts, fraction, epoch)
+    raise ValueError(f"rounding {rounding!r} is not one of {ROUNDINGS}")
 
 
 def largest_remainder(counts: Sequence[int], fraction: Fraction, epoch: int) -> list[int]:

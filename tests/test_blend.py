@@ -7,11 +7,13 @@ from pathlib import Path
 
 import pytest
 
+import energon_lite as el
 from energon_lite import StateError, prepare_dataset
 from energon_lite.shards.dataset import PreparedDataset
 from energon_lite.stages.blend_epochized import EpochizedBlend
 from energon_lite.stages.blend_weighted import WeightedBlend
 from energon_lite.stages.concat import Concat
+from energon_lite.stages.elastic import walk_states
 from energon_lite.stages.reader import Reader
 from energon_lite.state.restore_key import SampleKey
 from energon_lite.synth.shards import write_captioning_shards
@@ -89,12 +91,19 @@ def test_weighted_drops_sources_that_end(datasets):
     ("names", "reps", "expected"),
     [(("a", "b"), (2, 0.5), {"a": 120, "b": 10}), (("a", "c"), (1.5, 0.5), {"a": 90, "c": 10})],
 )
-def test_epochized_quotas_are_exact_across_workers(datasets, workers, names, reps, expected):
+def test_epochized_exact_quotas_are_exact_across_workers(datasets, workers, names, reps, expected):
+    """``rounding="exact"`` (the rounding of states saved before it was recorded): the
+    fraction's shares sum to exactly ``floor(f * N)`` over all workers."""
     data = [datasets[n] for n in names]
     keys = []
     for worker in range(workers):
         blend = EpochizedBlend(
-            _readers(data, worker, workers, repeat=False), reps, 7, worker, repeat=False
+            _readers(data, worker, workers, repeat=False),
+            reps,
+            7,
+            worker,
+            repeat=False,
+            rounding="exact",
         )
         keys += [s["__key__"] for s in blend]
     assert Counter(k[0] for k in keys) == expected
@@ -102,6 +111,50 @@ def test_epochized_quotas_are_exact_across_workers(datasets, workers, names, rep
     whole = int(reps[0])
     assert all(whole <= per_sample[k] <= whole + 1 for k in per_sample if k[0] == "a")
     assert all(per_sample[k] == 1 for k in per_sample if k[0] != "a")
+
+
+@pytest.mark.parametrize(("workers", "c_total"), [(1, 10), (2, 5 + 5), (3, 3 + 3 + 3)])
+def test_epochized_rounds_the_fraction_down_per_worker(datasets, workers, c_total):
+    """Fresh runs round as Energon's ``RepeatDataset``: each worker emits ``floor(f * n)`` of
+    its own ``n`` samples of the fractional pass (c's 21 samples are dealt 21, 11 + 10 or
+    7 + 7 + 7, so the epoch holds 10, 10 or 9 of them, not always ``floor(0.5 * 21)``)."""
+    data = [datasets["a"], datasets["c"]]
+    totals: Counter = Counter()
+    for worker in range(workers):
+        readers = _readers(data, worker, workers, repeat=False)
+        a_owned = 60 // workers  # a: 60 samples in shards of 20, even shares
+        c_owned = int(readers[1].samples_per_worker(0)[worker])
+        mine = Counter(
+            _source(s) for s in EpochizedBlend(readers, (1.5, 0.5), 7, worker, repeat=False)
+        )
+        assert mine == {"a": a_owned + a_owned // 2, "c": c_owned // 2}
+        totals += mine
+    assert totals == {"a": 90, "c": c_total}
+
+
+def test_epochized_state_without_rounding_keeps_the_exact_rounding(datasets):
+    """A state saved before the rounding was recorded (no ``rounding`` field) goes on with
+    the exact rounding of its run, in this epoch and the next, in a blend whose fresh runs
+    round per worker; a fresh run's state records ``per_worker``."""
+    data = [datasets["a"], datasets["c"]]
+
+    def blend(rounding: str = "per_worker") -> EpochizedBlend:
+        readers = _readers(data, 0, 3, repeat=False)  # c: 7 samples, 3.5 -> 3 or 4
+        return EpochizedBlend(readers, (1.5, 0.5), 7, 0, rounding=rounding)
+
+    old = blend("exact")
+    old.restore_state(None)
+    take(old, 5)
+    state = old.save_state()
+    assert "rounding" not in state  # the shape states had before the field
+    expected = take(old, 60)
+    resumed = blend()
+    resumed.restore_state(state)
+    assert [s["__key__"] for s in take(resumed, 60)] == [s["__key__"] for s in expected]
+    assert "rounding" not in resumed.save_state()
+    fresh = blend()
+    fresh.restore_state(None)
+    assert fresh.save_state()["rounding"] == "per_worker"
 
 
 def test_epochized_repeats_with_a_new_fraction_each_epoch(datasets):
@@ -164,3 +217,90 @@ def test_state_of_another_mode_is_refused(datasets):
         WeightedBlend(_readers(data[:1], repeat=True), [1], 7, 0).restore_state(
             weighted.save_state()
         )
+
+
+NESTED = """__module__: megatron.energon
+__class__: MetadatasetV2
+splits:
+  train:
+    blend:
+      - weight: 4
+        path: {a}
+      - weight: 1
+        path: inner.yaml
+"""
+INNER = """__module__: megatron.energon
+__class__: MetadatasetV2
+splits:
+  train:
+    blend:
+      - weight: 1
+        path: {b}
+      - weight: 3
+        path: {c}
+"""
+
+
+def _nested_loader(lib, root: Path, workers: int, stream: str | None = None):
+    wc = lib.WorkerConfig(rank=1, world_size=2, num_workers=workers, seed_offset=3)
+    dataset = lib.get_train_dataset(
+        root / "nested.yaml",
+        worker_config=wc,
+        batch_size=10,
+        shuffle_buffer_size=None,
+        max_samples_per_sequence=None,
+    )
+    if stream is not None:  # "counter": a loader of the version before the field
+        dataset.pipeline.options.blend_stream = stream
+    return lib.get_savable_loader(dataset)
+
+
+@pytest.fixture(scope="module")
+def nested(datasets, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("nested")
+    paths = {name: datasets[name].root for name in "abc"}
+    for name, text in (("nested.yaml", NESTED), ("inner.yaml", INNER)):
+        (root / name).write_text(text.format(**{k: str(v) for k, v in paths.items()}))
+    return root
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_metadataset_blend_draws_as_energon(nested, workers):
+    """A metadataset's weighted blend draws as Energon's BlendDataset (its worker stream and
+    float32 cumulative weights): the same weights give the same per-source counts, batch by
+    batch (megatron.energon as the oracle)."""
+    energon = pytest.importorskip("megatron.energon")
+
+    def counts(lib) -> list[Counter]:
+        loader = _nested_loader(lib, nested, workers)
+        return [Counter(k[0] for k in batch.__key__) for _, batch in zip(range(60), loader)]
+
+    ours = counts(el)
+    assert ours == counts(energon)
+    total = sum(ours, Counter())
+    assert total["a"] > total["c"] > total["b"]  # 0.8, 0.15, 0.05 of 600
+
+
+def test_blend_state_without_stream_keeps_the_counter_stream(nested):
+    """A state saved before the stream was recorded goes on with the counter stream it was
+    drawn from; a fresh run's state records ``stream: energon``."""
+    old = _nested_loader(el, nested, 2, stream="counter")
+    take(iter(old), 7)
+    state = old.save_state_rank()
+    levels = [
+        lvl for w in state["workers"] for lvl in walk_states(w) if lvl["type"] == "WeightedBlend"
+    ]
+    assert levels and all("stream" not in lvl for lvl in levels)
+    expected = [batch.__key__ for batch in take(iter(old), 20)]
+    resumed = _nested_loader(el, nested, 2)
+    resumed.restore_state_rank(state)
+    assert [batch.__key__ for batch in take(iter(resumed), 20)] == expected
+    fresh = _nested_loader(el, nested, 2)
+    take(iter(fresh), 2)  # one batch of each worker
+    levels = [
+        lvl
+        for w in fresh.save_state_rank()["workers"]
+        for lvl in walk_states(w)
+        if lvl["type"] == "WeightedBlend"
+    ]
+    assert [lvl["stream"] for lvl in levels] == ["energon", "energon"]

@@ -83,22 +83,33 @@ def test_len_matches_energon(two_leaves: Path) -> None:
         assert _lens(energon, two_leaves / name, **kwargs) == expected, (name, kwargs)
 
 
-def test_epochized_len_is_the_epoch_delivered(two_leaves: Path) -> None:
-    """Fractions round down per leaf (0.7 x 55 -> 38, 0.5 x 55 -> 27) and len() is exact."""
-    for workers in (0, 2):
+@pytest.mark.parametrize(
+    ("world", "workers", "ds1", "ds2"),
+    [
+        (1, 0, [38], [55 + 27]),  # one worker: 0.7 x 55 -> 38, 0.5 x 55 -> 27
+        (1, 2, [19 + 18], [55 + 14 + 13]),  # 28 + 27 samples: each worker rounds down
+        (2, 2, [9 + 9, 9 + 9], [21 + 19, 21 + 21]),  # Energon's 58 and 60
+    ],
+)
+def test_epochized_len_is_the_epoch_delivered(
+    two_leaves: Path, world: int, workers: int, ds1: list[int], ds2: list[int]
+) -> None:
+    """Fractions round down per worker, as Energon's ``RepeatDataset`` does (``floor(f * n)``
+    of a worker's ``n`` samples), and each rank's len() is exactly what it delivers."""
+    for rank in range(world):
         dataset = get_train_dataset(
             two_leaves / "epochized.yaml",
-            worker_config=WorkerConfig(rank=0, world_size=1, num_workers=workers),
+            worker_config=WorkerConfig(rank=rank, world_size=world, num_workers=workers),
             batch_size=1,
             shuffle_buffer_size=None,
             max_samples_per_sequence=None,
             repeat=False,
         )
         batches = list(get_loader(dataset))
-        assert len(batches) == len(dataset) == 120
+        assert len(batches) == len(dataset) == ds1[rank] + ds2[rank]
         keys = [key for batch in batches for key in batch.__key__]
-        assert sum(k.startswith("ds1") for k in keys) == 38
-        assert sum(k.startswith("ds2") for k in keys) == 55 + 27
+        assert sum(k.startswith("ds1") for k in keys) == ds1[rank]
+        assert sum(k.startswith("ds2") for k in keys) == ds2[rank]
 
 
 PER_RANK = [  # (ranks, workers per rank, dataset, batch size, val)
@@ -108,6 +119,8 @@ PER_RANK = [  # (ranks, workers per rank, dataset, batch size, val)
     (3, 5, "blend.yaml", 1, False),
     (3, 5, "ds1", 2, False),
     (32, 1, "blend.yaml", 1, False),  # fewer samples than workers in the second ... 32nd
+    (2, 2, "epochized.yaml", 1, False),  # fractions rounded down per worker: 58 and 60
+    (3, 5, "epochized.yaml", 2, False),
 ]
 
 

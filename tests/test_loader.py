@@ -335,9 +335,10 @@ def test_energon_loader_arguments(train_ds: Path) -> None:
     with pytest.raises(ConfigError, match=r"unknown loader arguments \['prefetch'\]"):
         get_loader(dataset, prefetch=3)
     config = loader.config()  # Energon's SavableDataLoader.config(), for a training log
-    assert config["type"] == "SavableLoader" and config["num_workers"] == 2
-    assert config["prefetch_factor"] == 2 and config["dataset"] == dataset.config()
-    assert config["dataset"]["world_size"] == 1 and config["dataset"]["datasets"]
+    assert config["type"] == "SavableDataLoader" and config["num_workers"] == 2
+    assert config["prefetch_factor"] == 2 and config["persistent_workers"] is True
+    assert config["dataset"] == dataset.energon_view().config()  # Energon's tree
+    assert dataset.config()["world_size"] == 1 and dataset.config()["datasets"]  # ours
 
 
 class Stalled(TaskEncoder):

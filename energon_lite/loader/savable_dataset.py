@@ -13,11 +13,12 @@ from typing import TYPE_CHECKING, Any
 from torch.utils.data import IterableDataset, get_worker_info
 
 from energon_lite.errors import ConfigError, UnsavableStateError, restoring
+from energon_lite.loader.energon_tree import TreeNode, energon_tree
 from energon_lite.loader.probe import ChainProbe
 from energon_lite.loader.state_delta import unchanged_marked
 from energon_lite.loader.transport import check_sendable
 from energon_lite.loader.watchdog import Watchdog
-from energon_lite.pipeline.dataset_pipeline import Pipeline
+from energon_lite.pipeline.dataset_pipeline import DatasetPipeline, Pipeline
 from energon_lite.sample_utils import default_get_batch_keys
 from energon_lite.storage.cache_config import ShardCacheConfig
 from energon_lite.storage.cache_config import use as use_shard_cache
@@ -149,8 +150,26 @@ class SavableDataset(IterableDataset):
             return self.virtual_epoch_length
         return self.pipeline.batches_per_epoch(self.worker_config)
 
+    def energon_view(self) -> TreeNode:
+        """This dataset as the tree of wrapper datasets Energon builds for the same arguments
+        (a read-only view, :mod:`energon_lite.loader.energon_tree`)."""
+        if isinstance(self.pipeline, DatasetPipeline):
+            return energon_tree(self.pipeline, self.worker_config, self.virtual_epoch_length)
+        return TreeNode(type(self).__name__, {"config": self.config()})
+
+    @property
+    def dataset(self) -> Any:
+        """The node below this dataset's own in Energon's tree of wrapper datasets (for code
+        that walks it: ``dataset.dataset.dataset``, a ``BlendDataset``'s ``dataset_weights``,
+        a leaf's ``workers_slice_offsets``); a view, see :meth:`energon_view`."""
+        below = getattr(self.energon_view(), "dataset", None)
+        if below is None:
+            raise AttributeError(f"{type(self).__name__} wraps no dataset in Energon's tree")
+        return below
+
     def config(self) -> dict[str, Any]:
-        """Everything a saved state must match."""
+        """Everything a saved state must match (energon_lite's description; Energon's tree
+        is ``energon_view().config()``, what ``loader.config()`` returns)."""
         wc = self.worker_config
         return {
             "rank": wc.rank,

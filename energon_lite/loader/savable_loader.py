@@ -266,6 +266,7 @@ class SavableLoader:
         self.dataset = dataset
         self.worker_config = dataset.worker_config
         self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
+        self.pin_memory_setting = True if pin_memory is None else pin_memory
         self.prefetch_factor = prefetch_factor
         self.track_state = track_state
         n = self.worker_config.workers_per_rank
@@ -317,15 +318,19 @@ class SavableLoader:
         return self.dataset.virtual_epoch_length
 
     def config(self) -> dict[str, Any]:
-        """The loader's settings and its dataset's ``config()`` (what a saved state must
-        match), as plain values for a training log; the dataset part is energon_lite's own,
-        not Energon's tree of wrapper classes."""
+        """Energon's ``config()`` of its loader: the settings and the tree of wrapper datasets
+        Energon builds for the same arguments (``dataset.energon_view()``), so that it
+        compares equal with one Energon wrote; ``pin_memory`` is the setting asked for
+        (Energon's loaders always ask; pinning happens where CUDA is available). What a saved
+        state must match is ``loader.dataset.config()``."""
+        workers = self.worker_config.num_workers
         return {
-            "type": type(self).__name__,
-            "num_workers": self.worker_config.num_workers,
-            "pin_memory": self.pin_memory,
-            "prefetch_factor": self.prefetch_factor,
-            "dataset": self.dataset.config(),
+            "type": "SavableDataLoader" if self.track_state else "BasicDataLoader",
+            "num_workers": workers,
+            "persistent_workers": workers > 0,
+            "pin_memory": self.pin_memory_setting,
+            "prefetch_factor": None if workers == 0 else self.prefetch_factor,
+            "dataset": self.dataset.energon_view().config(),
         }
 
     def __iter__(self) -> Iterator[Any]:

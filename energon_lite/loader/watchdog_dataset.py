@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from energon_lite.errors import ConfigError
+from energon_lite.loader.energon_tree import TreeNode
 from energon_lite.loader.savable_dataset import SavableDataset
 from energon_lite.worker import WorkerConfig
 
@@ -44,11 +45,19 @@ class WatchdogDataset(SavableDataset):
             if value is not None and not value > 0:
                 raise ConfigError(f"WatchdogDataset: {name}={value!r} must be > 0 (or None)")
         super().__init__(dataset.pipeline, worker_config, dataset.virtual_epoch_length)
-        self.dataset = dataset
+        self.datasets = (dataset,)
         self.wrapper_depth = getattr(dataset, "wrapper_depth", 0)
         self.timeout_seconds = timeout_seconds
         self.initial_timeout_seconds = initial_timeout_seconds
         self.fail_on_timeout = fail_on_timeout
+
+    @property
+    def dataset(self) -> SavableDataset:
+        """The watched dataset."""
+        return self.datasets[0]
+
+    def energon_view(self) -> TreeNode:
+        return self.dataset.energon_view()
 
     def _watchdog_trigger(self) -> None:
         message = (

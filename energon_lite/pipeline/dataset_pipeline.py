@@ -72,6 +72,13 @@ class PipelineOptions:
     # "slices" is the dealing of states saved before it was recorded (a restored state
     # always keeps its own)
     dealing: str = "ranges"
+    # how fresh blend_epochized runs round the fraction of a last pass (energon_lite.quotas):
+    # "per_worker" as Energon; "exact" is the rounding of states saved before it was
+    # recorded (a restored state always keeps its own)
+    epochized_rounding: str = "per_worker"
+    # which random stream fresh weighted blends draw from (WeightedBlend): "energon" draws as
+    # Energon does; "counter" is the stream of states saved before it was recorded
+    blend_stream: str = "energon"
     canonical_layout: CanonicalLayout | None = None  # the layout that defines the batches
 
 
@@ -372,11 +379,11 @@ class DatasetPipeline:
             return Node(Concat, Concat, readers, several=True)
         if self.blend_mode == "epochized":
             quotas = [leaf.repetitions or 0.0 for leaf in self.leaves]
-            repeat = self.options.repeat
+            repeat, rounding = self.options.repeat, self.options.epochized_rounding
             return Node(
                 EpochizedBlend,
                 lambda rs: EpochizedBlend(
-                    rs, quotas, slot.seed, slot.global_worker_id, repeat=repeat
+                    rs, quotas, slot.seed, slot.global_worker_id, repeat=repeat, rounding=rounding
                 ),
                 readers,
                 several=True,
@@ -395,6 +402,7 @@ class DatasetPipeline:
                 composition=composition,
                 batch_size=self.options.batch_size,
                 ledger=ledger,
+                stream=self.options.blend_stream,
             ),
             readers,
             several=True,
@@ -513,7 +521,9 @@ class DatasetPipeline:
     def _counted(self, readers: list[Reader], epoch: int) -> int:
         if self.blend_mode == "epochized":
             return sum(
-                lengths.epochized_samples(r, leaf.repetitions or 0, epoch)
+                lengths.epochized_samples(
+                    r, leaf.repetitions or 0, epoch, self.options.epochized_rounding
+                )
                 for r, leaf in zip(readers, self.leaves)
             )
         if self.blend_mode == "weights" and len(readers) > 1:

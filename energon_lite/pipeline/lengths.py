@@ -9,8 +9,9 @@ Energon counts a rank's length as the sum over its workers of ``ceil(samples / b
   ``shuffle_over_epochs_multiplier`` left out (the blend itself never ends; the number says
   how many different samples one pass over the rank's share holds);
 * ``blend_epochized``: what the worker emits in the epoch, each leaf's passes and the
-  fraction of its last pass (:mod:`energon_lite.quotas`), so ``len(loader)`` is the number
-  of batches the epoch really has.
+  fraction of its last pass, rounded down per worker as Energon does
+  (:mod:`energon_lite.quotas`), so ``len(loader)`` is the number of batches the epoch
+  really has.
 
 ``DatasetPipeline.counted_samples`` applies these per worker; the wrapper classes count
 with :func:`batches_per_worker` too.
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from energon_lite.quotas import exact_repetitions, pass_quotas, passes
+from energon_lite.quotas import PER_WORKER, exact_repetitions, pass_quotas, passes
 
 if TYPE_CHECKING:
     from energon_lite.stages.reader import Reader
@@ -36,15 +37,18 @@ def dealt_samples(reader: Reader) -> int:
     return reader.dealt_samples()
 
 
-def epochized_samples(reader: Reader, repetitions: float, epoch: int) -> int:
-    """Samples the reader's worker emits in blend epoch ``epoch`` of ``blend_epochized``."""
+def epochized_samples(
+    reader: Reader, repetitions: float, epoch: int, rounding: str = PER_WORKER
+) -> int:
+    """Samples the reader's worker emits in blend epoch ``epoch`` of ``blend_epochized``
+    (``rounding``: :mod:`energon_lite.quotas`)."""
     reps = exact_repetitions(repetitions)
     first = epoch * passes(reps)
 
     def counts(number: int) -> list[int]:
         return reader.samples_per_worker(first + number).tolist()
 
-    return sum(pass_quotas(reps, counts, reader.worker_index, epoch))
+    return sum(pass_quotas(reps, counts, reader.worker_index, epoch, rounding))
 
 
 def read_samples(reader: Reader, epoch: int) -> int:

@@ -134,6 +134,11 @@ class PreparedDataset:
     def num_runs(self) -> int:
         return len(self.run_shard)
 
+    def split_shards(self) -> list[tuple[str, int]]:
+        """The split's shards in order, each with its sample count (Energon's shard list)."""
+        seen: dict[int, None] = dict.fromkeys(int(sid) for sid in self.run_shard)
+        return [(self.shard_names[sid], int(self._counts[sid])) for sid in seen]
+
     def locate(self, position: int) -> tuple[int, int]:
         """``(shard_id, index in shard)`` of the split's ``position``-th sample."""
         if not 0 <= position < len(self):

@@ -4,14 +4,16 @@ A leaf with repetitions ``r`` is read in ``P = ceil(r)`` *passes* per blend epoc
 pass ``k`` runs the leaf's Reader for its reader epoch ``E * P + k`` (consecutive, so
 ``shuffle_over_epochs_multiplier`` cycles and per-epoch slice orders stay intact). How many
 samples this worker emits per pass is :func:`energon_lite.quotas.pass_quotas`: whole passes
-in full, the fraction of the last pass split exactly over all global workers, so an epoch
-holds exactly ``floor(r) * N + floor(f * N)`` samples of each leaf across all ranks and
-workers (``2 x 60 + 0.5 x 20 = 130``). Within the worker, the next leaf is drawn with
+in full, the fraction ``f`` of the last pass rounded down per worker as Energon does
+(``floor(f * n)`` of the worker's ``n`` samples; ``rounding: per_worker``), or, for a state
+saved before the rounding was recorded, split exactly over all global workers so that an
+epoch holds exactly ``floor(r) * N + floor(f * N)`` samples of each leaf across all ranks
+and workers (``rounding`` absent: ``exact``). Within the worker, the next leaf is drawn with
 probability proportional to its remaining quota, which spreads every leaf over the epoch.
 After the quotas the blend ends (``repeat=False``) or starts epoch ``E + 1``.
 
-State: the sources' states, the random counter, the epoch, ``[pass, taken]`` per leaf and a
-done flag: O(leaves) integers. The epoch plan is recomputed on restore (one vectorised walk
+State: the sources' states, the random counter, the epoch, ``[pass, taken]`` per leaf, a
+done flag and the ``rounding`` (absent in older states: ``exact``): O(leaves) integers. The epoch plan is recomputed on restore (one vectorised walk
 over each leaf's slice list). After an elastic restore the state also carries ``left``: per
 leaf, the samples its reader's leftover delivers (the old layout's remaining quota); that
 epoch's plan is just those counts, then the next epoch is planned over the new layout.
@@ -23,7 +25,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from energon_lite.errors import ConfigError, StateError
-from energon_lite.quotas import exact_repetitions, pass_quotas, passes
+from energon_lite.quotas import EXACT, PER_WORKER, ROUNDINGS, exact_repetitions, pass_quotas, passes
 from energon_lite.rng import CounterRng
 from energon_lite.stages.base import Stage
 from energon_lite.stages.blend_weighted import draw
@@ -37,7 +39,9 @@ if TYPE_CHECKING:
 
 class EpochizedBlend(Stage):
     STATE_KEYS = ("rng", "epoch", "passes", "done")
-    OPTIONAL_KEYS = ("left",)  # True (count on restore) or per-leaf leftover counts
+    # left: True (count on restore) or per-leaf leftover counts; rounding: how the fraction
+    # of a last pass is rounded (energon_lite.quotas), absent in states saved before it
+    OPTIONAL_KEYS = ("left", "rounding")
     STATS_LABEL = "blend"
     sources: list[Reader]  # built with repeat=False: this stage moves them through epochs
     _plan: list[list[int]]  # samples this worker emits per pass of each leaf, this epoch
@@ -45,6 +49,7 @@ class EpochizedBlend(Stage):
     _done: bool
     _epoch: int
     _left: list[int] | None  # per-leaf leftover counts of an elastic restore
+    _rounding: str  # this run's rounding of fractions: a fresh run's, or its state's
 
     def __init__(
         self,
@@ -54,7 +59,10 @@ class EpochizedBlend(Stage):
         global_worker_id: int,
         *,
         repeat: bool = True,
+        rounding: str = PER_WORKER,
     ) -> None:
+        if rounding not in ROUNDINGS:
+            raise ConfigError(f"EpochizedBlend: rounding {rounding!r} is not one of {ROUNDINGS}")
         if any(callable(r) for r in repetitions):
             raise ConfigError(
                 "blend_epochized cannot follow a weight schedule: its repetitions are exact "
@@ -70,6 +78,7 @@ class EpochizedBlend(Stage):
         self.seed = seed
         self.global_worker_id = global_worker_id
         self.repeat = repeat
+        self.rounding = rounding  # a fresh run's; a restored state keeps its own
         self._by_leaf = {source.leaf_id: source for source in self.sources}
 
     @classmethod
@@ -77,7 +86,10 @@ class EpochizedBlend(Stage):
         """The blend epoch after the old workers' latest, its passes still to start; ``left``:
         count the readers' leftover work on restore (it belongs to the earlier passes)."""
         passes_ = [[0, 0] for _ in level["sources"]]
-        return {"rng": 0, "epoch": deal.blend_epoch, "passes": passes_, "done": False, "left": True}
+        out = {"rng": 0, "epoch": deal.blend_epoch, "passes": passes_, "done": False, "left": True}
+        if "rounding" in level:  # the old run's rounding goes on
+            out["rounding"] = level["rounding"]
+        return out
 
     def next(self) -> Any:
         self._start_if_fresh()
@@ -147,7 +159,9 @@ class EpochizedBlend(Stage):
             def counts(number: int, index: int = index, reader: Reader = reader) -> Sequence[int]:
                 return reader.samples_per_worker(self._reader_epoch(index, number)).tolist()
 
-            self._plan.append(pass_quotas(reps, counts, reader.worker_index, self._epoch))
+            self._plan.append(
+                pass_quotas(reps, counts, reader.worker_index, self._epoch, self._rounding)
+            )
 
     # state ------------------------------------------------------------------------------------
 
@@ -155,6 +169,7 @@ class EpochizedBlend(Stage):
         self._rng = CounterRng(self.seed, "blend", self.global_worker_id)
         self._done = False
         self._left = None
+        self._rounding = self.rounding
         self._begin_epoch(self.sources[0].start_epoch)
 
     def _save(self) -> dict[str, Any]:
@@ -166,6 +181,8 @@ class EpochizedBlend(Stage):
         }
         if self._left is not None:
             state["left"] = list(self._left)
+        if self._rounding != EXACT:  # a state without it rounds as before it was recorded
+            state["rounding"] = self._rounding
         return state
 
     def _restore(self, state: dict[str, Any]) -> None:
@@ -173,6 +190,13 @@ class EpochizedBlend(Stage):
         self._rng.counter = state_count(state["rng"], "EpochizedBlend rng")
         self._epoch = state_count(state["epoch"], "EpochizedBlend epoch")
         self._done = bool(state["done"])
+        rounding = state.get("rounding", EXACT)
+        if rounding not in ROUNDINGS:
+            raise StateError(
+                f"EpochizedBlend: rounding {rounding!r} is not one of {ROUNDINGS}; the state is "
+                "corrupt"
+            )
+        self._rounding = rounding
         saved = state["passes"]
         if not isinstance(saved, list) or len(saved) != len(self.sources):
             raise StateError(

@@ -1,7 +1,11 @@
 """``WeightedBlend``: one stream from several leaves' readers, drawn by weight.
 
-Each ``next()`` draws a source with probability proportional to its weight (one
-``CounterRng`` draw keyed by (seed, "blend", global worker id)). Sources repeat forever; a
+Each ``next()`` draws a source with probability proportional to its weight: with
+``stream="energon"`` (a metadataset's blend) as Energon's ``BlendDataset`` draws (one float32
+draw of Energon's per-worker torch stream, :class:`~energon_lite.rng.TorchStreamRng`, over the
+float32 cumulative weights; no draw with a single source), so that the same weights deliver
+Energon's counts; otherwise, and for a state saved before the stream was recorded, one
+``CounterRng`` draw keyed by (seed, "blend", global worker id). Sources repeat forever; a
 source that ends anyway (no samples on this worker, ``repeat=False``) drops out and the
 others keep their relative weights. The blend ends when every source has ended.
 
@@ -21,7 +25,8 @@ batch. ``composition`` shapes each batch of ``batch_size`` samples:
 
 Restore keys pass through unchanged; ``fetch`` routes a key to the reader of its leaf.
 
-State: the sources' states, the random counter and an exhausted flag per source; ``tally``
+State: the sources' states, the random counter and an exhausted flag per source, ``stream``
+(``energon``; absent: the counter stream of older states); ``tally``
 (per source: samples drawn, samples costed, their cost; what ``loader.stats()`` reports),
 ``base`` (steps delivered before an elastic restore; 0) and ``round`` (a stratified or
 per-source batch in progress: its step and what it still draws) where used. The three are
@@ -31,16 +36,18 @@ optional: a state saved before them restores with zeros.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from energon_lite.errors import ConfigError, StateError
-from energon_lite.rng import CounterRng
+from energon_lite.rng import CounterRng, TorchStreamRng, energon_worker_seed
 from energon_lite.stages.base import Stage
 from energon_lite.stages.mix import (  # draw: imported from here by blend_epochized
     CostLedger,
     check_options,
     deficit_choice,
     draw,
+    energon_draw,
+    float32_cumsum,
     loader_step,
     plain_tally,
     plan_batch,
@@ -55,13 +62,16 @@ if TYPE_CHECKING:
 
 class WeightedBlend(Stage):
     STATE_KEYS = ("rng", "exhausted")
-    OPTIONAL_KEYS = ("tally", "base", "round")  # absent in states saved before them
+    OPTIONAL_KEYS = ("tally", "base", "round", "stream")  # absent in states saved before them
+    STREAMS = ("counter", "energon")
     STATS_LABEL = "blend"
     sources: list[Stage]  # Readers, or chains a wrapper composes
     _exhausted: list[bool]
     _round_step: int | None  # the step of the composed batch being drawn (None: none yet)
     _order: list[int]  # the sources that batch still draws, last first
     _local: int | None  # the worker's batch index when the blend last looked
+    _stream: str  # the stream this run draws from: a fresh run's, or its state's
+    _rng: CounterRng | TorchStreamRng
 
     def __init__(
         self,
@@ -73,7 +83,10 @@ class WeightedBlend(Stage):
         composition: str = "random",
         batch_size: int | None = None,
         ledger: CostLedger | None = None,
+        stream: str = "counter",
     ) -> None:
+        if stream not in self.STREAMS:
+            raise ConfigError(f"WeightedBlend: stream {stream!r} is not one of {self.STREAMS}")
         scheduled = any(callable(w) for w in weights)
         fixed = [0.0 if callable(w) else float(w) for w in weights]
         if not sources or len(weights) != len(sources) or not all(w >= 0 for w in fixed):
@@ -102,6 +115,9 @@ class WeightedBlend(Stage):
             if s is src
         }
         self._simple = not scheduled and composition == "random" and ledger is None
+        # a fresh run's stream: Energon's draws where it draws one source per sample by weight
+        self.stream = stream if self._simple else "counter"
+        self._cdf: dict[tuple[bool, ...], list[float]] = {}  # float32 cumulative live weights
         self._composed = composition != "random"
         self._step_cached: int | None = None
         self._live: list[float] = fixed
@@ -114,6 +130,8 @@ class WeightedBlend(Stage):
         out: dict[str, Any] = {"rng": 0, "exhausted": [False] * sources}
         if "base" in level or deal.delivered:
             out["base"] = deal.delivered
+        if "stream" in level:  # the old run's stream goes on
+            out["stream"] = level["stream"]
         return out
 
     @classmethod
@@ -155,7 +173,7 @@ class WeightedBlend(Stage):
                 live = [0.0 if gone else w for w, gone in zip(self.weights, self._exhausted)]
                 if sum(live) <= 0:
                     raise StopIteration
-                index = draw(self._rng, live)
+                index = self._draw_simple(live)
                 try:
                     item = self.sources[index].next()
                 except StopIteration:
@@ -180,6 +198,17 @@ class WeightedBlend(Stage):
                 continue
             self._drawn[index] += 1
             return item
+
+    def _draw_simple(self, live: list[float]) -> int:
+        if self._stream != "energon":
+            return draw(self._rng, live)
+        if len(live) == 1:  # Energon draws nothing for a single dataset
+            return 0
+        key = tuple(self._exhausted)
+        cdf = self._cdf.get(key)
+        if cdf is None:
+            cdf = self._cdf[key] = float32_cumsum(live)
+        return energon_draw(cast(TorchStreamRng, self._rng), cdf)
 
     def _choose(self) -> int:
         self._local = INDEX.batch
@@ -228,7 +257,7 @@ class WeightedBlend(Stage):
         return fetch_by_leaf("WeightedBlend", self._by_leaf, restore_key)
 
     def _reset(self) -> None:
-        self._rng = CounterRng(self.seed, "blend", self.global_worker_id, *self.rng_keys)
+        self._use_stream(self.stream)
         self._exhausted = [False] * len(self.sources)
         # per source: samples drawn, samples costed, their cost (the saved "tally")
         self._drawn = [0] * len(self.sources)
@@ -248,6 +277,8 @@ class WeightedBlend(Stage):
             "exhausted": list(self._exhausted),
             "tally": [[d, c, t] for d, c, t in zip(self._drawn, self._costed, self._cost)],
         }
+        if self._stream != "counter":  # a state without it draws from the counter stream
+            out["stream"] = self._stream
         if self.scheduled or self._base:
             out["base"] = self._base
         if self._composed:  # at every step, so that the state keeps its shape
@@ -264,8 +295,22 @@ class WeightedBlend(Stage):
         ):
             raise StateError(f"WeightedBlend: round {round_!r} is not [step, sources]; corrupt")
 
+    def _use_stream(self, stream: str) -> None:
+        self._stream = stream
+        if stream == "energon":
+            self._rng = TorchStreamRng(energon_worker_seed(self.global_worker_id, self.seed))
+        else:
+            self._rng = CounterRng(self.seed, "blend", self.global_worker_id, *self.rng_keys)
+
     def _restore(self, state: dict[str, Any]) -> None:
         self._reset()
+        stream = state.get("stream", "counter")
+        if stream not in self.STREAMS or (stream == "energon" and not self._simple):
+            raise StateError(
+                f"WeightedBlend: stream {stream!r} is not one of {self.STREAMS} for this blend; "
+                "the state is corrupt"
+            )
+        self._use_stream(stream)
         self._rng.counter = state_count(state["rng"], "WeightedBlend rng")
         exhausted = state["exhausted"]
         if not isinstance(exhausted, list) or len(exhausted) != len(self.sources):

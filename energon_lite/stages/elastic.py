@@ -46,7 +46,7 @@ from fractions import Fraction
 from typing import Any, NamedTuple
 
 from energon_lite.errors import StateError, short_repr
-from energon_lite.quotas import exact_repetitions, next_past_end, passes
+from energon_lite.quotas import PER_WORKER, exact_repetitions, next_past_end, passes
 from energon_lite.stages.base import Stage, stage_class
 from energon_lite.stages.blend_epochized import EpochizedBlend
 from energon_lite.stages.blend_weighted import WeightedBlend
@@ -469,6 +469,8 @@ class _Redistribution:
                     if k == whole and fraction:
                         f = Fraction(fraction)
                         entry["fraction"] = [f.numerator, f.denominator, epoch_g]
+                        if blend.get("rounding") == PER_WORKER:
+                            entry["fraction"].append(1)
             else:
                 if rs is None:
                     rs = {"epoch": self.epoch, "next": 0, "open": [], "done": False}

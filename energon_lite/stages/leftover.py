@@ -16,9 +16,11 @@ works on state files alone):
   the open slices, sorted, then the owed positions in the order ``(k, g)``; new worker ``w``
   of ``W`` takes items ``w, w + W, ...`` and reads them one after the other;
 * a segment of a fractional ``blend_epochized`` pass also carries ``fraction = [num, den,
-  blend epoch]``: the old workers owed only ``plan[g] - taken`` samples of it, and that
-  remaining quota is split over the new workers' shares by largest remainder
-  (:func:`energon_lite.quotas.largest_remainder`), exactly.
+  blend epoch]`` (plus a 1 when the old run rounded the fraction per worker,
+  :data:`energon_lite.quotas.PER_WORKER`; without it, ``exact``): the old workers owed only
+  ``plan[g] - taken`` samples of it, and that remaining quota is split over the new
+  workers' shares by largest remainder (:func:`energon_lite.quotas.largest_remainder`),
+  exactly.
 
 Progress is ``k`` (keys replayed), ``s`` (current segment), ``item`` (next item of my share),
 ``cur`` (the slice being read, ``[slice, position]`` or ``[]``) and ``emitted`` (samples of the
@@ -33,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from energon_lite.errors import StateError, short_repr
-from energon_lite.quotas import largest_remainder
+from energon_lite.quotas import EXACT, PER_WORKER, fraction_shares, largest_remainder
 from energon_lite.state.codec import state_count
 from energon_lite.state.restore_key import SampleKey, from_plain
 
@@ -109,9 +111,10 @@ class Leftover:
         mine = items[self.share :: self.workers]
         if not seg["fraction"]:
             return mine, None
-        num, den, blend_epoch = seg["fraction"]
+        num, den, blend_epoch = seg["fraction"][:3]
+        rounding = PER_WORKER if seg["fraction"][3:] == [1] else EXACT
         counts = table.samples_per_worker(epoch).tolist()
-        plan = largest_remainder(counts, Fraction(num, den), blend_epoch)
+        plan = fraction_shares(counts, Fraction(num, den), blend_epoch, rounding)
         quota = sum(plan[g] - taken for g, _, taken in seg["workers"])
         sizes = [sum(e - s for _, s, e in items[w :: self.workers]) for w in range(self.workers)]
         pool = sum(sizes)
@@ -215,8 +218,15 @@ def _check_seg(seg: Any, what: str) -> dict[str, Any]:
         for x in entry:
             state_count(x, what)
     fraction = _list(seg["fraction"], what)
-    if fraction and (len(fraction) != 3 or not all(state_count(x, what) >= 0 for x in fraction)):
-        raise StateError(f"{what}: fraction {short_repr(fraction)} is not [num, den, epoch]")
+    if fraction and (
+        len(fraction) not in (3, 4)
+        or not all(state_count(x, what) >= 0 for x in fraction)
+        or fraction[3:] not in ([], [1])
+    ):
+        raise StateError(
+            f"{what}: fraction {short_repr(fraction)} is not [num, den, epoch] or "
+            "[num, den, epoch, 1]"
+        )
     if fraction and not 0 < fraction[0] < fraction[1]:
         raise StateError(f"{what}: fraction {short_repr(fraction)} is not in (0, 1)")
     return seg

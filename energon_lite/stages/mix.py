@@ -1,6 +1,9 @@
 """How a ``WeightedBlend`` picks its sources.
 
 * ``draw(rng, weights)``: one source drawn by weight (one draw of a ``CounterRng``).
+* ``energon_draw(rng, cdf)``: one source drawn as Energon's ``BlendDataset`` draws it (one
+  float32 draw of Energon's worker stream, ``TorchStreamRng``, over float32 cumulative
+  weights), so that a blend delivers Energon's counts.
 * ``plan_batch``: a composed batch's sources, planned when the batch starts.
 * ``largest_remainder(n, weights)``: ``n`` slots split in proportion to ``weights``, each
   source its floor, the leftover slots to the largest remainders (ties: the lower index).
@@ -21,16 +24,20 @@
 
 from __future__ import annotations
 
+import bisect
 import math
+import struct
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from energon_lite.errors import ConfigError
-from energon_lite.rng import CounterRng
+from energon_lite.rng import CounterRng, TorchStreamRng
 from energon_lite.task_encoder.hook_index import INDEX
 
 
-def draw(rng: CounterRng, weights: Sequence[float]) -> int:
+def draw(rng: CounterRng | TorchStreamRng, weights: Sequence[float]) -> int:
     """Index drawn with probability ``weights[i] / sum(weights)`` (one draw of ``rng``)."""
     target = rng.random() * sum(weights)
     for index, weight in enumerate(weights):
@@ -38,6 +45,26 @@ def draw(rng: CounterRng, weights: Sequence[float]) -> int:
             return index
         target -= weight
     return max(i for i, w in enumerate(weights) if w > 0)  # float round-off at the top end
+
+
+def float32_cumsum(weights: Sequence[float]) -> list[float]:
+    """The cumulative weights as Energon sums them (float32), as Python floats."""
+    return [float(x) for x in np.cumsum(np.asarray(weights, dtype=np.float32))]
+
+
+def energon_draw(rng: TorchStreamRng, cdf: list[float]) -> int:
+    """Index drawn as Energon's blend draws it: one float32 draw times the float32 total
+    (the product rounded to float32), the first cumulative weight above it, so a weight of
+    0 is never drawn (a product rounded up to the total, where Energon's index would run
+    past the end, takes the last dataset with a weight)."""
+    target = _F32.unpack(_F32.pack(rng.random() * cdf[-1]))[0]
+    index = bisect.bisect_right(cdf, target)
+    if index == len(cdf):
+        index = bisect.bisect_left(cdf, cdf[-1])
+    return index
+
+
+_F32 = struct.Struct("f")  # packing rounds a float to float32 (to nearest)
 
 
 def largest_remainder(n: int, weights: Sequence[float]) -> list[int]:
@@ -92,7 +119,9 @@ def check_options(composition: str, batch_size: int | None, by_cost: bool) -> No
         )
 
 
-def plan_batch(rng: CounterRng, composition: str, size: int, live: Sequence[float]) -> list[int]:
+def plan_batch(
+    rng: CounterRng | TorchStreamRng, composition: str, size: int, live: Sequence[float]
+) -> list[int]:
     """The sources of one composed batch, in the order they are drawn (last first):
     ``stratified``, the largest-remainder counts in an order drawn at random (``size``
     draws); ``per_source``, one source drawn by weight."""

@@ -85,6 +85,11 @@ class SliceTable:
         """Samples worker ``worker`` owns in the unshuffled order (one pass over its share)."""
         raise NotImplementedError
 
+    def worker_offsets(self, worker: int) -> list[int]:
+        """The sample numbers (in the split's order) that bound worker ``worker``'s slices,
+        ``[start, ..., end]`` (Energon's ``workers_slice_offsets`` of one worker)."""
+        raise NotImplementedError(f"the {self.dealing!r} dealing has no per-worker ranges")
+
     def bounds(self, slice_id: int) -> tuple[int, int, int]:
         """``(shard_id, start, end)`` of a slice."""
         ids = np.asarray([slice_id], dtype=np.int64)
@@ -326,6 +331,12 @@ class RangeSlices(SliceTable):
 
     def dealt(self, worker: int) -> int:
         return int(self.share_bounds[worker + 1] - self.share_bounds[worker])
+
+    def worker_offsets(self, worker: int) -> list[int]:
+        ids = np.arange(self.worker_first[worker], self.worker_first[worker + 1], dtype=np.int64)
+        piece = self._piece_of(ids)
+        begins = self.piece_start[piece] + (ids - self.piece_first[piece]) * self.slice_len
+        return [int(b) for b in begins] + [int(self.share_bounds[worker + 1])]
 
 
 def slice_table(

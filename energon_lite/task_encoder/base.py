@@ -313,12 +313,15 @@ class DefaultTaskEncoder(TaskEncoder[T_sample, T_encoded_sample, T_raw_batch, T_
             return target is not None and target is not getattr(self, "raw_batch_type", None)
         return super().overrides(hook)
 
+    @stateless
     def encode_sample(self, sample: T_sample) -> T_encoded_sample:
         return convert_fields(sample, getattr(self, "encoded_sample_type", None))
 
+    @stateless
     def encode_batch(self, batch: T_raw_batch) -> T_batch:
         return convert_fields(batch, getattr(self, "batch_type", None))
 
+    @stateless
     def batch(self, samples: list[T_encoded_sample]) -> T_raw_batch:
         return default_collate(samples, self.raw_batch_type)
 

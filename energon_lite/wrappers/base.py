@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from energon_lite.errors import ConfigError, FailureTracker, failure_trackers
+from energon_lite.loader.energon_tree import TreeNode
 from energon_lite.loader.savable_dataset import SavableDataset
 from energon_lite.pipeline.dataset_pipeline import Pipeline
 from energon_lite.quotas import share
@@ -227,6 +228,19 @@ class WrapperDataset(SavableDataset):
         if self.virtual_epoch_length is not None:
             return self.virtual_epoch_length
         return super().__len__()
+
+    def energon_view(self) -> TreeNode:
+        """This wrapper over its datasets' views, with its settings (``loader.config()``)."""
+        return view_over(self, getattr(self.pipeline, "settings", {}))
+
+
+def view_over(dataset: Any, settings: dict[str, Any]) -> TreeNode:
+    """A wrapper's node in Energon's tree over the views of the datasets it wraps."""
+    views = [ds.energon_view() for ds in dataset.datasets]
+    fields = {**settings, "worker_config": dataset.worker_config.config()}
+    if len(views) == 1:
+        return TreeNode(type(dataset).__name__, fields, views[0])
+    return TreeNode(type(dataset).__name__, {**fields, "datasets": views})
 
 
 def check_wrapped(name: str, dataset: Any, worker_config: WorkerConfig) -> None:

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from energon_lite.errors import ConfigError
+from energon_lite.loader.energon_tree import BlendNode, TreeNode
 from energon_lite.loader.savable_dataset import SavableDataset
 from energon_lite.stages.blend_weighted import WeightedBlend
 from energon_lite.stages.concat import Concat
@@ -54,6 +55,15 @@ class BlendDataset(WrapperDataset):
             summed,
             several=True,
         )
+
+    def energon_view(self) -> TreeNode:
+        views = [ds.energon_view() for ds in self.datasets]
+        return BlendNode(list(zip(views, self.weights)), self.worker_config)
+
+
+# a pipeline's weighted blend, viewed as Energon's tree (energon_lite.loader.energon_tree), is
+# one too: code that walks the tree finds it with isinstance(node, BlendDataset)
+BlendDataset.register(BlendNode)
 
 
 class ConcatDataset(WrapperDataset):

@@ -13,6 +13,7 @@ import math
 from typing import Any
 
 from energon_lite.errors import ConfigError
+from energon_lite.loader.energon_tree import TreeNode
 from energon_lite.loader.savable_dataset import SavableDataset
 from energon_lite.stages.limit import Limit
 from energon_lite.stages.plan import Node
@@ -25,6 +26,7 @@ from energon_lite.wrappers.base import (
     child_node,
     per_worker,
     split_count,
+    view_over,
 )
 
 
@@ -143,6 +145,9 @@ class EpochizeDataset(SavableDataset):
     @property
     def dataset(self) -> SavableDataset:
         return self.datasets[0]
+
+    def energon_view(self) -> TreeNode:
+        return view_over(self, {"length": self.length})
 
     def __len__(self) -> int:
         return self.length

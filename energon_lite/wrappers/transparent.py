@@ -16,10 +16,11 @@ from collections.abc import Callable
 from typing import Any
 
 from energon_lite.errors import ConfigError
+from energon_lite.loader.energon_tree import TreeNode
 from energon_lite.loader.savable_dataset import SavableDataset
 from energon_lite.stages.shuffle import ShuffleBuffer
 from energon_lite.worker import WorkerConfig
-from energon_lite.wrappers.base import WrapperDataset, check_wrapped, nesting
+from energon_lite.wrappers.base import WrapperDataset, check_wrapped, nesting, view_over
 from energon_lite.wrappers.batching import check_size
 
 
@@ -56,6 +57,9 @@ class _Transparent(SavableDataset):
     @property
     def dataset(self) -> SavableDataset:
         return self.datasets[0]
+
+    def energon_view(self) -> TreeNode:
+        return view_over(self, {})
 
 
 class LogSampleDataset(_Transparent):
