@@ -29,7 +29,7 @@ from energon_lite.errors import (
 )
 from energon_lite.loader import healing
 from energon_lite.loader.savable_dataset import SavableDataset, unsavable_reason
-from energon_lite.loader.state_delta import decoded, with_unchanged
+from energon_lite.loader.state_delta import with_unchanged
 from energon_lite.loader.stats import LoaderStats
 from energon_lite.state.codec import (
     STATE_VERSION,
@@ -382,7 +382,7 @@ class SavableLoader:
             "config": self.dataset.config(),
             "epoch": self._epoch,
             "next_worker": self._next_worker,
-            "workers": [decoded(worker) for worker in self._states],
+            "workers": list(self._states),
             "in_pass": self._in_pass,
             # where the datasets were read from, for messages only: a state restores into a
             # copy elsewhere (the config identifies datasets by content)
