@@ -80,7 +80,9 @@ def test_a_patch_rebuilds_the_new_state_and_keeps_the_old():
     keys = [["s", 0, 0, i, 0] for i in range(10)]
     old = {"type": "Buffer", "keys": keys, "rng": 3, "source": {"type": "Reader", "next": 1}}
     new = {**old, "keys": [*keys[:4], ["s", 0, 0, 99, 0], *keys[5:]], "rng": 4}
-    sent = unchanged_marked({"type": "Phases", "sources": [old]}, {"type": "Phases", "sources": [new]})
+    sent = unchanged_marked(
+        {"type": "Phases", "sources": [old]}, {"type": "Phases", "sources": [new]}
+    )
     change = sent["sources"][0]
     assert isinstance(change, Patch) and set(change.changes) == {"keys", "rng"}
     rebuilt = with_unchanged({"type": "Phases", "sources": [old]}, pickle.loads(pickle.dumps(sent)))
@@ -88,6 +90,7 @@ def test_a_patch_rebuilds_the_new_state_and_keeps_the_old():
     assert old["keys"][4] == ["s", 0, 0, 4, 0] and old["rng"] == 3
     # a value of another type, though equal, travels: True is not 1 in a saved state
     flag = unchanged_marked(
-        {"type": "Phases", "sources": [{"done": 1}]}, {"type": "Phases", "sources": [{"done": True}]}
+        {"type": "Phases", "sources": [{"done": 1}]},
+        {"type": "Phases", "sources": [{"done": True}]},
     )
     assert with_unchanged({"sources": [{"done": 1}]}, flag)["sources"][0]["done"] is True
