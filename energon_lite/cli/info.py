@@ -13,7 +13,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from energon_lite.errors import ConfigError, EnergonLiteError, short_repr
+from energon_lite.errors import ConfigError, EnergonLiteError, StateError, short_repr
 from energon_lite.shards.meta import load_dataset_config, load_info, load_split
 from energon_lite.sources.base import Source
 from energon_lite.sources.kinds import DatasetKind, kind_of, resolve_path
@@ -223,6 +223,12 @@ def lint_source(dataset: Source, label: str, progress: bool = True) -> list[str]
 
 def describe_state(state: Any) -> str:
     """A readable summary of a loader state (one rank's, or a list of ranks')."""
+    from energon_lite.state.compact import unpacked
+
+    try:  # a canonical layout's compact state (version 3) reads as version 2
+        state = [unpacked(s) for s in state] if isinstance(state, list) else unpacked(state)
+    except StateError as exc:
+        return f"a loader state that does not read back: {exc}"
     if isinstance(state, list):  # one level only: a crafted file may nest lists deeply
         from energon_lite.cli.checkpoint_info import describe_layout
 

@@ -31,12 +31,14 @@ from energon_lite.loader import healing
 from energon_lite.loader.savable_dataset import SavableDataset, unsavable_reason
 from energon_lite.loader.state_delta import with_unchanged
 from energon_lite.loader.stats import LoaderStats
+from energon_lite.stages.base import stage_class
 from energon_lite.state.codec import (
     STATE_VERSION,
     check_same_config,
     check_state_shape,
     state_digest,
 )
+from energon_lite.state.compact import packed, unpacked
 
 if TYPE_CHECKING:  # the pool's shared-memory machinery loads only with a loader that uses it
     from energon_lite.batching.memory import BatchMemoryPool
@@ -194,6 +196,12 @@ def _stream(
     loader._states = [None] * n
     loader._next_worker = 0
     loader._epoch += 1
+
+
+def _many_pipelines(level: dict[str, Any]) -> bool:
+    """A saved level whose parents are a canonical layout's pipelines (``Phases``)."""
+    cls = stage_class(level.get("type"))
+    return cls is not None and cls.LAZY_SOURCES
 
 
 class SavableLoader:
@@ -389,7 +397,7 @@ class SavableLoader:
             "paths": self._dataset_paths(),
         }
         state["digest"] = state_digest(state)
-        return state
+        return packed(state, _many_pipelines)  # a canonical layout's pipelines, compact
 
     def _dataset_paths(self) -> list[str]:
         leaves = getattr(self.dataset.pipeline, "leaves", None) or []
@@ -429,6 +437,7 @@ class SavableLoader:
             return
         if not isinstance(state, dict) or state.get("type") != "SavableLoader":
             raise StateError(f"not an energon_lite loader state: {short_repr(state)}")
+        state = unpacked(state)  # version 3 (compact pipelines) reads as version 2
         if state.get("version") != STATE_VERSION:
             raise StateError(
                 f"loader state version {short_repr(state.get('version'))}, this energon_lite "
@@ -524,6 +533,7 @@ class SavableLoader:
         wc = self.worker_config
         if not isinstance(states, list) or not states:
             return states
+        states = [unpacked(state) for state in states]
         readers = getattr(self.dataset.pipeline, "readers", None)  # None: a wrapper chain
         leaves = (
             None if readers is None else [LeafPlan.of(reader) for reader in readers(wc.slot(0))]
