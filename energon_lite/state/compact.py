@@ -13,7 +13,7 @@ caller names) by its length; the pipelines travel together under ``pipelines``:
   column is stored as the differences from the row above, zigzag-coded, in the smallest
   unsigned integer type that holds them, column after column;
 * a pipeline that has not started (``None``) is a zero bit of a bitmap;
-* the lot is msgpack, deflated, as base85 text (a state stays JSON-able).
+* the lot is msgpack, compressed (raw LZMA2), as base85 text (a state stays JSON-able).
 
 Reading it back (:func:`unpacked`) gives the version 2 state, digest and all, that the rest
 of the library reads; a state of version 2 passes unchanged. The version 3 state carries its
@@ -23,7 +23,7 @@ own digest, checked before anything is read.
 from __future__ import annotations
 
 import base64
-import zlib
+import lzma
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -37,6 +37,7 @@ PACKED_VERSION = 3
 _CODEC = 1
 _SLOT = 0  # a template's integer slot; any other node is a tagged list
 _INT_LIMIT = 1 << 61  # integers beyond stay in the template (differences fit int64)
+_LZMA = [{"id": lzma.FILTER_LZMA2, "preset": 6}]
 _DTYPES = (np.uint8, np.uint16, np.uint32, np.uint64)
 _TOPS = (0xFF, 0xFFFF, 0xFFFF_FFFF, 0xFFFF_FFFF_FFFF_FFFF)
 
@@ -136,8 +137,15 @@ def pack_records(records: list[Any]) -> dict[str, Any]:
         which.append(number)
         rows[number].append(values)
     tables = [_table(group) for group in rows]
-    body = [_CODEC, len(records), np.packbits(np.array(started, dtype=bool)).tobytes(), templates, which, tables]
-    data = zlib.compress(msgpack.packb(body, use_bin_type=True), 9)
+    body = [
+        _CODEC,
+        len(records),
+        np.packbits(np.array(started, dtype=bool)).tobytes(),
+        templates,
+        which,
+        tables,
+    ]
+    data = lzma.compress(msgpack.packb(body, use_bin_type=True), lzma.FORMAT_RAW, filters=_LZMA)
     return {"codec": _CODEC, "data": base64.b85encode(data).decode("ascii")}
 
 
@@ -146,7 +154,7 @@ def unpack_records(pipelines: Any) -> list[Any]:
     try:
         if not isinstance(pipelines, dict) or pipelines.get("codec") != _CODEC:
             raise ValueError(f"unknown pipelines codec {short_repr(pipelines)}")
-        raw = zlib.decompress(base64.b85decode(pipelines["data"]))
+        raw = lzma.decompress(base64.b85decode(pipelines["data"]), lzma.FORMAT_RAW, filters=_LZMA)
         _, count, bitmap, templates, which, tables = msgpack.unpackb(
             raw, raw=False, strict_map_key=False
         )
@@ -167,7 +175,7 @@ def unpack_records(pipelines: Any) -> list[Any]:
             if next(values, _END) is not _END:
                 raise ValueError("a pipeline has more numbers than its template")
         return out
-    except (ValueError, TypeError, KeyError, IndexError, StopIteration, zlib.error) as exc:
+    except (ValueError, TypeError, KeyError, IndexError, StopIteration, lzma.LZMAError) as exc:
         raise StateError(f"loader state: its pipelines are corrupt ({exc})") from None
     except (msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
         raise StateError(f"loader state: its pipelines are corrupt ({exc})") from None
