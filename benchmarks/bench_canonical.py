@@ -63,14 +63,15 @@ def loader(root: Path, rank: int, world: int, workers: int, canonical: Any, **op
     return el.get_savable_loader(dataset)
 
 
-def cpu_seconds() -> float:
+def cpu_seconds() -> tuple[float, float]:
+    """(this process's CPU seconds, its workers')."""
     import psutil
 
-    total = time.process_time()
+    workers = 0.0
     for child in psutil.Process().children(recursive=True):
         with contextlib.suppress(psutil.Error):  # a worker that just ended
-            total += sum(child.cpu_times()[:2])
-    return total
+            workers += sum(child.cpu_times()[:2])
+    return time.process_time(), workers
 
 
 def child_throughput(root: Path, mode: str, batches: int) -> None:
@@ -87,7 +88,9 @@ def child_throughput(root: Path, mode: str, batches: int) -> None:
     for _ in range(batches):
         samples += len(next(it).__key__)
     wall = time.perf_counter() - start
-    result = {"rate": samples / wall, "cpu_us": 1e6 * (cpu_seconds() - cpu) / samples}
+    trainer, workers = (1e6 * (b - a) / samples for a, b in zip(cpu, cpu_seconds()))
+    result = {"rate": samples / wall, "cpu_us": trainer + workers}
+    result.update(trainer_us=trainer, workers_us=workers)
     result["warmup_s"] = first
     print(RESULT + json.dumps(result), flush=True)
     one.close()
@@ -106,7 +109,13 @@ def throughput(root: Path, rounds: int, batches: int) -> None:
                 raise SystemExit(f"{mode} run failed:\n{child.stderr[-3000:]}")
             runs[mode].append(json.loads(line[len(RESULT) :]))
     rows = []
-    for figure, label, higher in (("rate", "samples/s", True), ("cpu_us", "CPU us/sample", False)):
+    figures = (
+        ("rate", "samples/s", True),
+        ("cpu_us", "CPU us/sample", False),
+        ("workers_us", "of which workers", False),
+        ("trainer_us", "of which trainer", False),
+    )
+    for figure, label, higher in figures:
         plain = [r[figure] for r in runs["plain"]]
         canon = [r[figure] for r in runs["canonical"]]
         # overhead per round (> 0: the canonical layout costs something)

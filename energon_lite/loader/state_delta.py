@@ -11,7 +11,7 @@ unpickling in the trainer) all 100 cost about 3% of a sample's CPU per pipeline 
 So under a stage that declares ``LAZY_SOURCES`` the worker sends, per parent state:
 
 * :data:`UNCHANGED` when it is the very object it sent last time;
-* a :class:`Patch` when it is a new state of the same structure: the values that differ from
+* a patch (:func:`is_patch`) when it is a new state of the same structure: the values that differ from
   the one sent before, found by object identity first (a buffer's saved keys are the same
   key objects from one save to the next), then by type and value;
 * the state itself otherwise (the first batch of a worker, a pipeline that starts).
@@ -35,24 +35,24 @@ from energon_lite.stages.base import stage_class
 UNCHANGED = "=unchanged"  # never a stage state (those are dicts or None)
 
 
-class Patch:
-    """What changed in a dict or a list of the same structure: ``{key or index: change}``,
-    a change being a nested Patch or the new value."""
+PATCH = "=patch"  # the first key of a patch; never a key of a stage state
 
-    __slots__ = ("changes",)
 
-    def __init__(self, changes: dict[Any, Any]) -> None:
-        self.changes = changes
+def is_patch(value: Any) -> bool:
+    """Whether ``value`` is a patch: a plain dict ``{PATCH: 0, key or index: change}``, a
+    change being a nested patch or the new value (plain dicts unpickle in C; a class of its
+    own cost the trainer a Python call per patch)."""
+    return type(value) is dict and PATCH in value
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        return Patch, (self.changes,)
 
-    def applied(self, old: Any) -> Any:
-        """``old`` with the changes, in new containers where they changed (``old`` is kept)."""
-        out = dict(old) if isinstance(old, dict) else list(old)
-        for where, change in self.changes.items():
-            out[where] = change.applied(old[where]) if isinstance(change, Patch) else change
-        return out
+def applied(old: Any, patch: dict[Any, Any]) -> Any:
+    """``old`` with ``patch``'s changes, in new containers where they changed (``old`` is
+    kept as it was)."""
+    out = dict(old) if isinstance(old, dict) else list(old)
+    for where, change in patch.items():
+        if where != PATCH:
+            out[where] = applied(old[where], change) if is_patch(change) else change
+    return out
 
 
 _SAME = object()
@@ -60,7 +60,7 @@ _WHOLE = 8  # a list of at most this many items that is another object travels w
 
 
 def difference(old: Any, new: Any) -> Any:
-    """``_SAME``, a :class:`Patch` from ``old`` to ``new``, or ``new`` itself (to replace)."""
+    """``_SAME``, a patch from ``old`` to ``new``, or ``new`` itself (to replace)."""
     if new is old:
         return _SAME
     kind = type(new)
@@ -91,12 +91,14 @@ def difference(old: Any, new: Any) -> Any:
             changes[where] = change
     if not changes:
         return _SAME
-    return Patch(changes) if kind is dict or 2 * len(changes) < len(new) else new
+    if kind is list and 2 * len(changes) >= len(new):
+        return new
+    return {PATCH: 0, **changes}
 
 
 def unchanged_marked(previous: Any, state: Any) -> Any:
     """``state`` to send, given ``previous`` (the state sent before): under a stage with
-    ``LAZY_SOURCES`` each parent state as :data:`UNCHANGED`, a :class:`Patch` or itself."""
+    ``LAZY_SOURCES`` each parent state as :data:`UNCHANGED`, a patch or itself."""
     if not isinstance(state, dict):
         return state
     out = dict(state)
@@ -135,8 +137,8 @@ def with_unchanged(previous: Any, state: Any) -> Any:
         out["sources"] = [
             _kept(before, i)
             if isinstance(new, str) and new == UNCHANGED
-            else new.applied(_kept(before, i))
-            if isinstance(new, Patch)
+            else applied(_kept(before, i), new)
+            if is_patch(new)
             else new
             for i, new in enumerate(now)
         ]
