@@ -117,6 +117,10 @@ class Encode(Stage):
             sample = guarded(
                 self.failures, "encode_sample", _where, self.encode, raw, subject=self._failed
             )
+            # let go of it: a sample decoded into its batch's shared memory would keep that
+            # memory busy until this stage's next sample (batching/memory.py), which under a
+            # canonical layout comes a few batches later (each pipeline has its own Encode)
+            self._subject = None
             if isinstance(sample, types.GeneratorType):
                 self._outputs, self._parent, self._sub = sample, raw["__restore_key__"], 0
                 continue
