@@ -54,6 +54,7 @@ class Encode(Stage):
     _outputs: Iterator[Any] | None  # the running generator hook
     _parent: RestoreKey | None
     _sub: int
+    _subject: Any  # what an error handler gets while a sample is encoded (None after)
 
     def __init__(
         self,
