@@ -38,7 +38,7 @@ from energon_lite.state.codec import (
     check_state_shape,
     state_digest,
 )
-from energon_lite.state.compact import packed, unpacked
+from energon_lite.state.compact import PACKED_VERSION, packed, unpacked
 
 if TYPE_CHECKING:  # the pool's shared-memory machinery loads only with a loader that uses it
     from energon_lite.batching.memory import BatchMemoryPool
@@ -441,7 +441,8 @@ class SavableLoader:
         if state.get("version") != STATE_VERSION:
             raise StateError(
                 f"loader state version {short_repr(state.get('version'))}, this energon_lite "
-                f"reads {STATE_VERSION}; states of version 1 (energon_lite 0.1) cannot be "
+                f"reads {STATE_VERSION} and {PACKED_VERSION} (compact pipelines); states of "
+                "version 1 (energon_lite 0.1) cannot be "
                 "resumed by this version"
             )
         try:
