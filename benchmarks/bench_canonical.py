@@ -5,12 +5,17 @@
   the plain 1 x 2 loader, same data and global batch; A/B alternated (order reversed every
   round), a fresh child process per run, ``--batches`` batches after 10 warm-up batches
   (the warm-up fills every pipeline's shuffle buffer).
+* ``paired`` (the steadier figure on a shared machine): both loaders in one process, their
+  batches taken in turn (the order swapped every batch), so the two see the same load at the
+  same moments; per round the CPU per sample of each loader's worker processes and of the
+  trainer's ``next()`` calls (thread CPU time); a fresh pair of loaders per round.
 * ``state``: K x Q = 1024 (canonical (32, 32)) on 1 x 2 and 4 x 2 (ranks simulated in one
   process): each rank takes ``--state-batches`` batches and saves; the state's msgpack size
   per rank, and the time from building a new loader through ``restore_state_global`` to its
   first batch, on the same layout and on the other one.
 
     python benchmarks/bench_canonical.py [--data DIR] [--rounds 6] [--batches 60]
+        [--only throughput|paired|state]
 """
 
 from __future__ import annotations
@@ -63,14 +68,15 @@ def loader(root: Path, rank: int, world: int, workers: int, canonical: Any, **op
     return el.get_savable_loader(dataset)
 
 
-def cpu_seconds() -> float:
+def cpu_seconds() -> tuple[float, float]:
+    """(this process's CPU seconds, its workers')."""
     import psutil
 
-    total = time.process_time()
+    workers = 0.0
     for child in psutil.Process().children(recursive=True):
         with contextlib.suppress(psutil.Error):  # a worker that just ended
-            total += sum(child.cpu_times()[:2])
-    return total
+            workers += sum(child.cpu_times()[:2])
+    return time.process_time(), workers
 
 
 def child_throughput(root: Path, mode: str, batches: int) -> None:
@@ -87,7 +93,9 @@ def child_throughput(root: Path, mode: str, batches: int) -> None:
     for _ in range(batches):
         samples += len(next(it).__key__)
     wall = time.perf_counter() - start
-    result = {"rate": samples / wall, "cpu_us": 1e6 * (cpu_seconds() - cpu) / samples}
+    trainer, workers = (1e6 * (b - a) / samples for a, b in zip(cpu, cpu_seconds()))
+    result = {"rate": samples / wall, "cpu_us": trainer + workers}
+    result.update(trainer_us=trainer, workers_us=workers)
     result["warmup_s"] = first
     print(RESULT + json.dumps(result), flush=True)
     one.close()
@@ -106,7 +114,13 @@ def throughput(root: Path, rounds: int, batches: int) -> None:
                 raise SystemExit(f"{mode} run failed:\n{child.stderr[-3000:]}")
             runs[mode].append(json.loads(line[len(RESULT) :]))
     rows = []
-    for figure, label, higher in (("rate", "samples/s", True), ("cpu_us", "CPU us/sample", False)):
+    figures = (
+        ("rate", "samples/s", True),
+        ("cpu_us", "CPU us/sample", False),
+        ("workers_us", "of which workers", False),
+        ("trainer_us", "of which trainer", False),
+    )
+    for figure, label, higher in figures:
         plain = [r[figure] for r in runs["plain"]]
         canon = [r[figure] for r in runs["canonical"]]
         # overhead per round (> 0: the canonical layout costs something)
@@ -127,6 +141,74 @@ def throughput(root: Path, rounds: int, batches: int) -> None:
     warm = [median([r["warmup_s"] for r in runs[m]]) for m in ("plain", "canonical")]
     print(f"\nfirst 10 batches (start-up, buffers filling): plain {warm[0]:.2f} s, "
           f"canonical {warm[1]:.2f} s (medians)")  # fmt: skip
+
+
+def paired(root: Path, rounds: int, batches: int) -> None:
+    import psutil
+    import torch
+
+    torch.set_num_threads(1)
+    modes = ("plain", "canonical")
+
+    def workers_cpu(pids: set[int]) -> float:
+        return sum(sum(psutil.Process(pid).cpu_times()[:2]) for pid in pids)
+
+    rows: list[dict[str, dict[str, float]]] = []
+    loads = []
+    for index in range(rounds):
+        loads.append(os.getloadavg()[0])
+        made: dict[str, Any] = {}
+        pids: dict[str, set[int]] = {}
+        seen = {c.pid for c in psutil.Process().children(recursive=True)}
+        for mode in ab_order(list(modes), index):
+            one = loader(root, 0, 1, 2, (8, 8) if mode == "canonical" else None)
+            made[mode] = (one, iter(one))
+            next(made[mode][1])  # its workers started
+            now = {c.pid for c in psutil.Process().children(recursive=True)}
+            pids[mode], seen = now - seen, now
+        for _ in range(9):  # warm-up: every pipeline's shuffle buffer filled
+            for mode in modes:
+                next(made[mode][1])
+        start = {mode: workers_cpu(pids[mode]) for mode in modes}
+        trainer = dict.fromkeys(modes, 0.0)
+        samples = dict.fromkeys(modes, 0)
+        for step in range(batches):
+            for mode in ab_order(list(modes), step):
+                before = time.thread_time()
+                samples[mode] += len(next(made[mode][1]).__key__)
+                trainer[mode] += time.thread_time() - before
+        rows.append(
+            {
+                mode: {
+                    "workers": 1e6 * (workers_cpu(pids[mode]) - start[mode]) / samples[mode],
+                    "trainer": 1e6 * trainer[mode] / samples[mode],
+                }
+                for mode in modes
+            }
+        )
+        for one, _ in made.values():
+            one.close()
+    table = []
+    for label, part in (("CPU us/sample", None), ("of which workers", "workers"),
+                        ("of which trainer", "trainer")):  # fmt: skip
+
+        def value(row: dict[str, float], part: str | None = part) -> float:
+            return row["workers"] + row["trainer"] if part is None else row[part]
+
+        per_round = [value(r["canonical"]) / value(r["plain"]) - 1 for r in rows]
+        table.append(
+            [
+                label,
+                fmt_num(median([value(r["plain"]) for r in rows])),
+                fmt_num(median([value(r["canonical"]) for r in rows])),
+                f"{100 * (median(per_round) or 0):+.2f} %",
+                f"{100 * min(per_round):+.1f} .. {100 * max(per_round):+.1f} %",
+            ]
+        )
+    print(f"\npaired (batches in turn, one process), {rounds} rounds x {batches} batches of "
+          f"{BATCH} each, load average {min(loads):.1f}-{max(loads):.1f}\n")  # fmt: skip
+    print(markdown_table(["figure", "plain 1 x 2", "canonical (8, 8) on 1 x 2",
+                          "overhead (median of rounds)", "per-round spread"], table))  # fmt: skip
 
 
 def state(root: Path, steps: int) -> None:
@@ -188,7 +270,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=60)
     parser.add_argument("--samples", type=int, default=8000)
     parser.add_argument("--state-batches", type=int, default=40)
-    parser.add_argument("--only", choices=["throughput", "state"])
+    parser.add_argument("--only", choices=["throughput", "paired", "state"])
     parser.add_argument("--child", choices=["plain", "canonical"])
     args = parser.parse_args()
     if args.child:
@@ -205,6 +287,8 @@ def main() -> None:
     texts = prepared(args.data / "canonical_texts_40000", 40_000, 8, "TextSample", {"text": "txt"})
     if args.only in (None, "throughput"):
         throughput(images, args.rounds, args.batches)
+    if args.only in (None, "paired"):
+        paired(images, args.rounds, args.batches)
     if args.only in (None, "state"):
         state(texts, args.state_batches)
 

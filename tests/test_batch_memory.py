@@ -244,3 +244,41 @@ def test_preparing_a_dataset_does_not_load_the_shared_memory_machinery() -> None
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+class PoolProbe(DefaultTaskEncoder):
+    """Says, per batch, whether its images (decoded straight into the batch) are in one of
+    the worker's pool segments."""
+
+    def encode_batch(self, batch: Any) -> dict[str, Any]:
+        pool = active_pool()
+        segments = pool._segments if pool is not None else []
+        storage = batch.image.untyped_storage()
+        return {"pooled": any(storage is segment for segment in segments)}
+
+
+def test_a_canonical_layouts_pipelines_let_go_of_their_last_sample(tmp_path: Path) -> None:
+    """16 logical pipelines per worker, each serving every 4th batch: a pipeline must not
+    keep its last decoded sample (a row of a batch the trainer has) until its turn comes
+    again, or the worker runs out of free segments and allocates fresh memory."""
+    from energon_lite import prepare_dataset
+    from energon_lite.synth.shards import write_captioning_shards
+
+    write_captioning_shards(tmp_path, 320, 40, image_size=(64, 64))  # 8 x 48 KiB per batch
+    prepare_dataset(
+        tmp_path, split_ratio=[("train", 1)], sample_type="CaptioningSample",
+        field_map={"image": "jpg", "caption": "txt"}, progress=False,
+    )  # fmt: skip
+    dataset = get_train_dataset(
+        tmp_path,
+        batch_size=8,
+        worker_config=WorkerConfig(0, 1, 2),
+        task_encoder=PoolProbe(),
+        shuffle_buffer_size=4,
+        max_samples_per_sequence=5,
+        canonical_layout=(4, 8),
+    )
+    loader = get_savable_loader(dataset)
+    pooled = [batch["pooled"] for _, batch in zip(range(40), loader)]
+    loader.close()
+    assert all(pooled[8:]), pooled  # after the workers' first batches: always a segment

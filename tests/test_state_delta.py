@@ -5,7 +5,8 @@ from __future__ import annotations
 import pickle
 
 from energon_lite import WorkerConfig, get_savable_loader, get_train_dataset
-from energon_lite.loader.state_delta import UNCHANGED, decoded, unchanged_marked, with_unchanged
+from energon_lite.loader.state_delta import UNCHANGED, is_patch, unchanged_marked, with_unchanged
+from energon_lite.state.compact import unpacked
 from energon_lite.testing import take
 
 
@@ -25,16 +26,20 @@ def test_only_the_pipelines_a_batch_moved_travel(train_ds):
         chain.next()
     sent = chain.save_state()
     trainer = with_unchanged(None, unchanged_marked(None, sent))  # the first travels whole
+    before = pickle.loads(pickle.dumps(trainer))
     for _ in range(5):
         chain.next()
         state = chain.save_state()
         sent, previous = unchanged_marked(sent, state), state
-        # the phase's 4 pipelines travel, as msgpack bytes the trainer keeps undecoded
-        assert sum(isinstance(source, bytes) for source in sent["sources"]) == 4
+        # the phase's 4 pipelines travel, as what changed in them
+        assert sum(is_patch(source) for source in sent["sources"]) == 4
         assert sent["sources"].count(UNCHANGED) == 12
-        assert len(pickle.dumps(sent)) < len(pickle.dumps(state)) / 2
+        assert len(pickle.dumps(sent)) < len(pickle.dumps(state)) / 4
+        handed_out = trainer
         trainer = with_unchanged(trainer, sent)
-        assert decoded(trainer) == state  # what the trainer keeps is the worker's whole state
+        assert trainer == state  # what the trainer keeps is the worker's whole state
+        assert handed_out == before  # and a state it kept before is not changed
+        before = pickle.loads(pickle.dumps(trainer))
         sent = previous
 
 
@@ -46,8 +51,8 @@ def test_chains_that_save_new_objects_travel_whole():
 
 
 def test_workers_restarted_from_the_kept_states_continue(train_ds):
-    """close() and iterate again: new workers start from the trainer's states, whose
-    pipelines are partly still the bytes the workers sent."""
+    """close() and iterate again: new workers start from the trainer's states, rebuilt
+    from what changed."""
 
     def make():
         return get_savable_loader(
@@ -64,12 +69,29 @@ def test_workers_restarted_from_the_kept_states_continue(train_ds):
     whole = [b.__key__ for b in take(make(), 9)]
     parts = make()
     first = [b.__key__ for b in take(parts, 3)]
-    assert any(
-        isinstance(source, bytes) for worker in parts._states for source in worker["sources"]
-    )
     parts.close()
     second = [b.__key__ for b in take(parts, 3)]
     parts.close()
     third = [b.__key__ for b in take(parts, 3)]
     assert first + second + third == whole
-    assert [decoded(w) for w in parts._states] == parts.save_state_rank()["workers"]
+    assert parts._states == unpacked(parts.save_state_rank())["workers"]
+
+
+def test_a_patch_rebuilds_the_new_state_and_keeps_the_old():
+    keys = [["s", 0, 0, i, 0] for i in range(10)]
+    old = {"type": "Buffer", "keys": keys, "rng": 3, "source": {"type": "Reader", "next": 1}}
+    new = {**old, "keys": [*keys[:4], ["s", 0, 0, 99, 0], *keys[5:]], "rng": 4}
+    sent = unchanged_marked(
+        {"type": "Phases", "sources": [old]}, {"type": "Phases", "sources": [new]}
+    )
+    change = sent["sources"][0]
+    assert is_patch(change) and set(change) == {"=patch", "keys", "rng"}
+    rebuilt = with_unchanged({"type": "Phases", "sources": [old]}, pickle.loads(pickle.dumps(sent)))
+    assert rebuilt["sources"][0] == new
+    assert old["keys"][4] == ["s", 0, 0, 4, 0] and old["rng"] == 3
+    # a value of another type, though equal, travels: True is not 1 in a saved state
+    flag = unchanged_marked(
+        {"type": "Phases", "sources": [{"done": 1}]},
+        {"type": "Phases", "sources": [{"done": True}]},
+    )
+    assert with_unchanged({"sources": [{"done": 1}]}, flag)["sources"][0]["done"] is True

@@ -20,6 +20,7 @@ from energon_lite.cli.checkpoint_find import Found, Path_, find_states
 from energon_lite.cli.state_file import read_state_file
 from energon_lite.errors import StateError
 from energon_lite.state.codec import encode_state
+from energon_lite.state.compact import unpacked
 
 
 @dataclass
@@ -81,14 +82,19 @@ def read_checkpoint(path: str | Path | list[Path], key: str | None = None) -> Ch
     order (Energon's ``redist`` form). Each file may be a trainer checkpoint with the states
     inside, found in nested dicts and lists or at ``key`` (``path.to.state``)."""
     if isinstance(path, list):
-        return _per_rank(path, key, path[0].parent)
-    path = Path(path)
-    if path.is_dir():
-        files = sorted((p for p in path.iterdir() if p.is_file()), key=lambda p: _natural(p.name))
-        if not files:
-            raise StateError(f"{path}: no state files in this folder")
-        return _per_rank(files, key, path)
-    return _per_rank([path], key, path)
+        found = _per_rank(path, key, path[0].parent)
+    else:
+        path = Path(path)
+        files = [path]
+        if path.is_dir():
+            files = sorted(
+                (p for p in path.iterdir() if p.is_file()), key=lambda p: _natural(p.name)
+            )
+            if not files:
+                raise StateError(f"{path}: no state files in this folder")
+        found = _per_rank(files, key, path)
+    found.states = [unpacked(state) for state in found.states]  # version 3 reads as 2
+    return found
 
 
 def _wrap(key: Path_, value: Any) -> tuple[Any, bool]:

@@ -13,7 +13,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from energon_lite.errors import ConfigError, EnergonLiteError, short_repr
+from energon_lite.errors import ConfigError, EnergonLiteError, StateError, short_repr
 from energon_lite.shards.meta import load_dataset_config, load_info, load_split
 from energon_lite.sources.base import Source
 from energon_lite.sources.kinds import DatasetKind, kind_of, resolve_path
@@ -223,28 +223,38 @@ def lint_source(dataset: Source, label: str, progress: bool = True) -> list[str]
 
 def describe_state(state: Any) -> str:
     """A readable summary of a loader state (one rank's, or a list of ranks')."""
-    if isinstance(state, list):  # one level only: a crafted file may nest lists deeply
+    from energon_lite.state.compact import unpacked
+
+    try:  # a canonical layout's compact state (version 3) reads as version 2
+        read = [unpacked(s) for s in state] if isinstance(state, list) else unpacked(state)
+    except StateError as exc:
+        return f"a loader state that does not read back: {exc}"
+    if isinstance(read, list):  # one level only: a crafted file may nest lists deeply
         from energon_lite.cli.checkpoint_info import describe_layout
 
-        return describe_layout(state) + "\n\n".join(
-            f"rank {i}:\n{_describe_rank(s)}" if not isinstance(s, list) else f"rank {i}: a list"
-            for i, s in enumerate(state)
+        return describe_layout(read) + "\n\n".join(
+            f"rank {i}:\n{_describe_rank(s, o)}" if not isinstance(s, list) else f"rank {i}: a list"
+            for i, (s, o) in enumerate(zip(read, state))
         )
-    return _describe_rank(state)
+    return _describe_rank(read, state)
 
 
 _SOURCES_SHOWN = 8  # parents listed per stage (a blend's leaves, a worker's pipelines)
 
 
-def _describe_rank(state: Any) -> str:
+def _describe_rank(state: Any, saved: Any = None) -> str:
+    """``state`` as read (version 2); ``saved`` as stored, when it was a compact version 3."""
     if not isinstance(state, dict) or state.get("type") != "SavableLoader":
         return f"not an energon_lite loader state: {type(state).__name__}"
     config = state.get("config")
     workers = state.get("workers", [])
     if not isinstance(config, dict) or not isinstance(workers, list):
         return "not an energon_lite loader state: 'config' must be a dict, 'workers' a list"
+    version = f"v{state.get('version')}"
+    if isinstance(saved, dict) and saved is not state and "pipelines" in saved:
+        version = f"v{saved.get('version')} (pipelines packed)"
     lines = [
-        f"energon_lite loader state v{state.get('version')}, epoch pass {state.get('epoch')}, next worker {state.get('next_worker')}"
+        f"energon_lite loader state {version}, epoch pass {state.get('epoch')}, next worker {state.get('next_worker')}"
     ]
     lines.extend(f"  {k}: {short_repr(v)}" for k, v in config.items())
     from energon_lite.cli.checkpoint_info import describe_work

@@ -29,15 +29,17 @@ from energon_lite.errors import (
 )
 from energon_lite.loader import healing
 from energon_lite.loader.savable_dataset import SavableDataset, modality, unsavable_reason
-from energon_lite.loader.state_delta import decoded, with_unchanged
+from energon_lite.loader.state_delta import with_unchanged
 from energon_lite.loader.stats import LoaderStats
 from energon_lite.sample_utils import default_get_batch_keys
+from energon_lite.stages.base import stage_class
 from energon_lite.state.codec import (
     STATE_VERSION,
     check_same_config,
     check_state_shape,
     state_digest,
 )
+from energon_lite.state.compact import PACKED_VERSION, packed, unpacked
 
 if TYPE_CHECKING:  # the pool's shared-memory machinery loads only with a loader that uses it
     from energon_lite.batching.memory import BatchMemoryPool
@@ -222,6 +224,12 @@ def _stream(
     loader._states = [None] * n
     loader._next_worker = 0
     loader._epoch += 1
+
+
+def _many_pipelines(level: dict[str, Any]) -> bool:
+    """A saved level whose parents are a canonical layout's pipelines (``Phases``)."""
+    cls = stage_class(level.get("type"))
+    return cls is not None and cls.LAZY_SOURCES
 
 
 class SavableLoader:
@@ -442,14 +450,14 @@ class SavableLoader:
             "config": self.dataset.config(),
             "epoch": self._epoch,
             "next_worker": self._next_worker,
-            "workers": [decoded(worker) for worker in self._states],
+            "workers": list(self._states),
             "in_pass": self._in_pass,
             # where the datasets were read from, for messages only: a state restores into a
             # copy elsewhere (the config identifies datasets by content)
             "paths": self._dataset_paths(),
         }
         state["digest"] = state_digest(state)
-        return state
+        return packed(state, _many_pipelines)  # a canonical layout's pipelines, compact
 
     def _dataset_paths(self) -> list[str]:
         leaves = getattr(self.dataset.pipeline, "leaves", None) or []
@@ -489,10 +497,12 @@ class SavableLoader:
             return
         if not isinstance(state, dict) or state.get("type") != "SavableLoader":
             raise StateError(f"not an energon_lite loader state: {short_repr(state)}")
+        state = unpacked(state)  # version 3 (compact pipelines) reads as version 2
         if state.get("version") != STATE_VERSION:
             raise StateError(
                 f"loader state version {short_repr(state.get('version'))}, this energon_lite "
-                f"reads {STATE_VERSION}; states of version 1 (energon_lite 0.1) cannot be "
+                f"reads {STATE_VERSION} and {PACKED_VERSION} (compact pipelines); states of "
+                "version 1 (energon_lite 0.1) cannot be "
                 "resumed by this version"
             )
         try:
@@ -584,6 +594,7 @@ class SavableLoader:
         wc = self.worker_config
         if not isinstance(states, list) or not states:
             return states
+        states = [unpacked(state) for state in states]
         readers = getattr(self.dataset.pipeline, "readers", None)  # None: a wrapper chain
         leaves = (
             None if readers is None else [LeafPlan.of(reader) for reader in readers(wc.slot(0))]

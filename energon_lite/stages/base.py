@@ -82,8 +82,8 @@ class Stage:
     ELASTIC_FRESH: ClassVar[Mapping[str, Any] | None] = None
     # loader.mix(): it reports sample costs to the blend (samples held above it are costed)
     MIX_COSTS: ClassVar[bool] = False
-    # a saved level's "sources" may hold None (that parent starts fresh) and, inside the
-    # loader only, a parent's state as msgpack bytes, decoded when it restores (``Phases``)
+    # a saved level's "sources" may hold None (that parent starts fresh; ``Phases``), and its
+    # parents' states travel from a worker as what changed (loader/state_delta.py)
     LAZY_SOURCES: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:

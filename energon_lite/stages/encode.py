@@ -68,6 +68,7 @@ class Encode(Stage):
     _sub: int
     _seeds = SEEDS_LATEST  # until restored: the form a fresh run uses
     _indexed = False  # whether the running generator hook read an index
+    _subject: Any  # what an error handler gets while a sample is encoded (None after)
 
     def __init__(
         self,
@@ -137,6 +138,10 @@ class Encode(Stage):
             sample = guarded(
                 self.failures, "encode_sample", _where, self.encode, raw, subject=self._failed
             )
+            # let go of it: a sample decoded into its batch's shared memory would keep that
+            # memory busy until this stage's next sample (batching/memory.py), which under a
+            # canonical layout comes a few batches later (each pipeline has its own Encode)
+            self._subject = None
             if isinstance(sample, types.GeneratorType):
                 self._outputs, self._parent, self._sub = sample, raw["__restore_key__"], 0
                 self._indexed = INDEX.read

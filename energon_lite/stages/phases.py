@@ -17,7 +17,8 @@ Cost per pipeline: its chain's objects and buffers only (the opened datasets, th
 maps and file handles are the process's, shared). A pipeline restores, or starts fresh,
 when its phase is first served, so a worker of hundreds of pipelines starts with one
 phase's; a save re-saves only the pipelines pulled since the last one and keeps the others'
-state objects, which the worker then does not send again (``loader/state_delta.py``).
+state objects, which the worker then does not send again, and sends what changed in the
+others (``loader/state_delta.py``).
 
 State: the index of the next phase, and each pipeline's own state under ``sources`` (None
 for a pipeline that starts fresh when its phase comes).
@@ -41,7 +42,7 @@ from energon_lite.errors import (
 )
 from energon_lite.stages.base import Stage, stage_class
 from energon_lite.stages.batch import collate_or_skip
-from energon_lite.state.codec import check_level, decode_state, state_count
+from energon_lite.state.codec import check_level, state_count
 
 
 class Phases(Stage):
@@ -132,8 +133,6 @@ class Phases(Stage):
         """Restore pipeline ``index`` if it has not been yet."""
         if index in self._pending:
             state = self._pending.pop(index)
-            if isinstance(state, bytes):  # as the trainer kept it (loader/state_delta.py)
-                state = decode_state(state)
             with restoring(self._handler):
                 self.sources[index].restore_state(state)
 
