@@ -131,6 +131,9 @@ class VideoTextSource(PreparedDataset):
         self._checked = set()
         self._digest_checked = False
 
+    def prefetch_enabled(self) -> bool:
+        return False  # the pseudo-shards are no objects; media are fetched when decoded
+
     def _content_identity(self, used: list[str]) -> str:
         return str(self.info["csv_fingerprint"]["blake2b"])  # the pseudo-shards are no files
 
