@@ -3,16 +3,18 @@
 Prepare records every shard's byte size and modification time, a *probe* per shard (a hash
 of the first and the last 4 KiB of its samples, ``tar_index.probe_ranges``) and one digest
 over all sample offsets (the ``.tar.idx`` content) and the first and last 64 KiB of every
-shard (read during the header scan anyway). Opening a split compares the split's shards with
-the record: one ``stat`` per shard; a shard of another size is refused, one whose mtime
-differs (a ``cp -r`` copy, or a replacement) is probed again (two reads of 4 KiB) and refused
-by name unless its probe is the recorded one. So a copy opens, and a replaced shard, even of
+shard (read during the header scan anyway). A process compares a local shard with the record when
+it first reads it (``check_local_shard``: one ``stat``; opening a split of 100,000 shards
+stats none); a shard of another size is refused, one whose mtime differs (a ``cp -r`` copy,
+or a replacement) is probed again (two reads of 4 KiB) and refused by name unless its probe
+is the recorded one. The record is looked up by shard id through ``record_table.py``: its
+binary twin ``energon_lite.table`` when that matches the JSON's bytes, else the JSON. So a copy opens, and a replaced shard, even of
 the same size, is refused. (An edit inside a shard that keeps its size and its first and
 last samples is not seen, as bit rot is not: ``energon-lite lint`` decodes every sample.)
 The digest gives the dataset an identity that follows its content, not its folder name.
 Records written before the probes (no ``probes`` key) still open: where a shard's mtime
 differs (a copy), the content digest is computed again from the files (each shard's 64 KiB
-ends and its ``.tar.idx``, once per open) and must match; ``prepare --tar-index-only`` adds
+ends and its ``.tar.idx``, once per process) and must match; ``prepare --tar-index-only`` adds
 the probes (same digest, so saved states still restore) and makes later opens cheap.
 Energon reads ``.info.json`` strictly (unknown keys fail) but ignores other files in
 ``.nv-meta``, so the record lives in a file of its own. Datasets prepared without it (by
