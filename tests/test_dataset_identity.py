@@ -9,7 +9,6 @@ import tarfile
 from pathlib import Path
 
 import pytest
-
 from conftest import open_and_read
 
 from energon_lite import WorkerConfig, get_savable_loader, get_train_dataset, prepare_dataset
