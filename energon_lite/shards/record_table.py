@@ -51,11 +51,10 @@ def encode_table(record: dict[str, Any], record_bytes: bytes) -> bytes | None:
     names = list(shards)
     rows = np.zeros(len(names), dtype=ROW)
     for i, name in enumerate(names):
-        size, mtime = shards[name]
-        end, digest = probes[name]
-        if len(digest) != 32:
-            return None
-        rows[i] = (size, mtime, end, digest.encode("ascii"))
+        entry, probe = shards[name], probes.get(name)
+        if not (isinstance(probe, list) and len(probe) == 2 and len(str(probe[1])) == 32):
+            return None  # a shard without a well-formed probe: the JSON alone holds it
+        rows[i] = (entry[0], entry[1], probe[0], str(probe[1]).encode("ascii"))
     header = {
         "record_blake2b": hashlib.blake2b(record_bytes, digest_size=16).hexdigest(),
         "names_blake2b": names_digest(names),
