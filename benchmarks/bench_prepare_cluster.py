@@ -17,7 +17,13 @@ Between runs the indexes, ``.nv-meta`` and any journal are deleted from the buck
 timed). Rounds alternate the order; reported: median wall seconds and spread per run, and
 the load average before each round (the machine is shared).
 
+``--breakdown`` first measures where a prepare's time can go, on the same server: moto's
+cost per request (a GET of one whole shard, a PUT of one ``.tar.idx``-sized object, a HEAD,
+each 200 times from one client; a full listing of the prefix), and a local Ray's start and
+stop (``ray.init(num_cpus=2)`` + ``ray.shutdown()`` in a fresh process, import included).
+
     python benchmarks/bench_prepare_cluster.py [--rounds 2] [--shards 5000] [--ray 1,2,4]
+        [--breakdown]
 """
 
 from __future__ import annotations
@@ -68,6 +74,65 @@ def clean(server) -> int:
     return shards
 
 
+RAY_START = r"""
+import time
+t0 = time.perf_counter()
+import ray
+t1 = time.perf_counter()
+ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+t2 = time.perf_counter()
+ray.shutdown()
+t3 = time.perf_counter()
+print(f"{t1 - t0:.2f} {t2 - t1:.2f} {t3 - t2:.2f}")
+"""
+
+
+def breakdown(server, env: dict[str, str], count: int = 200) -> None:
+    """moto's seconds per request of each kind a prepare sends, and a local Ray's start."""
+    client = server.client()
+    key = client.list_objects_v2(Bucket=BUCKET, Prefix=PREFIX + "/", MaxKeys=1)["Contents"][0]
+    name, size = key["Key"], key["Size"]
+    body = b"\0" * 168  # a .tar.idx of 20 samples
+
+    def each(what: str, call) -> None:
+        start = time.perf_counter()
+        for i in range(count):
+            call(i)
+        ms = (time.perf_counter() - start) / count * 1000
+        print(f"moto {what}: {ms:.1f} ms per request (load {os.getloadavg()[0]:.1f})", flush=True)
+
+    each(
+        f"GET of a {size:,}-byte shard",
+        lambda i: client.get_object(Bucket=BUCKET, Key=name)["Body"].read(),
+    )
+    each("HEAD", lambda i: client.head_object(Bucket=BUCKET, Key=name))
+    each(
+        "PUT of 168 bytes",
+        lambda i: client.put_object(Bucket=BUCKET, Key=f"{PREFIX}/x/{i}.idx", Body=body),
+    )
+    client.delete_objects(
+        Bucket=BUCKET, Delete={"Objects": [{"Key": f"{PREFIX}/x/{i}.idx"} for i in range(count)]}
+    )
+    start, pages = time.perf_counter(), 0
+    for _page in client.get_paginator("list_objects_v2").paginate(
+        Bucket=BUCKET, Prefix=PREFIX + "/"
+    ):
+        pages += 1
+    print(
+        f"moto listing of the prefix: {time.perf_counter() - start:.2f} s ({pages} pages)",
+        flush=True,
+    )
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-c", RAY_START], capture_output=True, text=True,
+                              env=env, timeout=600)  # fmt: skip
+        if done.returncode != 0:
+            print(f"ray start failed: {done.stderr[-2000:]}", flush=True)
+            return
+        imported, init, shutdown = done.stdout.split()
+        print(f"ray: import {imported} s, init(num_cpus=2) {init} s, shutdown {shutdown} s "
+              f"(load {os.getloadavg()[0]:.1f})", flush=True)  # fmt: skip
+
+
 def msc_config(folder: Path, endpoint: str) -> Path:
     from energon_lite.synth.servers import TEST_CREDENTIALS
 
@@ -113,6 +178,7 @@ def main() -> None:
     parser.add_argument("--per-shard", type=int, default=20)
     parser.add_argument("--ray", default="1,2,4", help="Ray worker counts")
     parser.add_argument("--energon-workers", type=int, default=2)
+    parser.add_argument("--breakdown", action="store_true", help="per-request and Ray start costs")
     args = parser.parse_args()
     from energon_lite.synth.servers import TEST_CREDENTIALS, S3Server
 
@@ -139,6 +205,8 @@ def main() -> None:
         }
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         env.pop("RAY_ADDRESS", None)
+        if args.breakdown:
+            breakdown(server, env)
         for round_index in range(args.rounds):
             loads.append(os.getloadavg()[0])
             for run in ab_order(runs, round_index):

@@ -50,6 +50,22 @@ def make_dataset(
     return root
 
 
+def open_and_read(root: Path, split: str = "train", first: str | None = None):
+    """Open a split and read the first sample of each of its shards (shard ``first``
+    before the others): a shard is checked against the record when it is first read."""
+    import numpy as np
+
+    from energon_lite.shards.dataset import PreparedDataset
+
+    ds = PreparedDataset(root, split)
+    shard_ids = sorted(
+        (int(s) for s in np.unique(ds.run_shard)), key=lambda s: ds.shard_names[s] != first
+    )
+    for shard_id in shard_ids:
+        ds.read(shard_id, 0)
+    return ds
+
+
 def write_two_leaves(root: Path, a: int = 120, b: int = 80) -> dict[str, Path]:
     """Two text datasets (``a`` and ``b`` samples, shards of 20, keys ``a00000``...,
     ``b00000``...) and two metadatasets over them: ``weighted`` (blend 2:1) and

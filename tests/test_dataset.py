@@ -69,12 +69,14 @@ def test_clear_errors(tmp_path: Path, dataset_factory) -> None:
     ):
         PreparedDataset(root, "validation")
     (root / "parts/data-1.tar.idx").write_bytes(b"\0" * 16)
-    with pytest.raises(DatasetFormatError, match=r"data-1\.tar\.idx: has 16 bytes, expected 168"):
-        PreparedDataset(root, "train")  # refused at open: the record knows the index's size
-    (root / ".nv-meta/energon_lite.json").unlink()  # as Energon prepares it: found at first read
-    ds = PreparedDataset(root, "train")
-    with pytest.raises(DatasetFormatError, match=r"data-1\.tar\.idx: has 16 bytes, expected 168"):
-        ds.read(1, 0)
+    for record in (True, False):  # found at the shard's first read, with a record or without
+        if not record:  # as Energon prepares it
+            (root / ".nv-meta/energon_lite.json").unlink()
+        ds = PreparedDataset(root, "train")
+        with pytest.raises(
+            DatasetFormatError, match=r"data-1\.tar\.idx: has 16 bytes, expected 168"
+        ):
+            ds.read(1, 0)
     (root / ".nv-meta/split.yaml").write_text("split_parts: {train: [parts/data-0.tar}\n")
     with pytest.raises(DatasetFormatError, match=r"split\.yaml:1:\d+: YAML syntax error"):
         PreparedDataset(root, "train")

@@ -9,6 +9,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from conftest import open_and_read
 
 from energon_lite import WorkerConfig, get_savable_loader, get_train_dataset, prepare_dataset
 from energon_lite.errors import DatasetFormatError, StateError
@@ -72,15 +73,15 @@ def _replace_caption(shard: Path, key: str) -> None:
     shard.write_bytes(bytes(data))
 
 
-def test_changed_shard_is_refused_at_open(tmp_path: Path) -> None:
+def test_changed_shard_is_refused_at_its_first_read(tmp_path: Path) -> None:
     root = _make(tmp_path / "ds", 90)
     shard = root / "parts/data-1.tar"
     os.utime(shard, ns=(0, shard.stat().st_mtime_ns - 5 * 10**9))  # touched, same content
-    PreparedDataset(root, "train")  # probed: the same bytes (a copy looks like this too)
+    open_and_read(root)  # probed: the same bytes (a copy looks like this too)
     with open(shard, "ab") as file:
         file.write(b"\0" * 512)
     with pytest.raises(DatasetFormatError, match=r"data-1\.tar: shard changed since prepare"):
-        PreparedDataset(root, "train")
+        open_and_read(root)
     prepare_dataset(
         root,
         split_ratio=[("train", 1)],
@@ -94,7 +95,7 @@ def test_changed_shard_is_refused_at_open(tmp_path: Path) -> None:
     os.utime(shard, ns=(0, shard.stat().st_mtime_ns + 2 * 10**9))
     assert shard.stat().st_size == size
     with pytest.raises(DatasetFormatError, match=r"data-1\.tar: shard replaced.*re-run prepare"):
-        PreparedDataset(root, "train")
+        open_and_read(root)
     prepare_dataset(root, tar_index_only=True, progress=False)  # re-index, keep the splits
     ds = PreparedDataset(root, "train")
     assert ds.read(*ds.locate(20))[1]["txt"] == b"X" * len(ds.read(*ds.locate(20))[1]["txt"])
@@ -108,10 +109,10 @@ def test_deleted_or_dangling_shard_is_named(tmp_path: Path) -> None:
     root = _make(tmp_path / "ds", 90)
     (root / "parts/data-2.tar").unlink()
     with pytest.raises(DatasetFormatError, match=r"data-2\.tar: shard is missing"):
-        PreparedDataset(root, "train")
+        open_and_read(root)
     (root / "parts/data-2.tar").symlink_to(root / "parts/nowhere.tar")  # dangling link
     with pytest.raises(DatasetFormatError, match=r"data-2\.tar: shard is missing"):
-        PreparedDataset(root, "train")
+        open_and_read(root)
     (root / ".nv-meta/energon_lite.json").unlink()  # without a record: at the first read
     ds = PreparedDataset(root, "train")
     with pytest.raises(DatasetFormatError, match=r"data-2\.tar: shard is missing"):

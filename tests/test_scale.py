@@ -154,7 +154,7 @@ def test_prepare_with_two_workers_writes_the_same_files(tmp_path: Path) -> None:
     ]
     assert reports[0].shard_counts == reports[1].shard_counts == [3] * 300
     first, second = _prepared_files(one), _prepared_files(two)
-    assert len(first) == 300 + 4  # the indexes, .info.json, split.yaml, dataset.yaml, record
+    assert len(first) == 300 + 5  # indexes, .info.json, split.yaml, dataset.yaml, record, table
     assert first == second
 
 

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import make_dataset
+from conftest import make_dataset, open_and_read
 
 from energon_lite import WorkerConfig, get_savable_loader, get_train_dataset, prepare_dataset
 from energon_lite.errors import DatasetFormatError
@@ -70,15 +70,15 @@ def test_a_replaced_shard_of_the_same_size_is_refused(tmp_path: Path) -> None:
     a, b = _same_size_other_shard(copy)
     a.write_bytes(b.read_bytes())  # another tar of exactly the same size, under a's name
     with pytest.raises(DatasetFormatError, match=rf"{a.name}: shard replaced since prepare"):
-        PreparedDataset(copy, "train")
+        open_and_read(copy)
     # an in-place rewrite that keeps the size and the mtime is the one thing not probed
     data = (root / "parts" / a.name).read_bytes()
     stat = (root / "parts" / a.name).stat()
     (root / "parts" / a.name).write_bytes(b.read_bytes())
     os.utime(root / "parts" / a.name, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-    PreparedDataset(root, "train")
+    open_and_read(root)
     (root / "parts" / a.name).write_bytes(data)  # a later mtime: probed, and the same again
-    PreparedDataset(root, "train")
+    open_and_read(root)
 
 
 def test_a_dataset_prepared_before_the_probes_still_opens(tmp_path: Path) -> None:
@@ -94,7 +94,7 @@ def test_a_dataset_prepared_before_the_probes_still_opens(tmp_path: Path) -> Non
     a, b = _same_size_other_shard(replaced)
     a.write_bytes(b.read_bytes())
     with pytest.raises(DatasetFormatError, match=rf"a shard changed since prepare.*{a.name}"):
-        PreparedDataset(replaced, "train")
+        open_and_read(replaced, first=a.name)
     prepare_dataset(copy, tar_index_only=True, progress=False)  # adds the probes
     assert "probes" in json.loads((copy / RECORD).read_text())
     assert PreparedDataset(copy, "train").fingerprint() == fingerprint

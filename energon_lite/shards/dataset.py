@@ -20,16 +20,17 @@ import numpy as np
 from energon_lite.errors import DatasetFormatError, short_repr
 from energon_lite.samples.crude import CrudeSample
 from energon_lite.shards.meta import (
-    META_DIR,
     DatasetInfo,
+    SplitConfig,
     load_dataset_config,
     load_info,
     load_split,
 )
 from energon_lite.shards.shard_record import (
-    RECORD,
+    check_digest,
+    check_local_shard,
     check_probe,
-    check_shards,
+    check_remote_shards,
     content_identity,
     load_record,
     remote_versions,
@@ -68,7 +69,7 @@ class PreparedDataset:
         info = load_info(self.root)
         self.config: dict[str, Any] = load_dataset_config(self.root, dataset_config)
         # a dataset.yaml may name its split file; as in Energon it wins over the argument
-        split = load_split(self.root, self.config.get("split_config") or split_config)
+        split = load_split(self.root, self.config.get("split_config") or split_config, info)
         if split_part not in split.split_parts:
             raise DatasetFormatError(
                 f"{split.source}: no split {short_repr(split_part)}; it has "
@@ -98,12 +99,30 @@ class PreparedDataset:
                 "samples would be delivered twice: list each shard once"
             )
         self._check_shards(info, listed)
+        runs = None if split.exclude else _whole_shards(listed, shard_id, self._counts)
+        if runs is None:
+            runs = self._runs(split, listed, shard_id, excluded_shards, excluded_samples)
+        self.run_shard, self.run_start, self.run_end = runs
+        if subset is not None:
+            self._apply_subset(subset)
+        lengths = self.run_end - self.run_start
+        self.run_offset = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+
+    def _runs(
+        self,
+        split: SplitConfig,
+        listed: list[str],
+        shard_id: dict[str, int],
+        excluded_shards: set[str],
+        excluded_samples: dict[str, set[str]],
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The split's runs with excluded shards and samples cut out; names an unknown shard."""
         shards, starts, ends = [], [], []
-        for name in split.split_parts[split_part]:
+        for name in listed:
             if name not in shard_id:
                 raise DatasetFormatError(
-                    f"{split.source}: split {short_repr(split_part)} lists shard {short_repr(name)}, "
-                    "which .nv-meta/.info.json does not know; re-run prepare"
+                    f"{split.source}: split {short_repr(self.split_part)} lists shard "
+                    f"{short_repr(name)}, which .nv-meta/.info.json does not know; re-run prepare"
                 )
             if name in excluded_shards:
                 continue
@@ -117,13 +136,8 @@ class PreparedDataset:
                     starts.append(start)
                     ends.append(cut)
                 start = cut + 1
-        self.run_shard = np.asarray(shards, dtype=np.int64)
-        self.run_start = np.asarray(starts, dtype=np.int64)
-        self.run_end = np.asarray(ends, dtype=np.int64)
-        if subset is not None:
-            self._apply_subset(subset)
-        lengths = self.run_end - self.run_start
-        self.run_offset = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        as_array = np.asarray
+        return as_array(shards, np.int64), as_array(starts, np.int64), as_array(ends, np.int64)
 
     # structure ------------------------------------------------------------------------
 
@@ -147,22 +161,40 @@ class PreparedDataset:
         return int(self.run_shard[run]), int(self.run_start[run] + position - self.run_offset[run])
 
     def _check_shards(self, info: DatasetInfo, names: list[str]) -> None:
-        """Refuse a shard changed or deleted since prepare (datasets with a shard record)."""
-        record = load_record(self.root)
-        self._content_digest = None if record is None else str(record["content_digest"])
-        # remote shards are probed when a process first reads them (two ranged GETs each)
-        self._probes = (
-            record.get("probes") if record and isinstance(self.root, RemotePath) else None
-        )
-        self._probed: set[int] = set()
-        counts = dict(zip(info.shard_names, info.shard_counts))
-        known = [name for name in dict.fromkeys(names) if name in counts]
+        """Load the shard record (datasets prepared without one skip the checks). A local
+        shard is checked against it when a process first reads it (``_verify``): opening a
+        split stats no shard. A remote one is checked by size here, from the folder listing,
+        and probed when a process first reads it (two ranged GETs)."""
+        record = load_record(self.root, info.shard_names)
+        self._record = record
+        self._content_digest = None if record is None else record.content_digest
+        self._checked: set[int] = set()
+        self._digest_checked = False
+        if not isinstance(self.root, RemotePath):
+            return
+        shard_id = {name: i for i, name in enumerate(info.shard_names)}
+        known = [name for name in dict.fromkeys(names) if name in shard_id]
         if record is not None:
-            check_shards(self.root, record, known, counts)
+            check_remote_shards(
+                self.root, record, [shard_id[name] for name in known], info.shard_counts
+            )
         # a remote shard's ETag / Last-Modified now: every read is conditional on it
-        self._versions = (
-            remote_versions(self.root, record, known) if isinstance(self.root, RemotePath) else {}
-        )
+        self._versions = remote_versions(self.root, record, known)
+
+    def _verify(self, shard_id: int, file: ShardFile) -> None:
+        """The shard against the record, once per process: a missing or changed one is
+        refused, naming it (locally one ``stat``; remotely the probe's two ranged GETs)."""
+        record = self._record
+        if record is None or shard_id in self._checked:
+            return
+        if isinstance(self.root, RemotePath):
+            name = self.shard_names[shard_id]
+            check_probe(self.root, name, record.probe(shard_id), record.where, file)
+        elif check_local_shard(self.root, record, shard_id) and not self._digest_checked:
+            counts = dict(zip(self.shard_names, self._counts.tolist()))
+            check_digest(self.root, record, counts, self.shard_names[shard_id])
+            self._digest_checked = True
+        self._checked.add(shard_id)  # a check that could not be read is tried again
 
     def fingerprint(self) -> str:
         """Changes when the shard list, counts, the split's runs or the shards' content change.
@@ -260,6 +292,8 @@ class PreparedDataset:
 
     def read_range(self, shard_id: int, start: int, end: int) -> list[tuple[str, dict[str, bytes]]]:
         """Keys and parts of samples ``[start, end)`` of a shard, read with one ``pread``."""
+        fd = self._fd(shard_id)
+        self._verify(shard_id, fd)  # first: a changed shard is named as such
         offsets = self.index(shard_id)
         if not 0 <= start < end <= len(offsets) - 1:
             raise IndexError(
@@ -268,7 +302,6 @@ class PreparedDataset:
             )
         bounds = offsets[start : end + 1].astype(np.int64).tolist()
         base = bounds[0]
-        fd = self._fd(shard_id)
         where = str(self.root / self.shard_names[shard_id])
         if any(b <= a for a, b in itertools.pairwise(bounds)) or bounds[-1] > fd.size:
             raise DatasetFormatError(
@@ -277,10 +310,6 @@ class PreparedDataset:
             )
         # a RemoteStorageError (the retries are spent) propagates: the store failed, not
         # these samples, and skipping them would lose them silently (docs/safety.md)
-        if self._probes is not None and shard_id not in self._probed:
-            where_record = self.root / META_DIR / RECORD
-            check_probe(self.root, self.shard_names[shard_id], self._probes, where_record, fd)
-            self._probed.add(shard_id)  # a probe that could not be read is tried again
         buf = fd.pread(bounds[-1] - base, base)
         if len(buf) != bounds[-1] - base:
             raise DatasetFormatError(f"{where}: file is shorter than its .tar.idx says")
@@ -291,9 +320,10 @@ class PreparedDataset:
 
     def _indices_of_keys(self, shard_id: int, keys: set[str]) -> set[int]:
         """Indices of the given sample keys in a shard (reads one header per sample)."""
+        fd = self._fd(shard_id)
+        self._verify(shard_id, fd)
         offsets = self.index(shard_id)
         where = str(self.root / self.shard_names[shard_id])
-        fd = self._fd(shard_id)
         found: dict[str, int] = {}
         for i in range(len(offsets) - 1):
             split = split_name(first_member_name(fd, int(offsets[i]), where))
@@ -316,6 +346,19 @@ class PreparedDataset:
         state["_files"] = OrderedDict()
         state["_indexes"] = {}
         return state
+
+
+def _whole_shards(
+    listed: list[str], shard_id: dict[str, int], counts: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The runs of a split without exclusions: each non-empty shard whole, in one pass
+    (``None`` when a name is unknown: the loop names it)."""
+    try:
+        ids = np.fromiter((shard_id[name] for name in listed), dtype=np.int64, count=len(listed))
+    except KeyError:
+        return None
+    ids = ids[counts[ids] > 0]
+    return ids, np.zeros(len(ids), dtype=np.int64), counts[ids]
 
 
 def _resolve_bound(bound: int | str, total: int, root: StoragePath) -> int:

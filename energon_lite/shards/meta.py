@@ -129,7 +129,13 @@ class SplitConfig:
     source: StoragePath
 
 
-def load_split(root: str | os.PathLike[str] | RemotePath, name: str = "split.yaml") -> SplitConfig:
+def load_split(
+    root: str | os.PathLike[str] | RemotePath,
+    name: str = "split.yaml",
+    info: DatasetInfo | None = None,
+) -> SplitConfig:
+    """The split file; ``info``: the dataset's ``.info.json`` when the caller has read it
+    already (it bounds the names; read here otherwise)."""
     meta = as_path(root) / META_DIR
     path = meta / name
     if not path.is_file() and name == "split.yaml" and (meta / "split.json").is_file():
@@ -142,7 +148,7 @@ def load_split(root: str | os.PathLike[str] | RemotePath, name: str = "split.yam
     if not isinstance(data, dict) or not isinstance(data.get("split_parts"), dict):
         raise DatasetFormatError(f"{path}: needs a mapping 'split_parts: {{split: [shards]}}'")
     try:  # no split lists more shards than the dataset has (bounds brace patterns)
-        info = load_info(root)
+        info = info if info is not None else load_info(root)
         shards, samples = len(info.shard_names), sum(info.shard_counts)
     except DatasetFormatError:
         shards = samples = MAX_NAMES

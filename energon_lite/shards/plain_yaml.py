@@ -33,6 +33,10 @@ _resolver = yaml.resolver.Resolver()
 
 
 def _is_str(value: str) -> bool:
+    # YAML's implicit bool, null, int, float and timestamp forms never hold a "/" nor end in
+    # ".tar" (a float ends in a digit, "inf" or "nan"): shard names skip the resolver
+    if "/" in value or value.endswith(".tar"):
+        return True
     return _resolver.resolve(yaml.ScalarNode, value, (True, False)) == _STR
 
 

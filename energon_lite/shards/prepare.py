@@ -64,6 +64,7 @@ from energon_lite.shards.prepare_splits import (
     split_by_patterns,
     split_by_ratio,
 )
+from energon_lite.shards.record_table import TABLE
 from energon_lite.shards.shard_record import RECORD, make_record, write_record
 from energon_lite.shards.tar_index import ShardScan, scan_shard, write_index
 from energon_lite.storage import RemotePath, StoragePath, as_path
@@ -377,6 +378,7 @@ def _write_meta(
                     "split.yaml",
                     dataset_yaml_name if config is not None else None,
                     RECORD,
+                    TABLE,
                 ):
                     shutil.copy2(item, tmp / item.name)
         write_info(tmp, DatasetInfo(report.shard_names, report.shard_counts, VERSION_TAG))

@@ -3,16 +3,18 @@
 Prepare records every shard's byte size and modification time, a *probe* per shard (a hash
 of the first and the last 4 KiB of its samples, ``tar_index.probe_ranges``) and one digest
 over all sample offsets (the ``.tar.idx`` content) and the first and last 64 KiB of every
-shard (read during the header scan anyway). Opening a split compares the split's shards with
-the record: one ``stat`` per shard; a shard of another size is refused, one whose mtime
-differs (a ``cp -r`` copy, or a replacement) is probed again (two reads of 4 KiB) and refused
-by name unless its probe is the recorded one. So a copy opens, and a replaced shard, even of
+shard (read during the header scan anyway). A process compares a local shard with the record when
+it first reads it (``check_local_shard``: one ``stat``; opening a split of 100,000 shards
+stats none); a shard of another size is refused, one whose mtime differs (a ``cp -r`` copy,
+or a replacement) is probed again (two reads of 4 KiB) and refused by name unless its probe
+is the recorded one. The record is looked up by shard id through ``record_table.py``: its
+binary twin ``energon_lite.table`` when that matches the JSON's bytes, else the JSON. So a copy opens, and a replaced shard, even of
 the same size, is refused. (An edit inside a shard that keeps its size and its first and
 last samples is not seen, as bit rot is not: ``energon-lite lint`` decodes every sample.)
 The digest gives the dataset an identity that follows its content, not its folder name.
 Records written before the probes (no ``probes`` key) still open: where a shard's mtime
 differs (a copy), the content digest is computed again from the files (each shard's 64 KiB
-ends and its ``.tar.idx``, once per open) and must match; ``prepare --tar-index-only`` adds
+ends and its ``.tar.idx``, once per process) and must match; ``prepare --tar-index-only`` adds
 the probes (same digest, so saved states still restore) and makes later opens cheap.
 Energon reads ``.info.json`` strictly (unknown keys fail) but ignores other files in
 ``.nv-meta``, so the record lives in a file of its own. Datasets prepared without it (by
@@ -42,6 +44,7 @@ from typing import Any
 
 from energon_lite.errors import DatasetFormatError
 from energon_lite.shards.meta import META_DIR
+from energon_lite.shards.record_table import TABLE, ShardRecord, encode_table, load_table
 from energon_lite.shards.tar_index import (
     EDGE,
     IDX_SUFFIX,
@@ -89,12 +92,22 @@ def make_record(
 
 
 def write_record(meta_dir: StoragePath, record: dict[str, Any]) -> None:
-    """``RECORD.tmp-PID`` + rename locally, one PUT remotely."""
-    ops.write_atomic(meta_dir / RECORD, (json.dumps(record, indent=1) + "\n").encode("utf-8"))
+    """``RECORD`` and its binary twin ``energon_lite.table`` (``record_table.py``), each
+    ``NAME.tmp-PID`` + rename locally, one PUT remotely; the table names the JSON bytes it
+    was made from, so a crash between the two leaves a table that opens ignore."""
+    data = (json.dumps(record, indent=1) + "\n").encode("utf-8")
+    ops.write_atomic(meta_dir / RECORD, data)
+    table = encode_table(record, data)
+    if table is not None:
+        ops.write_atomic(meta_dir / TABLE, table)
+    elif ops.exists(meta_dir / TABLE):
+        ops.delete(meta_dir / TABLE)
 
 
-def load_record(root: StoragePath) -> dict[str, Any] | None:
-    """The record, or ``None`` for a dataset prepared without one."""
+def load_record(root: StoragePath, names: list[str]) -> ShardRecord | None:
+    """The record by shard id (``names``: ``.info.json``'s shard order), from its table when
+    one matches the JSON bytes, else from the JSON; ``None`` for a dataset prepared without
+    one."""
     path = root / META_DIR / RECORD
     if isinstance(path, RemotePath):
         try:
@@ -102,11 +115,16 @@ def load_record(root: StoragePath) -> dict[str, Any] | None:
         except DatasetFormatError:
             return None
     try:
-        data = json.loads(ops.read_text(path))
+        raw = ops.read_bytes(path)
     except DatasetFormatError:
         if isinstance(path, Path) and not path.exists():
             return None
         raise
+    table = load_table(root / META_DIR, raw, names, path)
+    if table is not None:
+        return table
+    try:
+        data = json.loads(raw.decode("utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise DatasetFormatError(f"{path}: unreadable ({exc}); re-run prepare") from None
     if (
@@ -116,7 +134,14 @@ def load_record(root: StoragePath) -> dict[str, Any] | None:
         or not isinstance(data.get("content_digest"), str)
     ):
         raise DatasetFormatError(f"{path}: not a version {RECORD_VERSION} record; re-run prepare")
-    return data
+    versions = data.get("remote_versions")
+    return ShardRecord(
+        path,
+        names,
+        data["content_digest"],
+        parsed=data,
+        versions=versions if isinstance(versions, dict) else {},
+    )
 
 
 def _same_mtime(a: int, b: int) -> bool:
@@ -124,57 +149,42 @@ def _same_mtime(a: int, b: int) -> bool:
     return a == b or ((a % 10**9 == 0 or b % 10**9 == 0) and a // 10**9 == b // 10**9)
 
 
-def check_shards(
-    root: StoragePath, record: dict[str, Any], names: list[str], counts: dict[str, int]
-) -> None:
-    """Refuse a shard (or its ``.tar.idx``) that is missing or changed since prepare;
-    remote shards are compared by size only (a copy into object storage has new mtimes)."""
-    where = root / META_DIR / RECORD
-    recorded = record["shards"]
-    if isinstance(root, RemotePath):
-        _check_remote(root, where, recorded, names, counts)
-        return
-    base = str(root)
-    probes = record.get("probes")
-    moved: list[str] = []  # records without probes: shards whose mtime differs
-    for name in names:
-        path = os.path.join(base, name)  # str paths: one stat each, nothing parsed
-        entry = recorded.get(name)
-        if not (isinstance(entry, list) and len(entry) == 2):
-            raise DatasetFormatError(
-                f"{where}: shard {name!r} is not recorded; the dataset changed since "
-                "prepare: re-run prepare"
-            )
-        try:
-            st = os.stat(path)
-        except FileNotFoundError:
-            raise DatasetFormatError(
-                f"{path}: shard is missing (deleted or a dangling link); restore it or "
-                "re-run prepare"
-            ) from None
-        size, mtime_ns = entry
-        if st.st_size != size:
-            raise DatasetFormatError(
-                f"{path}: shard changed since prepare (size {size} -> {st.st_size} bytes); its "
-                "index no longer matches it: re-run prepare (`--tar-index-only` keeps the splits)"
-            )
-        if not _same_mtime(st.st_mtime_ns, mtime_ns):  # a copy, or a replacement
-            if probes is None:
-                moved.append(name)
-            else:
-                check_probe(root, name, probes, where)
-        idx = path + IDX_SUFFIX
-        try:
-            idx_size = os.stat(idx).st_size
-        except FileNotFoundError:
-            raise DatasetFormatError(f"{idx}: missing tar index; re-run prepare") from None
-        _check_index_size(idx, idx_size, counts[name])
-    if moved and not _digest_matches(Path(base), record, counts):
-        shown = ", ".join(moved[:5]) + (f" ... ({len(moved)} in all)" if len(moved) > 5 else "")
+def check_local_shard(root: Path, record: ShardRecord, shard_id: int) -> bool:
+    """Refuse a local shard that is missing or changed since prepare (one ``stat``, and two
+    4 KiB reads where its mtime differs); called when a process first reads the shard, so
+    that opening a split of 100,000 shards stats none. Returns whether the shard has another
+    mtime under a record without probes: the caller then checks the content digest once."""
+    name = record.names[shard_id]
+    size, mtime_ns = record.shard(shard_id)
+    path = os.path.join(str(root), name)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
         raise DatasetFormatError(
-            f"{base}: a shard changed since prepare: the content digest of {where} no longer "
-            f"matches, and these shards have another mtime than recorded: {shown}; the "
-            "indexes may no longer match them: re-run prepare (`--tar-index-only` keeps the "
+            f"{path}: shard is missing (deleted or a dangling link); restore it or re-run prepare"
+        ) from None
+    if st.st_size != size:
+        raise DatasetFormatError(
+            f"{path}: shard changed since prepare (size {size} -> {st.st_size} bytes); its "
+            "index no longer matches it: re-run prepare (`--tar-index-only` keeps the splits)"
+        )
+    if _same_mtime(st.st_mtime_ns, mtime_ns):
+        return False
+    if not record.has_probes:  # a copy, or a replacement: the digest decides
+        return True
+    check_probe(root, name, record.probe(shard_id), record.where)
+    return False
+
+
+def check_digest(root: Path, record: ShardRecord, counts: dict[str, int], moved: str) -> None:
+    """For a record without probes, where shard ``moved`` has another mtime than recorded
+    (a copy, or a replacement): the content digest, computed again from the files, must match."""
+    assert record.parsed is not None  # a record without probes has no table
+    if not _digest_matches(root, record.parsed, counts):
+        raise DatasetFormatError(
+            f"{root}: a shard changed since prepare: the content digest of {record.where} no "
+            f"longer matches, and shard {moved} has another mtime than recorded; the indexes "
+            "may no longer match the shards: re-run prepare (`--tar-index-only` keeps the "
             "splits)"
         )
 
@@ -204,28 +214,19 @@ def _digest_matches(root: Path, record: dict[str, Any], counts: dict[str, int]) 
 
 
 def check_probe(
-    root: StoragePath, name: str, probes: Any, where: StoragePath, file: ShardFile | None = None
+    root: StoragePath,
+    name: str,
+    entry: tuple[int, str] | None,
+    where: StoragePath,
+    file: ShardFile | None = None,
 ) -> None:
     """Read the shard's probe ranges again (through ``file`` when given: a remote shard's
-    reads then share its read-ahead windows) and compare them with the record;
-    DatasetFormatError naming the shard for a replaced one (or, locally, for a record
-    without probes)."""
+    reads then share its read-ahead windows) and compare them with the record's ``entry``
+    (``(end, digest)``; ``None``, a record without probes: nothing to compare remotely);
+    DatasetFormatError naming the shard for a replaced one."""
     path = root / name
-    entry = probes.get(name) if isinstance(probes, dict) else None
     if entry is None:
-        if isinstance(root, RemotePath):
-            return  # records without probes: remote shards are checked by size only
-        raise DatasetFormatError(
-            f"{where}: shard {name!r} has no probe; the record is damaged: re-run prepare "
-            "(`--tar-index-only` keeps the splits)"
-        )
-    if not (
-        isinstance(entry, list)
-        and len(entry) == 2
-        and isinstance(entry[0], int)
-        and isinstance(entry[1], str)
-    ):
-        raise DatasetFormatError(f"{where}: probes[{name!r}] is not [end, digest]; re-run prepare")
+        return
     end, recorded = entry
     (h0, h1), (t0, t1) = probe_ranges(end)
     shard = file if file is not None else ShardFile(path)
@@ -243,20 +244,15 @@ def check_probe(
         )
 
 
-def _check_remote(
-    root: RemotePath,
-    where: StoragePath,
-    recorded: dict[str, Any],
-    names: list[str],
-    counts: dict[str, int],
+def check_remote_shards(
+    root: RemotePath, record: ShardRecord, shard_ids: list[int], counts: list[int]
 ) -> None:
-    for name in names:
-        entry = recorded.get(name)
-        if not (isinstance(entry, list) and len(entry) == 2):
-            raise DatasetFormatError(
-                f"{where}: shard {name!r} is not recorded; the dataset changed since "
-                "prepare: re-run prepare"
-            )
+    """Refuse a remote shard (or its ``.tar.idx``) that is missing or of another size than
+    prepare recorded (from the folder listing: no request per shard); a copy into object
+    storage has new mtimes, so those are not compared."""
+    for shard_id in shard_ids:
+        name = record.names[shard_id]
+        recorded_size = record.shard(shard_id)[0]
         path = root / name
         try:
             size = ops.size(path)
@@ -264,17 +260,17 @@ def _check_remote(
             raise DatasetFormatError(
                 f"{path}: shard is missing (deleted or never copied); restore it or re-run prepare"
             ) from None
-        if size != entry[0]:
+        if size != recorded_size:
             raise DatasetFormatError(
-                f"{path}: shard changed since prepare (size {entry[0]} -> {size} bytes); its "
-                "index may no longer match it: re-run prepare"
+                f"{path}: shard changed since prepare (size {recorded_size} -> {size} bytes); "
+                "its index may no longer match it: re-run prepare"
             )
         idx = root / (name + IDX_SUFFIX)
         try:
             idx_size = ops.size(idx)
         except DatasetFormatError:
             raise DatasetFormatError(f"{idx}: missing tar index; re-run prepare") from None
-        _check_index_size(idx, idx_size, counts[name])
+        _check_index_size(idx, idx_size, counts[shard_id])
 
 
 def _check_index_size(idx: Any, size: int, count: int) -> None:
@@ -287,12 +283,11 @@ def _check_index_size(idx: Any, size: int, count: int) -> None:
 
 
 def remote_versions(
-    root: RemotePath, record: dict[str, Any] | None, names: list[str]
+    root: RemotePath, record: ShardRecord | None, names: list[str]
 ) -> dict[str, str]:
     """The current version of each shard of ``names``, to pin for reading; a shard whose
     version differs from the one prepare recorded is refused, naming it."""
-    recorded = (record or {}).get("remote_versions")
-    recorded = recorded if isinstance(recorded, dict) else {}
+    recorded = record.remote_versions if record is not None else {}
     pinned: dict[str, str] = {}
     for name in names:
         try:

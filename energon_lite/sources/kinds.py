@@ -60,6 +60,9 @@ class DatasetKind:
     # folder is read from remote storage
     suffixes: tuple[str, ...] = ()
     remote: bool = False
+    # a file below a folder of this kind that marks it (".nv-meta/<name>"): how a remote
+    # folder is recognised (``remote`` kinds only; one listing of the folder's .nv-meta)
+    marker: str = ""
 
 
 def _open_tar_folder(path: Path, split_part: str, **options: Any) -> Source:
@@ -103,6 +106,9 @@ def kind_of(path: str | os.PathLike[str] | RemotePath) -> DatasetKind:
                     "tar folders are); copy the file and its .idx to a local folder and give "
                     "that path"
                 )
+        for kind in registered_kinds():
+            if kind.remote and kind.marker and (path / kind.marker).is_file():
+                return kind
         return TAR_FOLDER
     for kind in registered_kinds():
         if kind.detect(path):
@@ -113,8 +119,8 @@ def kind_of(path: str | os.PathLike[str] | RemotePath) -> DatasetKind:
 def resolve_path(path: str | os.PathLike[str] | RemotePath) -> StoragePath:
     """Where the prepared dataset of a user's ``path`` lives (e.g. a CSV's index folder)."""
     kind, where = kind_of(path), as_path(path)
-    if kind.resolve is not None and isinstance(where, Path):
-        return kind.resolve(where)
+    if kind.resolve is not None and (isinstance(where, Path) or kind.remote):
+        return kind.resolve(where)  # type: ignore[arg-type]  # a remote kind takes URLs
     return where
 
 

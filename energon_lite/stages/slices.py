@@ -231,7 +231,9 @@ class RangeSlices(SliceTable):
         cum = np.concatenate([[0], np.cumsum(self.run_len)]).astype(np.int64)
         self.share_bounds = worker_bounds(int(cum[-1]), workers, rotation % workers)
         # pieces: the samples between consecutive run and worker boundaries
-        cuts = np.unique(np.concatenate([cum, self.share_bounds]))
+        cuts = np.concatenate([cum, self.share_bounds])  # np.unique, without its hashing:
+        cuts.sort(kind="stable")  # two sorted runs merge in one pass
+        cuts = cuts[np.concatenate([[True], cuts[1:] != cuts[:-1]])]
         self.piece_start, piece_end = cuts[:-1], cuts[1:]
         self.piece_end = piece_end
         self.piece_run = np.searchsorted(cum, self.piece_start, side="right") - 1

@@ -36,20 +36,26 @@ from typing import Any
 import numpy as np
 
 from energon_lite.flavors.video_text.buckets import BucketAssigner, BucketId
-from energon_lite.flavors.video_text.layout import load_marker, resolve_prepared
-from energon_lite.shards.meta import META_DIR
+from energon_lite.flavors.video_text.layout import load_marker, meta_file, resolve_prepared
+from energon_lite.storage import RemotePath
 
 
-def split_shapes(path: str | os.PathLike[str], split_part: str) -> tuple[np.ndarray, np.ndarray]:
+def split_shapes(
+    path: str | os.PathLike[str] | RemotePath, split_part: str
+) -> tuple[np.ndarray, np.ndarray]:
     """Distinct ``(num_frames, height, width)`` rows of a prepared split and their counts."""
     folder = resolve_prepared(path)
     info = load_marker(folder)
-    meta = folder / META_DIR
-    columns = [np.load(meta / f"{n}.npy", mmap_mode="r") for n in ("num_frames", "height", "width")]
+    columns = [
+        np.load(meta_file(folder, f"{n}.npy"), mmap_mode="r")
+        for n in ("num_frames", "height", "width")
+    ]
     split = info["splits"].get(split_part)
     if split is None:
         return np.zeros((0, 3), dtype=np.int64), np.zeros(0, dtype=np.int64)
-    rows = None if split["rows"] is None else np.load(meta / split["rows"], mmap_mode="r")
+    rows = (
+        None if split["rows"] is None else np.load(meta_file(folder, split["rows"]), mmap_mode="r")
+    )
     table = np.stack(
         [np.asarray(c if rows is None else c[rows], dtype=np.int64) for c in columns], 1
     )

@@ -57,5 +57,8 @@ KIND = register_kind(
         prepare=_prepare,
         describe=_describe,
         lint=_lint,
+        suffixes=(".csv",),
+        remote=True,  # a table and its media in object storage read through the storage layer
+        marker=".nv-meta/video_text.json",
     )
 )

@@ -4,20 +4,31 @@ The sample holds only the row: opening the video is deferred to :meth:`read_fram
 decodes just the requested frame indices with the seek-based ``AVDecoder``. An image path
 (jpg, png, ...) is a one-frame video. Every failure raises ``MediaDecodeError`` naming the
 sample key and the path, which the loader's skip-and-log policy reports.
+
+A path that is a URL (a table in object storage) is opened with :func:`open_media`: a
+seekable file over ranged GETs (``storage.RangedFile``: retries, each GET pinned to the
+object's version, and the node's shard cache when one is on), so a video decodes from the
+ranges its frames need. A store that fails for good (``RemoteStorageError``) or a media
+object replaced while it is read (``ObjectChangedError``) is not a bad sample: it propagates
+and stops the run.
 """
 
 from __future__ import annotations
 
+import errno
 import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import torch
 
-from energon_lite.errors import MediaDecodeError
+from energon_lite.errors import DatasetFormatError, MediaDecodeError, RemoteStorageError
 from energon_lite.samples.types import Sample
+from energon_lite.storage import is_url, open_binary
+from energon_lite.storage.ops import ObjectChangedError
+from energon_lite.storage.path import as_path
 
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".webp", ".bmp", ".tif", ".tiff"})
 
@@ -49,7 +60,7 @@ class VideoTextSample(Sample):
         wanted = sorted(set(indices))
         decoded: dict[int, torch.Tensor] = {}
         try:
-            with AVDecoder(self.path) as decoder:
+            with open_media(self.path) as media, AVDecoder(media) as decoder:
                 # Consecutive indices form one range; gaps are separate ranges, so the
                 # decoder seeks over a gap that spans a keyframe instead of decoding it.
                 ranges = _runs(wanted)
@@ -58,6 +69,8 @@ class VideoTextSample(Sample):
             raise MediaDecodeError(
                 f"sample {self.__key__!r} ({self.path}, CSV num_frames={self.num_frames}): {exc}"
             ) from exc
+        except (RemoteStorageError, ObjectChangedError):
+            raise  # the store failed, not this sample
         except (OSError, ValueError, av.FFmpegError) as exc:
             raise MediaDecodeError(
                 f"sample {self.__key__!r}: cannot decode {self.path}: {exc}"
@@ -82,7 +95,7 @@ class VideoTextSample(Sample):
         from energon_lite.decode.image import MAX_IMAGE_PIXELS
 
         try:
-            with Image.open(self.path) as image:
+            with open_media(self.path) as media, Image.open(media) as image:
                 if image.width * image.height > MAX_IMAGE_PIXELS:  # from the header
                     raise MediaDecodeError(
                         f"sample {self.__key__!r}: image {self.path} is {image.width}x"
@@ -90,6 +103,8 @@ class VideoTextSample(Sample):
                         "pixels; not decoded"
                     )
                 array = np.asarray(image.convert("RGB"))
+        except (RemoteStorageError, ObjectChangedError):
+            raise
         except (OSError, UnidentifiedImageError) as exc:
             raise MediaDecodeError(
                 f"sample {self.__key__!r}: cannot read image {self.path}: {exc}"
@@ -102,9 +117,12 @@ class VideoTextSample(Sample):
         if not path:
             raise MediaDecodeError(f"sample {self.__key__!r}: column {column!r} is empty or absent")
         try:
-            if path.endswith(".npy"):
-                return torch.from_numpy(np.load(path, allow_pickle=False))
-            value = torch.load(path, map_location="cpu", weights_only=True)
+            with open_media(path) as file:
+                if path.endswith(".npy"):
+                    return torch.from_numpy(np.load(file, allow_pickle=False))
+                value = torch.load(file, map_location="cpu", weights_only=True)
+        except (RemoteStorageError, ObjectChangedError):
+            raise
         except (OSError, ValueError, RuntimeError) as exc:
             raise MediaDecodeError(
                 f"sample {self.__key__!r}: cannot load {column}={path}: {exc}"
@@ -114,6 +132,20 @@ class VideoTextSample(Sample):
                 f"sample {self.__key__!r}: {path} holds a {type(value).__name__}, not a tensor"
             )
         return value
+
+
+def open_media(path: str) -> BinaryIO:
+    """A seekable binary file for a media path: a local file, or (a URL) ranged GETs through
+    the storage layer. A missing file raises ``FileNotFoundError`` naming it, which the callers
+    turn into ``MediaDecodeError`` (the sample is skipped and logged)."""
+    if not is_url(path):
+        return open(path, "rb")
+    try:
+        return open_binary(as_path(path))
+    except ObjectChangedError:
+        raise
+    except DatasetFormatError as exc:  # not found: as a missing local file
+        raise FileNotFoundError(errno.ENOENT, str(exc), path) from None
 
 
 def _runs(indices: list[int]) -> list[tuple[int, int]]:

@@ -8,6 +8,11 @@ memory-mapped arrays into a small dict part ``row`` (path, text, shape, fps, ext
 
 Memory: the arrays are ``np.load(mmap_mode="r")``; a worker touches only the pages of the
 rows it reads, and all workers share them through the page cache.
+
+A table in object storage: the arrays are mapped from the node's index cache (each fetched
+once per object version, ``layout.meta_file``), and a row's media paths are URLs under the
+table's media folder (an absolute path or a URL in the CSV stays as it is), which the sample
+reads through the storage layer (``sample.open_media``).
 """
 
 from __future__ import annotations
@@ -15,15 +20,17 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import posixpath
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
 from energon_lite.errors import DatasetFormatError
-from energon_lite.flavors.video_text.layout import load_marker, resolve_prepared
+from energon_lite.flavors.video_text.layout import load_marker, meta_file, resolve_prepared
 from energon_lite.shards.dataset import PreparedDataset
-from energon_lite.shards.meta import META_DIR
+from energon_lite.shards.meta import DatasetInfo
+from energon_lite.storage import RemotePath, is_url
 
 # Columns whose values are file paths, resolved like ``path`` (relative to the CSV).
 PATH_SUFFIX = "_path"
@@ -34,7 +41,7 @@ class VideoTextSource(PreparedDataset):
 
     def __init__(
         self,
-        root: str | os.PathLike[str],
+        root: str | os.PathLike[str] | RemotePath,
         split_part: str,
         *,
         split_config: str = "split.yaml",
@@ -55,6 +62,7 @@ class VideoTextSource(PreparedDataset):
         # os.path.join, not pathlib, per row: pathlib interns every path part it parses,
         # which grows without bound over a table of unique paths.
         self._base = str(self.media_base)
+        self._join = _join_url if isinstance(self.media_base, RemotePath) else os.path.join
         self.stem = Path(info["csv"]).stem
         self._rows_files = {s["shard"]: s["rows"] for s in info["splits"].values()}
         self._arrays: dict[str, np.ndarray] | None = None
@@ -62,17 +70,17 @@ class VideoTextSource(PreparedDataset):
     # arrays are opened lazily so that pickling to worker processes sends only paths
     def _array(self, name: str) -> np.ndarray:
         if self._arrays is None:
-            meta = cast(Path, self.root) / META_DIR  # video-text tables are local folders
+            root = self.root
             arrays = {
-                name: np.load(meta / f"{name}.npy", mmap_mode="r")
+                name: np.load(meta_file(root, f"{name}.npy"), mmap_mode="r")
                 for name in ("num_frames", "height", "width", "fps", "offsets")
             }
-            arrays["strings"] = np.memmap(meta / "strings.bin", dtype=np.uint8, mode="r") if (
+            arrays["strings"] = np.memmap(meta_file(root, "strings.bin"), dtype=np.uint8, mode="r") if (
                 arrays["offsets"][-1] > 0
             ) else np.zeros(0, dtype=np.uint8)  # fmt: skip
             for shard, file in self._rows_files.items():
                 if file is not None:
-                    arrays[shard] = np.load(meta / file, mmap_mode="r")
+                    arrays[shard] = np.load(meta_file(root, file), mmap_mode="r")
             self._arrays = arrays
         return self._arrays[name]
 
@@ -103,10 +111,10 @@ class VideoTextSource(PreparedDataset):
         extras = json.loads(extra) if extra else {}
         for name, value in extras.items():
             if name.endswith(PATH_SUFFIX) and value:
-                extras[name] = os.path.join(self._base, value)
+                extras[name] = self._join(self._base, value)
         fps = float(self._array("fps")[row])
         fields = {
-            "path": os.path.join(self._base, path),  # an absolute path stays as it is
+            "path": self._join(self._base, path),  # an absolute path stays as it is
             "text": text,
             "num_frames": int(self._array("num_frames")[row]),
             "height": int(self._array("height")[row]),
@@ -115,6 +123,16 @@ class VideoTextSource(PreparedDataset):
             "extra": extras,
         }
         return f"{self.stem}:{row}", {"row": fields}
+
+    def _check_shards(self, info: DatasetInfo, names: list[str]) -> None:
+        """The pseudo-shards are no files: nothing to stat, record or pin."""
+        self._record = None
+        self._content_digest = None
+        self._checked = set()
+        self._digest_checked = False
+
+    def prefetch_enabled(self) -> bool:
+        return False  # the pseudo-shards are no objects; media are fetched when decoded
 
     def _content_identity(self, used: list[str]) -> str:
         return str(self.info["csv_fingerprint"]["blake2b"])  # the pseudo-shards are no files
@@ -132,3 +150,11 @@ class VideoTextSource(PreparedDataset):
         state = super().__getstate__()
         state["_arrays"] = None
         return state
+
+
+def _join_url(base: str, path: str) -> str:
+    """A CSV path under a remote media folder: a URL or an absolute path stays as it is."""
+    if is_url(path) or path.startswith("/"):
+        return path
+    scheme, _, rest = base.partition("://")
+    return f"{scheme}://{posixpath.normpath(posixpath.join(rest, path))}"

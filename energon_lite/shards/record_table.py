@@ -1,0 +1,209 @@
+"""The shard record by shard id: ``energon_lite.json`` parsed, or its compact binary twin.
+
+``energon_lite.json`` (``shard_record.py``) holds, per shard name, what prepare saw: size,
+mtime and a probe. A dataset of 100,000 shards makes it 16 MB of JSON, about a second to
+parse and tens of MB of Python objects in every process that opens the split. So prepare also
+writes ``energon_lite.table``: the same rows as fixed-width binary, in ``.info.json``'s shard
+order, behind a small JSON header::
+
+    b"ELRTAB1\\n" | u64 header length | header JSON | zero padding to 8 | rows
+
+Each row is ``size, mtime_ns, probe end`` (little-endian int64) and the probe digest (32
+ASCII hex bytes, empty when the record has none). The header names what the rows belong to:
+the blake2b of the ``energon_lite.json`` bytes they were made from and of the shard names in
+row order (``\\n``-joined), the content digest and the remote versions. An open reads the JSON
+bytes and hashes them (tens of ms for 16 MB) instead of parsing them, and maps the rows; a
+lookup is an array index. When the table is missing (datasets prepared before it, or by
+Energon), stale (another tool rewrote the JSON) or does not fit the names, the JSON is
+parsed as before, so every older form still opens.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from energon_lite.errors import DatasetFormatError
+from energon_lite.storage import StoragePath, ops
+
+TABLE = "energon_lite.table"
+MAGIC = b"ELRTAB1\n"
+ROW = np.dtype([("size", "<i8"), ("mtime", "<i8"), ("end", "<i8"), ("probe", "S32")])
+
+
+def names_digest(names: list[str]) -> str:
+    """The blake2b of the names in order, ``\\n``-joined (surrogates kept as bytes)."""
+    joined = "\n".join(names).encode("utf-8", "surrogatepass")
+    return hashlib.blake2b(joined, digest_size=16).hexdigest()
+
+
+def encode_table(record: dict[str, Any], record_bytes: bytes) -> bytes | None:
+    """The table of ``record`` (as ``make_record`` returns it), or ``None`` where a row does
+    not fit the fixed width (a record without probes is left to the JSON)."""
+    shards, probes = record["shards"], record.get("probes")
+    if not isinstance(probes, dict):
+        return None
+    names = list(shards)
+    rows = np.zeros(len(names), dtype=ROW)
+    for i, name in enumerate(names):
+        entry, probe = shards[name], probes.get(name)
+        if not (isinstance(probe, list) and len(probe) == 2 and len(str(probe[1])) == 32):
+            return None  # a shard without a well-formed probe: the JSON alone holds it
+        rows[i] = (entry[0], entry[1], probe[0], str(probe[1]).encode("ascii"))
+    header = {
+        "record_blake2b": hashlib.blake2b(record_bytes, digest_size=16).hexdigest(),
+        "names_blake2b": names_digest(names),
+        "count": len(names),
+        "content_digest": record["content_digest"],
+        "remote_versions": record.get("remote_versions") or {},
+    }
+    text = json.dumps(header).encode("utf-8")
+    padding = b"\0" * (-(len(MAGIC) + 8 + len(text)) % 8)
+    return MAGIC + struct.pack("<Q", len(text)) + text + padding + rows.tobytes()
+
+
+class ShardRecord:
+    """What prepare recorded per shard, looked up by shard id (``names[shard_id]``)."""
+
+    def __init__(
+        self,
+        where: StoragePath,
+        names: list[str],
+        content_digest: str,
+        *,
+        parsed: dict[str, Any] | None = None,
+        rows: np.ndarray | None = None,
+        versions: dict[str, str] | None = None,
+    ) -> None:
+        self.where = where  # the JSON record, named in errors
+        self.names = names
+        self.content_digest = content_digest
+        self.parsed = parsed  # the JSON form (old records, or no usable table)
+        self.rows = rows  # the table form
+        self.remote_versions = versions or {}
+        self.has_probes = rows is not None or isinstance((parsed or {}).get("probes"), dict)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        rows = self.rows
+        if isinstance(rows, np.memmap) and rows.filename is not None:  # sent by its place
+            state["rows"] = (rows.filename, rows.offset, len(rows))
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        rows = state["rows"]
+        if isinstance(rows, tuple):
+            filename, offset, count = rows
+            state["rows"] = np.memmap(filename, dtype=ROW, mode="r", offset=offset, shape=(count,))
+        self.__dict__.update(state)
+
+    def shard(self, shard_id: int) -> tuple[int, int]:
+        """``(size, mtime_ns)`` as prepare saw them; names an unrecorded shard."""
+        name = self.names[shard_id]
+        if self.rows is not None:
+            row = self.rows[shard_id]
+            return int(row["size"]), int(row["mtime"])
+        assert self.parsed is not None
+        entry = self.parsed["shards"].get(name)
+        if not (isinstance(entry, list) and len(entry) == 2):
+            raise DatasetFormatError(
+                f"{self.where}: shard {name!r} is not recorded; the dataset changed since "
+                "prepare: re-run prepare"
+            )
+        return entry[0], entry[1]
+
+    def probe(self, shard_id: int) -> tuple[int, str] | None:
+        """``(end, digest)`` of the shard's probe; ``None`` for a record without probes."""
+        name = self.names[shard_id]
+        if self.rows is not None:
+            row = self.rows[shard_id]
+            return int(row["end"]), row["probe"].decode("ascii")
+        probes = (self.parsed or {}).get("probes")
+        if not isinstance(probes, dict):
+            return None
+        entry = probes.get(name)
+        if entry is None:
+            raise DatasetFormatError(
+                f"{self.where}: shard {name!r} has no probe; the record is damaged: re-run "
+                "prepare (`--tar-index-only` keeps the splits)"
+            )
+        if not (
+            isinstance(entry, list)
+            and len(entry) == 2
+            and isinstance(entry[0], int)
+            and isinstance(entry[1], str)
+        ):
+            raise DatasetFormatError(
+                f"{self.where}: probes[{name!r}] is not [end, digest]; re-run prepare"
+            )
+        return entry[0], entry[1]
+
+
+def load_table(
+    meta: StoragePath, record_bytes: bytes, names: list[str], where: StoragePath
+) -> ShardRecord | None:
+    """The table form of the record, or ``None`` where there is none that belongs to these
+    record bytes and names (the caller then parses the JSON)."""
+    path = meta / TABLE
+    try:
+        if isinstance(path, Path):
+            head = _read_head(path)
+        else:
+            if not ops.exists(path):
+                return None
+            data = ops.read_bytes(path)
+            head = data[: 16 + _header_length(data[:16])] if data[:8] == MAGIC else b""
+    except (OSError, DatasetFormatError):
+        return None
+    if head[:8] != MAGIC:
+        return None
+    length = _header_length(head[:16])
+    try:
+        header = json.loads(head[16 : 16 + length])
+    except (ValueError, UnicodeDecodeError):
+        return None
+    start = 16 + length + (-(16 + length) % 8)
+    if (
+        not isinstance(header, dict)
+        or header.get("count") != len(names)
+        or header.get("record_blake2b") != hashlib.blake2b(record_bytes, digest_size=16).hexdigest()
+        or header.get("names_blake2b") != names_digest(names)
+        or not isinstance(header.get("content_digest"), str)
+    ):
+        return None
+    rows: np.ndarray
+    try:
+        if isinstance(path, Path):
+            if path.stat().st_size != start + len(names) * ROW.itemsize:
+                return None
+            rows = np.memmap(path, dtype=ROW, mode="r", offset=start, shape=(len(names),))
+        else:
+            rows = np.frombuffer(data, dtype=ROW, offset=start, count=len(names))
+    except (OSError, ValueError):
+        return None
+    versions = header.get("remote_versions")
+    return ShardRecord(
+        where,
+        names,
+        header["content_digest"],
+        rows=rows,
+        versions=versions if isinstance(versions, dict) else {},
+    )
+
+
+def _header_length(first: bytes) -> int:
+    return struct.unpack("<Q", first[8:16])[0] if len(first) >= 16 else 0
+
+
+def _read_head(path: Path) -> bytes:
+    with open(path, "rb") as file:
+        first = file.read(16)
+        length = _header_length(first)
+        if first[:8] != MAGIC or length > 1 << 30:
+            return b""
+        return first + file.read(length)

@@ -1,0 +1,68 @@
+"""The shard record's binary table: opening a split reads it instead of parsing the JSON
+record, and checks a shard when a process first reads it, not every shard at open."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+
+import pytest
+from conftest import make_dataset, open_and_read
+
+from energon_lite.errors import DatasetFormatError
+from energon_lite.shards.dataset import PreparedDataset
+from energon_lite.shards.meta import load_info
+from energon_lite.shards.record_table import TABLE
+from energon_lite.shards.shard_record import load_record
+
+META = ".nv-meta"
+
+
+def test_a_split_opens_without_checking_its_shards_and_names_one_when_read(
+    tmp_path: Path,
+) -> None:
+    root = make_dataset(tmp_path / "ds", 60, 20)
+    (root / "parts/data-1.tar").unlink()
+    ds = PreparedDataset(root, "train")  # no shard is touched to open
+    assert len(ds) == 60
+    assert ds.read(ds.shard_names.index("parts/data-0.tar"), 3)[0].endswith("000003")
+    missing = ds.shard_names.index("parts/data-1.tar")
+    with pytest.raises(DatasetFormatError, match=r"parts/data-1\.tar: shard is missing"):
+        ds.read(missing, 0)
+    with pytest.raises(DatasetFormatError, match=r"parts/data-1\.tar: shard is missing"):
+        ds.read_range(missing, 0, 5)  # checked again: a failed check is not remembered
+
+
+def test_prepare_writes_the_table_and_an_open_reads_it(tmp_path: Path) -> None:
+    root = make_dataset(tmp_path / "ds", 60, 20)
+    names = load_info(root).shard_names
+    record = load_record(root, names)
+    assert record is not None and record.rows is not None  # the table, not the JSON
+    parsed = json.loads((root / META / "energon_lite.json").read_text())
+    for shard_id, name in enumerate(names):
+        assert list(record.shard(shard_id)) == parsed["shards"][name]
+        assert list(record.probe(shard_id) or ()) == parsed["probes"][name]
+    assert record.content_digest == parsed["content_digest"]
+    fingerprint = PreparedDataset(root, "train").fingerprint()
+    again = pickle.loads(pickle.dumps(open_and_read(root)))  # a spawned worker's copy
+    assert again.fingerprint() == fingerprint and again.read(0, 0) == open_and_read(root).read(0, 0)
+    (root / META / TABLE).unlink()  # as prepared before the table: the JSON, same dataset
+    record = load_record(root, names)
+    assert record is not None and record.rows is None
+    assert PreparedDataset(root, "train").fingerprint() == fingerprint
+
+
+def test_a_table_that_no_longer_belongs_to_the_json_is_ignored(tmp_path: Path) -> None:
+    root = make_dataset(tmp_path / "ds", 60, 20)
+    path = root / META / "energon_lite.json"
+    parsed = json.loads(path.read_text())
+    parsed["shards"]["parts/data-2.tar"][0] += 512  # rewritten by a tool that keeps no table
+    path.write_text(json.dumps(parsed, indent=1) + "\n")
+    names = load_info(root).shard_names
+    record = load_record(root, names)
+    assert record is not None and record.rows is None  # the JSON wins
+    with pytest.raises(DatasetFormatError, match=r"data-2\.tar: shard changed since prepare"):
+        open_and_read(root, first="parts/data-2.tar")
+    (root / META / TABLE).write_bytes(b"ELRTAB1\n garbage")  # damaged: the JSON again
+    assert load_record(root, names).rows is None  # type: ignore[union-attr]
