@@ -66,13 +66,12 @@ def open_and_read(root: Path, split: str = "train", first: str | None = None):
     return ds
 
 
-def write_two_leaves(root: Path, a: int = 120, b: int = 80) -> dict[str, Path]:
-    """Two text datasets (``a`` and ``b`` samples, shards of 20, keys ``a00000``...,
-    ``b00000``...) and two metadatasets over them: ``weighted`` (blend 2:1) and
-    ``epochized`` (``blend_epochized`` 1 and 0.5 repetitions)."""
-    for name, count in (("a", a), ("b", b)):
+def write_text_leaves(root: Path, counts: dict[str, int], per_shard: int, digits: int) -> None:
+    """Prepared text datasets ``root/NAME`` (train only) of ``counts[NAME]`` samples in
+    shards of ``per_shard``, keyed ``NAME`` + the index in ``digits`` digits."""
+    for name, count in counts.items():
         write_captioning_shards(
-            root / name, count, 20, image_size=(8, 8), key_format=name + "{:05d}"
+            root / name, count, per_shard, image_size=(8, 8), key_format=f"{name}{{:0{digits}d}}"
         )
         prepare_dataset(
             root / name,
@@ -81,6 +80,13 @@ def write_two_leaves(root: Path, a: int = 120, b: int = 80) -> dict[str, Path]:
             field_map={"text": "txt"},
             progress=False,
         )
+
+
+def write_two_leaves(root: Path, a: int = 120, b: int = 80) -> dict[str, Path]:
+    """Two text datasets (``a`` and ``b`` samples, shards of 20, keys ``a00000``...,
+    ``b00000``...) and two metadatasets over them: ``weighted`` (blend 2:1) and
+    ``epochized`` (``blend_epochized`` 1 and 0.5 repetitions)."""
+    write_text_leaves(root, {"a": a, "b": b}, 20, 5)
     head = "__module__: energon_lite\n__class__: MetadatasetV2\nsplits:\n  train:\n"
     (root / "weighted.yaml").write_text(
         head + "    blend:\n      - {weight: 2, path: a}\n      - {weight: 1, path: b}\n"

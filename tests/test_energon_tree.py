@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import write_text_leaves
 
 import energon_lite as el
-from energon_lite.synth.shards import write_captioning_shards
 
 MDS = """__module__: megatron.energon
 __class__: MetadatasetV2
@@ -51,17 +51,7 @@ splits:
 def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """ds1: 55 text samples in shards of 10, ds2: 37; both metadatasets over them."""
     root = tmp_path_factory.mktemp("energon_tree")
-    for name, count in (("ds1", 55), ("ds2", 37)):
-        write_captioning_shards(
-            root / name, count, 10, image_size=(8, 8), key_format=name + "{:04d}"
-        )
-        el.prepare_dataset(
-            root / name,
-            split_ratio=[("train", 1)],
-            sample_type="TextSample",
-            field_map={"text": "txt"},
-            progress=False,
-        )
+    write_text_leaves(root, {"ds1": 55, "ds2": 37}, 10, 4)
     (root / "mds.yaml").write_text(MDS)
     (root / "epochized.yaml").write_text(EPOCHIZED)
     return root

@@ -8,9 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import write_text_leaves
 
-from energon_lite import WorkerConfig, get_loader, get_train_dataset, prepare_dataset
-from energon_lite.synth.shards import write_captioning_shards
+from energon_lite import WorkerConfig, get_loader, get_train_dataset
 
 BLEND = """__module__: megatron.energon
 __class__: MetadatasetV2
@@ -39,15 +39,7 @@ splits:
 def two_leaves(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Two text datasets of 55 samples in shards of 10, and both metadatasets over them."""
     root = tmp_path_factory.mktemp("lengths")
-    for name in ("ds1", "ds2"):
-        write_captioning_shards(root / name, 55, 10, image_size=(8, 8), key_format=name + "{:04d}")
-        prepare_dataset(
-            root / name,
-            split_ratio=[("train", 1)],
-            sample_type="TextSample",
-            field_map={"text": "txt"},
-            progress=False,
-        )
+    write_text_leaves(root, {"ds1": 55, "ds2": 55}, 10, 4)
     (root / "blend.yaml").write_text(BLEND)
     (root / "epochized.yaml").write_text(EPOCHIZED)
     return root
