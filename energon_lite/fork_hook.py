@@ -9,9 +9,11 @@ dataclasses) register an object's ``__before_fork__`` / ``__after_in_child_fork_
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -126,6 +128,31 @@ class DataclassForkMixin:
 
     def __after_in_parent_fork__(self) -> None:
         """Runs in the parent after a fork."""
+
+
+@contextlib.contextmanager
+def parents_objects_kept_from_children() -> Iterator[None]:
+    """Processes forked inside this block never garbage-collect what this process holds now.
+
+    A forked child that collects a garbage cycle it inherited runs that garbage's finalizers
+    in a process without the parent's threads: a PyAV frame that was scaled with swscale's
+    slice threads then waits forever in the child for threads that exist only in the parent
+    (a DataLoader worker hung that way after the trainer had decoded a video itself). And a
+    collection in the child touches every inherited object, copying the pages it shares with
+    the parent. So the objects are moved to the collector's permanent generation (``gc.freeze``)
+    for the fork and back afterwards in this process. A process that froze objects itself
+    (``gc.get_freeze_count()`` > 0) manages freezing for its forks already: left as it is.
+    """
+    if gc.get_freeze_count():
+        yield
+        return
+    parent = os.getpid()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        if os.getpid() == parent:  # a child that returns from a bare os.fork() keeps them
+            gc.unfreeze()
 
 
 os.register_at_fork(

@@ -452,10 +452,18 @@ def _check_range(start: float, end: float, unit: str) -> None:
         raise MediaDecodeError(f"range ({start}, {end}) {unit} must have 0 <= start <= end")
 
 
+# PyAV 17 scales with swscale's slice threads (one per CPU unless told); before 17 it has
+# one thread and no ``threads`` argument
+_ONE_THREAD: dict[str, Any] = {"threads": 1} if int(av.__version__.split(".", 1)[0]) >= 17 else {}
+
+
 def _rgb(frame: av.VideoFrame, size: tuple[int, int] | None) -> np.ndarray:
-    if size is None:
-        return frame.to_ndarray(format="rgb24")
-    return frame.to_ndarray(format="rgb24", width=size[0], height=size[1], interpolation="BILINEAR")
+    # One scaler thread, as the codecs (see _open): a frame keeps its scaler, and freeing one
+    # with slice threads in a process forked after it was made waits forever for them
+    width, height = size if size is not None else (None, None)
+    return frame.to_ndarray(
+        format="rgb24", width=width, height=height, interpolation="BILINEAR", **_ONE_THREAD
+    )
 
 
 def _samples(frame: av.AudioFrame) -> np.ndarray:

@@ -27,6 +27,7 @@ from energon_lite.errors import (
     UnsavableStateError,
     short_repr,
 )
+from energon_lite.fork_hook import parents_objects_kept_from_children
 from energon_lite.loader import healing
 from energon_lite.loader.savable_dataset import SavableDataset, modality, unsavable_reason
 from energon_lite.loader.state_delta import with_unchanged
@@ -135,19 +136,19 @@ def _stream(
             stats is not None,
             pools[-1],
         )
-        batches = iter(
-            DataLoader(
-                view,
-                batch_size=None,
-                num_workers=wc.num_workers,
-                collate_fn=_identity,
-                pin_memory=loader.pin_memory,
-                prefetch_factor=loader.prefetch_factor if wc.num_workers > 0 else None,
-                persistent_workers=False,
-                timeout=wait or 0,
-                worker_init_fn=None if healer is None else healer.worker_init(),
-            )
+        torch_loader = DataLoader(
+            view,
+            batch_size=None,
+            num_workers=wc.num_workers,
+            collate_fn=_identity,
+            pin_memory=loader.pin_memory,
+            prefetch_factor=loader.prefetch_factor if wc.num_workers > 0 else None,
+            persistent_workers=False,
+            timeout=wait or 0,
+            worker_init_fn=None if healer is None else healer.worker_init(),
         )
+        with parents_objects_kept_from_children():  # torch forks the workers in iter()
+            batches = iter(torch_loader)
         if healer is not None:
             healing.detach_signal_handler(batches)
         running.append(batches)

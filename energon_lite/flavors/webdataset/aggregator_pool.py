@@ -17,6 +17,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from typing import Any, Generic, TypeVar
 
+from energon_lite.fork_hook import parents_objects_kept_from_children
+
 __all__ = ["AggregatorPool", "BaseAggregator"]
 
 T_input_data = TypeVar("T_input_data")
@@ -90,8 +92,9 @@ class AggregatorPool(Generic[T_input_data, T_aggregation_data, T_result]):
         workers = [
             self._context.Process(target=self._worker, daemon=True) for _ in range(self.num_workers)
         ]
-        for process in workers:
-            process.start()
+        with parents_objects_kept_from_children():
+            for process in workers:
+                process.start()
         for _ in workers:
             self.task_queue.put(None)
         try:
