@@ -13,16 +13,15 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 from energon_lite.errors import ConfigError
 from energon_lite.shards.meta import META_DIR
+from energon_lite.storage.stale import is_stale_temporary
 
 LOCK_NAME = f"{META_DIR}.lock"
-_TEMP = re.compile(r"\.(?:tmp|old)(?:-(\d+))?$")
 
 
 class FolderLockedError(ConfigError):
@@ -60,25 +59,6 @@ def prepare_lock(root: Path) -> Iterator[None]:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
         os.close(fd)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def is_stale_temporary(name: str) -> bool:
-    """``x.tmp-<pid>``/``x.old-<pid>`` of a process that is gone, or a pid-less ``x.tmp``."""
-    match = _TEMP.search(name)
-    if match is None:
-        return False
-    pid = match.group(1)
-    return pid is None or (int(pid) != os.getpid() and not _alive(int(pid)))
 
 
 def clean_stale_temporaries(root: Path) -> list[Path]:

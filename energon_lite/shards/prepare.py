@@ -32,11 +32,7 @@ from tqdm import tqdm
 
 from energon_lite.errors import ConfigError, DatasetFormatError
 from energon_lite.samples.types import SAMPLE_TYPES, sample_field_names
-from energon_lite.shards.folder_lock import (
-    clean_stale_temporaries,
-    is_stale_temporary,
-    prepare_lock,
-)
+from energon_lite.shards.folder_lock import clean_stale_temporaries, prepare_lock
 from energon_lite.shards.meta import (
     INFO_JSON,
     INFO_YAML,
@@ -69,6 +65,7 @@ from energon_lite.shards.shard_record import RECORD, make_record, write_record
 from energon_lite.shards.tar_index import ShardScan, scan_shard, write_index
 from energon_lite.storage import RemotePath, StoragePath, as_path
 from energon_lite.storage.ops import downloaded, list_files, write_atomic
+from energon_lite.storage.stale import is_stale_temporary
 
 VERSION_TAG = "energon_lite 0.1.0"
 REMOTE_WRITERS = 16  # index PUTs in flight at once for a remote prepare

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING
 
 from energon_lite.storage import ops
 from energon_lite.storage.path import RemotePath
+from energon_lite.storage.stale import is_stale_temporary
 
 if TYPE_CHECKING:
     import numpy as np
@@ -234,8 +235,7 @@ class ShardCache:
             for item in entries:
                 name = item.name
                 if ".tmp-" in name:
-                    pid = name.rpartition("-")[2]
-                    if pid.isdigit() and not _alive(int(pid)):
+                    if is_stale_temporary(name):
                         with contextlib.suppress(FileNotFoundError):
                             os.unlink(item.path)
                         continue
@@ -263,16 +263,6 @@ class ShardCache:
 
 def _is_tmp(path: Path) -> bool:
     return ".tmp-" in path.name
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 @contextlib.contextmanager
