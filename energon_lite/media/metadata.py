@@ -3,20 +3,5 @@ as ``energon_lite.media_records``' (and ``energon_lite.av``'s)."""
 
 from __future__ import annotations
 
-from energon_lite.media_records.records import (
-    AVMetadata,
-    ImageMetadata,
-    MediaMetadataBase,
-    MediaMetadataType,
-    deserialize_media_metadata,
-    serialize_media_metadata,
-)
-
-__all__ = [
-    "AVMetadata",
-    "ImageMetadata",
-    "MediaMetadataBase",
-    "MediaMetadataType",
-    "deserialize_media_metadata",
-    "serialize_media_metadata",
-]
+from energon_lite.media_records.records import *  # noqa: F403 (the names in its __all__)
+from energon_lite.media_records.records import __all__ as __all__

@@ -19,6 +19,16 @@ from energon_lite.errors import DatasetFormatError
 
 M = TypeVar("M", bound="MediaMetadataBase")
 
+# the names Energon's media.metadata has; media_records, media and media.metadata re-export them
+__all__ = [
+    "AVMetadata",
+    "ImageMetadata",
+    "MediaMetadataBase",
+    "MediaMetadataType",
+    "deserialize_media_metadata",
+    "serialize_media_metadata",
+]
+
 
 class MediaMetadataType(str, Enum):
     """The kinds of metadata records."""
