@@ -33,12 +33,18 @@ def make_dataset(
     num_samples: int = 120,
     samples_per_shard: int = 20,
     split_ratio: list[tuple[str, float]] | None = None,
+    *,
+    image_size: tuple[int, int] = (16, 16),
+    with_json: bool = True,
+    quality: int = 90,
     **kwargs,
 ) -> Path:
-    """Write and prepare a captioning dataset; every shard in train unless ``split_ratio``."""
+    """Write and prepare a captioning dataset; every shard in train unless ``split_ratio``
+    (``kwargs`` go to ``prepare_dataset``)."""
     write_captioning_shards(
-        root, num_samples, samples_per_shard, image_size=(16, 16), with_json=True
-    )
+        root, num_samples, samples_per_shard, image_size=image_size, with_json=with_json,
+        quality=quality,
+    )  # fmt: skip
     prepare_dataset(
         root,
         split_ratio=split_ratio or [("train", 1)],

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import make_dataset
 from PIL import Image
 
 from energon_lite import prepare_dataset
@@ -20,15 +21,7 @@ from energon_lite.synth.shards import write_captioning_shards
 @pytest.fixture(scope="module")
 def captions(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("observe") / "captions"
-    write_captioning_shards(root, 120, 20, image_size=(24, 24))
-    prepare_dataset(
-        root,
-        split_ratio=[("train", 1)],
-        sample_type="CaptioningSample",
-        field_map={"image": "jpg", "caption": "txt"},
-        progress=False,
-    )
-    return root
+    return make_dataset(root, 120, 20, image_size=(24, 24), with_json=False)
 
 
 def _png(path: Path) -> Image.Image:

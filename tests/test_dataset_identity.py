@@ -9,25 +9,16 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from conftest import open_and_read
+from conftest import make_dataset, open_and_read
 
 from energon_lite import WorkerConfig, get_savable_loader, get_train_dataset, prepare_dataset
 from energon_lite.errors import DatasetFormatError, StateError
 from energon_lite.shards.dataset import PreparedDataset
-from energon_lite.synth.shards import write_captioning_shards
 from energon_lite.testing import take
 
 
 def _make(root: Path, quality: int) -> Path:
-    write_captioning_shards(root, 60, 20, image_size=(16, 16), quality=quality)
-    prepare_dataset(
-        root,
-        split_ratio=[("train", 1)],
-        sample_type="CaptioningSample",
-        field_map={"image": "jpg", "caption": "txt"},
-        progress=False,
-    )
-    return root
+    return make_dataset(root, 60, 20, with_json=False, quality=quality)
 
 
 def _loader(root: Path):

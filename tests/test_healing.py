@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import torch
+from conftest import make_dataset
 from torch.utils.data import get_worker_info
 
 from energon_lite import (
@@ -26,11 +27,9 @@ from energon_lite import (
     get_loader,
     get_savable_loader,
     get_train_dataset,
-    prepare_dataset,
 )
 from energon_lite.errors import ConfigError, WorkerRestartError, WorkerTimeoutError
 from energon_lite.loader.stats_report import format_stats
-from energon_lite.synth.shards import write_captioning_shards
 from energon_lite.task_encoder.packing import best_fit
 from energon_lite.testing import take
 
@@ -128,16 +127,9 @@ SETUPS = {
 @pytest.fixture(scope="module")
 def big_ds(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """64 captioned 128x128 images in 8 shards."""
-    root = tmp_path_factory.mktemp("big_ds")
-    write_captioning_shards(root, 64, 8, image_size=(128, 128))
-    prepare_dataset(
-        root,
-        split_ratio=[("train", 1)],
-        sample_type="CaptioningSample",
-        field_map={"image": "jpg", "caption": "txt"},
-        progress=False,
+    return make_dataset(
+        tmp_path_factory.mktemp("big_ds"), 64, 8, image_size=(128, 128), with_json=False
     )
-    return root
 
 
 def _loader(
