@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
 import os
 import pickle
 import platform
@@ -396,10 +395,7 @@ def summarise(results: dict[tuple[str, int], list[dict[str, Any]]], libs: tuple[
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--samples", type=int, default=20_000, help="dataset size")
-    parser.add_argument("--rounds", type=int, default=3, help="A/B rounds (medians reported)")
-    parser.add_argument("--batches", type=int, default=200, help="timed batches per run")
-    parser.add_argument("--warmup", type=int, default=10, help="untimed batches before timing")
+    bp.add_round_arguments(parser, ALL)
     parser.add_argument("--libs", default=",".join(ALL), help="loaders to run, comma-separated")
     parser.add_argument(
         "--peer-decode",
@@ -407,22 +403,9 @@ def main(argv: list[str] | None = None) -> None:
         default="same",
         help="the peers' JPEG decode: energon_lite's decode_image (same) or plain Pillow",
     )
-    parser.add_argument("--quick", action="store_true", help="4,000 samples, 1 round, 30 batches")
-    parser.add_argument(
-        "--torch-threads", type=int, default=1, help="torch intra-op threads in the main process"
-    )
-    parser.add_argument("--child", choices=ALL, help=argparse.SUPPRESS)
-    parser.add_argument("--workers", type=int, default=0, help=argparse.SUPPRESS)
-    parser.add_argument("--data", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.child:
-        result = measure(
-            args.child, args.data, args.workers, args.batches, args.warmup, args.torch_threads
-        )
-        print(RESULT + json.dumps(result), flush=True)
+    if bp.run_as_child(args, measure):
         return
-    if args.quick:
-        args.samples, args.rounds, args.batches, args.warmup = 4_000, 1, 30, 3
     libs = tuple(lib for lib in args.libs.split(",") if lib)
     unknown = sorted(set(libs) - set(ALL))
     if unknown or "energon_lite" not in libs:

@@ -66,7 +66,7 @@ import shutil
 import sys
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -670,8 +670,9 @@ def summarise(results: dict[tuple[str, int], list[dict[str, Any]]]) -> str:
     )
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_round_arguments(parser: argparse.ArgumentParser, children: Sequence[str]) -> None:
+    """The options of a benchmark run in A/B rounds of child processes (this script's and
+    ``bench_peers.py``'s), and the hidden ones each child is started with."""
     parser.add_argument("--samples", type=int, default=20_000, help="dataset size")
     parser.add_argument("--rounds", type=int, default=3, help="A/B rounds (medians reported)")
     parser.add_argument("--batches", type=int, default=200, help="timed batches per run")
@@ -680,19 +681,31 @@ def main(argv: list[str] | None = None) -> None:
         "--torch-threads", type=int, default=1, help="torch intra-op threads in the main process"
     )
     parser.add_argument("--quick", action="store_true", help="4,000 samples, 1 round, 30 batches")
-    parser.add_argument("--child", choices=CHILDREN, help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=children, help=argparse.SUPPRESS)
     parser.add_argument("--workers", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--data", type=Path, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
 
+
+def run_as_child(args: argparse.Namespace, measure: Callable[..., dict[str, Any]]) -> bool:
+    """In a child (``--child``): measure, print the result line for the parent, and say so.
+    In the parent: apply ``--quick`` and say it is not a child."""
     if args.child:
         result = measure(
             args.child, args.data, args.workers, args.batches, args.warmup, args.torch_threads
         )
         print(RESULT + json.dumps(result), flush=True)
-        return
+        return True
     if args.quick:
         args.samples, args.rounds, args.batches, args.warmup = 4_000, 1, 30, 3
+    return False
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_round_arguments(parser, CHILDREN)
+    args = parser.parse_args(argv)
+    if run_as_child(args, measure):
+        return
     root = build_dataset(args.samples)
     started = time.perf_counter()
     load_before = os.getloadavg()
