@@ -133,29 +133,6 @@ def breakdown(server, env: dict[str, str], count: int = 200) -> None:
               f"(load {os.getloadavg()[0]:.1f})", flush=True)  # fmt: skip
 
 
-def msc_config(folder: Path, endpoint: str) -> Path:
-    from energon_lite.synth.servers import TEST_CREDENTIALS
-
-    path = folder / "msc_config.yaml"
-    path.write_text(
-        f"""profiles:
-  {BUCKET}:
-    storage_provider:
-      type: s3
-      options:
-        base_path: {BUCKET}
-        endpoint_url: {endpoint}
-        region_name: us-east-1
-    credentials_provider:
-      type: S3Credentials
-      options:
-        access_key: {TEST_CREDENTIALS["key"]}
-        secret_key: {TEST_CREDENTIALS["secret"]}
-"""
-    )
-    return path
-
-
 def command(run: str) -> list[str]:
     tool, executor, workers = run.split()
     if tool == "energon":
@@ -180,7 +157,7 @@ def main() -> None:
     parser.add_argument("--energon-workers", type=int, default=2)
     parser.add_argument("--breakdown", action="store_true", help="per-request and Ray start costs")
     args = parser.parse_args()
-    from energon_lite.synth.servers import TEST_CREDENTIALS, S3Server
+    from energon_lite.synth.servers import TEST_CREDENTIALS, S3Server, write_msc_config
 
     started = time.perf_counter()
     source = build(args.shards, args.per_shard)
@@ -200,7 +177,9 @@ def main() -> None:
             "AWS_ACCESS_KEY_ID": TEST_CREDENTIALS["key"],
             "AWS_SECRET_ACCESS_KEY": TEST_CREDENTIALS["secret"],
             "AWS_DEFAULT_REGION": "us-east-1",
-            "MSC_CONFIG": str(msc_config(Path(tmp), server.endpoint)),
+            "MSC_CONFIG": str(
+                write_msc_config(Path(tmp) / "msc_config.yaml", BUCKET, server.endpoint, BUCKET)
+            ),
             "ENERGON_LITE_CACHE_DIR": str(Path(tmp, "cache")),
         }
         env.pop("PYTHONDONTWRITEBYTECODE", None)

@@ -85,27 +85,6 @@ def child(args: argparse.Namespace) -> None:
     os._exit(0)  # do not wait for the workers' prefetch to drain
 
 
-def msc_config(folder: Path, endpoint: str, key: str, secret: str) -> Path:
-    path = folder / "msc_config.yaml"
-    path.write_text(
-        f"""profiles:
-  {BUCKET}:
-    storage_provider:
-      type: s3
-      options:
-        base_path: {BUCKET}
-        endpoint_url: {endpoint}
-        region_name: us-east-1
-    credentials_provider:
-      type: S3Credentials
-      options:
-        access_key: {key}
-        secret_key: {secret}
-"""
-    )
-    return path
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--samples", type=int, default=20000)
@@ -124,7 +103,7 @@ def main() -> None:
     if args.quick:
         args.rounds, args.batches = 1, 40
 
-    from energon_lite.synth.servers import TEST_CREDENTIALS, FaultProxy, S3Server
+    from energon_lite.synth.servers import TEST_CREDENTIALS, FaultProxy, S3Server, write_msc_config
 
     root = build_dataset(args.samples)
     latencies = [int(x) for x in args.latencies.split(",")]
@@ -151,7 +130,7 @@ def main() -> None:
                     proxy = proxies[ms]
                     env.update(AWS_ENDPOINT_URL=proxy.endpoint, AWS_ACCESS_KEY_ID=TEST_CREDENTIALS["key"],
                                AWS_SECRET_ACCESS_KEY=TEST_CREDENTIALS["secret"], AWS_DEFAULT_REGION="us-east-1",
-                               MSC_CONFIG=str(msc_config(tmp, proxy.endpoint, TEST_CREDENTIALS["key"], TEST_CREDENTIALS["secret"])))  # fmt: skip
+                               MSC_CONFIG=str(write_msc_config(tmp / "msc_config.yaml", BUCKET, proxy.endpoint, BUCKET)))  # fmt: skip
                     before = proxy.counts["requests"]
                 cmd = [sys.executable, __file__, "--child", "--lib", lib, "--path", path,
                        "--batches", str(args.batches), "--warmup", str(args.warmup)]  # fmt: skip

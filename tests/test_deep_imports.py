@@ -361,26 +361,10 @@ def test_epath_on_an_msc_profile(
     s3: Any, aws_env: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``msc://profile/...`` through the MSC config file, as Energon's EPath reads it."""
-    from energon_lite.synth.servers import TEST_CREDENTIALS
+    from energon_lite.synth.servers import write_msc_config
 
     s3.client().create_bucket(Bucket="mscbucket")
-    config = tmp_path / "msc.yaml"
-    config.write_text(
-        f"""profiles:
-  loop:
-    storage_provider:
-      type: s3
-      options:
-        base_path: mscbucket/root
-        endpoint_url: {s3.endpoint}
-        region_name: us-east-1
-    credentials_provider:
-      type: S3Credentials
-      options:
-        access_key: {TEST_CREDENTIALS["key"]}
-        secret_key: {TEST_CREDENTIALS["secret"]}
-"""
-    )
+    config = write_msc_config(tmp_path / "msc.yaml", "loop", s3.endpoint, "mscbucket/root")
     monkeypatch.setenv("MSC_CONFIG", str(config))
     p = EPath("msc://loop/test/dir/../file.txt")
     assert str(p) == "msc://loop/test/file.txt"

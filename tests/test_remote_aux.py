@@ -29,7 +29,7 @@ from energon_lite import (
 from energon_lite.errors import DatasetFormatError
 from energon_lite.flavors.jsonl import prepare_lines
 from energon_lite.synth.lines import write_caption_jsonl
-from energon_lite.synth.servers import S3Server
+from energon_lite.synth.servers import S3Server, write_msc_config
 from energon_lite.testing import assert_loader_resumes
 
 # the moto server, the counting proxy and each test's environment (tests/s3_fixtures.py)
@@ -141,12 +141,7 @@ def test_a_plain_folder_on_remote_storage_is_an_aux_source(
     (plain / "notes" / "hello.txt").write_text("hello from a bucket")
     s3.upload(plain, "aux", "plain")
     s3.upload(folders / "ds1", "aux", "ds1")
-    config = tmp_path / "msc_config.yaml"
-    config.write_text(
-        "profiles:\n  auxp:\n    storage_provider:\n      type: s3\n      options:\n"
-        f"        base_path: aux\n        endpoint_url: {s3.endpoint}\n"
-        "        region_name: us-east-1\n"
-    )
+    config = write_msc_config(tmp_path / "msc_config.yaml", "auxp", s3.endpoint, "aux", None)
     monkeypatch.setenv("MSC_CONFIG", str(config))
     (tmp_path / "ds1").symlink_to(folders / "ds1")
     (tmp_path / "ds2").symlink_to(folders / "ds2")

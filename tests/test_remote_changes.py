@@ -29,7 +29,13 @@ from energon_lite.errors import DatasetFormatError, RemoteStorageError
 from energon_lite.shards.meta import META_DIR
 from energon_lite.shards.shard_record import RECORD
 from energon_lite.storage import STATS, RemotePath, ops, ranged
-from energon_lite.synth.servers import TEST_CREDENTIALS, FaultProxy, RangeHTTPServer, S3Server
+from energon_lite.synth.servers import (
+    TEST_CREDENTIALS,
+    FaultProxy,
+    RangeHTTPServer,
+    S3Server,
+    write_msc_config,
+)
 
 BUCKET = "changes"
 
@@ -139,12 +145,7 @@ def test_msc_reads_are_conditional_too(
     s3: S3Server, local_ds: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     prefix = _upload(s3, local_ds)
-    config = tmp_path / "msc.yaml"
-    config.write_text(
-        f"profiles:\n  loop:\n    storage_provider:\n      type: s3\n      options:\n"
-        f"        base_path: {BUCKET}\n        endpoint_url: {s3.endpoint}\n"
-        f"        region_name: us-east-1\n"
-    )
+    config = write_msc_config(tmp_path / "msc.yaml", "loop", s3.endpoint, BUCKET, None)
     monkeypatch.setenv("MSC_CONFIG", str(config))
     batches = iter(_loader(f"msc://loop/{prefix}"))
     next(batches)

@@ -6,6 +6,7 @@
   the connection without an answer, or answers ``503 SlowDown``, on a schedule; it counts
   what it did. Every connection has a socket timeout, so nothing waits forever.
 * ``RangeHTTPServer``: serves a folder read-only over HTTP with ``Range`` and ``HEAD``.
+* ``write_msc_config``: an MSC config file whose profile points at such a server.
 
 All three are context managers and stop their threads on exit.
 """
@@ -25,6 +26,31 @@ from typing import Any
 TEST_CREDENTIALS = {"key": "testing-key-id", "secret": "testing-secret-value"}
 _TIMEOUT = 10.0  # seconds: upstream requests, thread joins
 _CLIENT_TIMEOUT = 120.0  # a client may stream a body slowly (a busy worker): bounded, not short
+
+
+def write_msc_config(
+    path: str | os.PathLike[str],
+    profile: str,
+    endpoint: str,
+    base_path: str,
+    credentials: dict[str, str] | None = TEST_CREDENTIALS,
+) -> Path:
+    """An MSC config file at ``path`` with one S3 profile ``profile`` (``msc://profile/...``)
+    over ``endpoint``/``base_path``, with ``credentials`` (``key``, ``secret``) or, for
+    ``None``, none of its own (the standard AWS variables then apply)."""
+    text = (
+        f"profiles:\n  {profile}:\n    storage_provider:\n      type: s3\n      options:\n"
+        f"        base_path: {base_path}\n        endpoint_url: {endpoint}\n"
+        "        region_name: us-east-1\n"
+    )
+    if credentials is not None:
+        text += (
+            "    credentials_provider:\n      type: S3Credentials\n      options:\n"
+            f"        access_key: {credentials['key']}\n"
+            f"        secret_key: {credentials['secret']}\n"
+        )
+    Path(path).write_text(text)
+    return Path(path)
 
 
 class S3Server:
