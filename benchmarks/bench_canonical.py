@@ -9,13 +9,19 @@
   batches taken in turn (the order swapped every batch), so the two see the same load at the
   same moments; per round the CPU per sample of each loader's worker processes and of the
   trainer's ``next()`` calls (thread CPU time); a fresh pair of loaders per round.
+* ``chain``: what a worker's own chain costs per sample, without processes: worker 0's
+  chain of each loader built in this process and run batch by batch in turn (the order
+  swapped every batch) with the per-batch work of a worker (the send check, the state save
+  and its difference from the one sent before), thread CPU time; plain, canonical (1, 2)
+  (the ``Phases`` stage over one pipeline per phase: its fixed cost) and canonical (8, 8).
+  No shared-memory transport, no trainer and no other process competing for the caches.
 * ``state``: K x Q = 1024 (canonical (32, 32)) on 1 x 2 and 4 x 2 (ranks simulated in one
   process): each rank takes ``--state-batches`` batches and saves; the state's msgpack size
   per rank, and the time from building a new loader through ``restore_state_global`` to its
   first batch, on the same layout and on the other one.
 
     python benchmarks/bench_canonical.py [--data DIR] [--rounds 6] [--batches 60]
-        [--only throughput|paired|state]
+        [--only throughput|paired|chain|state] [--shuffle-buffer 100]
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from common import ab_order, fmt_num, markdown_table, median, run_child
 
 RESULT = "RESULT "
 BATCH = 32
+SHUFFLE_BUFFER = [100]  # per pipeline, in throughput, paired and chain (``--shuffle-buffer``)
 
 
 def prepared(folder: Path, samples: int, size: int, sample_type: str, fields: dict) -> Path:
@@ -60,7 +67,7 @@ def loader(root: Path, rank: int, world: int, workers: int, canonical: Any, **op
         root,
         worker_config=el.WorkerConfig(rank=rank, world_size=world, num_workers=workers),
         batch_size=options.pop("batch_size", BATCH) // world,
-        shuffle_buffer_size=options.pop("shuffle_buffer_size", 100),
+        shuffle_buffer_size=options.pop("shuffle_buffer_size", SHUFFLE_BUFFER[0]),
         max_samples_per_sequence=options.pop("max_samples_per_sequence", 100),
         canonical_layout=canonical,
         **options,
@@ -108,6 +115,7 @@ def throughput(root: Path, rounds: int, batches: int) -> None:
         for mode in ab_order(["plain", "canonical"], index):
             loads.append(os.getloadavg()[0])
             cmd = [sys.executable, __file__, "--child", mode, "--data", str(root)]
+            cmd += ["--shuffle-buffer", str(SHUFFLE_BUFFER[0])]
             child = run_child([*cmd, "--batches", str(batches)], timeout=900)
             line = next((x for x in child.lines if x.startswith(RESULT)), None)
             if line is None:
@@ -211,6 +219,56 @@ def paired(root: Path, rounds: int, batches: int) -> None:
                           "overhead (median of rounds)", "per-round spread"], table))  # fmt: skip
 
 
+def chain(root: Path, rounds: int, batches: int) -> None:
+    import torch
+
+    from energon_lite.loader.savable_dataset import _save
+    from energon_lite.loader.state_delta import unchanged_marked
+    from energon_lite.loader.transport import check_sendable
+
+    torch.set_num_threads(1)
+    layouts = {"plain": None, "canonical (1, 2)": (1, 2), "canonical (8, 8)": (8, 8)}
+    rows: list[dict[str, float]] = []
+    loads = []
+    for _ in range(rounds):
+        loads.append(os.getloadavg()[0])
+        chains, sent = {}, {}
+        for mode, layout in layouts.items():
+            dataset = loader(root, 0, 1, 2, layout).dataset
+            chains[mode] = dataset.pipeline.build(dataset.worker_config.slot(0, 0))
+            chains[mode].restore_state(None)
+            sent[mode] = None
+        cpu = dict.fromkeys(layouts, 0.0)
+        samples = dict.fromkeys(layouts, 0)
+        for step in range(-10, batches):  # 10 warm-up batches fill every shuffle buffer
+            for mode in ab_order(list(layouts), step):
+                before = time.thread_time()
+                batch = chains[mode].next()
+                check_sendable(batch, 0)
+                sent[mode] = unchanged_marked(sent[mode], _save(chains[mode]))
+                if step >= 0:
+                    cpu[mode] += time.thread_time() - before
+                    samples[mode] += len(batch.__key__)
+                del batch
+        rows.append({mode: 1e6 * cpu[mode] / samples[mode] for mode in layouts})
+    table = []
+    for mode in layouts:
+        per_round = [row[mode] / row["plain"] - 1 for row in rows]
+        table.append(
+            [
+                mode,
+                fmt_num(median([row[mode] for row in rows])),
+                f"{100 * (median(per_round) or 0):+.2f} %",
+                f"{100 * min(per_round):+.1f} .. {100 * max(per_round):+.1f} %",
+            ]
+        )
+    print(f"\nchain (worker 0's chain of each, in this process, batches in turn), {rounds} "
+          f"rounds x {batches} batches of {BATCH}, load average {min(loads):.1f}-"
+          f"{max(loads):.1f}\n")  # fmt: skip
+    print(markdown_table(["chain", "CPU us/sample", "against plain (median of rounds)",
+                          "per-round spread"], table))  # fmt: skip
+
+
 def state(root: Path, steps: int) -> None:
     import msgpack
 
@@ -270,9 +328,13 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=60)
     parser.add_argument("--samples", type=int, default=8000)
     parser.add_argument("--state-batches", type=int, default=40)
-    parser.add_argument("--only", choices=["throughput", "paired", "state"])
+    parser.add_argument("--only", choices=["throughput", "paired", "chain", "state"])
+    parser.add_argument(
+        "--shuffle-buffer", type=int, default=100, help="per pipeline, throughput/paired/chain"
+    )
     parser.add_argument("--child", choices=["plain", "canonical"])
     args = parser.parse_args()
+    SHUFFLE_BUFFER[0] = args.shuffle_buffer
     if args.child:
         child_throughput(args.data, args.child, args.batches)
         return
@@ -289,6 +351,8 @@ def main() -> None:
         throughput(images, args.rounds, args.batches)
     if args.only in (None, "paired"):
         paired(images, args.rounds, args.batches)
+    if args.only in (None, "chain"):
+        chain(images, args.rounds, args.batches)
     if args.only in (None, "state"):
         state(texts, args.state_batches)
 
