@@ -4,7 +4,8 @@ A DataLoader worker hung for good in CI: the trainer's process had decoded a vid
 itself and left it in a garbage cycle; the worker, a fork of it, collected the cycle, and
 freeing the frame's scaler waited for swscale's slice threads, which exist only in the
 trainer. Two guards: the loader's workers start with the trainer's objects out of their
-garbage collector, and our decoder scales in one thread (as it decodes).
+garbage collector, and our decoder scales in one thread (as it decodes). Also here: a
+module lock that a thread of the parent may hold at the fork is a new one in the child.
 """
 
 from __future__ import annotations
@@ -59,12 +60,17 @@ def _fork_and_collect(
     finally:
         if was_enabled:
             gc.enable()
+    return _finished(pid, limit_s)
+
+
+def _finished(pid: int, limit_s: float) -> bool:
+    """Whether child ``pid`` ended within ``limit_s`` (it is killed otherwise)."""
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
         if os.waitpid(pid, os.WNOHANG)[0]:
             return True
         time.sleep(0.05)
-    os.kill(pid, 9)
+    os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
     return False
 
@@ -186,3 +192,18 @@ def test_loader_workers_survive_the_trainers_own_video_frames(
         pytest.fail("the loader's workers hung freeing the trainer's video frame")
     assert process.returncode == 0, err
     assert out.split() == ["24"]
+
+
+def test_a_lock_the_parent_held_at_the_fork_does_not_block_the_childs_retry_counts() -> None:
+    """The remote retry counters' lock: a parent thread (a shard prefetch) may hold it at the
+    moment a worker forks."""
+    from energon_lite.storage import retry
+
+    with retry._lock:  # held across the fork, as by a thread of the trainer
+        pid = os.fork()
+        if pid == 0:
+            try:
+                retry.STATS.add("failures")
+            finally:
+                os._exit(0)
+    assert _finished(pid, 20.0), "the child waited for the lock its parent held at the fork"

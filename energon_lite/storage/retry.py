@@ -55,6 +55,16 @@ class RetryStats:
 
 
 _lock = threading.Lock()
+
+
+def _new_lock_in_child() -> None:
+    """A forked process gets a lock of its own: a thread of the parent (a shard prefetch)
+    may have held this one at the fork, and nobody would ever release the child's copy."""
+    global _lock
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_lock_in_child)
 STATS = RetryStats()
 _jitter = random.Random()  # timing only, never data order
 
