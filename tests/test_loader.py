@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import ctypes
 import logging
 import os
 import threading
@@ -300,6 +301,67 @@ def test_the_watchdog_logs_where_a_stalled_worker_is(train_ds: Path, tmp_path: P
     assert "worker 0 made no progress for" in log
     assert "in stage Encode on sample '0" in log  # the stalled sample's key
     assert "encode_sample" in log  # the stack
+
+
+@pytest.mark.timeout(60)
+def test_a_worker_waiting_for_the_trainer_is_not_a_stall(train_ds: Path, tmp_path: Path) -> None:
+    """A training step longer than the watchdog's timeout: the workers have made their
+    batches and wait for torch to ask for the next ones; nothing is logged."""
+    handler = logging.FileHandler(tmp_path / "worker.log")
+    logging.getLogger("energon_lite").addHandler(handler)
+    try:
+        loader = get_savable_loader(
+            _train(train_ds, 2, batch_size=2),
+            watchdog_timeout_seconds=0.3,
+            watchdog_initial_timeout_seconds=5,
+        )
+        take(loader, 1)
+        time.sleep(2)  # the trainer's step
+        take(loader, 3)
+        loader.close()
+    finally:
+        logging.getLogger("energon_lite").removeHandler(handler)
+    assert "made no progress" not in (tmp_path / "worker.log").read_text()
+
+
+class HoldsTheInterpreter(TaskEncoder):
+    """The third sample waits 4 s in native code that keeps the interpreter lock (as a
+    library's teardown waiting for threads a forked worker never had): the worker's own
+    watchdog thread cannot run meanwhile."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def encode_sample(self, sample: CaptioningSample) -> CaptioningSample:
+        self.count += 1
+        if self.count == 3:
+            libc = ctypes.PyDLL(None)  # PyDLL: the call keeps the GIL
+            deadline = time.monotonic() + 4
+            while time.monotonic() < deadline:  # a signal (the stack dump) ends a sleep early
+                libc.sleep(1)
+        return sample
+
+
+@pytest.mark.timeout(60)
+def test_the_trainer_logs_a_late_batch_with_its_workers_stack(
+    train_ds: Path, tmp_path: Path
+) -> None:
+    handler = logging.FileHandler(tmp_path / "trainer.log")
+    logging.getLogger("energon_lite").addHandler(handler)
+    try:
+        loader = get_savable_loader(
+            _train(train_ds, 1, batch_size=2, task_encoder=HoldsTheInterpreter()),
+            watchdog_timeout_seconds=1,
+            watchdog_initial_timeout_seconds=1,
+        )
+        assert len(take(loader, 3)) == 3  # the run goes on
+        loader.close()
+    finally:
+        logging.getLogger("energon_lite").removeHandler(handler)
+    log = (tmp_path / "trainer.log").read_text()
+    assert "rank 0: no batch from worker 0 (pid " in log and "the process is alive" in log
+    assert "its stack:" in log and "in encode_sample" in log  # taken while it held the lock
 
 
 def test_corrupt_values_are_refused_when_the_worker_restores(train_ds: Path) -> None:

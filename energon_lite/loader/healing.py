@@ -153,8 +153,9 @@ class Healer:
         return self.max_restarts > 0
 
     def worker_init(self) -> Callable[[int], None] | None:
-        """torch's ``worker_init_fn``: arms the stack dump a stall restart reads."""
-        if not self.restart_on_timeout:
+        """torch's ``worker_init_fn``: arms the stack dump that a stall restart and a late
+        batch's notice (:meth:`notice_late`) read."""
+        if not self.enabled:
             return None
         if self._stack_dir is None:
             self._stack_dir = tempfile.mkdtemp(prefix="energon_lite-stacks-")
@@ -222,6 +223,24 @@ class Healer:
             f"; the stalled worker's stack:\n{loss.stack}" if loss.stack else "",
         )
 
+    def notice_late(self, rank: int, worker: int, pid: int | None, waited_s: float) -> None:
+        """Log that the trainer has waited ``waited_s`` for worker ``worker``'s batch, with
+        the worker's stacks. The worker's own watchdog logs where it is when it can, but not
+        from native code that holds the interpreter lock (a library freeing threads the
+        worker never had, a lock held at the fork): ``faulthandler`` still can."""
+        stack = ""
+        if pid is not None and self._stack_dir is not None:
+            stack = dump_stack(pid, self._stack_dir)
+        logger.warning(
+            "rank %d: no batch from worker %d (pid %s) for %.0f s, and the process is alive (%s)%s",
+            rank,
+            worker,
+            pid,
+            waited_s,
+            process_state(pid),
+            f"; its stack:\n{stack}" if stack else "",
+        )
+
     def received(self) -> None:
         """The trainer received a batch: the pending restart (if any) is complete."""
         if self._pending is not None:
@@ -253,10 +272,18 @@ def detach_signal_handler(batches: Any) -> None:
         batches._worker_pids_set = False
 
 
-def next_or_loss(batches: Any, timeout_s: float | None) -> tuple[Any, Loss | None]:
+def next_or_loss(
+    batches: Any,
+    timeout_s: float | None,
+    notice_s: float | None = None,
+    late: Callable[[int, int | None, float], None] | None = None,
+) -> tuple[Any, Loss | None]:
     """``(next item, None)``, or ``(None, loss)`` when a worker died or (``timeout_s``) the
-    awaited one gave nothing for that long. ``StopIteration`` and workers' errors pass."""
+    awaited one gave nothing for that long. ``StopIteration`` and workers' errors pass.
+    After ``notice_s`` without the batch, ``late(torch's worker id, pid, seconds)`` is
+    called once (the run goes on waiting)."""
     since = time.monotonic()
+    noticed = False
     while True:
         left = _SLICE_S if timeout_s is None else timeout_s - (time.monotonic() - since)
         ready = _wait_ready(batches, max(0.0, min(_SLICE_S, left)))
@@ -279,6 +306,12 @@ def next_or_loss(batches: Any, timeout_s: float | None) -> tuple[Any, Loss | Non
                 if "DataLoader timed out" not in str(exc):
                     raise
         waited = time.monotonic() - since
+        if late is not None and notice_s is not None and not noticed and waited >= notice_s:
+            noticed = True
+            physical = awaited_worker(batches)
+            if physical is not None:
+                workers = getattr(batches, "_workers", [])
+                late(physical, workers[physical].pid if workers else None, waited)
         if timeout_s is not None and waited >= timeout_s:
             physical = awaited_worker(batches)
             workers = getattr(batches, "_workers", [])
@@ -351,6 +384,21 @@ def arm_stack_dump(directory: str, worker_id: int) -> None:
     path = os.path.join(directory, f"stack-{os.getpid()}.txt")
     _DUMP_FILE[:] = [open(path, "w")]  # noqa: SIM115 (faulthandler needs it open)
     faulthandler.register(signal.SIGUSR1, file=_DUMP_FILE[0], all_threads=True, chain=False)
+
+
+def process_state(pid: int | None) -> str:
+    """What the kernel says process ``pid`` is doing (Linux: its state and wait channel)."""
+    if pid is None:
+        return "pid unknown"
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+        with open(f"/proc/{pid}/wchan") as f:
+            channel = f.read().strip() or "-"
+    except (OSError, IndexError):
+        return "state unknown"
+    names = {"R": "running", "S": "sleeping", "D": "in uninterruptible wait", "T": "stopped"}
+    return f"{names.get(state, state)}, kernel wait {channel}"
 
 
 def dump_stack(pid: int, directory: str, wait_s: float = _STACK_WAIT_S) -> str:

@@ -127,8 +127,10 @@ class SavableDataset(IterableDataset):
                     )
                 out = [(logical, batch, state, *extra)]
                 del batch  # while suspended this frame holds no batch: a worker builds the
-                if dog is not None and not in_worker:
-                    dog.pause()  # the trainer's step is not a stall of the loader
+                if dog is not None:
+                    # waiting for the trainer is not a stall of the loader: its step (no
+                    # workers), or in a worker torch's wait for the next batch to be asked
+                    dog.pause()
                 yield out.pop()  # next one without keeping the last one sent (shared memory)
                 if dog is not None:
                     dog.resume()

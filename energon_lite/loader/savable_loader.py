@@ -159,6 +159,18 @@ def _stream(
     batches = start()
     rotation = loader._next_worker  # logical id of torch's worker 0 in this pool
     n = wc.workers_per_rank
+    # a batch later than the workers' watchdog timeout (a pool's first batch: its initial
+    # timeout) is logged with its worker's stack
+    notices: tuple[float | None, float | None] = (None, None)
+    if loader.watchdog is not None:
+        first_s = loader.watchdog[1] if loader.watchdog[1] is not None else 2 * loader.watchdog[0]
+        notices = (first_s, loader.watchdog[0])
+    notice = notices[0]
+
+    def late(physical: int, pid: int | None, waited: float) -> None:
+        assert healer is not None
+        healer.notice_late(wc.rank, (physical + rotation) % n, pid, waited)
+
     logging = wc.should_log(level=1)  # Energon's debug sample log (WorkerConfig.worker_log)
     iter_id, sample_idx, worker_idx = loader._iter_started(), 0, [0] * n
     try:
@@ -168,13 +180,15 @@ def _stream(
                 if healer is None:
                     item = next(batches)
                 else:
-                    item, loss = healing.next_or_loss(batches, timeout)
+                    item, loss = healing.next_or_loss(batches, timeout, notice, late)
                     if loss is not None:  # raises, or records a restart and lets it happen:
                         healer.admit(loss, batches, wc.rank, rotation, loader._states, timeout)
                         _shut_down(running)
                         batches, rotation = start(), loader._next_worker
+                        notice = notices[0]
                         continue
                     healer.received()
+                    notice = notices[1]
                 logical, batch, state, *extra = item
             except StopIteration:
                 break

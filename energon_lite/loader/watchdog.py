@@ -8,8 +8,10 @@ stack, once per stall, then calls the ``callback`` if one is given (a
 ``WatchdogDataset``'s ``_watchdog_trigger``). The trainer raises for a stalled worker only
 when asked to (``fail_on_timeout=True``: the loader's batch timeout).
 
-With ``num_workers=0`` it watches the trainer's own thread; the loader pauses it while a
-batch is out (the trainer's step is not the loader's stall).
+With ``num_workers=0`` it watches the trainer's own thread. The loader pauses it while a
+batch is out: the trainer's step is not the loader's stall, nor is a worker's wait for the
+trainer to ask for its next batch. (A worker that never hands its batch over is the
+trainer's to notice: :mod:`energon_lite.loader.healing`.)
 """
 
 from __future__ import annotations
