@@ -46,6 +46,9 @@ def _fork_and_collect(
 ) -> bool:
     """Make garbage, fork (inside ``guard``), ``gc.collect()`` in the child: whether the
     child finished within ``limit_s`` (it is killed otherwise)."""
+    # the child is to find this garbage only: an earlier test's (a frame scaled with
+    # threads, in the same pytest process) would hang an unguarded child
+    gc.collect()
     was_enabled = gc.isenabled()
     gc.disable()  # the garbage must still be there at the fork
     try:
