@@ -312,11 +312,11 @@ def test_a_worker_waiting_for_the_trainer_is_not_a_stall(train_ds: Path, tmp_pat
     try:
         loader = get_savable_loader(
             _train(train_ds, 2, batch_size=2),
-            watchdog_timeout_seconds=0.3,
-            watchdog_initial_timeout_seconds=5,
+            watchdog_timeout_seconds=1,
+            watchdog_initial_timeout_seconds=10,
         )
         take(loader, 1)
-        time.sleep(2)  # the trainer's step
+        time.sleep(3)  # the trainer's step
         take(loader, 3)
         loader.close()
     finally:
@@ -324,10 +324,22 @@ def test_a_worker_waiting_for_the_trainer_is_not_a_stall(train_ds: Path, tmp_pat
     assert "made no progress" not in (tmp_path / "worker.log").read_text()
 
 
-class HoldsTheInterpreter(TaskEncoder):
-    """The third sample waits 4 s in native code that keeps the interpreter lock (as a
-    library's teardown waiting for threads a forked worker never had): the worker's own
-    watchdog thread cannot run meanwhile."""
+def _hold_the_interpreter(seconds: float) -> None:
+    """Wait in native code that keeps the interpreter lock (as a library's teardown waiting
+    for threads a forked worker never had): the worker's own threads cannot run."""
+    libc = ctypes.PyDLL(None)  # PyDLL: the call keeps the GIL
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:  # a signal (the stack dump) ends a sleep early
+        libc.sleep(1)
+
+
+def _wait_in_python(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+class LateTwice(TaskEncoder):
+    """The first sample waits 6 s holding the interpreter lock (before the worker has sent
+    anything); the seventh (the fourth batch of 2) 4 s in Python."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -335,11 +347,10 @@ class HoldsTheInterpreter(TaskEncoder):
 
     def encode_sample(self, sample: CaptioningSample) -> CaptioningSample:
         self.count += 1
-        if self.count == 3:
-            libc = ctypes.PyDLL(None)  # PyDLL: the call keeps the GIL
-            deadline = time.monotonic() + 4
-            while time.monotonic() < deadline:  # a signal (the stack dump) ends a sleep early
-                libc.sleep(1)
+        if self.count == 1:
+            _hold_the_interpreter(6)
+        elif self.count == 7:
+            _wait_in_python(4)
         return sample
 
 
@@ -351,17 +362,21 @@ def test_the_trainer_logs_a_late_batch_with_its_workers_stack(
     logging.getLogger("energon_lite").addHandler(handler)
     try:
         loader = get_savable_loader(
-            _train(train_ds, 1, batch_size=2, task_encoder=HoldsTheInterpreter()),
+            _train(train_ds, 1, batch_size=2, task_encoder=LateTwice()),
             watchdog_timeout_seconds=1,
-            watchdog_initial_timeout_seconds=1,
+            watchdog_initial_timeout_seconds=3,  # the worker has started by then
         )
-        assert len(take(loader, 3)) == 3  # the run goes on
+        assert len(take(loader, 5)) == 5  # the run goes on
         loader.close()
     finally:
         logging.getLogger("energon_lite").removeHandler(handler)
-    log = (tmp_path / "trainer.log").read_text()
-    assert "rank 0: no batch from worker 0 (pid " in log and "the process is alive" in log
-    assert "its stack:" in log and "in encode_sample" in log  # taken while it held the lock
+    notices = (tmp_path / "trainer.log").read_text().split("rank 0: no batch from worker 0")[1:]
+    assert len(notices) == 2, notices
+    assert all("(pid " in n and "the process is alive" in n and "its stack:" in n for n in notices)
+    # taken while the worker held the lock its own watchdog needs; then each notice with the
+    # stack of its own moment
+    assert "in _hold_the_interpreter" in notices[0]
+    assert "in _wait_in_python" in notices[1] and "_hold_the_interpreter" not in notices[1]
 
 
 def test_corrupt_values_are_refused_when_the_worker_restores(train_ds: Path) -> None:

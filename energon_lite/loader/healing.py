@@ -404,6 +404,9 @@ def process_state(pid: int | None) -> str:
 def dump_stack(pid: int, directory: str, wait_s: float = _STACK_WAIT_S) -> str:
     """The stacks of worker ``pid`` (armed by :func:`arm_stack_dump`), or a note why not."""
     path = os.path.join(directory, f"stack-{pid}.txt")
+    # each dump is appended to the worker's file (a late batch's notice may come before a
+    # stall restart's): read only what this one writes
+    start = os.path.getsize(path) if os.path.exists(path) else 0
     try:
         os.kill(pid, signal.SIGUSR1)
     except OSError as exc:
@@ -412,11 +415,12 @@ def dump_stack(pid: int, directory: str, wait_s: float = _STACK_WAIT_S) -> str:
     while time.monotonic() < deadline:
         time.sleep(0.02)
         now = os.path.getsize(path) if os.path.exists(path) else 0
-        if now and now == size:  # written and no longer growing
+        if now > start and now == size:  # written and no longer growing
             break
         size = now
     try:
         with open(path) as f:
+            f.seek(start)
             text = f.read()
     except OSError as exc:
         return f"(no stack: {exc})"
