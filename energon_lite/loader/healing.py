@@ -17,6 +17,11 @@ worker's stack, taken with :mod:`faulthandler` on ``SIGUSR1`` before the worker 
 the batches made again and the samples its buffers fetch again; past the budget the run
 stops with a :class:`~energon_lite.errors.WorkerRestartError` naming every restart.
 
+A late batch is not silent either: once the trainer has waited the watchdog's timeout for
+one, it logs the worker, its pid, its kernel state and its stack (:meth:`Healer.notice_late`,
+the same ``faulthandler`` dump, which needs no interpreter lock: it shows a worker stuck in
+native code that its own watchdog thread cannot see), once per wait, and goes on waiting.
+
 Cost on a healthy run: about a microsecond per batch in the trainer. A waiting trainer
 waits on torch's queue and on its workers' process sentinels together (one ``select``),
 so a dead worker wakes it at once; where torch reads the queue itself (a pin-memory
