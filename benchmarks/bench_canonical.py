@@ -86,6 +86,14 @@ def cpu_seconds() -> tuple[float, float]:
     return time.process_time(), workers
 
 
+def _overhead(per_round: list[float]) -> list[str]:
+    """The table cells of per-round ratios minus 1: their median and their spread."""
+    return [
+        f"{100 * (median(per_round) or 0):+.2f} %",
+        f"{100 * min(per_round):+.1f} .. {100 * max(per_round):+.1f} %",
+    ]
+
+
 def child_throughput(root: Path, mode: str, batches: int) -> None:
     import torch
 
@@ -138,8 +146,7 @@ def throughput(root: Path, rounds: int, batches: int) -> None:
                 label,
                 fmt_num(median(plain)),
                 fmt_num(median(canon)),
-                f"{100 * (median(per_round) or 0):+.2f} %",
-                f"{100 * min(per_round):+.1f} .. {100 * max(per_round):+.1f} %",
+                *_overhead(per_round),
             ]
         )
     print(f"\nthroughput, {rounds} rounds x {batches} batches of {BATCH}, load average "
@@ -209,8 +216,7 @@ def paired(root: Path, rounds: int, batches: int) -> None:
                 label,
                 fmt_num(median([value(r["plain"]) for r in rows])),
                 fmt_num(median([value(r["canonical"]) for r in rows])),
-                f"{100 * (median(per_round) or 0):+.2f} %",
-                f"{100 * min(per_round):+.1f} .. {100 * max(per_round):+.1f} %",
+                *_overhead(per_round),
             ]
         )
     print(f"\npaired (batches in turn, one process), {rounds} rounds x {batches} batches of "
@@ -258,8 +264,7 @@ def chain(root: Path, rounds: int, batches: int) -> None:
             [
                 mode,
                 fmt_num(median([row[mode] for row in rows])),
-                f"{100 * (median(per_round) or 0):+.2f} %",
-                f"{100 * min(per_round):+.1f} .. {100 * max(per_round):+.1f} %",
+                *_overhead(per_round),
             ]
         )
     print(f"\nchain (worker 0's chain of each, in this process, batches in turn), {rounds} "

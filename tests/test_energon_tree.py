@@ -117,19 +117,23 @@ def test_config_is_energons(
     assert ours.config() == theirs.config()
 
 
+def _unshuffled(root: Path, rank: int, world_size: int, num_workers: int) -> Any:
+    """mds.yaml's train split for one rank, batches of 1, no shuffling."""
+    return el.get_train_dataset(
+        root / "mds.yaml",
+        worker_config=el.WorkerConfig(rank=rank, world_size=world_size, num_workers=num_workers),
+        batch_size=1,
+        shuffle_buffer_size=None,
+        max_samples_per_sequence=None,
+    )
+
+
 def test_the_tree_leads_to_the_blend_and_its_slice_offsets(root: Path) -> None:
     """Energon's tests walk ``.dataset`` to the blend; each leaf's ``workers_slice_offsets``
     are the samples each worker of the rank reads, and over all ranks every sample once."""
     per_global_worker: Counter = Counter()
     for rank in range(2):
-        wc = el.WorkerConfig(rank=rank, world_size=2, num_workers=3)
-        dataset = el.get_train_dataset(
-            root / "mds.yaml",
-            worker_config=wc,
-            batch_size=1,
-            shuffle_buffer_size=None,
-            max_samples_per_sequence=None,
-        )
+        dataset = _unshuffled(root, rank, world_size=2, num_workers=3)
         blend = _blend(dataset)
         assert [weight for _, weight in blend.dataset_weights] == [0.25, 0.75]
         for (node, _), total in zip(blend.dataset_weights, (55, 37)):
@@ -149,14 +153,7 @@ def test_a_worker_without_samples_has_one_offset(root: Path) -> None:
     of them has the offsets ``[start]`` and its rank's leaf ``len()`` 0, as in Energon."""
     empty = []
     for rank in range(48):
-        wc = el.WorkerConfig(rank=rank, world_size=48, num_workers=1)
-        dataset = el.get_train_dataset(
-            root / "mds.yaml",
-            worker_config=wc,
-            batch_size=1,
-            shuffle_buffer_size=None,
-            max_samples_per_sequence=None,
-        )
+        dataset = _unshuffled(root, rank, world_size=48, num_workers=1)
         leaf = _blend(dataset).dataset_weights[1][0].dataset.dataset
         (offsets,) = leaf.workers_slice_offsets
         assert len(offsets) in (1, 2) and len(leaf) == len(offsets) - 1
