@@ -4,10 +4,25 @@ from __future__ import annotations
 
 import pickle
 
+import pytest
+
 from energon_lite import WorkerConfig, get_savable_loader, get_train_dataset
-from energon_lite.loader.state_delta import UNCHANGED, is_patch, unchanged_marked, with_unchanged
+from energon_lite.loader.state_delta import (
+    PATCHED,
+    UNCHANGED,
+    is_patch,
+    unchanged_marked,
+    with_unchanged,
+)
 from energon_lite.state.compact import unpacked
-from energon_lite.testing import take
+from energon_lite.testing import assert_loader_resumes, take
+
+
+def _level(state: dict, stage: str) -> dict:
+    """The level of ``state`` saved by ``stage``, following ``source``."""
+    while state["type"] != stage:
+        state = state["source"]
+    return state
 
 
 def test_only_the_pipelines_a_batch_moved_travel(train_ds):
@@ -95,3 +110,71 @@ def test_a_patch_rebuilds_the_new_state_and_keeps_the_old():
         {"type": "Phases", "sources": [{"done": True}]},
     )
     assert with_unchanged({"sources": [{"done": 1}]}, flag)["sources"][0]["done"] is True
+
+
+def test_a_plain_chains_shuffle_buffer_travels_as_the_keys_a_batch_changed(train_ds):
+    """A plain chain (no canonical layout): a batch of 4 changes at most 8 of the buffer's 40
+    keys, and only those travel; the trainer rebuilds the whole state."""
+    dataset = get_train_dataset(
+        train_ds,
+        worker_config=WorkerConfig(0, 1, 1),
+        batch_size=4,
+        shuffle_buffer_size=40,
+        max_samples_per_sequence=5,
+    )
+    chain = dataset.pipeline.build(dataset.worker_config.slot(0))
+    chain.restore_state(None)
+    chain.next()  # the buffer filled
+    last = chain.save_state()
+    trainer = with_unchanged(None, unchanged_marked(None, last))
+    assert PATCHED not in _level(unchanged_marked(None, last), "ShuffleBuffer")  # first: whole
+    before = pickle.loads(pickle.dumps(trainer))
+    for _ in range(6):
+        chain.next()
+        state = chain.save_state()
+        sent = pickle.loads(pickle.dumps(unchanged_marked(last, state)))
+        buffer = _level(sent, "ShuffleBuffer")
+        assert buffer[PATCHED] == ["keys"] and is_patch(buffer["keys"])
+        assert 1 <= len(buffer["keys"]) - 1 <= 8  # the slots that hold other keys
+        assert len(pickle.dumps(sent)) < len(pickle.dumps(state)) / 2
+        handed_out, trainer = trainer, with_unchanged(trainer, sent)
+        assert trainer == state
+        assert handed_out == before  # a state handed out before is not changed
+        before, last = pickle.loads(pickle.dumps(trainer)), state
+    # a save with no batch between: the same keys, sent as unchanged
+    again = unchanged_marked(last, chain.save_state())
+    assert _level(again, "ShuffleBuffer")["keys"] == UNCHANGED
+    assert with_unchanged(trainer, again) == last
+
+
+def test_a_list_that_changed_length_travels_whole():
+    old = {"type": "ShuffleBuffer", "keys": [["s", 0, 0, i, 0] for i in range(12)], "rng": 1}
+    new = {**old, "keys": [*old["keys"], ["s", 0, 0, 12, 0]], "rng": 2}
+    sent = unchanged_marked(old, new)
+    assert PATCHED not in sent and sent["keys"] is new["keys"]
+    assert with_unchanged(old, sent) == new
+
+
+def test_a_change_without_a_list_before_is_a_bug_named():
+    new = {"type": "ShuffleBuffer", "keys": [["s", 0, 0, i, 0] for i in range(12)], "rng": 2}
+    sent = unchanged_marked({**new, "keys": list(new["keys"])}, new)
+    with pytest.raises(RuntimeError, match="ShuffleBuffer state's 'keys' as a change"):
+        with_unchanged({"type": "ShuffleBuffer", "rng": 1}, sent)
+
+
+def test_plain_loaders_with_large_buffers_resume_exactly(train_ds):
+    """Through worker processes: the trainer's states, rebuilt from the buffer keys that
+    changed, resume the stream exactly at every save point."""
+
+    def make():
+        return get_savable_loader(
+            get_train_dataset(
+                train_ds,
+                worker_config=WorkerConfig(0, 1, 2),
+                batch_size=3,
+                shuffle_buffer_size=25,
+                max_samples_per_sequence=5,
+            )
+        )
+
+    assert_loader_resumes(make, 24, [0, 5, 13, 23])

@@ -1,27 +1,32 @@
 """A worker's state sent to the trainer as what changed since the state it sent before.
 
-With a canonical layout a worker runs many logical pipelines (``stages/phases.py``) and a
-batch moves only the pipelines of one phase; ``Phases`` hands out the same state object for
-a pipeline that did not move. Sending every pipeline's state with every batch would cost
-more than the batch (tens of KB of small lists per batch at 32 pipelines per worker), and
-so would sending a moved pipeline's whole state: its shuffle buffer's keys are most of it,
-and a batch of 4 samples changes 4 of its 100 keys, while encoding (or pickling, and
-unpickling in the trainer) all 100 cost about 3% of a sample's CPU per pipeline batch.
+A worker saves its chain's state after every batch and sends it with the batch, so the
+trainer can save any step. Most of a state is a few integers per stage, but a buffer's saved
+keys grow with the buffer: a shuffle buffer of 1,000 samples is 1,000 keys, and unpickling
+them with every batch cost the trainer more than the batch itself (80 us against 25 us per
+sample, plain 1 x 2 loader). A batch of 16 samples changes at most 32 of them. With a
+canonical layout a worker runs many logical pipelines (``stages/phases.py``) and a batch
+moves only the pipelines of one phase; ``Phases`` hands out the same state object for a
+pipeline that did not move.
 
-So under a stage that declares ``LAZY_SOURCES`` the worker sends, per parent state:
+So the worker sends, level by level:
 
-* :data:`UNCHANGED` when it is the very object it sent last time;
-* a patch (:func:`is_patch`) when it is a new state of the same structure: the values that differ from
-  the one sent before, found by object identity first (a buffer's saved keys are the same
-  key objects from one save to the next), then by type and value;
-* the state itself otherwise (the first batch of a worker, a pipeline that starts).
+* a level's own list of more than :data:`_WHOLE` items (a buffer's keys) as :data:`UNCHANGED`
+  when it holds the same objects as the one sent before, or as a patch (:func:`is_patch`)
+  of the slots that hold other objects (found by object identity, without a Python loop: a
+  buffer's saved keys are the same key objects from one save to the next); the level names
+  those keys under :data:`PATCHED`;
+* under a stage that declares ``LAZY_SOURCES``, each parent state as :data:`UNCHANGED` when
+  it is the very object sent last time, a patch when it is a new state of the same structure
+  (the values that differ, by identity first, then by type and value), or whole;
+* everything else whole, as saved (the first batch of a worker, a pipeline that starts, a
+  list whose length changed).
 
 The trainer rebuilds each from its own copy of the state sent before (:func:`with_unchanged`),
 copying only the containers a patch touches: a state it handed out (``save_state_rank()``)
 is never changed afterwards. A worker's batches reach the trainer in order and a new pass
 starts its workers from the trainer's states, so the trainer's copy is always the one the
-worker meant. Levels that are not ``LAZY_SOURCES`` (every plain chain) travel whole, as
-before.
+worker meant. Only what travels is marked: the states the trainer keeps and saves are whole.
 """
 
 from __future__ import annotations
@@ -96,22 +101,38 @@ def difference(old: Any, new: Any) -> Any:
     return {PATCH: 0, **changes}
 
 
+PATCHED = "=patched"  # a level's key naming its own lists sent as changes; never a stage key
+
+
 def unchanged_marked(previous: Any, state: Any) -> Any:
-    """``state`` to send, given ``previous`` (the state sent before): under a stage with
-    ``LAZY_SOURCES`` each parent state as :data:`UNCHANGED`, a patch or itself."""
+    """``state`` to send, given ``previous`` (the state sent before): each level's long lists
+    as :data:`UNCHANGED` or a patch, and under a stage with ``LAZY_SOURCES`` each parent state
+    as :data:`UNCHANGED`, a patch or itself."""
     if not isinstance(state, dict):
         return state
+    before = previous if isinstance(previous, dict) else {}
     out = dict(state)
+    patched = []
+    for key, value in state.items():
+        if type(value) is list and len(value) > _WHOLE and key != "sources":
+            old = before.get(key)
+            if type(old) is list:
+                change = difference(old, value)
+                if change is not value:
+                    out[key] = UNCHANGED if change is _SAME else change
+                    patched.append(key)
+    if patched:
+        out[PATCHED] = patched
     if "source" in state:
-        before = previous.get("source") if isinstance(previous, dict) else None
-        out["source"] = unchanged_marked(before, state["source"])
+        out["source"] = unchanged_marked(before.get("source"), state["source"])
     now = state.get("sources")
-    cls = stage_class(state.get("type"))
-    if isinstance(now, list) and cls is not None and cls.LAZY_SOURCES:
-        before = previous.get("sources") if isinstance(previous, dict) else None
-        if not isinstance(before, list) or len(before) != len(now):
-            before = [None] * len(now)
-        out["sources"] = [_marked(old, new) for old, new in zip(before, now)]
+    if isinstance(now, list):
+        olds = before.get("sources")
+        if not isinstance(olds, list) or len(olds) != len(now):
+            olds = [None] * len(now)
+        cls = stage_class(state.get("type"))
+        mark = _marked if cls is not None and cls.LAZY_SOURCES else unchanged_marked
+        out["sources"] = [mark(old, new) for old, new in zip(olds, now)]
     return out
 
 
@@ -127,26 +148,38 @@ def with_unchanged(previous: Any, state: Any) -> Any:
     copy of the state before it."""
     if not isinstance(state, dict):
         return state
+    before = previous if isinstance(previous, dict) else {}
     out = dict(state)
+    for key in out.pop(PATCHED, ()):
+        old, change = before.get(key), state[key]
+        if type(old) is not list:
+            raise RuntimeError(  # a bug, not bad input: the worker and trainer disagree
+                f"a worker sent the {state.get('type')} state's {key!r} as a change, but the "
+                "trainer has no list before"
+            )
+        out[key] = old if isinstance(change, str) else applied(old, change)
     if "source" in state:
-        before = previous.get("source") if isinstance(previous, dict) else None
-        out["source"] = with_unchanged(before, state["source"])
+        out["source"] = with_unchanged(before.get("source"), state["source"])
     now = state.get("sources")
     if isinstance(now, list):
-        before = previous.get("sources") if isinstance(previous, dict) else None
+        olds = before.get("sources")
         out["sources"] = [
-            _kept(before, i)
+            _kept(olds, i)
             if isinstance(new, str) and new == UNCHANGED
-            else applied(_kept(before, i), new)
+            else applied(_kept(olds, i), new)
             if is_patch(new)
-            else new
+            else with_unchanged(_kept_or_none(olds, i), new)
             for i, new in enumerate(now)
         ]
     return out
 
 
+def _kept_or_none(states: Any, index: int) -> Any:
+    return states[index] if isinstance(states, list) and index < len(states) else None
+
+
 def _kept(states: Any, index: int) -> Any:
-    kept = states[index] if isinstance(states, list) and index < len(states) else None
+    kept = _kept_or_none(states, index)
     if kept is None:
         raise RuntimeError(  # a bug, not bad input: the worker and trainer disagree
             f"a worker sent parent state {index} as a change, but the trainer has none before"
