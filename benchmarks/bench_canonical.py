@@ -5,10 +5,13 @@
   the plain 1 x 2 loader, same data and global batch; A/B alternated (order reversed every
   round), a fresh child process per run, ``--batches`` batches after 10 warm-up batches
   (the warm-up fills every pipeline's shuffle buffer).
-* ``paired`` (the steadier figure on a shared machine): both loaders in one process, their
-  batches taken in turn (the order swapped every batch), so the two see the same load at the
+* ``paired`` (the steadier figure on a shared machine): the loaders in one process, their
+  batches taken in turn (the order changed every batch), so they see the same load at the
   same moments; per round the CPU per sample of each loader's worker processes and of the
-  trainer's ``next()`` calls (thread CPU time); a fresh pair of loaders per round.
+  trainer's ``next()`` calls (thread CPU time); fresh loaders per round. Besides the plain
+  1 x 2 loader, a control: the plain 1 x 2 loader whose shuffle buffer holds as many samples
+  per worker as the canonical worker's 32 pipelines hold together (32 x the buffer), so the
+  canonical layout's cost can be told from the cost of holding that many samples.
 * ``chain``: what a worker's own chain costs per sample, without processes: worker 0's
   chain of each loader built in this process and run batch by batch in turn (the order
   swapped every batch) with the per-batch work of a worker (the send check, the state save
@@ -163,7 +166,15 @@ def paired(root: Path, rounds: int, batches: int) -> None:
     import torch
 
     torch.set_num_threads(1)
-    modes = ("plain", "canonical")
+    # the control "plain, as much buffered": a plain loader whose one shuffle buffer per
+    # worker holds as many samples as the canonical worker's 32 pipelines together
+    buffered = 32 * SHUFFLE_BUFFER[0]
+    modes = ("plain", "plain, as much buffered", "canonical")
+    options: dict[str, dict[str, Any]] = {
+        "plain": {},
+        "plain, as much buffered": {"shuffle_buffer_size": buffered},
+        "canonical": {},
+    }
 
     def workers_cpu(pids: set[int]) -> float:
         return sum(sum(psutil.Process(pid).cpu_times()[:2]) for pid in pids)
@@ -176,7 +187,8 @@ def paired(root: Path, rounds: int, batches: int) -> None:
         pids: dict[str, set[int]] = {}
         seen = {c.pid for c in psutil.Process().children(recursive=True)}
         for mode in ab_order(list(modes), index):
-            one = loader(root, 0, 1, 2, (8, 8) if mode == "canonical" else None)
+            layout = (8, 8) if mode == "canonical" else None
+            one = loader(root, 0, 1, 2, layout, **options[mode])
             made[mode] = (one, iter(one))
             next(made[mode][1])  # its workers started
             now = {c.pid for c in psutil.Process().children(recursive=True)}
@@ -210,19 +222,17 @@ def paired(root: Path, rounds: int, batches: int) -> None:
         def value(row: dict[str, float], part: str | None = part) -> float:
             return row["workers"] + row["trainer"] if part is None else row[part]
 
-        per_round = [value(r["canonical"]) / value(r["plain"]) - 1 for r in rows]
-        table.append(
-            [
-                label,
-                fmt_num(median([value(r["plain"]) for r in rows])),
-                fmt_num(median([value(r["canonical"]) for r in rows])),
-                *_overhead(per_round),
-            ]
-        )
+        cells = [label, *(fmt_num(median([value(r[mode]) for r in rows])) for mode in modes)]
+        for control in modes[:2]:
+            cells += _overhead([value(r["canonical"]) / value(r[control]) - 1 for r in rows])
+        table.append(cells)
     print(f"\npaired (batches in turn, one process), {rounds} rounds x {batches} batches of "
-          f"{BATCH} each, load average {min(loads):.1f}-{max(loads):.1f}\n")  # fmt: skip
-    print(markdown_table(["figure", "plain 1 x 2", "canonical (8, 8) on 1 x 2",
-                          "overhead (median of rounds)", "per-round spread"], table))  # fmt: skip
+          f"{BATCH} each, shuffle buffer {SHUFFLE_BUFFER[0]} per pipeline ({buffered} per "
+          f"worker in the control), load average {min(loads):.1f}-{max(loads):.1f}\n")  # fmt: skip
+    print(markdown_table(["figure", "plain 1 x 2", "plain 1 x 2, as much buffered",
+                          "canonical (8, 8) on 1 x 2", "against plain (median of rounds)",
+                          "per-round spread", "against as much buffered", "per-round spread"],
+                         table))  # fmt: skip
 
 
 def chain(root: Path, rounds: int, batches: int) -> None:
