@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pickle
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,6 +18,13 @@ from energon_lite.loader.state_delta import (
 )
 from energon_lite.state.compact import unpacked
 from energon_lite.testing import assert_loader_resumes, take
+
+
+def _two_workers(root: Path, **options: Any) -> Any:
+    """A savable loader of ``root`` on 1 rank x 2 workers."""
+    return get_savable_loader(
+        get_train_dataset(root, worker_config=WorkerConfig(0, 1, 2), **options)
+    )
 
 
 def _level(state: dict, stage: str) -> dict:
@@ -70,15 +79,12 @@ def test_workers_restarted_from_the_kept_states_continue(train_ds):
     from what changed."""
 
     def make():
-        return get_savable_loader(
-            get_train_dataset(
-                train_ds,
-                worker_config=WorkerConfig(0, 1, 2),
-                batch_size=8,
-                shuffle_buffer_size=10,
-                max_samples_per_sequence=2,
-                canonical_layout=(4, 4),
-            )
+        return _two_workers(
+            train_ds,
+            batch_size=8,
+            shuffle_buffer_size=10,
+            max_samples_per_sequence=2,
+            canonical_layout=(4, 4),
         )
 
     whole = [b.__key__ for b in take(make(), 9)]
@@ -167,14 +173,8 @@ def test_plain_loaders_with_large_buffers_resume_exactly(train_ds):
     changed, resume the stream exactly at every save point."""
 
     def make():
-        return get_savable_loader(
-            get_train_dataset(
-                train_ds,
-                worker_config=WorkerConfig(0, 1, 2),
-                batch_size=3,
-                shuffle_buffer_size=25,
-                max_samples_per_sequence=5,
-            )
+        return _two_workers(
+            train_ds, batch_size=3, shuffle_buffer_size=25, max_samples_per_sequence=5
         )
 
     assert_loader_resumes(make, 24, [0, 5, 13, 23])
