@@ -178,3 +178,62 @@ def test_plain_loaders_with_large_buffers_resume_exactly(train_ds):
         )
 
     assert_loader_resumes(make, 24, [0, 5, 13, 23])
+
+
+def _scribble(value: Any) -> None:
+    """Change every list and dict inside ``value`` in place."""
+    if isinstance(value, list):
+        for item in value:
+            _scribble(item)
+        value.append("scribbled")
+    elif isinstance(value, dict):
+        for item in value.values():
+            _scribble(item)
+        value["scribbled"] = True
+
+
+def test_a_state_handed_out_is_the_callers_to_change(train_ds):
+    """The trainer's states share the keys a batch did not change; a caller that edits the
+    state it got does not edit the next one."""
+    loader = _two_workers(
+        train_ds, batch_size=3, shuffle_buffer_size=25, max_samples_per_sequence=5
+    )
+    take(loader, 4)  # every worker's state has travelled as changes
+    mine = loader.save_state_rank()
+    reference = pickle.loads(pickle.dumps(mine))
+    _scribble(mine)
+    assert loader.save_state_rank() == reference
+    loader.close()
+
+
+def test_a_readers_leftover_travels_once_after_an_elastic_restore(train_ds):
+    """After a restore onto another layout a reader owes the old layout's buffered samples
+    first; its list of them is sent with the first batch only."""
+    old = _two_workers(train_ds, batch_size=3, shuffle_buffer_size=25, max_samples_per_sequence=5)
+    take(old, 4)
+    states = [old.save_state_rank()]
+    old.close()
+    new = get_savable_loader(
+        get_train_dataset(
+            train_ds,
+            worker_config=WorkerConfig(0, 1, 1),
+            batch_size=3,
+            shuffle_buffer_size=25,
+            max_samples_per_sequence=5,
+        )
+    )
+    new.restore_state_global(states)
+    chain = new.dataset.pipeline.build(new.dataset.worker_config.slot(0))
+    chain.restore_state(unpacked(new.save_state_rank())["workers"][0])
+    chain.next()
+    last = chain.save_state()
+    left = _level(last, "Reader")["left"]
+    assert len(left["keys"]) > 8  # the old buffers' samples, still owed (a long list)
+    trainer = pickle.loads(pickle.dumps(last))
+    chain.next()
+    state = chain.save_state()
+    sent = pickle.loads(pickle.dumps(unchanged_marked(last, state)))
+    reader = _level(sent, "Reader")
+    assert "left" in reader[PATCHED] and is_patch(reader["left"])
+    assert "keys" not in reader["left"]  # the same list: not sent again
+    assert with_unchanged(trainer, sent) == state

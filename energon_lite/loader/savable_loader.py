@@ -13,6 +13,7 @@ A worker pool that loses a worker is replaced the same way, from the states rece
 
 from __future__ import annotations
 
+import pickle
 import time
 import weakref
 from collections.abc import Generator, Iterator
@@ -472,6 +473,10 @@ class SavableLoader:
             "paths": self._dataset_paths(),
         }
         state["digest"] = state_digest(state)
+        # the caller's own copy: the trainer's states share what did not change from one
+        # batch to the next (loader/state_delta.py), so a caller that edits what it got must
+        # not edit the states saved after it
+        state = pickle.loads(pickle.dumps(state, pickle.HIGHEST_PROTOCOL))
         return packed(state, _many_pipelines)  # a canonical layout's pipelines, compact
 
     def _dataset_paths(self) -> list[str]:

@@ -14,8 +14,9 @@ So the worker sends, level by level:
 * a level's own list of more than :data:`_WHOLE` items (a buffer's keys) as :data:`UNCHANGED`
   when it holds the same objects as the one sent before, or as a patch (:func:`is_patch`)
   of the slots that hold other objects (found by object identity, without a Python loop: a
-  buffer's saved keys are the same key objects from one save to the next); the level names
-  those keys under :data:`PATCHED`;
+  buffer's saved keys are the same key objects from one save to the next); a level's own
+  dict (a reader's leftover after an elastic restore) likewise, as the values that differ;
+  the level names those keys under :data:`PATCHED`;
 * under a stage that declares ``LAZY_SOURCES``, each parent state as :data:`UNCHANGED` when
   it is the very object sent last time, a patch when it is a new state of the same structure
   (the values that differ, by identity first, then by type and value), or whole;
@@ -114,9 +115,12 @@ def unchanged_marked(previous: Any, state: Any) -> Any:
     out = dict(state)
     patched = []
     for key, value in state.items():
-        if type(value) is list and len(value) > _WHOLE and key != "sources":
+        kind = type(value)
+        if (kind is dict and key != "source") or (
+            kind is list and len(value) > _WHOLE and key != "sources"
+        ):
             old = before.get(key)
-            if type(old) is list:
+            if type(old) is kind:
                 change = difference(old, value)
                 if change is not value:
                     out[key] = UNCHANGED if change is _SAME else change
@@ -152,10 +156,10 @@ def with_unchanged(previous: Any, state: Any) -> Any:
     out = dict(state)
     for key in out.pop(PATCHED, ()):
         old, change = before.get(key), state[key]
-        if type(old) is not list:
+        if not isinstance(old, (list, dict)):
             raise RuntimeError(  # a bug, not bad input: the worker and trainer disagree
                 f"a worker sent the {state.get('type')} state's {key!r} as a change, but the "
-                "trainer has no list before"
+                "trainer has nothing to change before"
             )
         out[key] = old if isinstance(change, str) else applied(old, change)
     if "source" in state:

@@ -71,6 +71,7 @@ class Leftover:
         self.cur = [state_count(x, what) for x in _list(state["cur"], what)]
         if self.k > len(self.keys) or self.s > len(self.segs) or len(self.cur) not in (0, 2):
             raise StateError(f"{what}: progress {short_repr(state)} is past its work; corrupt")
+        self._saved_keys = [["s", *key] for key in self.keys]  # never changed
         self._plans: dict[int, tuple[list[tuple[int, int, int]], int | None]] = {}
         self.table = reader.table(reader.dealing, self.old_workers)  # the old layout's slices
 
@@ -158,7 +159,7 @@ class Leftover:
 
     def save(self) -> dict[str, Any]:
         return {
-            "keys": [["s", *key] for key in self.keys],
+            "keys": self._saved_keys,  # the same list every time: it travels once
             "segs": self.segs,  # never changed after restore
             "share": [self.share, self.workers],
             "G": self.old_workers,
