@@ -237,3 +237,20 @@ def test_a_readers_leftover_travels_once_after_an_elastic_restore(train_ds):
     assert "left" in reader[PATCHED] and is_patch(reader["left"])
     assert "keys" not in reader["left"]  # the same list: not sent again
     assert with_unchanged(trainer, sent) == state
+
+
+def test_a_state_with_nothing_marked_travels_as_saved():
+    """Nothing changed in a long list, nothing marked: the worker sends the state it saved,
+    and the trainer keeps what it received. A blend's readers travel as saved too: many
+    small states cost more to compare than to send."""
+    readers = [
+        {"type": "Reader", "next": i, "left": {"keys": [["s", 0, 0, i, 0]] * 9}} for i in range(3)
+    ]
+    old = {"type": "WeightedBlend", "rng": 1, "sources": readers}
+    new = {"type": "WeightedBlend", "rng": 2, "sources": [dict(reader) for reader in readers]}
+    assert unchanged_marked(old, new) is new
+    assert with_unchanged(old, new) is new
+    # a list of 8 keys or fewer travels as saved, even when one of them changed
+    short = {"type": "ShuffleBuffer", "keys": [["s", 0, 0, i, 0] for i in range(8)], "rng": 1}
+    again = {**short, "keys": [*short["keys"][:7], ["s", 0, 0, 99, 0]], "rng": 2}
+    assert unchanged_marked(short, again) is again

@@ -11,17 +11,23 @@ pipeline that did not move.
 
 So the worker sends, level by level:
 
-* a level's own list of more than :data:`_WHOLE` items (a buffer's keys) as :data:`UNCHANGED`
-  when it holds the same objects as the one sent before, or as a patch (:func:`is_patch`)
-  of the slots that hold other objects (found by object identity, without a Python loop: a
-  buffer's saved keys are the same key objects from one save to the next); a level's own
-  dict (a reader's leftover after an elastic restore) likewise, as the values that differ;
-  the level names those keys under :data:`PATCHED`;
+* the values of a stage's ``DELTA_KEYS`` (a buffer's keys; a reader's leftover after an
+  elastic restore) that are lists of more than :data:`_WHOLE` items or dicts: as
+  :data:`UNCHANGED` when they hold the same objects as the one sent before, or as a patch
+  (:func:`is_patch`) of the slots that hold other objects (found by object identity,
+  without a Python loop over a list: a buffer's saved keys are the same key objects from
+  one save to the next);
 * under a stage that declares ``LAZY_SOURCES``, each parent state as :data:`UNCHANGED` when
   it is the very object sent last time, a patch when it is a new state of the same structure
   (the values that differ, by identity first, then by type and value), or whole;
-* everything else whole, as saved (the first batch of a worker, a pipeline that starts, a
-  list whose length changed).
+* everything else whole, as saved: the first batch of a worker, a pipeline that starts, a
+  list whose length changed, and a blend's readers (comparing many small states costs more
+  than sending them).
+
+A level with something marked in it or under it is sent as a new dict that names the
+marked keys under :data:`PATCHED` (``source`` or ``sources`` among them when a level
+under them is marked); any other level is the saved object itself, so the trainer descends
+only where something changed.
 
 The trainer rebuilds each from its own copy of the state sent before (:func:`with_unchanged`),
 copying only the containers a patch touches: a state it handed out (``save_state_rank()``)
@@ -33,7 +39,7 @@ worker meant. Only what travels is marked: the states the trainer keeps and save
 from __future__ import annotations
 
 from itertools import compress
-from operator import is_not
+from operator import is_, is_not
 from typing import Any
 
 from energon_lite.stages.base import stage_class
@@ -102,42 +108,52 @@ def difference(old: Any, new: Any) -> Any:
     return {PATCH: 0, **changes}
 
 
-PATCHED = "=patched"  # a level's key naming its own lists sent as changes; never a stage key
+PATCHED = "=patched"  # a level's key naming its values sent as changes; never a stage key
 
 
 def unchanged_marked(previous: Any, state: Any) -> Any:
-    """``state`` to send, given ``previous`` (the state sent before): each level's long lists
-    as :data:`UNCHANGED` or a patch, and under a stage with ``LAZY_SOURCES`` each parent state
-    as :data:`UNCHANGED`, a patch or itself."""
+    """``state`` to send, given ``previous`` (the state sent before): the long lists and dicts
+    of each level's ``DELTA_KEYS`` as :data:`UNCHANGED` or a patch, and under a stage with
+    ``LAZY_SOURCES`` each parent state as :data:`UNCHANGED`, a patch or itself. A level with nothing marked in it
+    or under it is ``state``'s own object; a marked level names its marked keys under
+    :data:`PATCHED` (``source`` and ``sources`` among them when a level under them is marked),
+    so the trainer descends only where something changed."""
     if not isinstance(state, dict):
         return state
     before = previous if isinstance(previous, dict) else {}
-    out = dict(state)
-    patched = []
-    for key, value in state.items():
+    cls = stage_class(state.get("type"))
+    marked: dict[str, Any] = {}
+    for key in cls.DELTA_KEYS if cls is not None else ():
+        value, old = state.get(key), before.get(key)
         kind = type(value)
-        if (kind is dict and key != "source") or (
-            kind is list and len(value) > _WHOLE and key != "sources"
+        if type(old) is kind and (
+            kind is dict or (isinstance(value, list) and len(value) > _WHOLE)
         ):
-            old = before.get(key)
-            if type(old) is kind:
-                change = difference(old, value)
-                if change is not value:
-                    out[key] = UNCHANGED if change is _SAME else change
-                    patched.append(key)
-    if patched:
-        out[PATCHED] = patched
+            change = difference(old, value)
+            if change is not value:
+                marked[key] = UNCHANGED if change is _SAME else change
     if "source" in state:
-        out["source"] = unchanged_marked(before.get("source"), state["source"])
+        sent = unchanged_marked(before.get("source"), state["source"])
+        if sent is not state["source"]:
+            marked["source"] = sent
     now = state.get("sources")
-    if isinstance(now, list):
-        olds = before.get("sources")
-        if not isinstance(olds, list) or len(olds) != len(now):
-            olds = [None] * len(now)
-        cls = stage_class(state.get("type"))
-        mark = _marked if cls is not None and cls.LAZY_SOURCES else unchanged_marked
-        out["sources"] = [mark(old, new) for old, new in zip(olds, now)]
-    return out
+    if type(now) is list and cls is not None and cls.LAZY_SOURCES:
+        # other levels' parents (a blend's readers) travel as saved: comparing many small
+        # states would cost more than sending them
+        sent = _sources_marked(before.get("sources"), now)
+        if sent is not now:
+            marked["sources"] = sent
+    if not marked:
+        return state
+    return {**state, **marked, PATCHED: list(marked)}
+
+
+def _sources_marked(olds: Any, now: list[Any]) -> list[Any]:
+    """A ``LAZY_SOURCES`` level's parent states to send: ``now`` itself when none is marked."""
+    if not isinstance(olds, list) or len(olds) != len(now):
+        olds = [None] * len(now)
+    sent = [_marked(old, new) for old, new in zip(olds, now)]
+    return now if all(map(is_, sent, now)) else sent
 
 
 def _marked(old: Any, new: Any) -> Any:
@@ -149,33 +165,34 @@ def _marked(old: Any, new: Any) -> Any:
 
 def with_unchanged(previous: Any, state: Any) -> Any:
     """The whole state from what a worker sent (:func:`unchanged_marked`) and the trainer's
-    copy of the state before it."""
-    if not isinstance(state, dict):
+    copy of the state before it; ``state`` itself where nothing in it is marked."""
+    if not isinstance(state, dict) or PATCHED not in state:
         return state
     before = previous if isinstance(previous, dict) else {}
     out = dict(state)
-    for key in out.pop(PATCHED, ()):
+    for key in out.pop(PATCHED):
         old, change = before.get(key), state[key]
-        if not isinstance(old, (list, dict)):
+        if key == "source":
+            out[key] = with_unchanged(old, change)
+        elif key == "sources":
+            out[key] = [_rebuilt(old, i, new) for i, new in enumerate(change)]
+        elif not isinstance(old, (list, dict)):
             raise RuntimeError(  # a bug, not bad input: the worker and trainer disagree
                 f"a worker sent the {state.get('type')} state's {key!r} as a change, but the "
                 "trainer has nothing to change before"
             )
-        out[key] = old if isinstance(change, str) else applied(old, change)
-    if "source" in state:
-        out["source"] = with_unchanged(before.get("source"), state["source"])
-    now = state.get("sources")
-    if isinstance(now, list):
-        olds = before.get("sources")
-        out["sources"] = [
-            _kept(olds, i)
-            if isinstance(new, str) and new == UNCHANGED
-            else applied(_kept(olds, i), new)
-            if is_patch(new)
-            else with_unchanged(_kept_or_none(olds, i), new)
-            for i, new in enumerate(now)
-        ]
+        else:
+            out[key] = old if isinstance(change, str) else applied(old, change)
     return out
+
+
+def _rebuilt(olds: Any, index: int, new: Any) -> Any:
+    """Parent state ``index`` from what was sent for it and the trainer's states before."""
+    if isinstance(new, str) and new == UNCHANGED:
+        return _kept(olds, index)
+    if is_patch(new):
+        return applied(_kept(olds, index), new)
+    return with_unchanged(_kept_or_none(olds, index), new)
 
 
 def _kept_or_none(states: Any, index: int) -> Any:

@@ -85,6 +85,9 @@ class Stage:
     # a saved level's "sources" may hold None (that parent starts fresh; ``Phases``), and its
     # parents' states travel from a worker as what changed (loader/state_delta.py)
     LAZY_SOURCES: ClassVar[bool] = False
+    # own state keys whose value may be a long list or a dict (a buffer's keys): a worker
+    # sends them as what changed since its last batch (loader/state_delta.py)
+    DELTA_KEYS: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

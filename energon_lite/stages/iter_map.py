@@ -31,6 +31,7 @@ from energon_lite.state.restore_key import PackKey, SubKey, from_plain, to_plain
 
 class IterMap(Stage):
     STATE_KEYS = ("pending", "handed")
+    DELTA_KEYS = ("pending",)  # the keys of the inputs still pending, kept as saved
     source: Stage  # always set: this stage has one parent
     _outputs: Iterator[Any] | None  # fn's running output stream
     _pending: list[Any]  # plain keys of the current group's inputs

@@ -36,6 +36,7 @@ from energon_lite.task_encoder.base import TaskEncoder
 
 class Pack(Stage):
     STATE_KEYS = ("buffer", "pending")
+    DELTA_KEYS = ("buffer",)  # a batch changes a few of the buffer's keys
     STATS_LABEL = "pack"
     STATS_HINT = (
         "packing is {percent}%: a cheaper select_samples_to_pack or a smaller packing_buffer_size"

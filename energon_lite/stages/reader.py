@@ -50,6 +50,7 @@ class Reader(Stage):
     # left: only after an elastic restore, until that work is done; dealing: absent in
     # states saved before it (those continue with the old dealing, "slices")
     OPTIONAL_KEYS = ("left", "dealing")
+    DELTA_KEYS = ("left",)  # an elastic restore's leftover: its owed keys travel once
     STATS_LABEL = "read"
     STATS_HINT = (
         "reading is {percent}%: the storage is slow for this access pattern; a larger "

@@ -21,6 +21,7 @@ from energon_lite.state.codec import state_count
 
 class ShuffleBuffer(Stage):
     STATE_KEYS = ("keys", "rng")
+    DELTA_KEYS = ("keys",)  # a batch changes a few of the buffer's keys
     STATS_LABEL = "shuffle"
     STATS_HINT = "the shuffle buffer is {percent}%: a smaller shuffle_buffer_size"
     ELASTIC_FRESH = {"keys": [], "rng": 0}  # its samples are dealt to the new readers
