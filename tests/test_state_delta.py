@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import make_dataset
 
 from energon_lite import WorkerConfig, get_savable_loader, get_train_dataset
 from energon_lite.loader.state_delta import (
@@ -18,6 +19,12 @@ from energon_lite.loader.state_delta import (
 )
 from energon_lite.state.compact import unpacked
 from energon_lite.testing import assert_loader_resumes, take
+
+
+@pytest.fixture(scope="module")
+def many_ds(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """600 samples: buffers long enough (over 128 keys) to travel as changes."""
+    return make_dataset(tmp_path_factory.mktemp("many_ds"), 600, 50, image_size=(8, 8))
 
 
 def _two_workers(root: Path, **options: Any) -> Any:
@@ -118,14 +125,14 @@ def test_a_patch_rebuilds_the_new_state_and_keeps_the_old():
     assert with_unchanged({"sources": [{"done": 1}]}, flag)["sources"][0]["done"] is True
 
 
-def test_a_plain_chains_shuffle_buffer_travels_as_the_keys_a_batch_changed(train_ds):
-    """A plain chain (no canonical layout): a batch of 4 changes at most 8 of the buffer's 40
+def test_a_plain_chains_shuffle_buffer_travels_as_the_keys_a_batch_changed(many_ds):
+    """A plain chain (no canonical layout): a batch of 4 changes at most 8 of the buffer's 200
     keys, and only those travel; the trainer rebuilds the whole state."""
     dataset = get_train_dataset(
-        train_ds,
+        many_ds,
         worker_config=WorkerConfig(0, 1, 1),
         batch_size=4,
-        shuffle_buffer_size=40,
+        shuffle_buffer_size=200,
         max_samples_per_sequence=5,
     )
     chain = dataset.pipeline.build(dataset.worker_config.slot(0))
@@ -154,27 +161,27 @@ def test_a_plain_chains_shuffle_buffer_travels_as_the_keys_a_batch_changed(train
 
 
 def test_a_list_that_changed_length_travels_whole():
-    old = {"type": "ShuffleBuffer", "keys": [["s", 0, 0, i, 0] for i in range(12)], "rng": 1}
-    new = {**old, "keys": [*old["keys"], ["s", 0, 0, 12, 0]], "rng": 2}
+    old = {"type": "ShuffleBuffer", "keys": [["s", 0, 0, i, 0] for i in range(200)], "rng": 1}
+    new = {**old, "keys": [*old["keys"], ["s", 0, 0, 200, 0]], "rng": 2}
     sent = unchanged_marked(old, new)
     assert PATCHED not in sent and sent["keys"] is new["keys"]
     assert with_unchanged(old, sent) == new
 
 
 def test_a_change_without_a_list_before_is_a_bug_named():
-    new = {"type": "ShuffleBuffer", "keys": [["s", 0, 0, i, 0] for i in range(12)], "rng": 2}
+    new = {"type": "ShuffleBuffer", "keys": [["s", 0, 0, i, 0] for i in range(200)], "rng": 2}
     sent = unchanged_marked({**new, "keys": list(new["keys"])}, new)
     with pytest.raises(RuntimeError, match="ShuffleBuffer state's 'keys' as a change"):
         with_unchanged({"type": "ShuffleBuffer", "rng": 1}, sent)
 
 
-def test_plain_loaders_with_large_buffers_resume_exactly(train_ds):
+def test_plain_loaders_with_large_buffers_resume_exactly(many_ds):
     """Through worker processes: the trainer's states, rebuilt from the buffer keys that
-    changed, resume the stream exactly at every save point."""
+    changed (150 per worker), resume the stream exactly at every save point."""
 
     def make():
         return _two_workers(
-            train_ds, batch_size=3, shuffle_buffer_size=25, max_samples_per_sequence=5
+            many_ds, batch_size=3, shuffle_buffer_size=150, max_samples_per_sequence=5
         )
 
     assert_loader_resumes(make, 24, [0, 5, 13, 23])
@@ -192,11 +199,11 @@ def _scribble(value: Any) -> None:
         value["scribbled"] = True
 
 
-def test_a_state_handed_out_is_the_callers_to_change(train_ds):
+def test_a_state_handed_out_is_the_callers_to_change(many_ds):
     """The trainer's states share the keys a batch did not change; a caller that edits the
     state it got does not edit the next one."""
     loader = _two_workers(
-        train_ds, batch_size=3, shuffle_buffer_size=25, max_samples_per_sequence=5
+        many_ds, batch_size=3, shuffle_buffer_size=150, max_samples_per_sequence=5
     )
     take(loader, 4)  # every worker's state has travelled as changes
     mine = loader.save_state_rank()
@@ -250,7 +257,8 @@ def test_a_state_with_nothing_marked_travels_as_saved():
     new = {"type": "WeightedBlend", "rng": 2, "sources": [dict(reader) for reader in readers]}
     assert unchanged_marked(old, new) is new
     assert with_unchanged(old, new) is new
-    # a list of 8 keys or fewer travels as saved, even when one of them changed
-    short = {"type": "ShuffleBuffer", "keys": [["s", 0, 0, i, 0] for i in range(8)], "rng": 1}
-    again = {**short, "keys": [*short["keys"][:7], ["s", 0, 0, 99, 0]], "rng": 2}
+    # a buffer of 128 keys or fewer travels as saved, even when one of them changed: so
+    # short, pickling it costs less than comparing it
+    short = {"type": "ShuffleBuffer", "keys": [["s", 0, 0, i, 0] for i in range(128)], "rng": 1}
+    again = {**short, "keys": [*short["keys"][:127], ["s", 0, 0, 999, 0]], "rng": 2}
     assert unchanged_marked(short, again) is again

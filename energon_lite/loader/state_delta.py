@@ -12,7 +12,7 @@ pipeline that did not move.
 So the worker sends, level by level:
 
 * the values of a stage's ``DELTA_KEYS`` (a buffer's keys; a reader's leftover after an
-  elastic restore) that are lists of more than :data:`_WHOLE` items or dicts: as
+  elastic restore) that are lists of more than :data:`_LONG` items or dicts: as
   :data:`UNCHANGED` when they hold the same objects as the one sent before, or as a patch
   (:func:`is_patch`) of the slots that hold other objects (found by object identity,
   without a Python loop over a list: a buffer's saved keys are the same key objects from
@@ -69,6 +69,10 @@ def applied(old: Any, patch: dict[Any, Any]) -> Any:
 
 _SAME = object()
 _WHOLE = 8  # a list of at most this many items that is another object travels whole
+# a stage's own list (``DELTA_KEYS``) travels as changes only when it is longer than this:
+# a batch changes up to twice its size of a buffer's keys, and below this comparing and
+# rebuilding cost more than pickling the list (bench_state_transport.py)
+_LONG = 128
 
 
 def difference(old: Any, new: Any) -> Any:
@@ -126,9 +130,7 @@ def unchanged_marked(previous: Any, state: Any) -> Any:
     for key in cls.DELTA_KEYS if cls is not None else ():
         value, old = state.get(key), before.get(key)
         kind = type(value)
-        if type(old) is kind and (
-            kind is dict or (isinstance(value, list) and len(value) > _WHOLE)
-        ):
+        if type(old) is kind and (kind is dict or (isinstance(value, list) and len(value) > _LONG)):
             change = difference(old, value)
             if change is not value:
                 marked[key] = UNCHANGED if change is _SAME else change
