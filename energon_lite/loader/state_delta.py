@@ -118,10 +118,10 @@ PATCHED = "=patched"  # a level's key naming its values sent as changes; never a
 def unchanged_marked(previous: Any, state: Any) -> Any:
     """``state`` to send, given ``previous`` (the state sent before): the long lists and dicts
     of each level's ``DELTA_KEYS`` as :data:`UNCHANGED` or a patch, and under a stage with
-    ``LAZY_SOURCES`` each parent state as :data:`UNCHANGED`, a patch or itself. A level with nothing marked in it
-    or under it is ``state``'s own object; a marked level names its marked keys under
-    :data:`PATCHED` (``source`` and ``sources`` among them when a level under them is marked),
-    so the trainer descends only where something changed."""
+    ``LAZY_SOURCES`` each parent state as :data:`UNCHANGED`, a patch or itself. A level with
+    nothing marked in it or under it is ``state``'s own object; a marked level names its
+    marked keys under :data:`PATCHED` (``source`` and ``sources`` among them when a level
+    under them is marked), so the trainer descends only where something changed."""
     if not isinstance(state, dict):
         return state
     before = previous if isinstance(previous, dict) else {}

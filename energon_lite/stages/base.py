@@ -188,10 +188,10 @@ class Stage:
         """Start fresh (parents are already reset). Default: nothing held."""
 
     def _save(self) -> dict[str, Any]:
-        """This stage's own fields, exactly ``STATE_KEYS``, in containers of their own: a saved
-        state is never changed afterwards (the trainer keeps it, and a worker sends a list as
-        the slots holding other objects than the list it sent before; loader/state_delta.py).
-        Default: none."""
+        """This stage's own fields, exactly ``STATE_KEYS``, in containers that are never changed
+        afterwards: a new list for one that changes (the trainer keeps saved states, and a
+        worker sends a list as the slots holding other objects than the list it sent before;
+        loader/state_delta.py). Default: none."""
         return {}
 
     def _validate(self, state: dict[str, Any]) -> None:
