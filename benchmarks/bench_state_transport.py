@@ -38,19 +38,10 @@ BATCH = 16
 
 
 def prepared(folder: Path, samples: int) -> Path:
-    from energon_lite import prepare_dataset
-    from energon_lite.synth.shards import write_captioning_shards
+    """A prepared caption dataset of 8x8 JPEGs (written once)."""
+    from bench_canonical import prepared as prepared_once
 
-    if not (folder / ".nv-meta").is_dir():
-        write_captioning_shards(folder, samples, 100, image_size=(8, 8))
-        prepare_dataset(
-            folder,
-            split_ratio=[("train", 1)],
-            sample_type="CaptioningSample",
-            field_map={"image": "jpg", "caption": "txt"},
-            progress=False,
-        )
-    return folder
+    return prepared_once(folder, samples, 8, "CaptioningSample", {"image": "jpg", "caption": "txt"})
 
 
 def blend(root: Path, leaves: int) -> Path:
