@@ -313,20 +313,26 @@ def next_or_loss(
         waited = time.monotonic() - since
         if late is not None and notice_s is not None and not noticed and waited >= notice_s:
             noticed = True
-            physical = awaited_worker(batches)
+            physical, pid = _awaited_pid(batches)
             if physical is not None:
-                workers = getattr(batches, "_workers", [])
-                late(physical, workers[physical].pid if workers else None, waited)
+                late(physical, pid, waited)
         if timeout_s is not None and waited >= timeout_s:
-            physical = awaited_worker(batches)
-            workers = getattr(batches, "_workers", [])
-            pid = workers[physical].pid if physical is not None else None
+            physical, pid = _awaited_pid(batches)
             return None, Loss(
                 physical if physical is not None else 0,
                 pid,
                 f"stalled: no batch for {waited:.1f} s (timeout_seconds={timeout_s:g})",
                 stalled=True,
             )
+
+
+def _awaited_pid(batches: Any) -> tuple[int | None, int | None]:
+    """(torch's id of the worker whose batch is awaited, its pid); None where unknown."""
+    physical = awaited_worker(batches)
+    workers = getattr(batches, "_workers", [])
+    if physical is None or physical >= len(workers):
+        return physical, None
+    return physical, workers[physical].pid
 
 
 def _wait_ready(batches: Any, slice_s: float) -> str:
