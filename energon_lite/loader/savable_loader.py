@@ -41,7 +41,8 @@ from energon_lite.state.codec import (
     check_state_shape,
     state_digest,
 )
-from energon_lite.state.compact import PACKED_VERSION, packed, unpacked
+from energon_lite.state.compact import packed
+from energon_lite.state.upgrade import upgrade_state
 
 if TYPE_CHECKING:  # the pool's shared-memory machinery loads only with a loader that uses it
     from energon_lite.batching.memory import BatchMemoryPool
@@ -517,14 +518,7 @@ class SavableLoader:
             return
         if not isinstance(state, dict) or state.get("type") != "SavableLoader":
             raise StateError(f"not an energon_lite loader state: {short_repr(state)}")
-        state = unpacked(state)  # version 3 (compact pipelines) reads as version 2
-        if state.get("version") != STATE_VERSION:
-            raise StateError(
-                f"loader state version {short_repr(state.get('version'))}, this energon_lite "
-                f"reads {STATE_VERSION} and {PACKED_VERSION} (compact pipelines); states of "
-                "version 1 (energon_lite 0.1) cannot be "
-                "resumed by this version"
-            )
+        state = upgrade_state(state)  # today's form (or StateError naming its version)
         try:
             check_same_config(state.get("config"), self.dataset.config())
         except StateError as exc:
@@ -614,7 +608,7 @@ class SavableLoader:
         wc = self.worker_config
         if not isinstance(states, list) or not states:
             return states
-        states = [unpacked(state) for state in states]
+        states = [upgrade_state(state, strict=False) for state in states]  # refused per rank below
         readers = getattr(self.dataset.pipeline, "readers", None)  # None: a wrapper chain
         leaves = (
             None if readers is None else [LeafPlan.of(reader) for reader in readers(wc.slot(0))]
