@@ -1,11 +1,12 @@
 """``state/upgrade.py``: every old form of a saved rank state read into today's form.
 
-Each case feeds an old form through :func:`upgrade_state`: the committed golden states and
-hook-index states (written by earlier releases), and forms built as the old code wrote them
-(counters dropped, compact version 3). It checks exactly which fields the upgrade changed
-(by level type and field: what was there before, what is there now), that the input is
-left as it was, that an intact state is sealed again and an edited one is not, and that
-the versions it does not read are refused by number.
+Each case feeds an old form through :func:`upgrade_state` (a compact version 3 unpacked
+first, as every reader of states does): the committed golden states and hook-index states
+(written by earlier releases), and forms built as the old code wrote them (counters
+dropped, compact version 3). It checks exactly which fields the upgrade changed (by level
+type and field: what was there before, what is there now), that the input is left as it
+was, that an intact state is sealed again and an edited one is not, and that the versions
+it does not read are refused by number.
 """
 
 from __future__ import annotations
@@ -149,10 +150,10 @@ def test_each_old_form_reads_as_todays(case: str, path: str, make, expected: set
     if make is not None:
         old = make(old)
     kept = copy.deepcopy(old)
-    new = upgrade_state(old)
-    assert old == kept  # the caller's state is never changed
-    assert upgrade_state(old, strict=False) == new  # checkpoint info reads it the same
-    base = old if old["version"] == 2 else unpacked(old)  # version 3: compared unpacked
+    base = unpacked(old)  # as every reader of states does first (version 3 -> 2)
+    new = upgrade_state(base)
+    assert old == kept and (base is old or base == unpacked(kept))  # nothing changed in place
+    assert upgrade_state(base, strict=False) == new  # checkpoint info reads it the same
     assert new["version"] == 2
     assert _changes(base, new) == expected
     assert new["digest"] == state_digest(new)  # intact before: sealed again
@@ -177,6 +178,7 @@ def test_an_edited_old_state_keeps_its_old_digest() -> None:
         (1, r"version 1 \(energon_lite 0.1, before 2026-11-23\) carries no digest"),
         ("2", "version '2' is unknown"),
         (None, "version None is unknown"),
+        (True, "version True is unknown"),
     ],
 )
 def test_a_version_it_does_not_read_is_refused_by_number(version: Any, said: str) -> None:
@@ -184,6 +186,12 @@ def test_a_version_it_does_not_read_is_refused_by_number(version: Any, said: str
     with pytest.raises(StateError, match=said):
         upgrade_state(state)
     assert upgrade_state(state, strict=False) is state  # described as it is (checkpoint info)
+
+
+def test_a_compact_state_is_upgraded_once_unpacked() -> None:
+    compact = _packed_blend(_read("golden_states/weighted_blend.msgpack"))
+    with pytest.raises(StateError, match=r"version 3 \(compact pipelines\) is read unpacked"):
+        upgrade_state(compact)
 
 
 def test_what_is_not_a_rank_state_passes_for_its_reader_to_refuse() -> None:

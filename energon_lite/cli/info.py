@@ -223,10 +223,11 @@ def lint_source(dataset: Source, label: str, progress: bool = True) -> list[str]
 
 def describe_state(state: Any) -> str:
     """A readable summary of a loader state (one rank's, or a list of ranks')."""
+    from energon_lite.state.compact import unpacked
     from energon_lite.state.upgrade import upgrade_state
 
     def read_back(saved: Any) -> Any:  # today's form; a version not read: as it is
-        return upgrade_state(saved, strict=False)
+        return upgrade_state(unpacked(saved), strict=False)
 
     try:
         read = [read_back(s) for s in state] if isinstance(state, list) else read_back(state)

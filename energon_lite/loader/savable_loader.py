@@ -41,7 +41,7 @@ from energon_lite.state.codec import (
     check_state_shape,
     state_digest,
 )
-from energon_lite.state.compact import packed
+from energon_lite.state.compact import packed, unpacked
 from energon_lite.state.upgrade import upgrade_state
 
 if TYPE_CHECKING:  # the pool's shared-memory machinery loads only with a loader that uses it
@@ -518,7 +518,7 @@ class SavableLoader:
             return
         if not isinstance(state, dict) or state.get("type") != "SavableLoader":
             raise StateError(f"not an energon_lite loader state: {short_repr(state)}")
-        state = upgrade_state(state)  # today's form (or StateError naming its version)
+        state = upgrade_state(unpacked(state))  # today's form, or StateError naming its version
         try:
             check_same_config(state.get("config"), self.dataset.config())
         except StateError as exc:
@@ -608,7 +608,8 @@ class SavableLoader:
         wc = self.worker_config
         if not isinstance(states, list) or not states:
             return states
-        states = [upgrade_state(state, strict=False) for state in states]  # refused per rank below
+        # today's form; a version not read is refused below, naming its rank
+        states = [upgrade_state(unpacked(state), strict=False) for state in states]
         readers = getattr(self.dataset.pipeline, "readers", None)  # None: a wrapper chain
         leaves = (
             None if readers is None else [LeafPlan.of(reader) for reader in readers(wc.slot(0))]

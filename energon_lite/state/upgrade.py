@@ -8,8 +8,8 @@ declared value, never on whether the field is there.
 
 The forms read, and since when they exist:
 
-* version 3 (since 2026-11-27): a canonical layout's pipelines packed
-  (:mod:`energon_lite.state.compact`); unpacked first into version 2.
+* version 3 (since 2026-11-27): a canonical layout's pipelines packed; its reader
+  (:mod:`energon_lite.state.compact`, ``unpacked``) gives version 2 before this runs.
 * version 2 (since 2026-11-23: typed restore keys and a content digest): today's version.
   Fields added since without a new version are filled in, each with the value that keeps
   the run going as it was saved:
@@ -48,9 +48,9 @@ from typing import Any
 
 from energon_lite.errors import StateError, short_repr
 from energon_lite.state.codec import STATE_VERSION, state_digest
-from energon_lite.state.compact import PACKED_VERSION, unpacked
 
 LOADER_TYPE = "SavableLoader"  # the "type" of a rank state (not a stage)
+_COMPACT = 3  # the compact form's version (state/compact.py), unpacked before an upgrade
 
 # the library's collate functions named by their modules before the package layout
 _OLD_FUNCTION_MODULES = ("energon_lite.generic_collate.", "energon_lite.collate.")
@@ -86,7 +86,8 @@ LEVEL_UPGRADES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
 
 
 def upgrade_state(state: Any, *, strict: bool = True) -> Any:
-    """``state`` (one rank's saved state) in today's form; the input is never changed.
+    """``state`` (one rank's saved state, a compact one unpacked) in today's form; the input
+    is never changed.
 
     Anything that is not a rank state passes unchanged (its reader refuses it, naming
     what it got). A version this library does not read raises StateError naming it, or
@@ -94,7 +95,6 @@ def upgrade_state(state: Any, *, strict: bool = True) -> Any:
     """
     if not isinstance(state, dict) or state.get("type") != LOADER_TYPE:
         return state
-    state = unpacked(state)  # version 3 reads as version 2 (its own digest checked)
     version = state.get("version")
     if version != STATE_VERSION:
         if strict:
@@ -119,13 +119,16 @@ def upgrade_state(state: Any, *, strict: bool = True) -> Any:
 
 def _refusal(version: Any) -> str:
     said = f"loader state version {short_repr(version)}"
-    reads = f"this energon_lite reads {STATE_VERSION} and {PACKED_VERSION} (compact pipelines)"
-    if version == 1:
+    reads = f"this energon_lite reads {STATE_VERSION} and {_COMPACT} (compact pipelines)"
+    number = version if isinstance(version, int) and not isinstance(version, bool) else None
+    if number == 1:
         return (
             f"{said} (energon_lite 0.1, before 2026-11-23) carries no digest and cannot be "
             f"resumed; {reads}"
         )
-    if isinstance(version, int) and not isinstance(version, bool) and version > PACKED_VERSION:
+    if number == _COMPACT:  # a caller's slip, not the user's: compact states unpack first
+        return f"{said} (compact pipelines) is read unpacked (state.compact.unpacked)"
+    if number is not None and number > _COMPACT:
         return f"{said} was written by a newer energon_lite; {reads}: upgrade energon_lite"
     return f"{said} is unknown; {reads}; the state is corrupt"
 
