@@ -28,7 +28,8 @@ so a dead worker wakes it at once; where torch reads the queue itself (a pin-mem
 thread, a batch it already holds), it waits in slices of :data:`POLL_S` (torch's own
 ``timeout``) and looks at its workers after each. torch's ``SIGCHLD`` handler, which would
 raise in whatever the trainer's main thread is doing at that moment (the training step),
-is switched off for these workers.
+never watches these workers, from their pool's start on (:mod:`~energon_lite.loader.torch_iter`,
+the one module that reads torch's pool).
 """
 
 from __future__ import annotations
@@ -88,7 +89,7 @@ class Restart:
     remade_batches: int  # asked of the lost pool, not received by the trainer: made again
     refetched_samples: int  # held in the restored buffers: fetched again by key
     # from noticing the loss to the replacement pool's first batch (or, where it gave none,
-    # to the end of its pass or its own loss); None only while that pool has not yet started
+    # to the end of its pass or its own loss); None only until one of these happens
     seconds: float | None = None
 
     def line(self) -> str:
