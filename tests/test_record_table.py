@@ -66,3 +66,29 @@ def test_a_table_that_no_longer_belongs_to_the_json_is_ignored(tmp_path: Path) -
         open_and_read(root, first="parts/data-2.tar")
     (root / META / TABLE).write_bytes(b"ELRTAB1\n garbage")  # damaged: the JSON again
     assert load_record(root, names).rows is None  # type: ignore[union-attr]
+
+
+def test_a_damaged_row_is_found_at_open_not_blamed_on_an_intact_shard(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A flipped byte in a row's size made an intact shard fail ("size 4295049216 ->
+    81920"); the rows' checksum finds it at open, a warning names the table, and the JSON
+    serves the split. Every other fallback from a table that is there warns too."""
+    root = make_dataset(tmp_path / "ds", 60, 20)
+    table = root / META / TABLE
+    data = bytearray(table.read_bytes())
+    row_size = 8 * 3 + 32
+    first_row = len(data) - 3 * row_size  # three shards: the rows end the file
+    data[first_row + 4] ^= 0x01  # the first row's size, bit 32
+    table.write_bytes(bytes(data))
+    names = load_info(root).shard_names
+    with caplog.at_level("WARNING", logger="energon_lite"):
+        record = load_record(root, names)
+    assert record is not None and record.rows is None  # the JSON serves
+    assert f"{table}: its rows do not match their checksum (damaged)" in caplog.text
+    assert open_and_read(root).read(0, 0)[0]  # the intact shard reads
+    caplog.clear()
+    table.write_bytes(b"ELRTAB1\n garbage")
+    with caplog.at_level("WARNING", logger="energon_lite"):
+        assert load_record(root, names).rows is None  # type: ignore[union-attr]
+    assert f"{table}: " in caplog.text and "energon_lite.json instead" in caplog.text

@@ -13,15 +13,19 @@ ASCII hex bytes, empty when the record has none). The header names what the rows
 the blake2b of the ``energon_lite.json`` bytes they were made from and of the shard names in
 row order (``\\n``-joined), the content digest and the remote versions. An open reads the JSON
 bytes and hashes them (tens of ms for 16 MB) instead of parsing them, and maps the rows; a
-lookup is an array index. When the table is missing (datasets prepared before it, or by
-Energon), stale (another tool rewrote the JSON) or does not fit the names, the JSON is
-parsed as before, so every older form still opens.
+lookup is an array index. The header also holds the blake2b of the rows (tables written
+since 2026-11-28), so a damaged row is found at open, before its size could be blamed on an
+intact shard. When the table is missing (datasets prepared before it, or by Energon) the JSON
+is parsed as before; when it is there but stale (another tool rewrote the JSON), damaged or
+does not fit the names, a warning names the table and why, and the JSON is parsed: every
+older form still opens.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import struct
 from pathlib import Path
 from typing import Any
@@ -30,6 +34,8 @@ import numpy as np
 
 from energon_lite.errors import DatasetFormatError
 from energon_lite.storage import StoragePath, ops
+
+logger = logging.getLogger("energon_lite")
 
 TABLE = "energon_lite.table"
 MAGIC = b"ELRTAB1\n"
@@ -61,6 +67,7 @@ def encode_table(record: dict[str, Any], record_bytes: bytes) -> bytes | None:
         "count": len(names),
         "content_digest": record["content_digest"],
         "remote_versions": record.get("remote_versions") or {},
+        "rows_blake2b": _rows_digest(rows),
     }
     text = json.dumps(header).encode("utf-8")
     padding = b"\0" * (-(len(MAGIC) + 8 + len(text)) % 8)
@@ -148,44 +155,54 @@ def load_table(
     meta: StoragePath, record_bytes: bytes, names: list[str], where: StoragePath
 ) -> ShardRecord | None:
     """The table form of the record, or ``None`` where there is none that belongs to these
-    record bytes and names (the caller then parses the JSON)."""
+    record bytes and names (the caller then parses the JSON; a table that is there but not
+    usable is named in a warning)."""
     path = meta / TABLE
+
+    def fallback(why: str) -> None:
+        logger.warning("%s: %s; reading %s instead (slower to open)", path, why, where)
+
     try:
         if isinstance(path, Path):
+            if not path.exists():
+                return None
             head = _read_head(path)
         else:
             if not ops.exists(path):
                 return None
             data = ops.read_bytes(path)
             head = data[: 16 + _header_length(data[:16])] if data[:8] == MAGIC else b""
-    except (OSError, DatasetFormatError):
-        return None
+    except (OSError, DatasetFormatError) as exc:
+        return fallback(f"unreadable ({exc})")
     if head[:8] != MAGIC:
-        return None
+        return fallback("not a shard record table (damaged header)")
     length = _header_length(head[:16])
     try:
         header = json.loads(head[16 : 16 + length])
     except (ValueError, UnicodeDecodeError):
-        return None
+        return fallback("its header is not JSON (damaged)")
     start = 16 + length + (-(16 + length) % 8)
+    if not isinstance(header, dict) or not isinstance(header.get("content_digest"), str):
+        return fallback("its header is damaged")
     if (
-        not isinstance(header, dict)
-        or header.get("count") != len(names)
+        header.get("count") != len(names)
         or header.get("record_blake2b") != hashlib.blake2b(record_bytes, digest_size=16).hexdigest()
         or header.get("names_blake2b") != names_digest(names)
-        or not isinstance(header.get("content_digest"), str)
     ):
-        return None
+        return fallback("made for another version of the record or split (stale)")
     rows: np.ndarray
     try:
         if isinstance(path, Path):
             if path.stat().st_size != start + len(names) * ROW.itemsize:
-                return None
+                return fallback("its rows are cut short or too long (damaged)")
             rows = np.memmap(path, dtype=ROW, mode="r", offset=start, shape=(len(names),))
         else:
             rows = np.frombuffer(data, dtype=ROW, offset=start, count=len(names))
-    except (OSError, ValueError):
-        return None
+    except (OSError, ValueError) as exc:
+        return fallback(f"its rows are unreadable ({exc})")
+    expected = header.get("rows_blake2b")  # absent in tables written before it was
+    if expected is not None and expected != _rows_digest(rows):
+        return fallback("its rows do not match their checksum (damaged)")
     versions = header.get("remote_versions")
     return ShardRecord(
         where,
@@ -194,6 +211,12 @@ def load_table(
         rows=rows,
         versions=versions if isinstance(versions, dict) else {},
     )
+
+
+def _rows_digest(rows: np.ndarray) -> str:
+    return hashlib.blake2b(
+        memoryview(np.ascontiguousarray(rows)).cast("B"), digest_size=16
+    ).hexdigest()
 
 
 def _header_length(first: bytes) -> int:
