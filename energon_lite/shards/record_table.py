@@ -159,8 +159,9 @@ def load_table(
     usable is named in a warning)."""
     path = meta / TABLE
 
-    def fallback(why: str) -> None:
+    def fallback(why: str) -> ShardRecord | None:
         logger.warning("%s: %s; reading %s instead (slower to open)", path, why, where)
+        return None
 
     try:
         if isinstance(path, Path):
@@ -214,9 +215,7 @@ def load_table(
 
 
 def _rows_digest(rows: np.ndarray) -> str:
-    return hashlib.blake2b(
-        memoryview(np.ascontiguousarray(rows)).cast("B"), digest_size=16
-    ).hexdigest()
+    return hashlib.blake2b(np.ascontiguousarray(rows).tobytes(), digest_size=16).hexdigest()
 
 
 def _header_length(first: bytes) -> int:

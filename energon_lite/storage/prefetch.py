@@ -109,7 +109,9 @@ def _run(cache: ShardCache) -> None:
         path, version, size = item
         try:
             if not cache.has(path, version, size):
-                cache.open(path, version, size).close()
+                entry = cache.open(path, version, size)
+                if entry is not None:  # None: no room beside the fetches in flight
+                    entry.close()
         except Exception as exc:  # the foreground fetches it again, with its own error
             logger.debug("prefetch of %s failed: %s", path, exc)
             with _lock:
