@@ -23,7 +23,7 @@ pytest.importorskip("s3fs")
 from conftest import make_dataset
 
 from energon_lite import WorkerConfig, get_savable_loader, get_train_dataset, get_val_dataset
-from energon_lite.errors import ConfigError
+from energon_lite.errors import ConfigError, DatasetFormatError
 from energon_lite.storage import cache_config
 from energon_lite.storage.cache_config import ShardCacheConfig, parse_size
 from energon_lite.synth.servers import TEST_CREDENTIALS, FaultProxy, S3Server
@@ -342,3 +342,24 @@ def test_fetches_in_flight_count_against_the_limit(s3, local_ds, env, monkeypatc
     entry.close()
     used = sum(p.stat().st_size for p in env.iterdir() if p.is_file())
     assert used <= limit and len(list(env.glob("*.data"))) == 1
+
+
+def test_a_shard_edited_after_prepare_is_refused_when_the_cache_fills(s3, local_ds, env, tmp_path):
+    """A copy whose shard was edited in place (same size) after prepare: the open's checks
+    pass (no versions were recorded by a local prepare), but filling the cache reads the
+    whole object, and its CRC-32 is not the one prepare recorded: refused, naming it."""
+    import tarfile
+
+    copy = tmp_path / "edited"
+    shutil.copytree(local_ds, copy)
+    shard = copy / "parts/data-2.tar"
+    with tarfile.open(shard) as tar:
+        member = tar.getmember(tar.getnames()[7])
+    data = bytearray(shard.read_bytes())
+    data[member.offset_data + 4] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    url = _upload(s3, copy, "edited")
+    with pytest.raises(
+        DatasetFormatError, match=r"data-2\.tar: shard changed since prepare: the CRC-32"
+    ):
+        _val_keys(url)

@@ -14,6 +14,7 @@ from typing import Any
 from tqdm import tqdm
 
 from energon_lite.errors import ConfigError, EnergonLiteError, StateError, short_repr
+from energon_lite.shards.dataset import PreparedDataset
 from energon_lite.shards.meta import META_DIR, load_dataset_config, load_info, load_split
 from energon_lite.sources.base import Source
 from energon_lite.sources.kinds import TAR_FOLDER, DatasetKind, kind_of, resolve_path
@@ -206,6 +207,19 @@ def lint(
             problems.append(f"{split_part}: {exc}")
             continue
         problems.extend(lint_source(dataset, split_part, progress))
+        if isinstance(dataset, PreparedDataset):  # every byte against prepare's CRC-32s
+            problems.extend(_lint_whole_shards(dataset, split_part, progress))
+    return problems
+
+
+def _lint_whole_shards(dataset: PreparedDataset, label: str, progress: bool) -> list[str]:
+    problems = []
+    shard_ids = sorted({int(s) for s in dataset.run_shard})
+    for shard_id in tqdm(shard_ids, desc=f"checksums {label}", unit="shard", disable=not progress):
+        try:
+            dataset.check_whole_shard(shard_id)
+        except EnergonLiteError as exc:
+            problems.append(f"{label}: {exc}")
     return problems
 
 

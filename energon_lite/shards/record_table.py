@@ -9,7 +9,8 @@ order, behind a small JSON header::
     b"ELRTAB1\\n" | u64 header length | header JSON | zero padding to 8 | rows
 
 Each row is ``size, mtime_ns, probe end`` (little-endian int64) and the probe digest (32
-ASCII hex bytes, empty when the record has none). The header names what the rows belong to:
+ASCII hex bytes, empty when the record has none); a table of records with whole-shard
+CRC-32s (``ELRTAB2``, since 2026-11-28) adds the CRC-32 and 4 bytes of padding. The header names what the rows belong to:
 the blake2b of the ``energon_lite.json`` bytes they were made from and of the shard names in
 row order (``\\n``-joined), the content digest and the remote versions. An open reads the JSON
 bytes and hashes them (tens of ms for 16 MB) instead of parsing them, and maps the rows; a
@@ -40,6 +41,12 @@ logger = logging.getLogger("energon_lite")
 TABLE = "energon_lite.table"
 MAGIC = b"ELRTAB1\n"
 ROW = np.dtype([("size", "<i8"), ("mtime", "<i8"), ("end", "<i8"), ("probe", "S32")])
+MAGIC_CRC = b"ELRTAB2\n"  # rows with the whole shard's CRC-32
+ROW_CRC = np.dtype(
+    [("size", "<i8"), ("mtime", "<i8"), ("end", "<i8"), ("probe", "S32"), ("crc32", "<u4"),
+     ("pad", "<u4")]
+)  # fmt: skip
+_LAYOUTS = {MAGIC: ROW, MAGIC_CRC: ROW_CRC}
 
 
 def names_digest(names: list[str]) -> str:
@@ -55,12 +62,15 @@ def encode_table(record: dict[str, Any], record_bytes: bytes) -> bytes | None:
     if not isinstance(probes, dict):
         return None
     names = list(shards)
-    rows = np.zeros(len(names), dtype=ROW)
+    crcs = record.get("crc32")
+    magic, layout = (MAGIC_CRC, ROW_CRC) if isinstance(crcs, dict) else (MAGIC, ROW)
+    rows = np.zeros(len(names), dtype=layout)
     for i, name in enumerate(names):
         entry, probe = shards[name], probes.get(name)
         if not (isinstance(probe, list) and len(probe) == 2 and len(str(probe[1])) == 32):
             return None  # a shard without a well-formed probe: the JSON alone holds it
-        rows[i] = (entry[0], entry[1], probe[0], str(probe[1]).encode("ascii"))
+        row = (entry[0], entry[1], probe[0], str(probe[1]).encode("ascii"))
+        rows[i] = (*row, crcs[name], 0) if isinstance(crcs, dict) else row
     header = {
         "record_blake2b": hashlib.blake2b(record_bytes, digest_size=16).hexdigest(),
         "names_blake2b": names_digest(names),
@@ -70,8 +80,8 @@ def encode_table(record: dict[str, Any], record_bytes: bytes) -> bytes | None:
         "rows_blake2b": _rows_digest(rows),
     }
     text = json.dumps(header).encode("utf-8")
-    padding = b"\0" * (-(len(MAGIC) + 8 + len(text)) % 8)
-    return MAGIC + struct.pack("<Q", len(text)) + text + padding + rows.tobytes()
+    padding = b"\0" * (-(len(magic) + 8 + len(text)) % 8)
+    return magic + struct.pack("<Q", len(text)) + text + padding + rows.tobytes()
 
 
 class ShardRecord:
@@ -99,14 +109,17 @@ class ShardRecord:
         state = self.__dict__.copy()
         rows = self.rows
         if isinstance(rows, np.memmap) and rows.filename is not None:  # sent by its place
-            state["rows"] = (rows.filename, rows.offset, len(rows))
+            state["rows"] = (rows.filename, rows.offset, len(rows), rows.dtype.itemsize)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         rows = state["rows"]
         if isinstance(rows, tuple):
-            filename, offset, count = rows
-            state["rows"] = np.memmap(filename, dtype=ROW, mode="r", offset=offset, shape=(count,))
+            filename, offset, count, itemsize = rows
+            layout = ROW_CRC if itemsize == ROW_CRC.itemsize else ROW
+            state["rows"] = np.memmap(
+                filename, dtype=layout, mode="r", offset=offset, shape=(count,)
+            )
         self.__dict__.update(state)
 
     def shard(self, shard_id: int) -> tuple[int, int]:
@@ -123,6 +136,19 @@ class ShardRecord:
                 "prepare: re-run prepare"
             )
         return entry[0], entry[1]
+
+    def crc32(self, shard_id: int) -> int | None:
+        """The CRC-32 of the whole shard as prepare read it; ``None`` for a record written
+        before they were recorded."""
+        if self.rows is not None:
+            return (
+                int(self.rows[shard_id]["crc32"])
+                if "crc32" in (self.rows.dtype.names or ())
+                else None
+            )
+        crcs = (self.parsed or {}).get("crc32")
+        value = crcs.get(self.names[shard_id]) if isinstance(crcs, dict) else None
+        return value if isinstance(value, int) else None
 
     def probe(self, shard_id: int) -> tuple[int, str] | None:
         """``(end, digest)`` of the shard's probe; ``None`` for a record without probes."""
@@ -172,10 +198,11 @@ def load_table(
             if not ops.exists(path):
                 return None
             data = ops.read_bytes(path)
-            head = data[: 16 + _header_length(data[:16])] if data[:8] == MAGIC else b""
+            head = data[: 16 + _header_length(data[:16])] if data[:8] in _LAYOUTS else b""
     except (OSError, DatasetFormatError) as exc:
         return fallback(f"unreadable ({exc})")
-    if head[:8] != MAGIC:
+    layout = _LAYOUTS.get(head[:8])
+    if layout is None:
         return fallback("not a shard record table (damaged header)")
     length = _header_length(head[:16])
     try:
@@ -194,11 +221,11 @@ def load_table(
     rows: np.ndarray
     try:
         if isinstance(path, Path):
-            if path.stat().st_size != start + len(names) * ROW.itemsize:
+            if path.stat().st_size != start + len(names) * layout.itemsize:
                 return fallback("its rows are cut short or too long (damaged)")
-            rows = np.memmap(path, dtype=ROW, mode="r", offset=start, shape=(len(names),))
+            rows = np.memmap(path, dtype=layout, mode="r", offset=start, shape=(len(names),))
         else:
-            rows = np.frombuffer(data, dtype=ROW, offset=start, count=len(names))
+            rows = np.frombuffer(data, dtype=layout, offset=start, count=len(names))
     except (OSError, ValueError) as exc:
         return fallback(f"its rows are unreadable ({exc})")
     expected = header.get("rows_blake2b")  # absent in tables written before it was
@@ -226,6 +253,6 @@ def _read_head(path: Path) -> bytes:
     with open(path, "rb") as file:
         first = file.read(16)
         length = _header_length(first)
-        if first[:8] != MAGIC or length > 1 << 30:
+        if first[:8] not in _LAYOUTS or length > 1 << 30:
             return b""
         return first + file.read(length)

@@ -52,6 +52,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from energon_lite.errors import DatasetFormatError
 from energon_lite.storage import ops
 from energon_lite.storage.path import RemotePath
 from energon_lite.storage.private import create_new, private_folder, write_new
@@ -158,9 +159,12 @@ class ShardCache:
     def cacheable(self, version: str, size: int) -> bool:
         return bool(version) and 0 < size <= self.limit
 
-    def open(self, path: RemotePath, version: str, size: int) -> CachedShard | None:
+    def open(
+        self, path: RemotePath, version: str, size: int, crc32: int | None = None
+    ) -> CachedShard | None:
         """The entry of the object, fetched first unless another process did; ``None``
-        where fetches in flight leave no room for it (read it without the cache)."""
+        where fetches in flight leave no room for it (read it without the cache).
+        ``crc32``: the whole object's as prepare read it, checked when it is fetched."""
         self._check_folder()
         data, crc, lock = self._paths(path, version, size)
         entry = self._open_existing(data, crc, size)
@@ -172,7 +176,7 @@ class ShardCache:
                     entry = self._open_existing(data, crc, size)
                     if entry is not None:
                         return entry
-                    return self._fetch(path, version, size, data, crc)
+                    return self._fetch(path, version, size, data, crc, crc32)
             except FileNotFoundError as exc:  # the folder went away under the fetch
                 if attempt == 2:
                     raise OSError(
@@ -220,7 +224,13 @@ class ShardCache:
         return CachedShard(fd, crcs, size, data)
 
     def _fetch(
-        self, path: RemotePath, version: str, size: int, data: Path, crc: Path
+        self,
+        path: RemotePath,
+        version: str,
+        size: int,
+        data: Path,
+        crc: Path,
+        expected: int | None = None,
     ) -> CachedShard | None:
         tmp = data.with_name(f"{data.name}.tmp-{os.getpid()}")
         with self._accounting():
@@ -232,11 +242,19 @@ class ShardCache:
             import numpy as np
 
             crcs = np.zeros(-(-size // BLOCK), dtype="<u4")
+            whole = 0
             for start in range(0, size, FETCH_CHUNK):
                 chunk = ops.read_range(path, start, min(start + FETCH_CHUNK, size), version)
                 os.pwrite(fd, chunk, start)
                 for at in range(0, len(chunk), BLOCK):
                     crcs[(start + at) // BLOCK] = zlib.crc32(chunk[at : at + BLOCK])
+                if expected is not None:
+                    whole = zlib.crc32(chunk, whole)
+            if expected is not None and whole != expected:
+                raise DatasetFormatError(
+                    f"{path}: shard changed since prepare: the CRC-32 of its {size} bytes is "
+                    f"{whole:08x}, prepare read {expected:08x}; re-run prepare"
+                )
             write_new(crc, crcs.tobytes())
             os.replace(tmp, data)
         except BaseException as exc:
