@@ -12,6 +12,7 @@ import difflib
 import errno
 import logging
 import reprlib
+import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -349,15 +350,22 @@ def failure_trackers(
     global_error_handler: Callable[..., Any] | None,
     max_skip_fraction: float | None = None,
     who: str = "a worker",
-) -> Callable[[], FailureTracker]:
-    """Makes a fresh :class:`FailureTracker` per stage (a success in one stage must not reset
+) -> Callable[..., FailureTracker]:
+    """Makes a fresh :class:`FailureTracker` per stage (given the stage's user hook, if any) (a success in one stage must not reset
     another's failure streak), calling Energon's ``WorkerConfig.global_error_handler``; its
     default, :func:`log_exception`, is what a tracker without a handler does already. With
     ``max_skip_fraction``, the trackers of one call share one :class:`SkipBudget` (one
     worker's chain, ``who``)."""
     handler = None if global_error_handler is log_exception else global_error_handler
     budget = None if max_skip_fraction is None else SkipBudget(max_skip_fraction, who)
-    return lambda: FailureTracker(tolerance, handler, budget)
+
+    def tracker(hook: Callable[..., Any] | None = None) -> FailureTracker:
+        # a hook marked @stateless(failure_tolerance=n) has its own tolerance (Energon's
+        # meaning: n consecutive failures of that hook; 0 = never stop the run)
+        own = getattr(hook, "__failure_tolerance__", None)
+        return FailureTracker(tolerance if own is None else own or sys.maxsize, handler, budget)
+
+    return tracker
 
 
 def check_skip_fraction(value: Any) -> None:

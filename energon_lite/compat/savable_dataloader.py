@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from energon_lite.compat.arguments import loader_options
 from energon_lite.loader.api import SavableDataset, SavableLoader, check_loader_options
 
+T_sample = TypeVar("T_sample", covariant=True)
 
-class SavableDataLoader(SavableLoader):
+
+class SavableDataLoader(SavableLoader, Generic[T_sample]):
     """``SavableDataLoader(dataset, worker_config=..., **options)`` as in Energon.
 
     Takes the arguments ``get_savable_loader`` takes (Energon's checkpoint and gc knobs are

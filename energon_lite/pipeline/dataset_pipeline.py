@@ -288,7 +288,7 @@ class DatasetPipeline:
                 self.specs,
                 te,
                 slot.seed,
-                failures(),
+                failures(getattr(te, hook)),
                 hook,
                 counts,
                 slot.leaf_base,
@@ -300,7 +300,10 @@ class DatasetPipeline:
             then(Cost, lambda s: Cost(s, te.sample_cost, ledger, names, slot.leaf_base))
         if opts.packing_buffer_size:
             size = opts.packing_buffer_size
-            then(Pack, lambda s: Pack(s, size, te, slot.seed, failures(), hook))
+            then(
+                Pack,
+                lambda s: Pack(s, size, te, slot.seed, failures(te.pack_selected_samples), hook),
+            )
         if te.overrides("batch_group_criterion"):
             sync = BucketSync.for_slot(opts.bucket_sync, slot)
             then(
@@ -312,7 +315,7 @@ class DatasetPipeline:
                     else te.batch_group_criterion,
                     collate,
                     opts.batch_drop_last,
-                    failures(),
+                    failures(te.batch),
                     sync,
                     "pack_selected_samples" if opts.packing_buffer_size else hook,
                 ),
@@ -322,13 +325,13 @@ class DatasetPipeline:
             then(
                 Batch,
                 lambda s: Batch(
-                    s, bs, collate, opts.batch_drop_last, failures(), slab=not per_phase
+                    s, bs, collate, opts.batch_drop_last, failures(te.batch), slab=not per_phase
                 ),
             )
         if per_phase:
             return node
         if te.overrides("encode_batch"):
-            then(Map, lambda s: Map(s, te.encode_batch, "encode_batch", failures()))
+            then(Map, lambda s: Map(s, te.encode_batch, "encode_batch", failures(te.encode_batch)))
         if opts.limit is not None:  # per rank; the loader polls workers round robin
             limit = -(-(opts.limit - slot.worker_id) // slot.num_workers)
             then(Limit, lambda s: Limit(s, limit))
