@@ -317,8 +317,8 @@ def guarded(
 # Energon's error handlers ---------------------------------------------------------------------
 
 
-def log_exception(exc: Exception, sample: Any, sources: Sequence[Any] | None = None) -> None:
-    """Log ``exc`` with its traceback, where the sample came from and a short view of it."""
+def log_exception(e: Exception, sample: Any, sources: Sequence[Any] | None = None) -> None:
+    """Log ``e`` with its traceback, where the sample came from and a short view of it."""
     where = "; ".join(
         f"{s.dataset_path}[{s.index}] {s.shard_name}{tuple(s.file_names)!r}"
         for s in sources or ()
@@ -326,17 +326,17 @@ def log_exception(exc: Exception, sample: Any, sources: Sequence[Any] | None = N
     )
     logger.error(
         "sample failed: %s: %s%s\nsample: %s",
-        type(exc).__name__,
-        exc,
+        type(e).__name__,
+        e,
         f"\nsources: {where}" if where else "",
         short_repr(sample, 400),
-        exc_info=(type(exc), exc, exc.__traceback__),
+        exc_info=(type(e), e, e.__traceback__),
     )
 
 
-def reraise_exception(exc: Exception, _sample: Any, _sources: Sequence[Any] | None = None) -> None:
-    """Raise ``exc`` again: the first failure stops the run."""
-    raise exc
+def reraise_exception(e: Exception, _sample: Any, _sources: Sequence[Any] | None = None) -> None:
+    """Raise ``e`` again: the first failure stops the run."""
+    raise e
 
 
 # Process-global because a worker process restores one chain at a time and the handler
