@@ -360,10 +360,12 @@ def failure_trackers(
     budget = None if max_skip_fraction is None else SkipBudget(max_skip_fraction, who)
 
     def tracker(hook: Callable[..., Any] | None = None) -> FailureTracker:
-        # a hook marked @stateless(failure_tolerance=n) has its own tolerance (Energon's
-        # meaning: n consecutive failures of that hook; 0 = never stop the run)
+        # a hook marked @stateless(failure_tolerance=n) has its own tolerance, Energon's
+        # meaning: the n-th consecutive failure of that hook stops the run; 0 never does
         own = getattr(hook, "__failure_tolerance__", None)
-        return FailureTracker(tolerance if own is None else own or sys.maxsize, handler, budget)
+        if own is not None:
+            return FailureTracker(own - 1 if own else sys.maxsize, handler, budget)
+        return FailureTracker(tolerance, handler, budget)
 
     return tracker
 

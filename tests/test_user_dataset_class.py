@@ -17,7 +17,7 @@ from energon_lite.synth.shards import write_captioning_shards
 energon = pytest.importorskip("megatron.energon")
 pytest.importorskip("webdataset")
 
-USER_MODULE = '''
+USER_MODULE = """
 from webdataset.autodecode import Decoder, imagehandler
 
 from {lib} import CaptioningSample, DefaultDecoderWebdatasetFactory
@@ -37,10 +37,18 @@ class UpperCaptions(DefaultDecoderWebdatasetFactory[CaptioningSample]):
         super().__init__(path, decoder=None, **kwargs)
         self.built_with_path = path
         self._decoder = Decoder([imagehandler("pil"), upper_text])
-'''
 
 
-def _dataset(root: Path, module: str) -> Path:
+class RawParts(DefaultDecoderWebdatasetFactory[CaptioningSample]):
+    __sample_type__ = CaptioningSample
+
+    def __init__(self, path, **kwargs):
+        kwargs["decoder"] = None
+        super().__init__(path, **kwargs)
+"""
+
+
+def _dataset(root: Path, module: str, cls: str = "UpperCaptions") -> Path:
     write_captioning_shards(root, 30, 10, image_size=(16, 12))
     el.prepare_dataset(
         root,
@@ -51,7 +59,7 @@ def _dataset(root: Path, module: str) -> Path:
     )
     config = {
         "__module__": module,
-        "__class__": "UpperCaptions",
+        "__class__": cls,
         "field_map": {"image": "jpg", "caption": "txt"},
     }
     (root / ".nv-meta/dataset.yaml").write_text(yaml.safe_dump(config))
@@ -87,6 +95,38 @@ def test_user_factory_class_loads_as_in_energon(tmp_path: Path, user_modules: Pa
         assert sample.caption == theirs[key].caption and sample.caption.isupper()
         assert type(sample.image) is type(theirs[key].image)
         assert sample.image.size == theirs[key].image.size == (16, 12)
+
+
+def test_a_class_without_a_decoder_gives_raw_bytes_as_in_energon(
+    tmp_path: Path, user_modules: Path
+) -> None:
+    ours = _samples(el, _dataset(tmp_path / "ours", "bridge_user_ours", "RawParts"))
+    theirs = _samples(energon, _dataset(tmp_path / "theirs", "bridge_user_theirs", "RawParts"))
+    assert sorted(ours) == sorted(theirs) and len(ours) == 30
+    for key, sample in ours.items():
+        assert isinstance(sample.image, bytes) and sample.image == theirs[key].image
+        assert sample.caption == theirs[key].caption
+
+
+def test_energons_decoder_keywords_and_attributes(tmp_path: Path) -> None:
+    root = _dataset(tmp_path, "unused")
+    (root / ".nv-meta/dataset.yaml").write_text(
+        "sample_type: {__module__: megatron.energon, __class__: CaptioningSample}\n"
+        "field_map: {image: jpg, caption: txt}\n"
+    )
+    wc = el.WorkerConfig(rank=0, world_size=1, num_workers=0)
+    common = {"split_part": "val", "training": False, "worker_config": wc}
+    default = el.DefaultDecoderWebdatasetFactory(root, **common)
+    assert (default.image_decode, default.av_decode) == ("torchrgb", "AVDecoder")
+    assert (default.ignore_decoder_errors, default.video_decode_audio) == (False, False)
+    assert default._decoder is not None and default._video_decoder is None
+    assert len(default) == 30
+    for raw in ({"auto_decode": False}, {"decoder": None}):
+        assert el.DefaultDecoderWebdatasetFactory(root, **common, **raw)._decoder is None
+    tuned = el.DefaultDecoderWebdatasetFactory(root, **common, image_decode="pil")
+    assert tuned.image_decode == "pil"
+    with pytest.raises(el.ConfigError, match="unsupported arguments"):
+        el.DefaultDecoderWebdatasetFactory(root, **common, no_such_option=1)
 
 
 def test_a_class_that_is_no_dataset_factory_is_refused(tmp_path: Path) -> None:

@@ -55,9 +55,9 @@ def stateless(
 ) -> Callable:
     """Energon's marker for hooks without state.
 
-    ``failure_tolerance`` (Energon's): how many consecutive failures of this hook are logged
-    and skipped before the run stops; 0 never stops it; ``None`` keeps the loader's
-    ``failure_tolerance``.
+    ``failure_tolerance`` (Energon's): the n-th consecutive failure of this hook stops the
+    run (the ones before are logged and skipped); 0 never stops it; ``None`` keeps the
+    loader's ``failure_tolerance``.
 
     ``restore_seeds=True`` (Energon's option, for encoders that call ``random``,
     ``numpy.random`` or ``torch``'s global generators): around each call, the three global
