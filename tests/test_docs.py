@@ -106,11 +106,28 @@ def test_guide_code_runs(doc: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 
 def test_readme_commands_are_the_ci_commands() -> None:
+    """.ci/run is the README's test command, then its lint and type check command, and nothing
+    else: what a newcomer runs is what CI runs."""
     root = Path(__file__).resolve().parent.parent
     readme = (root / "README.md").read_text(encoding="utf-8")
     ci = (root / ".ci" / "run").read_text(encoding="utf-8")
-    test_command = next(line for line in ci.splitlines() if line.startswith("python3 -m venv"))
-    assert test_command in readme
+    steps = [
+        line
+        for line in ci.splitlines()
+        if line.strip() and not line.startswith("#") and not line.startswith(("set ", "cd "))
+    ]
+    blocks = re.findall(r"```bash\n(.*?)\n```", readme, flags=re.S)
+    assert len(steps) == 2, steps
+    test_command, checks = steps
+    assert test_command.startswith("python3 -m venv") and test_command in blocks
+    assert test_command.endswith("python -m pytest -q -n 2")
+    assert checks in blocks
+    assert checks.split(" && ") == [
+        "python -m ruff check .",
+        "python -m ruff format --check .",
+        "python -m mypy",
+    ]
+    assert "set -euo pipefail" in ci  # a failing step, pytest's exit 5 included, fails CI
     assert "energon-lite demo" in readme
 
 
