@@ -131,22 +131,46 @@ def test_readme_commands_are_the_ci_commands() -> None:
     assert "energon-lite demo" in readme
 
 
-def test_readme_code_runs_and_its_loop_ends(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """README's "Use" block, on a dataset prepared by README's own command line."""
+def _readme_prepare() -> list[str]:
     import shlex
-
-    from energon_lite.cli import main
-    from energon_lite.synth.shards import write_captioning_shards
 
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
     use = readme[readme.index("## Use") :]
     command = re.search(r"```bash\n(.*?)```", use, flags=re.S).group(1)
     prepare = shlex.split(command.splitlines()[0].rstrip("\\") + command.splitlines()[1])
+    assert prepare[:2] == ["energon-lite", "prepare"]
+    return prepare[1:]
+
+
+@pytest.mark.parametrize("num_shards", [2, 4])
+def test_readme_prepare_works_on_a_few_shards(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, num_shards: int
+) -> None:
+    """A newcomer's first data has a few shards; README's prepare line fills every split of
+    its ratio from 2 shards on (README says so, and what 1 shard or 8,1,1 needs)."""
+    from energon_lite.cli import main
+    from energon_lite.shards.meta import load_split
+    from energon_lite.synth.shards import write_captioning_shards
+
+    monkeypatch.chdir(tmp_path)
+    write_captioning_shards(tmp_path / "my_dataset", 10 * num_shards, 10, image_size=(8, 8))
+    assert main(_readme_prepare()) == 0
+    split = load_split(tmp_path / "my_dataset")
+    assert all(split.split_parts[name] for name in ("train", "val")), split.split_parts
+
+
+def test_readme_code_runs_and_its_loop_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """README's "Use" block, on a dataset prepared by README's own command line."""
+    from energon_lite.cli import main
+    from energon_lite.synth.shards import write_captioning_shards
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    use = readme[readme.index("## Use") :]
     monkeypatch.chdir(tmp_path)
     write_captioning_shards(tmp_path / "my_dataset", 300, 30, image_size=(16, 16))
-    assert prepare[:2] == ["energon-lite", "prepare"] and main(prepare[1:]) == 0
+    assert main(_readme_prepare()) == 0
     block = re.search(r"```python\n(.*?)```", use, flags=re.S).group(1)
     namespace: dict = {}
 
