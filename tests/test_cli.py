@@ -117,7 +117,9 @@ def test_every_error_is_one_line_with_exit_status_1(train_ds: Path, tmp_path: Pa
         "checkpoint", "info", str(tmp_path / "garbage.bin")
     )
     assert "--split-ratio 'a,b'" in err_of("prepare", str(tmp_path), "--split-ratio", "a,b")
-    assert "a prepared dataset? Run `energon-lite prepare`" in err_of("preview", str(tmp_path))
+    assert "not a prepared dataset (yet); run `energon-lite prepare`" in err_of(
+        "preview", str(tmp_path)
+    )
     with pytest.raises(SystemExit) as exit_info:  # a usage mistake: argparse's message, status 1
         main(["preview", str(train_ds), "-n", "many"])
     assert exit_info.value.code == 1
