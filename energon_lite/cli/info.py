@@ -159,8 +159,10 @@ def preview_source(
 def _field_types(cls: type) -> dict[str, Any]:
     """The declared type of each field, as Energon's preview prints it (``<class 'str'>``);
     the annotation's text where it cannot be resolved."""
+    import torch  # the built-in types' tensor fields name it (a preview makes tensors anyway)
+
     try:
-        return typing.get_type_hints(cls)
+        return typing.get_type_hints(cls, localns={"torch": torch})
     except (NameError, TypeError, AttributeError):  # a loader class naming types it never imports
         return {}
 
