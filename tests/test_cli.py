@@ -120,6 +120,10 @@ def test_every_error_is_one_line_with_exit_status_1(train_ds: Path, tmp_path: Pa
     assert "not a prepared dataset (yet); run `energon-lite prepare`" in err_of(
         "preview", str(tmp_path)
     )
+    for command in ("lint", "info"):  # lint reads split.yaml first: the same hint
+        assert "not a prepared dataset (yet); run `energon-lite prepare`" in err_of(
+            command, str(tmp_path)
+        )
     with pytest.raises(SystemExit) as exit_info:  # a usage mistake: argparse's message, status 1
         main(["preview", str(train_ds), "-n", "many"])
     assert exit_info.value.code == 1

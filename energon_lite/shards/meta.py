@@ -153,6 +153,8 @@ def load_split(
     path = meta / name
     if not path.is_file() and name == "split.yaml" and (meta / "split.json").is_file():
         path = meta / "split.json"
+    if name == "split.yaml" and not path.is_file() and not ops.is_dir(meta):
+        raise DatasetFormatError(_not_prepared(as_path(root), meta))  # lint reads it first
     data = load_yaml(path, plain_lists=True)
     if isinstance(data, dict):
         unknown = unknown_keys(data, _SPLIT_KEYS)
