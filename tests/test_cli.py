@@ -88,6 +88,9 @@ def test_checkpoint_info(train_ds: Path, tmp_path: Path, capsys) -> None:
         and "ShuffleBuffer: keys=" in out
         and "Reader: epoch=0" in out
     )
+    # the datasets by name (not only digests), and the step
+    assert f"    '{train_ds} (split train)' (content 'train:" in out
+    assert "  step: 3 batches delivered in pass 0" in out
     assert main(["checkpoint", "info", str(tmp_path / "global.pt")]) == 0
     assert "rank 1:" in capsys.readouterr().out
 

@@ -262,8 +262,9 @@ def _describe_rank(state: Any, saved: Any = None) -> str:
     lines = [
         f"energon_lite loader state {version}, epoch pass {state.get('epoch')}, next worker {state.get('next_worker')}"
     ]
-    lines.extend(f"  {k}: {short_repr(v)}" for k, v in config.items())
-    from energon_lite.cli.checkpoint_info import describe_work
+    from energon_lite.cli.checkpoint_info import describe_config, describe_work
+
+    lines.extend(describe_config(state, config))
 
     for worker, worker_state in enumerate(workers):
         lines.append(f"  worker {worker}: " + describe_work(worker_state))
