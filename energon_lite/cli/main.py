@@ -189,8 +189,6 @@ def cmd_preview(args: argparse.Namespace) -> int:
     from energon_lite.cli.meta_info import is_metadataset, metadataset_preview
 
     if is_metadataset(args.path):
-        if args.grid:
-            raise SystemExit("--grid: give one dataset folder, not a metadataset")
         preview = metadataset_preview
     if args.grid:
         from energon_lite.cli.grid import preview_grid
