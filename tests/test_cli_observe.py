@@ -185,3 +185,19 @@ def test_preview_grid_of_videos_without_pyav_fails_naming_the_extra(tmp_path: Pa
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "pip install 'energon-lite[av]'" in done.stderr and not out.exists()
+
+
+def test_bench_live_count_ends_at_the_summarys_count(
+    captions: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import re
+
+    from energon_lite.cli.bench import run_bench
+
+    report = run_bench(captions, num_workers=1, seconds=1.5, batch_size=4, progress=True,
+                       print_fn=lambda line: None)  # fmt: skip
+    shown = re.findall(r"samples/s, ([\d,]+) samples", capsys.readouterr().err)
+    assert shown and int(shown[-1].replace(",", "")) == report["samples"], (
+        shown,
+        report["samples"],
+    )
