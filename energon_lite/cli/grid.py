@@ -27,7 +27,7 @@ from energon_lite.samples.factory import SampleFactory
 from energon_lite.shards.meta import META_DIR
 from energon_lite.sources.kinds import kind_of, resolve_path
 from energon_lite.state.restore_key import SampleKey
-from energon_lite.storage import as_path
+from energon_lite.storage import RemotePath, as_path
 
 CAPTION_HEIGHT = 40  # three lines of the default font
 _CAPTION_FIELDS = ("caption", "text", "label", "context", "answers")
@@ -128,7 +128,7 @@ def grid_image(cells: list[tuple[Image.Image | None, str]], columns: int, cell: 
 
 
 def _cells(
-    path: str | os.PathLike[str], split_part: str, num: int
+    path: str | os.PathLike[str] | RemotePath, split_part: str, num: int
 ) -> list[tuple[Image.Image | None, str]]:
     """``(picture, caption)`` of the first ``num`` samples of one dataset's split."""
     from energon_lite.cli.info import _open, _positions
@@ -178,7 +178,7 @@ def preview_grid(
 
         leaves, _ = load_metadataset(as_path(path), split_part)
         share = -(-num // len(leaves))
-        cells = []
+        cells: list[tuple[Image.Image | None, str]] = []
         for leaf in leaves:
             cells += _cells(leaf.path, leaf.split_part, min(share, num - len(cells)))
     else:
