@@ -292,7 +292,7 @@ class StandardWebdatasetFactory(DefaultDecoderWebdatasetFactory[T_sample], Gener
         **kwargs: Any,
     ) -> None:
         if sample_type is not None:
-            self.__sample_type__ = sample_type
+            self.__sample_type__ = sample_type  # type: ignore[misc]  # as Energon sets it
         super().__init__(path, **kwargs)
 
 

@@ -188,7 +188,7 @@ class SampleFactory:
         else:
             raise DatasetFormatError(f"{where}: needs 'field_map' or 'sample_loader'")
         if dataset_class is not None:
-            self.sample_type = dataset_class.__sample_type__
+            self.sample_type = dataset_class.__sample_type__  # type: ignore[attr-defined]
             return
         own = next(iter(modules.items()), None)
         self.sample_type = resolve_class(

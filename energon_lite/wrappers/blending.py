@@ -102,7 +102,7 @@ class MixBatchDataset(WrapperDataset[T_batch], Generic[T_sample, T_batch]):
     ):
         check_size("MixBatchDataset", batch_size, "batch_size")
         self.batch_size, self.batch_mix_fn = batch_size, batch_mix_fn
-        blend = BlendDataset(*dataset_weights, worker_config=worker_config)
+        blend: BlendDataset[Any] = BlendDataset(*dataset_weights, worker_config=worker_config)
         make_failures = failures(100, worker_config)
         top, make = batch_top(batch_size, batch_mix_fn, False, False, make_failures)
         super().__init__(
