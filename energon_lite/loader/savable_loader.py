@@ -32,6 +32,7 @@ from energon_lite.fork_hook import parents_objects_kept_from_children
 from energon_lite.loader import healing
 from energon_lite.loader.savable_dataset import SavableDataset, modality, unsavable_reason
 from energon_lite.loader.state_delta import with_unchanged
+from energon_lite.loader.stateful import StatefulLoader
 from energon_lite.loader.stats import LoaderStats
 from energon_lite.sample_utils import default_get_batch_keys
 from energon_lite.stages.base import stage_class
@@ -248,7 +249,7 @@ def _many_pipelines(level: dict[str, Any]) -> bool:
     return cls is not None and cls.LAZY_SOURCES
 
 
-class SavableLoader:
+class SavableLoader(StatefulLoader):
     """Iterates batches of a SavableDataset and can save/restore its exact position."""
 
     _next_id = 0  # Energon's loader ids (debug sample log), per class
