@@ -80,6 +80,18 @@ def _all_gather(value: Any, worker_config: WorkerConfig) -> list[Any]:
     return gathered
 
 
+def stateful_form(encoded: list[bytes], steps: list[int], world_size: int) -> dict[str, Any]:
+    """What ``state_dict()`` returns, of the ranks' encoded states and steps."""
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "step": max(steps),
+        "world_size": world_size,
+        "rank_steps": steps,
+        "rank_states": encoded,
+    }
+
+
 def is_stateful_form(value: Any) -> bool:
     """Whether ``value`` is what ``state_dict()`` returns (also after a checkpoint round trip)."""
     return isinstance(value, dict) and value.get("format") == FORMAT
@@ -137,15 +149,9 @@ class StatefulLoader:
         step = _step(self)
         gathered = _all_gather((own, step), wc)
         states = [state for state, _ in gathered]
-        return {
-            "format": FORMAT,
-            "version": VERSION,
-            "step": max(step for _, step in gathered),
-            "world_size": wc.world_size,
-            "rank_steps": [step for _, step in gathered],
-            # a get_loader() loader keeps no state: its stream starts over (logged at load)
-            "rank_states": [] if any(s is None for s in states) else states,
-        }
+        # a get_loader() loader keeps no state: its stream starts over (logged at load)
+        kept = [] if any(s is None for s in states) else states
+        return stateful_form(kept, [step for _, step in gathered], wc.world_size)
 
     def load_state_dict(self: _Loader, state_dict: dict[str, Any]) -> None:
         """Continue from ``state_dict``: this rank's own state when the layout is the same,
