@@ -46,18 +46,17 @@ def read_dcp(path: Path) -> dict[str, Any]:
     from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 
     class PlainData(DefaultLoadPlanner):
-        """DCP's planner, reading non-tensor values as plain data only."""
+        """DCP's planner, reading non-tensor values as plain data only (the keys of those
+        that are not are kept in ``refused``: DCP wraps what a planner raises)."""
+
+        refused: list[str] = []
 
         def load_bytes(self, read_item: Any, value: io.BytesIO) -> None:
             fqn = read_item.dest_index.fqn
-            try:
-                # the dict given to load(), which the planner may have copied
+            try:  # into the dict given to load(), which the planner may have copied
                 self.original_state_dict[fqn] = torch.load(value, weights_only=True)
-            except Exception as exc:  # torch raises UnpicklingError, RuntimeError, ...
-                raise StateError(
-                    f"{path}: {fqn} is not plain data; refused (torch.load(weights_only=True): "
-                    f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
-                ) from None
+            except Exception:  # torch raises UnpicklingError, RuntimeError, ... for objects
+                self.refused.append(fqn)
 
     reader = FileSystemReader(str(path))
     try:
@@ -73,9 +72,15 @@ def read_dcp(path: Path) -> dict[str, Any]:
         )
     values: dict[str, Any] = {f"{prefix}{name}": None for prefix in prefixes for name in KEYS}
     planner = PlainData(flatten_state_dict=False, flatten_sharded_tensors=False)
+    planner.refused = []
     with warnings.catch_warnings():  # "assuming ... a single process": it is one
         warnings.simplefilter("ignore", UserWarning)
         load(values, storage_reader=reader, planner=planner, no_dist=True)
+    if planner.refused:
+        raise StateError(
+            f"{path}: {', '.join(sorted(planner.refused))} is not plain data "
+            "(torch.load(weights_only=True) refuses it); refused: nothing in it runs"
+        )
     nested: dict[str, Any] = {}
     for prefix in prefixes:
         form = {name: values[f"{prefix}{name}"] for name in KEYS}
