@@ -67,9 +67,8 @@ def test_info_shows_the_step_the_datasets_and_the_ranks(saved) -> None:
 def test_redist_writes_a_dcp_folder_the_new_layout_loads(saved, tmp_path: Path) -> None:
     root, folder, delivered = saved
     out = tmp_path / "three"
-    done = run_cli(
-        "checkpoint", "redist", str(folder), "--world-size", "3", "--num-workers", "0", "-o", str(out)
-    )
+    args = ["redist", str(folder), "--world-size", "3", "--num-workers", "0", "-o", str(out)]
+    done = run_cli("checkpoint", *args)
     assert done.returncode == 0, done.stderr
     assert "3 rank(s) at key dataloader" in run_cli("checkpoint", "info", str(out)).stdout
     rest = list(delivered)

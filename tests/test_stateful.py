@@ -152,4 +152,3 @@ def test_bad_forms_are_refused_naming_what_is_wrong(train_ds: Path) -> None:
         loader.load_state_dict({**loader.state_dict(), "step": -1})
     with pytest.raises(StateError, match="corrupt or truncated"):
         loader.load_state_dict({**loader.state_dict(), "rank_states": [b"\xc1"]})
-
