@@ -43,7 +43,8 @@ def normalize_key(restore_key: Any) -> RestoreKey | list[RestoreKey]:
 
 def _chain(dataset: SavableDataset) -> Stage:
     chain = dataset.pipeline.build(dataset.worker_config.slot(0))
-    chain.restore_state(None)
+    with chain.context.running():
+        chain.restore_state(None)
     return chain
 
 
@@ -57,7 +58,9 @@ def restore_sample(dataset: SavableDataset, restore_key: Any) -> Any:
             "sample's __restore_key__, typed or in its plain form)"
         ) from None
     try:
-        return _chain(dataset).fetch(key)
+        chain = _chain(dataset)
+        with chain.context.running():  # a hook made again sees the indices it saw
+            return chain.fetch(key)
     except (StateError, IndexError, KeyError) as exc:
         raise StateError(
             f"restore_sample: restore key {short_repr(restore_key)} does not belong to this "

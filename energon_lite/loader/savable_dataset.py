@@ -22,7 +22,6 @@ from energon_lite.pipeline.dataset_pipeline import DatasetPipeline, Pipeline
 from energon_lite.sample_utils import default_get_batch_keys
 from energon_lite.storage.cache_config import ShardCacheConfig
 from energon_lite.storage.cache_config import use as use_shard_cache
-from energon_lite.task_encoder.hook_index import INDEX
 from energon_lite.worker import WorkerConfig
 
 if TYPE_CHECKING:  # the pool's shared-memory machinery loads only with a loader that uses it
@@ -95,15 +94,16 @@ class SavableDataset(IterableDataset):
         try:
             chain = self.pipeline.build(self.worker_config.slot(logical, epoch))
             probe = ChainProbe(chain, logical) if stats else None
-            INDEX.worker, INDEX.workers = logical, n
-            with restoring(self.worker_config.restore_error_handler):
+            context = chain.context
+            context.index.worker, context.index.workers = logical, n  # the indices' spread
+            with restoring(self.worker_config.restore_error_handler), context.running():
                 chain.restore_state(states[logical] if states is not None else None)
             while True:
-                INDEX.worker, INDEX.workers = logical, n  # current_batch_index's spread
                 if probe is not None:
                     probe.resume()
                 try:
-                    batch = chain.next()
+                    with context.running():  # the hooks read this chain's indices
+                        batch = chain.next()
                 except StopIteration:
                     return
                 if in_worker:

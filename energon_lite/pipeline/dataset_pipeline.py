@@ -40,7 +40,6 @@ from energon_lite.stages.encode import Encode, LeafSpec
 from energon_lite.stages.group_batch import GroupBatch
 from energon_lite.stages.limit import Limit
 from energon_lite.stages.map import Map
-from energon_lite.stages.mix import CostLedger
 from energon_lite.stages.pack import Pack
 from energon_lite.stages.phases import Phases, as_list
 from energon_lite.stages.plan import Node
@@ -266,8 +265,8 @@ class DatasetPipeline:
                 )
                 for i, reader in enumerate(readers)
             ]
-        ledger = CostLedger() if self.weight_unit == "tokens" and not single else None
-        node = readers[0] if single else self._blend(readers, slot, ledger)
+        by_cost = self.weight_unit == "tokens" and not single
+        node = readers[0] if single else self._blend(readers, slot, by_cost)
 
         def then(cls: type[Stage], make: Callable[[Stage], Stage]) -> None:
             nonlocal node
@@ -296,8 +295,8 @@ class DatasetPipeline:
                 slot.global_worker_id,
             ),
         )
-        if ledger is not None:
-            then(Cost, lambda s: Cost(s, te.sample_cost, ledger))
+        if by_cost:
+            then(Cost, lambda s: Cost(s, te.sample_cost))
         if opts.packing_buffer_size:
             size = opts.packing_buffer_size
             then(Pack, lambda s: Pack(s, size, te, slot.seed, failures(), hook))
@@ -374,7 +373,7 @@ class DatasetPipeline:
             return self._phases(slot, layout, shape_only=True).shape()
         return self.plan(slot).shape()
 
-    def _blend(self, readers: list[Node], slot: WorkerSlot, ledger: CostLedger | None) -> Node:
+    def _blend(self, readers: list[Node], slot: WorkerSlot, by_cost: bool) -> Node:
         if self.blend_mode == "concat":
             return Node(Concat, Concat, readers, several=True)
         if self.blend_mode == "epochized":
@@ -401,7 +400,7 @@ class DatasetPipeline:
                 slot.global_worker_id,
                 composition=composition,
                 batch_size=self.options.batch_size,
-                ledger=ledger,
+                by_cost=by_cost,
                 stream=self.options.blend_stream,
             ),
             readers,

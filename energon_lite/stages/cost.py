@@ -1,8 +1,8 @@
 """``Cost``: reports what each encoded sample costs to the blend above it.
 
 Sits right after ``Encode`` when a blend weighs ``tokens``: calls
-``TaskEncoder.sample_cost(sample)`` on each item and reports ``(leaf, cost)`` to the blend's
-:class:`~energon_lite.stages.mix.CostLedger`; the item passes through unchanged. ``fetch``
+``TaskEncoder.sample_cost(sample)`` on each item and reports ``(leaf, cost)`` to the blend
+through the chain's context (``ChainContext.costs``); the item passes through unchanged. ``fetch``
 (a buffer refetching its samples after a restore) reports nothing: those samples' costs are
 in the blend's saved tally already.
 
@@ -16,7 +16,6 @@ from typing import Any
 
 from energon_lite.errors import ConfigError, short_repr
 from energon_lite.stages.base import Stage
-from energon_lite.stages.mix import CostLedger
 from energon_lite.stages.routing import leaf_of
 
 
@@ -25,10 +24,9 @@ class Cost(Stage):
     MIX_COSTS = True
     source: Stage  # always set: this stage has one parent
 
-    def __init__(self, source: Stage, cost: Callable[[Any], float], ledger: CostLedger) -> None:
+    def __init__(self, source: Stage, cost: Callable[[Any], float]) -> None:
         self.source = source
         self.cost = cost
-        self.ledger = ledger
 
     def next(self) -> Any:
         self._start_if_fresh()
@@ -45,5 +43,5 @@ class Cost(Stage):
                 "return a number >= 0"
             )
         if leaf is not None:
-            self.ledger.add(leaf, float(cost))
+            self.context.costs.add(leaf, float(cost))
         return item

@@ -1,7 +1,7 @@
 """``Node``: one stage of a worker chain before it is built.
 
 The pipeline describes a worker's chain as a tree of nodes (a stage class and how to make
-it from its parents). ``build()`` makes the stages; ``shape()`` is the state shape the chain
+it from its parents). ``build()`` makes the stages, and the context they share (``ChainContext``); ``shape()`` is the state shape the chain
 declares, which the trainer checks a saved state against without building anything.
 """
 
@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from energon_lite.stages.base import Stage
+from energon_lite.task_encoder.chain_context import ChainContext
 
 
 @dataclass
@@ -29,7 +30,13 @@ class Node:
     several: bool = False  # the parents are handed over as one list (blends)
 
     def build(self) -> Stage:
-        built = [parent.build() for parent in self.parents]
+        """The chain, its stages sharing one new :class:`ChainContext`."""
+        chain = self._make()
+        chain.bind(ChainContext())
+        return chain
+
+    def _make(self) -> Stage:
+        built = [parent._make() for parent in self.parents]
         return self.make(built) if self.several else self.make(*built)
 
     def shape(self) -> dict[str, Any]:
