@@ -31,6 +31,8 @@ if TYPE_CHECKING:  # the pool's shared-memory machinery loads only with a loader
 class SavableDataset(IterableDataset):
     """A pipeline plus the worker configuration; iterating it yields batches (no state)."""
 
+    wrapper_depth = 0  # how many wrappers that draw random streams sit below this dataset
+
     def __init__(
         self,
         pipeline: Pipeline,
@@ -74,7 +76,7 @@ class SavableDataset(IterableDataset):
         ``watch_settings``) starts a :class:`~energon_lite.loader.watchdog.Watchdog` that
         logs where a stalled worker (or, without workers, the loading thread) is.
         """
-        shard_cache = getattr(self, "shard_cache", None)
+        shard_cache = self.shard_cache
         before = use_shard_cache(shard_cache) if shard_cache is not None else None
         info = get_worker_info()
         physical = info.id if info is not None else 0
@@ -203,7 +205,6 @@ def unsavable_reason(states: list[Any]) -> str | None:
     return None
 
 
-def modality(dataset: Any) -> str:
+def modality(dataset: SavableDataset) -> str:
     """``train`` or ``val`` (the debug sample log's ``m``): whether the pipeline trains."""
-    options = getattr(getattr(dataset, "pipeline", None), "options", None)
-    return "train" if getattr(options, "training", True) else "val"
+    return "train" if dataset.pipeline.training else "val"

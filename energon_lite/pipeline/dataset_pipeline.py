@@ -25,6 +25,7 @@ from energon_lite.decode.decoder import require_av
 from energon_lite.errors import MAX_SKIP_FRACTION, ConfigError, failure_trackers
 from energon_lite.metadataset.schedule import describe
 from energon_lite.pipeline import lengths
+from energon_lite.quotas import share
 from energon_lite.samples.factory import SampleFactory
 from energon_lite.shards.meta import META_DIR
 from energon_lite.sources.kinds import open_source
@@ -120,15 +121,48 @@ def by_source(
 
 
 class Pipeline(Protocol):
-    """What a SavableDataset runs: one chain per worker, and what a state must match."""
+    """What a SavableDataset runs: one chain per worker, described once by ``plan(slot)``
+    (``build`` and ``state_shape`` are that plan built and shaped), and what a saved state
+    must match. Every pipeline (this module's, the wrappers', a flavor's) has all of it, so
+    no caller asks whether it has a part."""
+
+    @property
+    def leaves(self) -> list[Leaf]:
+        """Its leaf datasets in leaf-id order ([] for a kind without leaves)."""
+        ...
+
+    @property
+    def task_encoder(self) -> TaskEncoder | None:
+        """Whose hooks its chains run (None: no task encoder)."""
+        ...
+
+    @property
+    def training(self) -> bool:
+        """Whether it trains (shuffled, repeating) rather than validates."""
+        ...
+
+    def plan(self, slot: WorkerSlot) -> Node: ...
 
     def build(self, slot: WorkerSlot) -> Stage: ...
 
     def state_shape(self, slot: WorkerSlot) -> dict[str, Any]: ...
 
+    def canonical(self, slot: WorkerSlot) -> CanonicalLayout | None:
+        """The canonical layout ``slot``'s chain runs under, or None."""
+        ...
+
+    def readers(self, slot: WorkerSlot) -> list[Reader] | None:
+        """``slot``'s reader of each leaf, or None where the chain's readers are not its
+        own to check (a composition of wrapped datasets, a kind without readers)."""
+        ...
+
     def fingerprint(self) -> dict[str, Any]: ...
 
     def batches_per_epoch(self, worker_config: WorkerConfig, epoch: int = 0, /) -> int: ...
+
+    def items_per_worker(self, worker_config: WorkerConfig, epoch: int = 0, /) -> list[int]:
+        """What each worker of the rank yields per epoch (batches, or samples unbatched)."""
+        ...
 
 
 class DatasetPipeline:
@@ -187,6 +221,10 @@ class DatasetPipeline:
                 "(each group's batches from one source) or random"
             )
         self._check_rank_has_work(worker_config)
+
+    @property
+    def training(self) -> bool:
+        return self.options.training
 
     # wiring -------------------------------------------------------------------------------
 
@@ -528,6 +566,15 @@ class DatasetPipeline:
         if self.blend_mode == "weights" and len(readers) > 1:
             return sum(lengths.dealt_samples(r) for r in readers)
         return sum(lengths.read_samples(r, epoch) for r in readers)
+
+    def items_per_worker(self, wc: WorkerConfig, epoch: int = 0) -> list[int]:
+        """Items each worker of this rank yields per epoch: exact for an unbatched dataset
+        without limit or quotas (its samples), else the rank's batches dealt round robin."""
+        opts = self.options
+        if opts.batch_size is None and opts.limit is None and self.blend_mode != "epochized":
+            return self.samples_per_epoch(wc, epoch)
+        total = self.batches_per_epoch(wc, epoch)
+        return [share(total, wc.workers_per_rank, w) for w in range(wc.workers_per_rank)]
 
     def batches_per_epoch(self, wc: WorkerConfig, epoch: int = 0) -> int:
         """Batches this rank counts per epoch, by Energon's rules (:mod:`energon_lite.pipeline.lengths`)."""

@@ -209,9 +209,9 @@ class WeightedBlend(Stage):
         return energon_draw(cast(TorchStreamRng, self._rng), cdf)
 
     def _choose(self) -> int:
-        index = self.context.index
-        self._local = index.batch
-        step = loader_step(self._base, index)
+        hook_index = self.context.index
+        self._local = hook_index.batch
+        step = loader_step(self._base, hook_index)
         if step != self._step_cached:
             self._new_step(step)
         if self.by_cost:
