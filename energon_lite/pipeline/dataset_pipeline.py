@@ -256,7 +256,9 @@ class DatasetPipeline:
                 "dealing": opts.dealing,
             }
             before += len(dataset)
-            nodes.append(Node(Reader, partial(Reader, dataset, **settings)))
+            nodes.append(
+                Node(Reader, partial(Reader, dataset, **settings), settings={"leaf": i, **settings})
+            )
         return nodes
 
     def canonical(self, slot: WorkerSlot) -> CanonicalLayout | None:
@@ -300,19 +302,24 @@ class DatasetPipeline:
                     ShuffleBuffer,
                     lambda s, i=i: ShuffleBuffer(s, size, slot.seed, slot.global_worker_id, i),
                     [reader],
+                    settings={"size": size},
                 )
                 for i, reader in enumerate(readers)
             ]
         by_cost = self.weight_unit == "tokens" and not single
         node = readers[0] if single else self._blend(readers, slot, by_cost)
 
-        def then(cls: type[Stage], make: Callable[[Stage], Stage]) -> None:
+        def then(cls: type[Stage], make: Callable[[Stage], Stage], **settings: Any) -> None:
             nonlocal node
-            node = Node(cls, make, [node])
+            node = Node(cls, make, [node], settings=settings)
 
         if opts.training and opts.shuffle_buffer_size and not composed:
             size = opts.shuffle_buffer_size
-            then(ShuffleBuffer, lambda s: ShuffleBuffer(s, size, slot.seed, slot.global_worker_id))
+            then(
+                ShuffleBuffer,
+                lambda s: ShuffleBuffer(s, size, slot.seed, slot.global_worker_id),
+                size=size,
+            )
         # with packing, the per-sample hook runs before the packer: preencode_sample, or an
         # overridden encode_sample in its place (Energon's behaviour)
         hook = "encode_sample"
@@ -332,12 +339,14 @@ class DatasetPipeline:
                 slot.leaf_base,
                 slot.global_worker_id,
             ),
+            hook=hook,
+            packing=bool(opts.packing_buffer_size),
         )
         if by_cost:
             then(Cost, lambda s: Cost(s, te.sample_cost))
         if opts.packing_buffer_size:
             size = opts.packing_buffer_size
-            then(Pack, lambda s: Pack(s, size, te, slot.seed, failures(), hook))
+            then(Pack, lambda s: Pack(s, size, te, slot.seed, failures(), hook), size=size)
         if te.overrides("batch_group_criterion"):
             sync = BucketSync.for_slot(opts.bucket_sync, slot)
             then(
@@ -353,6 +362,9 @@ class DatasetPipeline:
                     sync,
                     "pack_selected_samples" if opts.packing_buffer_size else hook,
                 ),
+                criterion=te.batch_group_criterion,
+                collate=collate,
+                drop_last=opts.batch_drop_last,
             )
         elif opts.batch_size is not None:
             bs = opts.batch_size // max(1, per_phase)
@@ -361,14 +373,21 @@ class DatasetPipeline:
                 lambda s: Batch(
                     s, bs, collate, opts.batch_drop_last, failures(), slab=not per_phase
                 ),
+                batch_size=bs,
+                collate=collate,
+                drop_last=opts.batch_drop_last,
             )
         if per_phase:
             return node
         if te.overrides("encode_batch"):
-            then(Map, lambda s: Map(s, te.encode_batch, "encode_batch", failures()))
+            then(
+                Map,
+                lambda s: Map(s, te.encode_batch, "encode_batch", failures()),
+                fn=te.encode_batch,
+            )
         if opts.limit is not None:  # per rank; the loader polls workers round robin
             limit = -(-(opts.limit - slot.worker_id) // slot.num_workers)
-            then(Limit, lambda s: Limit(s, limit))
+            then(Limit, lambda s: Limit(s, limit), length=opts.limit)
         return node
 
     def _phases(self, slot: WorkerSlot, layout: CanonicalLayout, shape_only: bool = False) -> Node:
@@ -395,9 +414,15 @@ class DatasetPipeline:
             lambda ps: Phases(ps, per_phase, te.batch, failures(), rows),
             pipelines,
             several=True,
+            settings={"batch_size": self.options.batch_size, "collate": te.batch},
         )
         if te.overrides("encode_batch"):
-            node = Node(Map, lambda s: Map(s, te.encode_batch, "encode_batch", failures()), [node])
+            node = Node(
+                Map,
+                lambda s: Map(s, te.encode_batch, "encode_batch", failures()),
+                [node],
+                settings={"fn": te.encode_batch},
+            )
         return node
 
     def build(self, slot: WorkerSlot) -> Stage:
@@ -424,6 +449,10 @@ class DatasetPipeline:
                 ),
                 readers,
                 several=True,
+                settings={
+                    "repetitions": [leaf.repetitions for leaf in self.leaves],
+                    "repeat": repeat,
+                },
             )
         weights = [leaf.weight or 0.0 for leaf in self.leaves]
         grouped = self.task_encoder.overrides("batch_group_criterion")
@@ -443,6 +472,7 @@ class DatasetPipeline:
             ),
             readers,
             several=True,
+            settings={"weights": [leaf.weight for leaf in self.leaves]},
         )
 
     # facts about the pipeline ---------------------------------------------------------------

@@ -28,6 +28,9 @@ class Node:
     make: Callable[..., Stage]  # make(parent) / make([parents]) / make()
     parents: list[Node] = field(default_factory=list)
     several: bool = False  # the parents are handed over as one list (blends)
+    # what the stage is made with, for the views derived from the plan (Energon's tree of
+    # wrapper datasets: loader/energon_tree.py): {"batch_size": 4, "collate": te.batch} ...
+    settings: dict[str, Any] = field(default_factory=dict)
 
     def build(self) -> Stage:
         """The chain, its stages sharing one new :class:`ChainContext`."""
@@ -38,6 +41,15 @@ class Node:
     def _make(self) -> Stage:
         built = [parent._make() for parent in self.parents]
         return self.make(built) if self.several else self.make(*built)
+
+    def nodes(self) -> list[Node]:
+        """Every node of the plan, this one first, then its parents' (depth first)."""
+        out, pending = [], [self]
+        while pending:
+            node = pending.pop()
+            out.append(node)
+            pending.extend(reversed(node.parents))
+        return out
 
     def shape(self) -> dict[str, Any]:
         shape: dict[str, Any] = {"type": self.cls.__name__, "keys": list(self.cls.STATE_KEYS)}
