@@ -316,7 +316,7 @@ def _factory_config(
     root = ds.root
     kind = "CrudeWebdataset" if factory.crude else "StandardWebdatasetFactory"
     loader = FIELD_MAP_LOADER if factory.loader is None else function_name(factory.loader)
-    decoder = getattr(pipeline.task_encoder, "decoder", None)
+    decoder = pipeline.task_encoder.decoder
     return {
         "type": kind,
         "training": opts.training,
