@@ -1,103 +1,15 @@
 """A chain's context (``task_encoder/chain_context.py``): each chain's stages share their own
-indices and costs, so two chains in one process never see each other's, and a hook called
-outside every chain sees none."""
+indices and costs, so two chains never see each other's, and a chain's context is the running
+one (what hooks read) only while it works. (Two loaders in one process:
+``tests/test_hook_index.py``.)"""
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import pytest
-
-from energon_lite import (
-    CaptioningSample,
-    ConfigError,
-    TaskEncoder,
-    WorkerConfig,
-    get_savable_loader,
-    get_train_dataset,
-)
 from energon_lite.stages.base import Stage
 from energon_lite.task_encoder.chain_context import ChainContext, running_context
-
-
-@dataclass
-class _Indexed(CaptioningSample):
-    batch_index: int
-    sample_index: int
-
-
-class _Indexing(TaskEncoder):
-    def encode_sample(self, sample: CaptioningSample) -> _Indexed:
-        return _Indexed.extend(
-            sample, batch_index=self.current_batch_index, sample_index=self.current_sample_index
-        )
-
-
-class _TwoFromStart(TaskEncoder):
-    """A generator hook that reads the batch index once, at its start."""
-
-    def encode_sample(self, sample: CaptioningSample) -> Iterator[_Indexed]:
-        batch = self.current_batch_index
-        for _ in range(2):
-            yield _Indexed.extend(sample, batch_index=batch, sample_index=self.current_sample_index)
-
-
-def _loader(root: Path, te: TaskEncoder, batch_size: int) -> Any:
-    dataset = get_train_dataset(root, worker_config=WorkerConfig(0, 1, 0), batch_size=batch_size,
-                                shuffle_buffer_size=20, max_samples_per_sequence=10,
-                                task_encoder=te)  # fmt: skip
-    return get_savable_loader(dataset)
-
-
-def _indices(batches: list[Any]) -> list[tuple[list[str], list[int], list[int]]]:
-    return [
-        (list(b.__key__), [int(i) for i in b.batch_index], [int(i) for i in b.sample_index])
-        for b in batches
-    ]
-
-
-def test_two_loaders_iterated_in_turn_keep_their_own_indices(train_ds: Path) -> None:
-    """Two loaders without workers, one restored part-way through a generator hook while
-    the other works: what the restored one's hooks see does not depend on the other."""
-    first = _loader(train_ds, _TwoFromStart(), 3)
-    list(itertools.islice(first, 3))  # 9 outputs of 2 per input: one output pending
-    state = first.save_state_rank()
-    first.close()
-
-    def resumed_while_another_ran(other_batches: int) -> list[Any]:
-        other = _loader(train_ds, _Indexing(), 2)
-        resumed = _loader(train_ds, _TwoFromStart(), 3)
-        resumed.restore_state_rank(state)
-        got = []
-        for _ in range(3):  # in turn: the other loader's batches, then one of the resumed
-            list(itertools.islice(other, other_batches))
-            got.extend(itertools.islice(resumed, 1))
-        other.close()
-        resumed.close()
-        return _indices(got)
-
-    alone = resumed_while_another_ran(0)
-    assert resumed_while_another_ran(1) == alone
-    assert resumed_while_another_ran(7) == alone
-    # the two loaders count their own batches: the resumed one continues at its 4th
-    assert [batch[1][-1] for batch in alone] == [3, 4, 5]
-
-
-def test_indices_outside_every_chain_are_refused(train_ds: Path) -> None:
-    """After a loader ran, a hook called outside it sees no index (none is left behind)."""
-    te = _Indexing()
-    loader = _loader(train_ds, te, 2)
-    assert _indices(list(itertools.islice(loader, 2)))[1][1] == [1, 1]
-    loader.close()
-    assert running_context() is None
-    with pytest.raises(ConfigError, match="only set while a loader runs"):
-        _ = te.current_batch_index
-    with pytest.raises(ConfigError, match="only set while a loader runs"):
-        _ = te.current_sample_index
 
 
 class _Count(Stage):
