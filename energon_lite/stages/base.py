@@ -183,8 +183,12 @@ class Stage:
         return state
 
     def restore_state(self, state: dict[str, Any] | None) -> None:
-        if self._context is None:  # bound before the parents restore: the chain shares one
-            self.bind(ChainContext())
+        # bound before the parents restore (the chain shares one context), and running while
+        # it restores: a hook made again (a buffer refetching its keys) reads its indices
+        with self.context.running():
+            self._restore_level(state)
+
+    def _restore_level(self, state: dict[str, Any] | None) -> None:
         if state is None:
             for parent in self._parents():
                 parent.restore_state(None)
