@@ -43,8 +43,7 @@ def normalize_key(restore_key: Any) -> RestoreKey | list[RestoreKey]:
 
 def _chain(dataset: SavableDataset) -> Stage:
     chain = dataset.pipeline.build(dataset.worker_config.slot(0))
-    with chain.context.running():
-        chain.restore_state(None)
+    chain.restore_state(None)
     return chain
 
 

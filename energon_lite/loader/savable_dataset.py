@@ -98,7 +98,7 @@ class SavableDataset(IterableDataset):
             probe = ChainProbe(chain, logical) if stats else None
             context = chain.context
             context.index.worker, context.index.workers = logical, n  # the indices' spread
-            with restoring(self.worker_config.restore_error_handler), context.running():
+            with restoring(self.worker_config.restore_error_handler):
                 chain.restore_state(states[logical] if states is not None else None)
             while True:
                 if probe is not None:
