@@ -343,7 +343,8 @@ class DatasetPipeline:
             packing=bool(opts.packing_buffer_size),
         )
         if by_cost:
-            then(Cost, lambda s: Cost(s, te.sample_cost))
+            names = [str(leaf.path) for leaf in self.leaves]
+            then(Cost, lambda s: Cost(s, te.sample_cost, names, slot.leaf_base))
         if opts.packing_buffer_size:
             size = opts.packing_buffer_size
             then(Pack, lambda s: Pack(s, size, te, slot.seed, failures(), hook), size=size)
