@@ -44,6 +44,7 @@ from __future__ import annotations
 import copy
 import importlib
 import pkgutil
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -300,9 +301,17 @@ def _import_stages() -> None:
 
 def _import_flavors() -> None:
     """Import every flavor and kind plugin, and with them their stages."""
-    from energon_lite.sources.kinds import registered_kinds
+    from energon_lite.sources.kinds import FLAVORS_PACKAGE, registered_kinds
 
     registered_kinds()
+    # a flavor package exports its names on first use (its stages with them): ask for each
+    for name, module in list(sys.modules.items()):
+        if name.startswith(f"{FLAVORS_PACKAGE}.") and hasattr(module, "__path__"):
+            for exported in getattr(module, "__all__", ()):
+                try:
+                    getattr(module, exported)
+                except ImportError:  # a missing extra: that flavor's states cannot be read
+                    continue
 
 
 _LOADS: tuple[Callable[[], None], ...] = (_import_stages, _import_flavors)
