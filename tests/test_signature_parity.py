@@ -192,7 +192,6 @@ INTENDED: dict[str, str] = {
     ),
     **_each("FileStore PrimaryFileStore", "get", _NAME_REASON),
     "SampleDecoder.decode": "decodes a whole raw sample (parts by extension), not one file",
-    "SavableDataLoader.__init__": _LOADER_OPTIONS,
     **_each(
         "SavableDataLoader",
         "next_id save_state restore_state",
@@ -216,9 +215,7 @@ INTENDED: dict[str, str] = {
         "Energon's process-global active worker; here the loader tracks workers and hooks "
         "read current_sample_index (no hidden global state)",
     ),
-    **_each(
-        "get_loader get_savable_loader get_train_dataset get_val_datasets", "", _LOADER_OPTIONS
-    ),
+    "get_val_datasets": _LOADER_OPTIONS,
     "Cooker.is_match": "matching takes the crude sample (its subflavors and more)",
     "AugmentTaskEncoder.encode_batch": "the batch parameter is called batch "
     "(positional calls are the same)",

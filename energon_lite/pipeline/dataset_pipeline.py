@@ -415,7 +415,7 @@ class DatasetPipeline:
             pipelines = [self.plan(logical, per_phase) for logical in slots]
         node = Node(
             Phases,
-            lambda ps: Phases(ps, per_phase, te.batch, failures(), rows),
+            lambda ps: Phases(ps, per_phase, te.batch, failures(te.batch), rows),
             pipelines,
             several=True,
             settings={"batch_size": self.options.batch_size, "collate": te.batch},
@@ -423,7 +423,7 @@ class DatasetPipeline:
         if te.overrides("encode_batch"):
             node = Node(
                 Map,
-                lambda s: Map(s, te.encode_batch, "encode_batch", failures()),
+                lambda s: Map(s, te.encode_batch, "encode_batch", failures(te.encode_batch)),
                 [node],
                 settings={"fn": te.encode_batch},
             )
