@@ -13,8 +13,9 @@ Serializers and what a leaf holds here: ``jpeg`` and ``image:<ext>`` the image f
 ``no_header_tensor`` a torch tensor, ``numpy`` / ``no_header_numpy`` a numpy array,
 ``int`` / ``float`` / ``bool`` / ``str`` / ``text`` Python values, ``bytes`` (and ``audio``,
 ``video``, ``file``) bytes decoded by content, ``jpeg_array`` a list of image bytes,
-``pickle`` refused unless pickles are allowed. Chunks compressed per batch or per sample,
-encrypted chunks and Arrow-row chunks are refused, naming the file.
+``pickle`` refused unless pickles are allowed. Compression: zstd per chunk (``.zstd.bin``, inflated
+whole), per batch of items (framed chunks: only the frames holding the rows are inflated)
+or per item. Encrypted chunks and Arrow-row chunks are refused, naming the file.
 """
 
 from __future__ import annotations
@@ -27,10 +28,10 @@ import numpy as np
 import torch
 
 from energon_lite.errors import DatasetFormatError
-from energon_lite.flavors.tables.binary import sample_bytes, split_sizes
+from energon_lite.flavors.tables.binary import decompress, sample_bytes, split_sizes
 from energon_lite.flavors.tables.format import TableFormat, index_folder
 from energon_lite.flavors.tables.mds import _image_list, _pil
-from energon_lite.storage import StoragePath
+from energon_lite.storage import ShardFile, StoragePath
 
 _TORCH_DTYPES = [
     torch.float32, torch.float32, torch.float64, torch.float64, torch.complex64,
@@ -133,9 +134,9 @@ class LitDataFormat(TableFormat):
             for key, fine in (("encryption", None), ("item_loader", "PyTreeLoader"))
             if config.get(key, fine) != fine
         ]
-        level = config.get("compression_level")
-        if config.get("compression") and level not in (None, "chunk"):
-            refused.append(f"compression_level={level!r}")
+        self.level: str = config.get("compression_level") or "chunk"
+        if config.get("compression") and self.level not in ("chunk", "batch", "sample"):
+            refused.append(f"compression_level={self.level!r}")
         if config.get("ipc_compression"):
             refused.append("Arrow-row chunks")
         if refused:
@@ -161,9 +162,14 @@ class LitDataFormat(TableFormat):
         path = self.shard_path(shard_id)
         fixed: list[int | None] = [None] * len(self.formats)
         rows = []
-        for row, data in enumerate(
-            sample_bytes(self, shard_id, start, end, self.compression), start
-        ):
+        if self.compression and self.level == "batch":
+            items = framed_items(self, shard_id, start, end)
+        else:
+            whole = self.compression if self.level == "chunk" else None
+            items = sample_bytes(self, shard_id, start, end, whole)
+            if self.compression and self.level == "sample":  # each item its own zstd frame
+                items = [decompress(path, item, self.compression) for item in items]
+        for row, data in enumerate(items, start):
             fields = split_sizes(path, row, data, fixed)
             try:
                 leaves = [decode_leaf(s, field) for s, field in zip(self.formats, fields)]
@@ -171,6 +177,43 @@ class LitDataFormat(TableFormat):
                 raise DatasetFormatError(f"{path}: item {row}: {exc}") from None
             rows.append(self._rebuild(leaves))
         return rows
+
+
+_FRAMED = struct.Struct("<8sHHIII")  # magic, version, flags, items, rows per frame, frames
+_FRAME = struct.Struct("<IIQII")  # first item, items, file offset, stored and plain lengths
+
+
+def framed_items(table: TableFormat, shard_id: int, start: int, end: int) -> list[bytes]:
+    """Items ``[start, end)`` of a chunk written with ``compression_level="batch"``: a header
+    (``LDFZ01``, item offsets into the uncompressed items, a frame table) and zstd frames of
+    ``frame_rows`` items each; only the frames holding the rows are read and inflated."""
+    path = table.shard_path(shard_id)
+    file = table.opened(shard_id, lambda: ShardFile(path))
+
+    def header() -> tuple[list[int], list[tuple[int, int, int, int, int]]]:
+        magic, _, _, count, _, frames = _FRAMED.unpack(file.pread(_FRAMED.size, 0))
+        if magic != b"LDFZ01\0\0":
+            raise DatasetFormatError(f"{path}: not a framed LitData chunk (magic {magic!r})")
+        rest = file.pread(4 * (count + 1) + _FRAME.size * frames, _FRAMED.size)
+        offsets = np.frombuffer(rest[: 4 * (count + 1)], "<u4").tolist()
+        entries = rest[4 * (count + 1) :]
+        return offsets, [_FRAME.unpack_from(entries, i * _FRAME.size) for i in range(frames)]
+
+    offsets, frames = table.block(("framed", shard_id), header)
+    items = []
+    for first, count, where, stored, _ in frames:
+        if first + count <= start or first >= end:
+            continue
+        plain = table.block(
+            ("frame", shard_id, first),
+            lambda w=where, n=stored: decompress(path, file.pread(n, w), "zstd"),
+        )
+        base = offsets[first]
+        items.extend(
+            plain[offsets[i] - base : offsets[i + 1] - base]
+            for i in range(max(first, start), min(first + count, end))
+        )
+    return items
 
 
 def _leaf_type(serializer: str) -> str:
