@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("pyarrow")
-datasets = pytest.importorskip("datasets")
+pytest.importorskip("datasets")
 
+import datasets
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
