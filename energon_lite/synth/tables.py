@@ -92,16 +92,32 @@ def write_mds(
     return folder
 
 
-def write_litdata(folder: Path, make_item: Any, count: int, chunk_size: int = 16) -> Path:
-    """``litdata.optimize(make_item, range(count))`` into ``folder`` (one worker)."""
+def write_litdata(
+    folder: Path, make_item: Any, count: int, chunk_size: int = 16, compression: str | None = None
+) -> Path:
+    """``make_item(i)`` for ``i < count`` written into ``folder`` by LitData's chunk writer
+    (``litdata.streaming.Cache``, what ``optimize`` runs in each of its worker processes),
+    here in this process: ``optimize`` spawns a worker, slow to start on a small machine."""
+    from litdata.streaming.cache import Cache
+
+    cache = Cache(str(folder), chunk_size=chunk_size, compression=compression)
+    for i in range(count):
+        cache[i] = make_item(i)
+    cache.done()
+    cache.merge()
+    return folder
+
+
+def optimize_litdata(folder: Path, make_item: Any, count: int, workers: int = 1) -> Path:
+    """``litdata.optimize(make_item, range(count))`` into ``folder`` (the benchmark's)."""
     import litdata
 
     litdata.optimize(
         fn=make_item,
         inputs=list(range(count)),
         output_dir=str(folder),
-        chunk_size=chunk_size,
-        num_workers=1,
+        chunk_bytes="64MB",
+        num_workers=workers,
         mode="overwrite",
     )
     return folder

@@ -56,8 +56,15 @@ _DECODED = frozenset(
 
 
 def _tensor(data: bytes) -> torch.Tensor:
+    """A dtype index, the rank and the shape as ``uint32``, then the values: big-endian since
+    LitData 0.2.5x, little-endian before (the big-endian reading of an older header gives a
+    rank past any tensor's, so the two are told apart)."""
     dtype, rank = struct.unpack_from(">II", data, 0)
-    shape = struct.unpack_from(f">{rank}I", data, 8)
+    order = ">"
+    if rank > 64 or 8 + 4 * rank > len(data):
+        dtype, rank = struct.unpack_from("<II", data, 0)
+        order = "<"
+    shape = struct.unpack_from(f"{order}{rank}I", data, 8)
     values = np.frombuffer(data[8 + 4 * rank :], dtype=np.uint8).copy()
     return torch.from_numpy(values).view(_TORCH_DTYPES[dtype]).reshape(shape)
 
