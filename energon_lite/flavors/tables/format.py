@@ -56,7 +56,7 @@ class TableFormat:
         self._fresh()
         if key in self._blocks:
             self._blocks.move_to_end(key)
-            return self._blocks[key]  # type: ignore[no-any-return]
+            return self._blocks[key]
         value = make()
         self._blocks[key] = value
         while len(self._blocks) > BLOCKS_KEPT:
@@ -68,7 +68,7 @@ class TableFormat:
         self._fresh()
         if shard_id not in self._open:
             self._open[shard_id] = make()
-        return self._open[shard_id]  # type: ignore[no-any-return]
+        return self._open[shard_id]
 
     def shard_path(self, shard_id: int) -> StoragePath:
         return self.root / self.shard_names[shard_id]
@@ -96,7 +96,7 @@ def open_format(name: str, root: StoragePath, split_part: str) -> TableFormat:
     if name not in FORMATS:
         raise ConfigError(f"unknown table format {name!r}; known: {list(FORMATS)}")
     module = importlib.import_module(f"energon_lite.flavors.tables.{name}")
-    return module.FORMAT(root, split_part)  # type: ignore[no-any-return]
+    return module.FORMAT(root, split_part)
 
 
 def require(module: str, extra: str, what: str) -> Any:

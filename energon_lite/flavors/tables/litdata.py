@@ -20,6 +20,7 @@ or per item. Encrypted chunks and Arrow-row chunks are refused, naming the file.
 
 from __future__ import annotations
 
+import functools
 import json
 import struct
 from typing import Any
@@ -207,14 +208,15 @@ def framed_items(table: TableFormat, shard_id: int, start: int, end: int) -> lis
         return offsets, [_FRAME.unpack_from(entries, i * _FRAME.size) for i in range(frames)]
 
     offsets, frames = table.block(("framed", shard_id), header)
-    items = []
+    items: list[bytes] = []
+
+    def inflate(where: int, stored: int) -> bytes:
+        return decompress(path, file.pread(stored, where), "zstd")
+
     for first, count, where, stored, _ in frames:
         if first + count <= start or first >= end:
             continue
-        plain = table.block(
-            ("frame", shard_id, first),
-            lambda w=where, n=stored: decompress(path, file.pread(n, w), "zstd"),
-        )
+        plain = table.block(("frame", shard_id, first), functools.partial(inflate, where, stored))
         base = offsets[first]
         items.extend(
             plain[offsets[i] - base : offsets[i + 1] - base]

@@ -22,6 +22,7 @@ by content; a ``path`` without bytes is read relative to the Parquet file.
 from __future__ import annotations
 
 import bisect
+import functools
 import json
 import re
 from typing import Any
@@ -139,7 +140,9 @@ class ParquetFormat(TableFormat):
         rows: list[dict[str, Any]] = []
         group = _group_of(starts, start)
         while len(rows) < end - start:
-            columns = self.block((shard_id, group), lambda g=group: self._decode(shard_id, g))
+            columns = self.block(
+                (shard_id, group), functools.partial(self._decode, shard_id, group)
+            )
             first = start + len(rows) - starts[group]
             last = min(end, starts[group + 1]) - starts[group]
             rows.extend(rows_of(columns, first, last))
