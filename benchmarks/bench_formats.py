@@ -162,8 +162,8 @@ def main() -> None:
         seconds = convert(root, fmt)
         if seconds is not None:
             print(f"wrote {fmt} in {seconds:.0f} s", file=sys.stderr)
-    print(f"| format | workers | energon_lite samples/s | its library samples/s | "
-          f"energon_lite / library | energon_lite / energon_lite on tar |")  # fmt: skip
+    print("| format | workers | energon_lite samples/s | its library samples/s | "
+          "energon_lite / library | energon_lite / energon_lite on tar |")  # fmt: skip
     print("| --- | --- | --- | --- | --- | --- |")
     for workers in args.workers:
         tar = measure("energon_lite", "tar", root, workers, args)
