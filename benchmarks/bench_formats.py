@@ -22,6 +22,7 @@ A library that is not installed is left out (MosaicML Streaming cannot be instal
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import subprocess
@@ -52,14 +53,25 @@ def folder(root: Path, fmt: str) -> Path:
     }[fmt]
 
 
+def w1_item(root: str, index: int) -> dict[str, Any]:
+    """Sample ``index`` of the W1 tar shards as LitData's item (run in its worker)."""
+    parts = bp.PlainTarDataset(Path(root)).read_parts(index)
+    return {"jpg": parts["jpg"], "txt": parts["txt"].decode("utf-8")}
+
+
 def convert(root: Path, fmt: str) -> float | None:
     """Write the W1 samples in ``fmt`` once (its library), prepare it; seconds or None."""
     out = folder(root, fmt)
     if fmt == "tar" or (out / ".nv-meta" / "dataset.yaml").is_file():
         return None
     start = time.perf_counter()
-    if fmt in ("mds", "litdata"):
-        (peers.convert_streaming if fmt == "mds" else peers.convert_litdata)(root)
+    if fmt == "mds":
+        peers.convert_streaming(root)
+    elif fmt == "litdata":
+        from energon_lite.synth.tables import optimize_litdata
+
+        count = len(bp.PlainTarDataset(root))
+        optimize_litdata(out, functools.partial(w1_item, str(root)), count)
     else:
         from energon_lite.synth.tables import write_hf_parquet, write_save_to_disk
 
