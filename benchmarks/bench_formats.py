@@ -7,7 +7,8 @@ each format by its own library: Hugging Face ``datasets`` (an ``Image`` feature;
 ``MDSWriter`` and ``litdata.optimize`` (``bench_peers.convert_streaming`` /
 ``convert_litdata``). energon_lite reads each folder in place after ``prepare`` wrote its
 ``.nv-meta`` (CaptioningSample); the peers read them with their own loaders: ``datasets``
-(``load_from_disk``, a transform decoding the image, a torch ``DataLoader``), Streaming's
+(``Dataset.from_parquet`` or ``load_from_disk``, a transform decoding the image, a torch
+``DataLoader``), Streaming's
 ``StreamingDataset`` + ``StreamingDataLoader``, LitData's ``StreamingDataset`` +
 ``StreamingDataLoader``. Every loader decodes with energon_lite's ``decode_image(jpg,
 "torchrgb")``, batch 32, shuffled; each measurement runs in a fresh child process
@@ -93,7 +94,11 @@ def _hf_loader(path: Path, workers: int) -> Any:
     import datasets
     from torch.utils.data import DataLoader
 
-    dataset = datasets.load_from_disk(str(path))
+    if path.name.endswith("_parquet"):  # datasets reads Parquet into its Arrow cache first
+        files = sorted(str(f) for f in path.glob("data/*.parquet"))
+        dataset = datasets.Dataset.from_parquet(files, cache_dir=str(path.parent / "hf_cache"))
+    else:
+        dataset = datasets.load_from_disk(str(path))
     dataset = dataset.cast_column("image", datasets.Image(decode=False))
 
     def transform(batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
