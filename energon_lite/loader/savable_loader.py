@@ -244,7 +244,7 @@ class SavableLoader:
         weighted blend or before the first batch. ``stats()`` includes it as ``"mix"``."""
         from energon_lite.loader.mix_report import delivered_mix
 
-        leaves = getattr(self.dataset.pipeline, "leaves", None)
+        leaves = self.dataset.pipeline.leaves
         states = [s for s in self._states if isinstance(s, dict) and "unsavable" not in s]
         if not leaves or len(leaves) < 2 or not states:
             return None
@@ -307,7 +307,7 @@ class SavableLoader:
         return packed(state, _many_pipelines)  # a canonical layout's pipelines, compact
 
     def _dataset_paths(self) -> list[str]:
-        leaves = getattr(self.dataset.pipeline, "leaves", None) or []
+        leaves = self.dataset.pipeline.leaves
         return [f"{leaf.path} (split {leaf.split_part})" for leaf in leaves]
 
     def _mismatch_hint(self, state: dict[str, Any]) -> str:
@@ -436,10 +436,8 @@ class SavableLoader:
             return states
         # today's form; a version not read is refused below, naming its rank
         states = [upgrade_state(unpacked(state), strict=False) for state in states]
-        readers = getattr(self.dataset.pipeline, "readers", None)  # None: a wrapper chain
-        leaves = (
-            None if readers is None else [LeafPlan.of(reader) for reader in readers(wc.slot(0))]
-        )
+        readers = self.dataset.pipeline.readers(wc.slot(0))  # None: a wrapper chain
+        leaves = None if readers is None else [LeafPlan.of(reader) for reader in readers]
         from energon_lite.loader.canonical import relayout
 
         moved = relayout(states, self.dataset, leaves)  # a canonical layout's run
@@ -454,5 +452,4 @@ class SavableLoader:
 
 def _paths(dataset: SavableDataset) -> str:
     """The dataset paths of ``dataset`` (for the debug log), comma-separated."""
-    leaves = getattr(getattr(dataset, "pipeline", None), "leaves", None) or []
-    return ",".join(str(getattr(leaf, "path", leaf)) for leaf in leaves) or "?"
+    return ",".join(str(leaf.path) for leaf in dataset.pipeline.leaves) or "?"
