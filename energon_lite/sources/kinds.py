@@ -55,6 +55,9 @@ class DatasetKind:
     describe: Callable[[Path], list[str]] | None = None  # info lines
     preview: Callable[[Path, str, int], list[str]] | None = None  # (path, split, num) -> lines
     lint: Callable[[Path, bool], list[str]] | None = None  # (path, progress) -> problems
+    # the split names of a kind that keeps them in its own layout, not in .nv-meta/split.yaml
+    # (`info` and `lint` open each of them)
+    splits: Callable[[StoragePath], list[str]] | None = None
     # file-name suffixes of this kind: such a path on remote storage is refused by name
     # unless ``remote`` (its opener reads s3://, msc://, http(s):// paths too); the tar
     # folder is read from remote storage
