@@ -8,7 +8,7 @@ value types) and travel through msgpack on the way, so a state that is not plain
 one whose layout drifts between steps, fails the check too.
 
 ``assert_elastic_resumes`` checks a stage's elastic restore (what its class declares for
-:func:`energon_lite.stages.elastic.redistribute`): chains of it saved on one number of
+:func:`energon_lite.resume.elastic.redistribute`): chains of it saved on one number of
 workers continue on another, every sample of the epoch delivered exactly once.
 """
 
@@ -23,10 +23,10 @@ from typing import Any
 
 import numpy as np
 
+from energon_lite.resume.elastic import redistribute
 from energon_lite.samples.types import basic_sample_keys
 from energon_lite.sources.base import Source
 from energon_lite.stages.base import Stage
-from energon_lite.stages.elastic import redistribute
 from energon_lite.stages.reader import Reader
 from energon_lite.state.codec import STATE_VERSION, decode_state, encode_state, state_digest
 

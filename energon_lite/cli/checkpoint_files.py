@@ -19,8 +19,8 @@ from typing import Any
 from energon_lite.cli.checkpoint_find import Found, Path_, find_states
 from energon_lite.cli.state_file import read_state_file
 from energon_lite.errors import StateError
+from energon_lite.resume.compact import unpacked
 from energon_lite.state.codec import encode_state
-from energon_lite.state.compact import unpacked
 
 
 @dataclass

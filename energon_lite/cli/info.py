@@ -223,7 +223,7 @@ def lint_source(dataset: Source, label: str, progress: bool = True) -> list[str]
 
 def describe_state(state: Any) -> str:
     """A readable summary of a loader state (one rank's, or a list of ranks')."""
-    from energon_lite.state.compact import unpacked
+    from energon_lite.resume.compact import unpacked
 
     try:  # a canonical layout's compact state (version 3) reads as version 2
         read = [unpacked(s) for s in state] if isinstance(state, list) else unpacked(state)

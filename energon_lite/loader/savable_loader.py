@@ -31,8 +31,9 @@ from energon_lite.errors import (
 from energon_lite.fork_hook import parents_objects_kept_from_children
 from energon_lite.loader import healing
 from energon_lite.loader.savable_dataset import SavableDataset, modality, unsavable_reason
-from energon_lite.loader.state_delta import with_unchanged
 from energon_lite.loader.stats import LoaderStats
+from energon_lite.resume.compact import PACKED_VERSION, packed, unpacked
+from energon_lite.resume.state_delta import with_unchanged
 from energon_lite.sample_utils import default_get_batch_keys
 from energon_lite.stages.base import stage_class
 from energon_lite.state.codec import (
@@ -41,7 +42,6 @@ from energon_lite.state.codec import (
     check_state_shape,
     state_digest,
 )
-from energon_lite.state.compact import PACKED_VERSION, packed, unpacked
 
 if TYPE_CHECKING:  # the pool's shared-memory machinery loads only with a loader that uses it
     from energon_lite.batching.memory import BatchMemoryPool
@@ -474,7 +474,7 @@ class SavableLoader:
         }
         state["digest"] = state_digest(state)
         # the caller's own copy: the trainer's states share what did not change from one
-        # batch to the next (loader/state_delta.py), so a caller that edits what it got must
+        # batch to the next (resume/state_delta.py), so a caller that edits what it got must
         # not edit the states saved after it
         state = pickle.loads(pickle.dumps(state, pickle.HIGHEST_PROTOCOL))
         return packed(state, _many_pipelines)  # a canonical layout's pipelines, compact
@@ -578,7 +578,7 @@ class SavableLoader:
         """Restore every rank: each rank passes the full list, or only ``src_rank`` does.
 
         States saved with another number of ranks or workers are redistributed over this
-        layout (:func:`energon_lite.stages.elastic.redistribute`): the rest of their epoch is
+        layout (:func:`energon_lite.resume.elastic.redistribute`): the rest of their epoch is
         delivered exactly once, then later epochs are partitioned over this layout."""
         import torch.distributed as dist
 
@@ -603,13 +603,10 @@ class SavableLoader:
 
     def _for_this_layout(self, states: Any) -> Any:
         """``states`` as they are, or redistributed when they were saved with another
-        number of ranks or workers (elastic resume, :mod:`energon_lite.stages.elastic`)."""
-        from energon_lite.stages.elastic import (
-            LeafPlan,
-            check_ownership,
-            redistribute,
-            same_layout,
-        )
+        number of ranks or workers (elastic resume, :mod:`energon_lite.resume.elastic`)."""
+        from energon_lite.resume.elastic import redistribute, same_layout
+        from energon_lite.resume.ownership import LeafPlan, check_ownership
+        from energon_lite.resume.relayout import relayout
 
         wc = self.worker_config
         if not isinstance(states, list) or not states:
@@ -619,9 +616,12 @@ class SavableLoader:
         leaves = (
             None if readers is None else [LeafPlan.of(reader) for reader in readers(wc.slot(0))]
         )
-        from energon_lite.loader.canonical import relayout
-
-        moved = relayout(states, self.dataset, leaves)  # a canonical layout's run
+        pipeline = self.dataset.pipeline
+        canonical = getattr(pipeline, "canonical", None)
+        layout = canonical(wc.slot(0)) if canonical is not None else None
+        # the chain above a canonical layout's pipelines (encode_batch)
+        shape = pipeline.state_shape(wc.slot(0))
+        moved = relayout(states, wc, layout, self.dataset.config(), shape, leaves)
         if moved is not None:
             return moved
         if same_layout(states, wc.world_size, wc.num_workers):

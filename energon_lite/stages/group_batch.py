@@ -50,7 +50,7 @@ from energon_lite.state.codec import state_count
 from energon_lite.task_encoder.hook_index import INDEX
 
 if TYPE_CHECKING:
-    from energon_lite.stages.elastic import ElasticDeal
+    from energon_lite.stages.elastic_deal import ElasticDeal
 
 
 class GroupBatch(Stage):

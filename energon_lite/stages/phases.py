@@ -18,7 +18,7 @@ maps and file handles are the process's, shared). A pipeline restores, or starts
 when its phase is first served, so a worker of hundreds of pipelines starts with one
 phase's; a save re-saves only the pipelines pulled since the last one and keeps the others'
 state objects, which the worker then does not send again, and sends what changed in the
-others (``loader/state_delta.py``).
+others (``resume/state_delta.py``).
 
 State: the index of the next phase, and each pipeline's own state under ``sources`` (None
 for a pipeline that starts fresh when its phase comes).
@@ -139,7 +139,7 @@ class Phases(Stage):
     def save_state(self) -> dict[str, Any]:
         """Only the pipelines pulled since the last save are saved again; the others keep
         the very state object saved before, so a worker sends the trainer only what changed
-        (:mod:`energon_lite.loader.state_delta`)."""
+        (:mod:`energon_lite.resume.state_delta`)."""
         self._start_if_fresh()
         for index in sorted(self._touched):
             self._saved[index] = self.sources[index].save_state()

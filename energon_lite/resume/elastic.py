@@ -40,50 +40,24 @@ one algorithm, read top to bottom.)
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, NamedTuple
+from typing import Any
 
 from energon_lite.errors import StateError, short_repr
-from energon_lite.quotas import PER_WORKER, exact_repetitions, next_past_end, passes
+from energon_lite.quotas import PER_WORKER, exact_repetitions, passes
+from energon_lite.resume.levels import holds_sub_key, walk_states
+from energon_lite.resume.ownership import LeafPlan, check_ownership
 from energon_lite.stages.base import Stage, stage_class
 from energon_lite.stages.blend_epochized import EpochizedBlend
 from energon_lite.stages.blend_weighted import WeightedBlend
+from energon_lite.stages.elastic_deal import ElasticDeal, LeafWork
 from energon_lite.stages.reader import Reader
-from energon_lite.stages.slices import DEALINGS, OLD_DEALING, SliceTable
 from energon_lite.state.codec import STATE_VERSION, check_same_config, state_count, state_digest
-from energon_lite.state.restore_key import SampleKey, from_plain, sample_keys, to_plain
+from energon_lite.state.restore_key import SampleKey, from_plain, sample_keys
 
 LAYOUT = ("rank", "world_size", "num_workers")
 _READER, _EPOCHIZED = Reader.__name__, EpochizedBlend.__name__  # the leftover's own stages
 _WEIGHTED = WeightedBlend.__name__
-
-
-class LeafWork(NamedTuple):
-    """One leaf's part of the old layout's unfinished work, for one new worker."""
-
-    keys: list[list[Any]]  # plain sample keys from the old buffers, dealt to this worker
-    segs: list[dict[str, Any]]  # unfinished reader-epoch segments (every new worker gets all)
-    last_epoch: int  # the latest reader epoch any old worker was in
-
-
-@dataclass
-class ElasticDeal:
-    """What a stage's ``elastic_state`` may ask while one new worker's state is built."""
-
-    worker: int  # the new global worker
-    workers: int  # new global workers
-    old_workers: int  # old global workers
-    epoch: int  # the loader's pass
-    blend_epoch: int  # the blend epoch after the latest one any old worker was in
-    reader_repeat: bool  # readers go on to further epochs after the leftover
-    leaves: Iterator[LeafWork]  # per leaf, in the order the readers appear in a state
-    delivered: int = 0  # batches each old rank had delivered (a blend schedule's step)
-
-    def next_leaf(self) -> LeafWork:
-        """The next leaf's work (each Reader level takes one, depth first)."""
-        return next(self.leaves)
 
 
 def same_layout(states: list[Any], world_size: int, num_workers: int) -> bool:
@@ -109,7 +83,7 @@ def redistribute(
     nothing lost. ``current_config`` (the new loader's ``dataset.config()``) makes a state of
     another dataset, seed, batch size or stage set fail here, naming the difference;
     ``leaves`` (each leaf's plan, where the dataset is at hand) also checks that every old
-    position is inside the epoch's plan (:func:`check_ownership`)."""
+    position is inside the epoch's plan (:func:`energon_lite.resume.ownership.check_ownership`)."""
     config, epoch = _check_old(states)
     check_ownership(states, leaves)
     if current_config is not None:
@@ -222,154 +196,6 @@ def _check_old(states: Any) -> tuple[dict[str, Any], int]:
     return first, epochs.pop()
 
 
-class LeafPlan(NamedTuple):
-    """What the dataset says about one leaf's epoch, for :func:`check_ownership`."""
-
-    slices: int  # slice positions per reader epoch
-    once: bool  # each slice at most once per epoch (no shuffle_over_epochs_multiplier != 1)
-    # why an open [slice, position] is outside the leaf (Reader.open_slice_error), or None
-    open_error: Callable[[int, int], str | None] | None = None
-    # the leaf's slices under a dealing for a number of global workers (Reader.table): the
-    # plan of a state's own dealing and layout; where given, it decides over the fields above
-    table: Callable[[str, int], SliceTable] | None = None
-
-    @classmethod
-    def of(cls, reader: Reader) -> LeafPlan:
-        """A Reader's plan: the rules its own restore applies."""
-        return cls(reader.num_slices, reader.slices_once(), reader.open_slice_error, reader.table)
-
-
-NO_PLAN_HINT = (
-    " (a leaf with shuffle_over_epochs_multiplier other than 1 may deal a slice twice in one "
-    "epoch: if the dataset has one, give the dataset so that this is checked per leaf, e.g. "
-    "energon-lite checkpoint redist --dataset PATH)"
-)
-
-
-def check_ownership(states: list[Any], leaves: list[LeafPlan] | None = None) -> None:
-    """StateError unless the old states, taken together, own their work once: no sample is
-    buffered twice (in two old workers, or twice in one), no slice of a reader epoch is open
-    twice, and with ``leaves`` (the dataset's plan per leaf) every Reader ``next`` and open
-    slice is inside the epoch's plan. Each state passes its own checks when restored alone;
-    an edit made consistently in two states (the digest recomputed, as anyone holding the
-    files can) passes those and would repeat or lose samples.
-
-    Without ``leaves`` every leaf is taken to deal each slice once per epoch (the default).
-    Shapes are checked by the restore itself; this only reads what has the expected shape."""
-    trees = [
-        (rank, worker, tree)
-        for rank, state in enumerate(states)
-        if isinstance(state, dict) and isinstance(state.get("workers"), list)
-        for worker, tree in enumerate(state["workers"])
-    ]
-    hint = NO_PLAN_HINT if leaves is None else ""
-    keys: dict[Any, tuple[int, int, Any]] = {}
-    slices: dict[tuple[int, int, int], tuple[int, int]] = {}
-    for g, (rank, worker, tree) in enumerate(trees):
-        leaf = 0
-        for level in walk_states(tree):
-            if level.get("type") == _READER:
-                plan = leaves[leaf] if leaves is not None and leaf < len(leaves) else None
-                _check_reader(level, leaf, plan, (g, len(trees), rank, worker), slices, hint)
-                leaf += 1
-                continue
-            cls = stage_class(level.get("type"))
-            if cls is None:
-                continue  # named by the restore (an unknown stage)
-            try:
-                held = list(cls.held_keys(level))
-            except (KeyError, TypeError, AttributeError):
-                continue  # a level of another shape: the restore names it
-            for plain in held:
-                key = from_plain(plain)
-                for identity in [key] if _has_sub(plain) else sample_keys(key):
-                    of_leaf = sample_keys(identity)[0].leaf
-                    if leaves is not None and of_leaf < len(leaves) and not leaves[of_leaf].once:
-                        continue  # this leaf may deal a sample twice in an epoch
-                    if identity in keys:
-                        first_rank, first_worker, first_plain = keys[identity]
-                        raise StateError(
-                            f"the old states hold sample {short_repr(to_plain(identity))} "
-                            f"twice: old rank {first_rank} worker {first_worker} buffers "
-                            f"{short_repr(first_plain)} and old rank {rank} worker {worker} "
-                            f"({level.get('type')}) buffers {short_repr(plain)}; delivering "
-                            f"both would repeat it. The states were edited; refusing them{hint}"
-                        )
-                    keys[identity] = (rank, worker, plain)
-
-
-def _check_reader(
-    level: dict[str, Any],
-    leaf: int,
-    plan: LeafPlan | None,
-    where: tuple[int, int, int, int],
-    slices: dict[tuple[int, int, int], tuple[int, int]],
-    hint: str,
-) -> None:
-    """One old Reader level of :func:`check_ownership`; ``where``: its old global worker,
-    the old global workers, its old rank and worker."""
-    g, workers, rank, worker = where
-    who = f"old rank {rank} worker {worker}"
-    epoch, opened, nxt = level.get("epoch"), level.get("open"), level.get("next")
-    if not isinstance(epoch, int) or not isinstance(opened, list):
-        return
-    dealing = level.get("dealing", OLD_DEALING)
-    if plan is not None and plan.table is not None and dealing in DEALINGS:
-        table = plan.table(dealing, workers)  # the state's own dealing and layout
-        plan = plan._replace(slices=table.num_slices, open_error=table.open_error)
-        past = table.past_end(nxt, g) if isinstance(nxt, int) else None
-    elif plan is not None and isinstance(nxt, int):
-        past = next_past_end(nxt, plan.slices, g, workers)
-    else:
-        past = None
-    if past is not None:
-        raise StateError(
-            f"{who} (global worker {g}): leaf {leaf}'s Reader: {past}; its samples would "
-            "be lost. The state was edited or belongs to another dataset; refusing it"
-        )
-    for entry in opened:
-        if not (isinstance(entry, list) and entry and isinstance(entry[0], int)):
-            continue
-        slice_id = entry[0]
-        if plan is not None and not 0 <= slice_id < plan.slices:
-            raise StateError(
-                f"{who}: leaf {leaf}'s Reader has slice {slice_id} open, outside the leaf's "
-                f"{plan.slices} slices; refusing the state"
-            )
-        position = entry[1] if len(entry) == 2 and isinstance(entry[1], int) else None
-        outside = (
-            plan.open_error(slice_id, position)
-            if plan is not None and plan.open_error is not None and position is not None
-            else None
-        )
-        if outside is not None:
-            raise StateError(
-                f"{who}: leaf {leaf}'s Reader: {outside}; its samples would be repeated or "
-                "lost. The state was edited or belongs to another dataset; refusing it"
-            )
-        if plan is not None and not plan.once:
-            continue  # a slice may be dealt twice in one epoch of this leaf
-        place = (leaf, epoch, slice_id)
-        if place in slices:
-            first = slices[place]
-            raise StateError(
-                f"the old states have slice {slice_id} of leaf {leaf} (reader epoch {epoch}) "
-                f"open twice: in old rank {first[0]} worker {first[1]} and in {who}; reading "
-                f"it in both would repeat its samples. The states were edited; refusing them{hint}"
-            )
-        slices[place] = (rank, worker)
-
-
-def walk_states(tree: Any) -> Iterator[dict[str, Any]]:
-    """Every stage level of a worker state, parents after children's order: depth first."""
-    if isinstance(tree, dict):
-        yield tree
-        if "source" in tree:
-            yield from walk_states(tree["source"])
-        for child in tree.get("sources") or []:
-            yield from walk_states(child)
-
-
 class _Redistribution:
     def __init__(self, config: dict[str, Any], epoch: int, old: list[Any], new: int) -> None:
         self.epoch, self.old, self.new = epoch, old, new
@@ -420,7 +246,7 @@ class _Redistribution:
         out = []
         for plain in keys:
             key = from_plain(plain)
-            if _has_sub(plain):
+            if holds_sub_key(plain):
                 raise StateError(
                     f"old global worker {g}: buffered item {short_repr(plain)} is one output of a "
                     "generator encode_sample; an elastic restore cannot re-deliver it alone"
@@ -533,10 +359,3 @@ def _stage(level: dict[str, Any]) -> type[Stage]:
             f"{short_repr(level.get('type'))} (no stage class of that name is imported)"
         )
     return cls
-
-
-def _has_sub(plain: Any) -> bool:
-    """Whether a plain restore key holds a SubKey anywhere."""
-    if isinstance(plain, list) and plain:
-        return plain[0] == "sub" or any(_has_sub(x) for x in plain[1:])
-    return False
