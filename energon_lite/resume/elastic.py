@@ -47,28 +47,18 @@ from energon_lite.errors import StateError, short_repr
 from energon_lite.quotas import PER_WORKER, exact_repetitions, passes
 from energon_lite.resume.levels import holds_sub_key, walk_states
 from energon_lite.resume.ownership import LeafPlan, check_ownership
+from energon_lite.resume.rank_state import RankState, SavedRun, read_run
 from energon_lite.stages.base import Stage, stage_class
 from energon_lite.stages.blend_epochized import EpochizedBlend
 from energon_lite.stages.blend_weighted import WeightedBlend
 from energon_lite.stages.elastic_deal import ElasticDeal, LeafWork
 from energon_lite.stages.reader import Reader
-from energon_lite.state.codec import STATE_VERSION, check_same_config, state_count, state_digest
+from energon_lite.state.codec import check_same_config
 from energon_lite.state.restore_key import SampleKey, from_plain, sample_keys
 
 LAYOUT = ("rank", "world_size", "num_workers")
 _READER, _EPOCHIZED = Reader.__name__, EpochizedBlend.__name__  # the leftover's own stages
 _WEIGHTED = WeightedBlend.__name__
-
-
-def same_layout(states: list[Any], world_size: int, num_workers: int) -> bool:
-    """Whether ``states`` (one per old rank) were saved with this layout."""
-    return len(states) == world_size and all(
-        isinstance(s, dict)
-        and isinstance(s.get("config"), dict)
-        and s["config"].get("world_size") == world_size
-        and s["config"].get("num_workers") == num_workers
-        for s in states
-    )
 
 
 def redistribute(
@@ -84,13 +74,26 @@ def redistribute(
     another dataset, seed, batch size or stage set fail here, naming the difference;
     ``leaves`` (each leaf's plan, where the dataset is at hand) also checks that every old
     position is inside the epoch's plan (:func:`energon_lite.resume.ownership.check_ownership`)."""
-    config, epoch = _check_old(states)
-    check_ownership(states, leaves)
+    moved = redistributed(read_run(states), world_size, num_workers, current_config, leaves)
+    return [state.plain() for state in moved]
+
+
+def redistributed(
+    run: SavedRun,
+    world_size: int,
+    num_workers: int,
+    current_config: dict[str, Any] | None = None,
+    leaves: list[LeafPlan] | None = None,
+) -> list[RankState]:
+    """:func:`redistribute` of a run's states already read (:func:`read_run`)."""
+    config, epoch = run.config, run.epoch
+    refuse_unmovable(config)
+    check_ownership(run.ranks, leaves)
     if current_config is not None:
         check_same_config({**config, **{k: current_config[k] for k in LAYOUT}}, current_config)
     if world_size < 1 or num_workers < 0:
         raise StateError(f"new layout {world_size=}, {num_workers=} is not a layout")
-    old = [w for s in states for w in s["workers"]]  # by old global worker id
+    old = [w for s in run.ranks for w in s.workers]  # by old global worker id
     new_wpr = max(1, num_workers)
     if all(w is None for w in old):  # between passes: every new worker starts fresh
         workers: list[Any] = [None] * (world_size * new_wpr)
@@ -100,100 +103,50 @@ def redistribute(
         workers = copy.deepcopy(old)
     else:
         redistribution = _Redistribution(config, epoch, old, world_size * new_wpr)
-        redistribution.delivered = delivered_steps(states)
+        redistribution.delivered = delivered_steps(run.ranks)
         workers = redistribution.new_states()
     new_config = {**config, "world_size": world_size, "num_workers": num_workers}
-    result = []
-    for rank in range(world_size):
-        state = {
-            "type": "SavableLoader",
-            "version": STATE_VERSION,
-            "config": {**new_config, "rank": rank},
-            "epoch": epoch,
-            "next_worker": 0,
-            "workers": workers[rank * new_wpr : (rank + 1) * new_wpr],
-            "in_pass": 0,
-        }
-        if isinstance(states[0], dict) and "paths" in states[0]:  # for messages only
-            state["paths"] = states[0]["paths"]
-        state["digest"] = state_digest(state)
-        result.append(state)
-    return result
+    return [
+        RankState(
+            config={**new_config, "rank": rank},
+            epoch=epoch,
+            next_worker=0,
+            workers=workers[rank * new_wpr : (rank + 1) * new_wpr],
+            in_pass=0,
+            paths=run.paths,
+        )
+        for rank in range(world_size)
+    ]
 
 
-def delivered_steps(states: list[Any]) -> int:
+def delivered_steps(states: list[RankState]) -> int:
     """The batches each old rank had delivered: its ``in_pass`` plus the steps delivered
     before its own layout started (a weighted blend's ``base``); the most of any rank."""
     out = 0
     for state in states:
         base = 0
-        for tree in state["workers"]:
+        for tree in state.workers:
             for level in walk_states(tree):
                 if level.get("type") == _WEIGHTED:
                     base = max(base, WeightedBlend.delivered_base(level))
-        out = max(out, state_count(state.get("in_pass", 0), "in_pass") + base)
+        out = max(out, state.in_pass + base)
     return out
 
 
-def _check_old(states: Any) -> tuple[dict[str, Any], int]:
-    """The old states' common config and pass; StateError for anything inconsistent."""
-    if not isinstance(states, list) or not states:
+def refuse_unmovable(config: dict[str, Any]) -> None:
+    """StateError for a run whose states cannot move to another layout."""
+    if "wrapper" in config:  # energon_lite.wrappers: a chain composed by hand
         raise StateError(
-            f"elastic restore needs the list of every old rank's state, got {short_repr(states)}"
-        )
-    first: dict[str, Any] | None = None
-    epochs = set()
-    for rank, state in enumerate(states):
-        if not isinstance(state, dict) or state.get("type") != "SavableLoader":
-            raise StateError(
-                f"old rank {rank}: not an energon_lite loader state: {short_repr(state)}"
-            )
-        if state.get("version") != STATE_VERSION:
-            raise StateError(
-                f"old rank {rank}: state version {short_repr(state.get('version'))}, need {STATE_VERSION}"
-            )
-        if state.get("digest") != state_digest(state):
-            raise StateError(
-                f"old rank {rank}: the state does not match its digest; it was edited or corrupted"
-            )
-        config = state.get("config")
-        if not isinstance(config, dict) or config.get("rank") != rank:
-            raise StateError(
-                f"old rank {rank}: the state is rank {short_repr((config or {}).get('rank'))}'s; "
-                "pass the states in rank order, one per old rank"
-            )
-        if config.get("world_size") != len(states):
-            raise StateError(
-                f"old rank {rank}: saved with world_size={config.get('world_size')}, but "
-                f"{len(states)} states were given; pass every old rank's state"
-            )
-        if first is None:
-            first = config
-        else:
-            check_same_config({**config, "rank": 0}, {**first, "rank": 0})
-        workers = state.get("workers")
-        if not isinstance(workers, list) or len(workers) != max(1, int(config["num_workers"])):
-            raise StateError(f"old rank {rank}: {short_repr(workers)} is not one state per worker")
-        epochs.add(state_count(state.get("epoch"), f"old rank {rank} epoch"))
-    assert first is not None
-    if len(epochs) != 1:
-        raise StateError(
-            f"the old ranks are in different passes {sorted(epochs)}; save every rank at the "
-            "same step (save_state_global)"
-        )
-    if "wrapper" in first:  # energon_lite.wrappers: a chain composed by hand
-        raise StateError(
-            f"elastic restore of a {first['wrapper']} composition is not supported; restore "
+            f"elastic restore of a {config['wrapper']} composition is not supported; restore "
             "it on the old number of ranks and workers, or start it over"
         )
-    if not first.get("training"):
+    if not config.get("training"):
         raise StateError(
             "elastic restore of a validation/test loader is not supported: its slices are cut "
             "per layout; restore it on the old layout or start it over"
         )
-    if first.get("limit") is not None:
-        raise StateError(f"elastic restore with limit={first['limit']} is not supported")
-    return first, epochs.pop()
+    if config.get("limit") is not None:
+        raise StateError(f"elastic restore with limit={config['limit']} is not supported")
 
 
 class _Redistribution:

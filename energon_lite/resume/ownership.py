@@ -9,12 +9,13 @@ per leaf, :class:`LeafPlan`) every reader position inside the epoch's plan.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from energon_lite.errors import StateError, short_repr
 from energon_lite.quotas import next_past_end
 from energon_lite.resume.levels import holds_sub_key, walk_states
+from energon_lite.resume.rank_state import RankState
 from energon_lite.stages.base import stage_class
 from energon_lite.stages.reader import Reader
 from energon_lite.stages.slices import DEALINGS, OLD_DEALING, SliceTable
@@ -47,7 +48,7 @@ NO_PLAN_HINT = (
 )
 
 
-def check_ownership(states: list[Any], leaves: list[LeafPlan] | None = None) -> None:
+def check_ownership(states: Sequence[RankState], leaves: list[LeafPlan] | None = None) -> None:
     """StateError unless the old states, taken together, own their work once: no sample is
     buffered twice (in two old workers, or twice in one), no slice of a reader epoch is open
     twice, and with ``leaves`` (the dataset's plan per leaf) every Reader ``next`` and open
@@ -60,8 +61,7 @@ def check_ownership(states: list[Any], leaves: list[LeafPlan] | None = None) -> 
     trees = [
         (rank, worker, tree)
         for rank, state in enumerate(states)
-        if isinstance(state, dict) and isinstance(state.get("workers"), list)
-        for worker, tree in enumerate(state["workers"])
+        for worker, tree in enumerate(state.workers)
     ]
     hint = NO_PLAN_HINT if leaves is None else ""
     keys: dict[Any, tuple[int, int, Any]] = {}

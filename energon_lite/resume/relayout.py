@@ -18,19 +18,21 @@ there on any reproducing layout continues the same run.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from energon_lite.errors import StateError, short_repr
-from energon_lite.resume.elastic import redistribute
-from energon_lite.resume.ownership import LeafPlan, check_ownership
+from energon_lite.resume.elastic import redistributed, refuse_unmovable
+from energon_lite.resume.ownership import check_ownership
+from energon_lite.resume.rank_state import RankState, SavedRun
+from energon_lite.resume.target import RestoreTarget
 from energon_lite.stages.phases import (
     phases_level,
     read_phases_level,
     stateless_added,
     stateless_removed,
 )
-from energon_lite.state.codec import STATE_VERSION, check_same_config, state_digest
+from energon_lite.state.codec import check_same_config
 from energon_lite.worker import CanonicalLayout, WorkerConfig, WorkerSlot
 
 log = logging.getLogger(__name__)
@@ -52,42 +54,31 @@ class Logical:
     paths: Any
 
 
-def relayout(
-    states: list[Any],
-    wc: WorkerConfig,
-    layout: CanonicalLayout | None,
-    current: dict[str, Any],
-    shape: dict[str, Any],
-    leaves: list[LeafPlan] | None,
-) -> list[dict[str, Any]] | None:
-    """Every rank's state for this loader's layout (``wc``; ``layout``: the canonical layout
-    it reproduces, ``current``: its ``dataset.config()``, ``shape``: the state shape of its
-    chain above the pipelines), or None where neither the old states nor this loader have a
-    canonical layout (the plain paths apply)."""
-    from energon_lite.resume.elastic import _check_old
-
-    old_canonical = any(
-        isinstance(s, dict) and isinstance(s.get("config"), dict) and "canonical_layout" in s["config"]
-        for s in states
-    )  # fmt: skip
-    if layout is None and not old_canonical:
+def relayout(run: SavedRun, target: RestoreTarget) -> list[RankState] | None:
+    """Every rank's state for the ``target`` loader's layout, or None where neither the old
+    states nor that loader have a canonical layout (the plain paths apply)."""
+    wc = target.worker_config
+    layout = target.canonical
+    if layout is None and "canonical_layout" not in run.config:
         return None
-    config, epoch = _check_old(states)
-    _check_settings(config, current, wc)
-    logical = _logical(states, config, epoch)
+    current = target.config
+    shape = target.shape(wc.slot(0))  # the chain above the pipelines (encode_batch)
+    refuse_unmovable(run.config)
+    _check_settings(run.config, current, wc)
+    logical = _logical(run)
     if logical is None:  # plain chains of a layout that did not reproduce its canonical one
         if layout is None:
             return None
-        logical = _redistributed(states, layout, leaves)
+        logical = _redistributed(run, layout, target.leaves())
     if layout is None:  # this layout does not reproduce a canonical one: its own chains
         _warn_fallback(logical.layout, wc)
-        moved = redistribute(_expanded(logical, current), wc.world_size, wc.num_workers)
+        moved = redistributed(_expanded(logical, current), wc.world_size, wc.num_workers)
         return [_with_config(state, current, shape) for state in moved]
     if logical.layout != layout:
         _warn_fallback(logical.layout, wc)
-        logical = _redistributed(_expanded(logical, current), layout, leaves)
+        logical = _redistributed(_expanded(logical, current), layout, target.leaves())
     else:
-        check_ownership(_expanded(logical, current, digest=False), leaves)
+        check_ownership(_expanded(logical, current).ranks, target.leaves())
     return _physical(logical, wc, current, shape)
 
 
@@ -116,9 +107,10 @@ def _warn_fallback(old: CanonicalLayout, wc: WorkerConfig) -> None:
     )  # fmt: skip
 
 
-def _logical(states: list[Any], config: dict[str, Any], epoch: int) -> Logical | None:
-    """The old states (checked together: ``config`` and ``epoch`` are theirs) as canonical
-    pipelines; None for plain chains of a layout that did not reproduce its canonical one."""
+def _logical(run: SavedRun) -> Logical | None:
+    """The old states as canonical pipelines; None for plain chains of a layout that did
+    not reproduce its canonical one."""
+    config = run.config
     ranks, workers = config["world_size"], max(1, int(config["num_workers"]))
     saved = config.get("canonical_layout")
     layout = CanonicalLayout(*saved) if saved is not None else CanonicalLayout(ranks, workers)
@@ -126,11 +118,9 @@ def _logical(states: list[Any], config: dict[str, Any], epoch: int) -> Logical |
         return None
     pipelines: list[Any] = [None] * (layout.ranks * layout.workers)
     phases = {}
-    for rank, state in enumerate(states):
-        next_worker = state.get("next_worker")
-        if not isinstance(next_worker, int) or not 0 <= next_worker < workers:
-            raise StateError(f"old rank {rank}: next_worker={short_repr(next_worker)} is corrupt")
-        for worker, level in enumerate(state["workers"]):
+    for rank, state in enumerate(run.ranks):
+        next_worker = state.next_worker
+        for worker, level in enumerate(state.workers):
             level = stateless_removed(level)
             if saved is None:  # a plain chain is the canonical pipeline of its own layout
                 pipelines[rank * workers + worker] = level
@@ -164,76 +154,58 @@ def _logical(states: list[Any], config: dict[str, Any], epoch: int) -> Logical |
         pipelines,
         phases[0],
         config,
-        epoch,
-        max(int(s.get("in_pass") or 0) for s in states),
-        states[0].get("paths"),
+        run.epoch,
+        max(state.in_pass for state in run.ranks),
+        run.paths,
     )
 
 
-def _expanded(
-    logical: Logical, current: dict[str, Any], digest: bool = True
-) -> list[dict[str, Any]]:
+def _expanded(logical: Logical, current: dict[str, Any]) -> SavedRun:
     """The pipelines as the plain states of K ranks x Q workers (what the elastic checks and
-    redistribution read): pipeline k * Q + q is worker q of rank k. ``digest=False`` for
-    the ownership check alone, which does not read digests."""
+    redistribution read): pipeline k * Q + q is worker q of rank k."""
     layout = logical.layout
     config = {key: value for key, value in logical.config.items() if key != "canonical_layout"}
     size = current.get("batch_size")  # buffers hold keys, not batches: any batch size deals
-    out = []
-    for rank in range(layout.ranks):
-        state = {
-            "type": "SavableLoader",
-            "version": STATE_VERSION,
-            "config": {
-                **config,
-                "rank": rank,
-                "world_size": layout.ranks,
-                "num_workers": layout.workers,
-                "batch_size": size,
-            },
-            "epoch": logical.epoch,
-            "next_worker": logical.phase,
-            "workers": logical.pipelines[rank * layout.workers : (rank + 1) * layout.workers],
-            "in_pass": logical.in_pass,
-        }
-        if digest:
-            state["digest"] = state_digest(state)
-        out.append(state)
-    return out
+    config.update(world_size=layout.ranks, num_workers=layout.workers, batch_size=size)
+    ranks = [
+        RankState(
+            config={**config, "rank": rank},
+            epoch=logical.epoch,
+            next_worker=logical.phase,
+            workers=logical.pipelines[rank * layout.workers : (rank + 1) * layout.workers],
+            in_pass=logical.in_pass,
+        )
+        for rank in range(layout.ranks)
+    ]
+    return SavedRun(ranks, ranks[0].config, logical.epoch)
 
 
-def _redistributed(plain: list[Any], layout: CanonicalLayout, leaves: Any) -> Logical:
-    """Plain states of any layout dealt exactly once onto ``layout``'s pipelines."""
-    check_ownership(plain, leaves)
-    moved = redistribute(plain, layout.ranks, layout.workers)
+def _redistributed(run: SavedRun, layout: CanonicalLayout, leaves: Any) -> Logical:
+    """The states of a run of any layout dealt exactly once onto ``layout``'s pipelines."""
+    moved = redistributed(run, layout.ranks, layout.workers, leaves=leaves)
     return Logical(
         layout,
-        [stateless_removed(level) for state in moved for level in state["workers"]],
+        [stateless_removed(level) for state in moved for level in state.workers],
         0,
-        moved[0]["config"],
-        moved[0]["epoch"],
+        moved[0].config,
+        moved[0].epoch,
         0,
-        plain[0].get("paths") if isinstance(plain[0], dict) else None,
+        run.paths,
     )
 
 
-def _with_config(
-    state: dict[str, Any], current: dict[str, Any], shape: dict[str, Any]
-) -> dict[str, Any]:
-    """A redistributed plain state with this loader's config (and chain ``shape``)."""
-    out = {
-        **state,
-        "config": {**current, "rank": state["config"]["rank"]},
-        "workers": [stateless_added(shape, stateless_removed(w)) for w in state["workers"]],
-    }
-    out.pop("digest", None)
-    out["digest"] = state_digest(out)
-    return out
+def _with_config(state: RankState, current: dict[str, Any], shape: dict[str, Any]) -> RankState:
+    """A redistributed state with this loader's config (and chain ``shape``)."""
+    return replace(
+        state,
+        config={**current, "rank": state.rank},
+        workers=[stateless_added(shape, stateless_removed(w)) for w in state.workers],
+    )
 
 
 def _physical(
     logical: Logical, wc: WorkerConfig, current: dict[str, Any], shape: dict[str, Any]
-) -> list[dict[str, Any]]:
+) -> list[RankState]:
     """Every rank's state of this layout: each loader worker's pipelines, and the phase it
     serves next so that the workers polled in turn continue the canonical phase order."""
     layout, workers = logical.layout, wc.workers_per_rank
@@ -250,17 +222,14 @@ def _physical(
             if index or any(source is not None for source in sources):
                 level = stateless_added(shape, phases_level(index, sources))
             levels.append(level)
-        state = {
-            "type": "SavableLoader",
-            "version": STATE_VERSION,
-            "config": {**current, "rank": rank},
-            "epoch": logical.epoch,
-            "next_worker": phase % workers,
-            "workers": levels,
-            "in_pass": logical.in_pass,
-        }
-        if logical.paths is not None:
-            state["paths"] = logical.paths
-        state["digest"] = state_digest(state)
-        out.append(state)
+        out.append(
+            RankState(
+                config={**current, "rank": rank},
+                epoch=logical.epoch,
+                next_worker=phase % workers,
+                workers=levels,
+                in_pass=logical.in_pass,
+                paths=logical.paths,
+            )
+        )
     return out
