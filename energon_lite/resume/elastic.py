@@ -158,13 +158,13 @@ class _Redistribution:
         self.reader_repeat = bool(config["repeat"]) and not self.epochized
         self.repeat = bool(config["repeat"])
         self.template = next(w for w in old if w is not None)
-        self.num_leaves = sum(
-            1 for level in walk_states(self.template) if level.get("type") == _READER
-        )
+        self.levels = [list(walk_states(tree)) for tree in old]  # per old worker, walked once
+        template = self.levels[old.index(self.template)]
+        self.num_leaves = sum(1 for level in template if level.get("type") == _READER)
         reps = config.get("weights") or []
         self.reps = [exact_repetitions(r or 0) for r in reps] if self.epochized else []
-        for g, tree in enumerate(old):
-            for level in walk_states(tree):
+        for g, levels in enumerate(self.levels):
+            for level in levels:
                 if "left" in level:
                     raise StateError(
                         f"old global worker {g}: its {level.get('type')} is still delivering "
@@ -175,14 +175,12 @@ class _Redistribution:
     # old workers -------------------------------------------------------------------------
 
     def _readers(self, g: int) -> list[dict[str, Any] | None]:
-        tree = self.old[g]
-        if tree is None:
+        if self.old[g] is None:
             return [None] * self.num_leaves
-        return [level for level in walk_states(tree) if level.get("type") == _READER]
+        return [level for level in self.levels[g] if level.get("type") == _READER]
 
     def _blend(self, g: int) -> dict[str, Any]:
-        tree = self.old[g]
-        found = [lv for lv in walk_states(tree) if lv.get("type") == _EPOCHIZED]
+        found = [lv for lv in self.levels[g] if lv.get("type") == _EPOCHIZED]
         if found:
             return found[0]
         return {"epoch": self.epoch, "passes": [[0, 0]] * self.num_leaves, "done": False}
@@ -190,7 +188,7 @@ class _Redistribution:
     def _buffered(self, g: int) -> list[SampleKey]:
         """The samples in old worker ``g``'s buffers, in stage order."""
         keys: list[Any] = []
-        for level in walk_states(self.old[g]):
+        for level in self.levels[g]:
             cls = _stage(level)
             refusal = cls.elastic_refusal(level)
             if refusal is not None:

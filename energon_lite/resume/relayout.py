@@ -26,12 +26,8 @@ from energon_lite.resume.elastic import redistributed, refuse_unmovable
 from energon_lite.resume.ownership import check_ownership
 from energon_lite.resume.rank_state import RankState, SavedRun
 from energon_lite.resume.target import RestoreTarget
-from energon_lite.stages.phases import (
-    phases_level,
-    read_phases_level,
-    stateless_added,
-    stateless_removed,
-)
+from energon_lite.stages.base import stage_class
+from energon_lite.stages.phases import Phases
 from energon_lite.state.codec import check_same_config
 from energon_lite.worker import CanonicalLayout, WorkerConfig, WorkerSlot
 
@@ -233,3 +229,51 @@ def _physical(
             )
         )
     return out
+
+
+# a Phases level and the stateless levels above it ----------------------------------------
+
+
+def stateless_removed(level: Any) -> Any:
+    """A saved chain without its top levels that hold no state of their own (``encode_batch``'s
+    map above the batching stage): the part a logical pipeline saves."""
+    while isinstance(level, dict) and "source" in level:
+        cls = stage_class(level.get("type"))
+        if cls is None or cls.STATE_KEYS or cls.OPTIONAL_KEYS:
+            break
+        level = level["source"]
+    return level
+
+
+def stateless_added(shape: dict[str, Any], level: Any) -> Any:
+    """``level`` under the stateless levels a chain's declared ``shape`` has above it."""
+    if level is None or shape["type"] == level.get("type"):
+        return level
+    if shape["keys"] or "source" not in shape:
+        raise StateError(
+            f"a {level.get('type')} state does not fit under {shape['type']} (a stage with "
+            "state of its own); the pipeline has another stage set"
+        )
+    return {"type": shape["type"], "source": stateless_added(shape["source"], level)}
+
+
+def phases_level(phase: int, sources: list[Any]) -> dict[str, Any]:
+    """A saved :class:`Phases` level: the next phase and its pipelines' states."""
+    return {"type": Phases.__name__, "phase": phase, "sources": sources}
+
+
+def read_phases_level(level: Any, where: str) -> tuple[list[Any], int]:
+    """(the pipelines' states, the next phase) of a saved :class:`Phases` level."""
+    if (
+        not isinstance(level, dict)
+        or level.get("type") != Phases.__name__
+        or not isinstance(level.get("sources"), list)
+    ):
+        raise StateError(
+            f"{where}: a state of a canonical layout holds its pipelines (Phases), got "
+            f"{short_repr(level)}"
+        )
+    phase = level.get("phase")
+    if isinstance(phase, bool) or not isinstance(phase, int):
+        raise StateError(f"{where}: Phases phase={short_repr(phase)} is corrupt")
+    return level["sources"], phase
