@@ -47,7 +47,7 @@ class Logical:
     config: dict[str, Any]  # the old rank 0's config
     epoch: int
     in_pass: int
-    paths: Any
+    paths: list[str] | None  # where the datasets were read from (messages only)
 
 
 def relayout(run: SavedRun, target: RestoreTarget) -> list[RankState] | None:
