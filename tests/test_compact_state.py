@@ -15,7 +15,7 @@ from energon_lite import (
     get_train_dataset,
     prepare_dataset,
 )
-from energon_lite.resume.compact import pack_records, unpack_records, unpacked
+from energon_lite.state.compact import pack_records, unpack_records, unpacked
 from energon_lite.synth.shards import write_captioning_shards
 from energon_lite.testing import take
 

@@ -10,7 +10,6 @@ import pytest
 from conftest import make_dataset
 
 from energon_lite import WorkerConfig, get_savable_loader, get_train_dataset
-from energon_lite.resume.compact import unpacked
 from energon_lite.resume.state_delta import (
     PATCHED,
     UNCHANGED,
@@ -18,6 +17,7 @@ from energon_lite.resume.state_delta import (
     unchanged_marked,
     with_unchanged,
 )
+from energon_lite.state.compact import unpacked
 from energon_lite.testing import assert_loader_resumes, take
 
 

@@ -18,7 +18,7 @@ from energon_lite.resume.levels import holds_sub_key, walk_states
 from energon_lite.resume.rank_state import RankState
 from energon_lite.stages.base import stage_class
 from energon_lite.stages.reader import Reader
-from energon_lite.stages.slices import DEALINGS, OLD_DEALING, SliceTable
+from energon_lite.stages.slices import DEALINGS, SliceTable
 from energon_lite.state.restore_key import from_plain, sample_keys, to_plain
 
 _READER = Reader.__name__
@@ -114,7 +114,7 @@ def _check_reader(
     epoch, opened, nxt = level.get("epoch"), level.get("open"), level.get("next")
     if not isinstance(epoch, int) or not isinstance(opened, list):
         return
-    dealing = level.get("dealing", OLD_DEALING)
+    dealing = level.get("dealing")
     if plan is not None and plan.table is not None and dealing in DEALINGS:
         table = plan.table(dealing, workers)  # the state's own dealing and layout
         plan = plan._replace(slices=table.num_slices, open_error=table.open_error)

@@ -12,7 +12,8 @@ pickle-, JSON- and ``torch.save``-able), version 2::
      "digest": <state_digest of everything else>}
 
 A rank of a canonical layout saves its pipelines in compact form, version 3
-(:mod:`energon_lite.resume.compact`); reading unpacks it first. :class:`RankState` is the only
+(:mod:`energon_lite.state.compact`); reading unpacks it and upgrades an older form to
+today's first (:mod:`energon_lite.state.upgrade`). :class:`RankState` is the only
 place that writes this form (:meth:`RankState.plain`) and the only place that checks it
 (:meth:`RankState.read`: type, version, digest, and the fields' own consistency);
 :func:`read_run` checks the states of every rank of one run together (rank order, one state
@@ -27,11 +28,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from energon_lite.errors import StateError, short_repr
-from energon_lite.resume.compact import PACKED_VERSION, packed, unpacked
 from energon_lite.stages.base import stage_class
 from energon_lite.state.codec import STATE_VERSION, check_same_config, state_digest
-
-LOADER_TYPE = "SavableLoader"  # the saved record's "type"
+from energon_lite.state.compact import packed, unpacked
+from energon_lite.state.upgrade import LOADER_TYPE, upgrade_state
 
 
 @dataclass(frozen=True)
@@ -80,13 +80,10 @@ class RankState:
         own; StateError naming what is wrong, prefixed by ``where`` ("old rank 1: ")."""
         if not isinstance(state, dict) or state.get("type") != LOADER_TYPE:
             raise StateError(f"{where}not an energon_lite loader state: {short_repr(state)}")
-        state = unpacked(state)  # version 3 (compact pipelines) reads as version 2
-        if state.get("version") != STATE_VERSION:
-            raise StateError(
-                f"{where}loader state version {short_repr(state.get('version'))}, this "
-                f"energon_lite reads {STATE_VERSION} and {PACKED_VERSION} (compact pipelines); "
-                "states of version 1 (energon_lite 0.1) cannot be resumed by this version"
-            )
+        try:  # version 3 (compact pipelines) unpacked, and any older form upgraded
+            state = upgrade_state(unpacked(state))
+        except StateError as exc:
+            raise StateError(f"{where}{exc}") from None
         if state.get("digest") != state_digest(state):
             raise StateError(
                 f"{where}loader state does not match its digest: it was edited or corrupted "
