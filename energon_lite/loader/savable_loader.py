@@ -231,7 +231,7 @@ class SavableLoader:
         weighted blend or before the first batch. ``stats()`` includes it as ``"mix"``."""
         from energon_lite.loader.mix_report import delivered_mix
 
-        leaves = getattr(self.dataset.pipeline, "leaves", None)
+        leaves = self.dataset.pipeline.leaves
         states = [s for s in self._states if isinstance(s, dict) and "unsavable" not in s]
         if not leaves or len(leaves) < 2 or not states:
             return None
@@ -286,18 +286,17 @@ class SavableLoader:
         ).saved()
 
     def _dataset_paths(self) -> list[str]:
-        leaves = getattr(self.dataset.pipeline, "leaves", None) or []
+        leaves = self.dataset.pipeline.leaves
         return [f"{leaf.path} (split {leaf.split_part})" for leaf in leaves]
 
     def _target(self) -> RestoreTarget:
         """This loader, as what a saved state must match (:mod:`energon_lite.resume`)."""
         wc = self.worker_config
         pipeline = self.dataset.pipeline
-        canonical = getattr(pipeline, "canonical", None)
 
         def leaves() -> list[LeafPlan] | None:
-            readers = getattr(pipeline, "readers", None)  # None: a wrapper chain
-            return None if readers is None else [LeafPlan.of(r) for r in readers(wc.slot(0))]
+            readers = pipeline.readers(wc.slot(0))  # None: a wrapper chain
+            return None if readers is None else [LeafPlan.of(r) for r in readers]
 
         return RestoreTarget(
             worker_config=wc,
@@ -305,7 +304,7 @@ class SavableLoader:
             shape=pipeline.state_shape,
             paths=self._dataset_paths(),
             batches_per_pass=self.virtual_epoch_length,
-            canonical=canonical(wc.slot(0)) if canonical is not None else None,
+            canonical=pipeline.canonical(wc.slot(0)),
             leaves=leaves,
         )
 
@@ -365,5 +364,4 @@ class SavableLoader:
 
 def _paths(dataset: SavableDataset) -> str:
     """The dataset paths of ``dataset`` (for the debug log), comma-separated."""
-    leaves = getattr(getattr(dataset, "pipeline", None), "leaves", None) or []
-    return ",".join(str(getattr(leaf, "path", leaf)) for leaf in leaves) or "?"
+    return ",".join(str(leaf.path) for leaf in dataset.pipeline.leaves) or "?"
