@@ -26,6 +26,7 @@ from energon_lite.errors import (
 )
 from energon_lite.loader import healing
 from energon_lite.loader.savable_dataset import SavableDataset, modality, unsavable_reason
+from energon_lite.loader.stateful import StatefulLoader
 from energon_lite.loader.stats import LoaderStats
 from energon_lite.loader.stream import StreamSettings, shut_down, stream
 from energon_lite.resume.ownership import LeafPlan
@@ -35,7 +36,7 @@ from energon_lite.resume.state_delta import with_unchanged
 from energon_lite.resume.target import RestoreTarget
 
 
-class SavableLoader:
+class SavableLoader(StatefulLoader):
     """Iterates batches of a SavableDataset and can save/restore its exact position."""
 
     _next_id = 0  # Energon's loader ids (debug sample log), per class
