@@ -15,10 +15,10 @@ from torch.utils.data import IterableDataset, get_worker_info
 from energon_lite.errors import ConfigError, UnsavableStateError, restoring
 from energon_lite.loader.energon_tree import TreeNode, energon_tree
 from energon_lite.loader.probe import ChainProbe
-from energon_lite.loader.state_delta import unchanged_marked
 from energon_lite.loader.transport import check_sendable
 from energon_lite.loader.watchdog import Watchdog
 from energon_lite.pipeline.dataset_pipeline import DatasetPipeline, Pipeline
+from energon_lite.resume.state_delta import unchanged_marked
 from energon_lite.sample_utils import default_get_batch_keys
 from energon_lite.storage.cache_config import ShardCacheConfig
 from energon_lite.storage.cache_config import use as use_shard_cache
