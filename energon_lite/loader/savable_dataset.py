@@ -21,7 +21,7 @@ from energon_lite.loader.watchdog import Watchdog
 from energon_lite.pipeline.dataset_pipeline import DatasetPipeline, Pipeline
 from energon_lite.sample_utils import default_get_batch_keys
 from energon_lite.storage.cache_config import ShardCacheConfig
-from energon_lite.storage.cache_config import use as use_shard_cache
+from energon_lite.storage.session import session
 from energon_lite.task_encoder.hook_index import INDEX
 from energon_lite.worker import WorkerConfig
 
@@ -75,8 +75,9 @@ class SavableDataset(IterableDataset):
         ``watch_settings``) starts a :class:`~energon_lite.loader.watchdog.Watchdog` that
         logs where a stalled worker (or, without workers, the loading thread) is.
         """
-        shard_cache = getattr(self, "shard_cache", None)
-        before = use_shard_cache(shard_cache) if shard_cache is not None else None
+        # the chain reads through this dataset's shard cache while it runs (another loader of
+        # this process, interleaved with it, reads through its own)
+        reading = session().shard_cache(getattr(self, "shard_cache", None))
         info = get_worker_info()
         physical = info.id if info is not None else 0
         n = self.worker_config.workers_per_rank
@@ -96,14 +97,15 @@ class SavableDataset(IterableDataset):
             chain = self.pipeline.build(self.worker_config.slot(logical, epoch))
             probe = ChainProbe(chain, logical) if stats else None
             INDEX.worker, INDEX.workers = logical, n
-            with restoring(self.worker_config.restore_error_handler):
+            with restoring(self.worker_config.restore_error_handler), reading:
                 chain.restore_state(states[logical] if states is not None else None)
             while True:
                 INDEX.worker, INDEX.workers = logical, n  # current_batch_index's spread
                 if probe is not None:
                     probe.resume()
                 try:
-                    batch = chain.next()
+                    with reading:
+                        batch = chain.next()
                 except StopIteration:
                     return
                 if in_worker:
@@ -137,8 +139,6 @@ class SavableDataset(IterableDataset):
         finally:
             if dog is not None:
                 dog.stop()
-            if shard_cache is not None:
-                use_shard_cache(before)
 
     def watch_settings(
         self, watchdog: tuple[float, float | None] | None

@@ -35,9 +35,8 @@ from energon_lite.errors import DatasetFormatError
 from energon_lite.storage import retry
 from energon_lite.storage.clients import request_timeout, target
 from energon_lite.storage.path import RemotePath, StoragePath
+from energon_lite.storage.session import session
 
-_small: dict[RemotePath, bytes] = {}
-_listings: dict[RemotePath, dict[str, dict[str, Any]]] = {}
 _SMALL_LIMIT = 4 << 20  # files kept in memory are metadata, never shards
 
 
@@ -54,8 +53,9 @@ def cache_dir() -> Path:
 
 def forget(path: RemotePath) -> None:
     """Drop what this process remembers about ``path`` (after writing it)."""
-    _small.pop(path, None)
-    _listings.pop(path.parent, None)
+    held = session()
+    held.small.pop(path, None)
+    held.listings.pop(path.parent, None)
 
 
 def forget_under(root: RemotePath) -> None:
@@ -63,7 +63,8 @@ def forget_under(root: RemotePath) -> None:
     opens reads its metadata and pins its shards' versions as they are now, never from an
     earlier open (the dataset may have been replaced and prepared again since)."""
     prefix = str(root).rstrip("/")
-    for cache in (_small, _listings):
+    held = session()
+    for cache in (held.small, held.listings):
         for key in [k for k in cache if str(k) == prefix or str(k).startswith(prefix + "/")]:
             del cache[key]
 
@@ -84,7 +85,7 @@ def _info(path: RemotePath) -> dict[str, Any] | None:
 def exists(path: StoragePath) -> bool:
     if isinstance(path, Path):
         return path.exists()
-    if path in _small or _info(path) is not None:
+    if path in session().small or _info(path) is not None:
         return True
     # HTTP has no folders: a prepared dataset folder exists when its metadata does
     return path.scheme in ("http", "https") and any(
@@ -95,7 +96,7 @@ def exists(path: StoragePath) -> bool:
 def is_file(path: StoragePath) -> bool:
     if isinstance(path, Path):
         return path.is_file()
-    if path in _small:
+    if path in session().small:
         return True
     info = _info(path)
     return info is not None and info.get("type") == "file"
@@ -127,13 +128,14 @@ def read_bytes(path: StoragePath) -> bytes:
             return path.read_bytes()
         except FileNotFoundError:
             raise DatasetFormatError(f"{path}: file not found") from None
-    data = _small.get(path)
+    small = session().small
+    data = small.get(path)
     if data is None:
         t = target(path)
         data = retry.call(lambda: t.fs.cat_file(t.path), "read", str(path), t.secrets)
         retry.STATS.add("bytes", len(data))
         if len(data) <= _SMALL_LIMIT:
-            _small[path] = data
+            small[path] = data
     return data
 
 
@@ -167,7 +169,7 @@ def version(path: RemotePath) -> str:
     ``"etag:<ETag>"``, else
     ``"last-modified:<date>"`` (an HTTP server without ETags), else ``""`` (nothing to check)."""
     _, _ = stat(path)  # fills the listing entry
-    info = _listings[path.parent].get(path.name) or {}
+    info = session().listings[path.parent].get(path.name) or {}
     if path.scheme == "gs" and info.get("generation"):
         return f"generation:{info['generation']}"  # GCS's own content version
     tag = info.get("ETag") or info.get("etag")
@@ -326,7 +328,8 @@ def list_files(root: StoragePath, suffix: str) -> list[str]:
 def stat(path: RemotePath) -> tuple[str, int]:
     """``(ETag, size)`` of an object, from one listing of its folder per process (or a HEAD)."""
     folder = path.parent
-    entries = _listings.get(folder)
+    listings = session().listings
+    entries = listings.get(folder)
     if entries is None and path.scheme not in ("http", "https"):
         t = target(folder)
         try:
@@ -335,9 +338,9 @@ def stat(path: RemotePath) -> tuple[str, int]:
             )
         except DatasetFormatError:
             listed = []
-        entries = _listings[folder] = {e["name"].rsplit("/", 1)[-1]: e for e in listed}
+        entries = listings[folder] = {e["name"].rsplit("/", 1)[-1]: e for e in listed}
     if entries is None:
-        entries = _listings[folder] = {}
+        entries = listings[folder] = {}
     info = entries.get(path.name)
     if info is None:
         info = _info(path)
