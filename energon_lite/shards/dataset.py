@@ -37,7 +37,7 @@ from energon_lite.shards.shard_record import (
 )
 from energon_lite.shards.tar import first_member_name, parse_sample, split_name
 from energon_lite.shards.tar_index import open_index
-from energon_lite.storage import RemotePath, ShardFile, StoragePath, as_path, ops
+from energon_lite.storage import RemotePath, ShardFile, StoragePath, as_path, is_remote, ops
 from energon_lite.storage.prefetch import prefetch as prefetch_shards
 from energon_lite.storage.prefetch import process_cache
 
@@ -64,8 +64,7 @@ class PreparedDataset:
         self._indexes: dict[int, np.ndarray] = {}
         self._fingerprint: str | None = None
         self._versions: dict[str, str] = {}
-        if isinstance(self.root, RemotePath):
-            ops.forget_under(self.root)  # metadata and versions as they are now
+        ops.forget_under(self.root)  # metadata and versions as they are now
         info = load_info(self.root)
         self.config: dict[str, Any] = load_dataset_config(self.root, dataset_config)
         # a dataset.yaml may name its split file; as in Energon it wins over the argument
@@ -170,7 +169,7 @@ class PreparedDataset:
         self._content_digest = None if record is None else record.content_digest
         self._checked: set[int] = set()
         self._digest_checked = False
-        if not isinstance(self.root, RemotePath):
+        if not is_remote(self.root):  # a local shard is checked when first read (_verify)
             return
         shard_id = {name: i for i, name in enumerate(info.shard_names)}
         known = [name for name in dict.fromkeys(names) if name in shard_id]
@@ -187,7 +186,7 @@ class PreparedDataset:
         record = self._record
         if record is None or shard_id in self._checked:
             return
-        if isinstance(self.root, RemotePath):
+        if is_remote(self.root):
             name = self.shard_names[shard_id]
             check_probe(self.root, name, record.probe(shard_id), record.where, file)
         elif check_local_shard(self.root, record, shard_id) and not self._digest_checked:
@@ -258,13 +257,13 @@ class PreparedDataset:
 
     def prefetch_enabled(self) -> bool:
         """Whether :meth:`prefetch` does anything: a remote dataset with a shard cache on."""
-        return isinstance(self.root, RemotePath) and process_cache() is not None
+        return is_remote(self.root) and process_cache() is not None
 
     def prefetch(self, shard_ids: list[int]) -> None:
         """The shards this worker reads next, in order: fetched into the node's shard cache
         ahead of use (bounded in bytes; ``energon_lite.storage.prefetch``)."""
         root = self.root
-        if not isinstance(root, RemotePath) or process_cache() is None:
+        if not is_remote(root) or process_cache() is None:
             return
         items = []
         for shard_id in shard_ids:

@@ -51,17 +51,21 @@ def cache_dir() -> Path:
     return Path(root)
 
 
-def forget(path: RemotePath) -> None:
+def forget(path: StoragePath) -> None:
     """Drop what this process remembers about ``path`` (after writing it)."""
+    if isinstance(path, Path):
+        return  # nothing of a local file is remembered
     held = session()
     held.small.pop(path, None)
     held.listings.pop(path.parent, None)
 
 
-def forget_under(root: RemotePath) -> None:
+def forget_under(root: StoragePath) -> None:
     """Drop what this process remembers of files and listings below ``root``: a dataset that
     opens reads its metadata and pins its shards' versions as they are now, never from an
     earlier open (the dataset may have been replaced and prepared again since)."""
+    if isinstance(root, Path):
+        return
     prefix = str(root).rstrip("/")
     held = session()
     for cache in (held.small, held.listings):
@@ -164,10 +168,13 @@ def read_range(path: RemotePath, start: int, end: int, version: str = "") -> byt
     return data
 
 
-def version(path: RemotePath) -> str:
+def version(path: StoragePath) -> str:
     """What names the content of a remote object now: ``"generation:<n>"`` on GCS, else
     ``"etag:<ETag>"``, else
-    ``"last-modified:<date>"`` (an HTTP server without ETags), else ``""`` (nothing to check)."""
+    ``"last-modified:<date>"`` (an HTTP server without ETags), else ``""`` (nothing to check,
+    and always for a local file: its reads are not conditional)."""
+    if isinstance(path, Path):
+        return ""
     _, _ = stat(path)  # fills the listing entry
     info = session().listings[path.parent].get(path.name) or {}
     if path.scheme == "gs" and info.get("generation"):
@@ -307,22 +314,75 @@ async def _gs_get(t: Any, start: int, end: int, expected: str) -> tuple[bytes, s
 _GETS = {"s3": _s3_get, "msc": _s3_get, "az": _az_get, "gs": _gs_get}
 
 
+def read_span(path: StoragePath, start: int, end: int) -> bytes:
+    """Bytes ``[start, end)`` of a file, cut at its end (remotely one ranged GET)."""
+    if isinstance(path, RemotePath):
+        return read_range(path, start, end)
+    with open(path, "rb") as file:
+        file.seek(start)
+        return file.read(max(0, end - start))
+
+
+def edges(path: StoragePath, edge: int) -> bytes | None:
+    """``b"<size>:"``, the first ``edge`` bytes and, past them, ``edge`` more from
+    ``max(edge, size - edge)`` (a cheap identity of a file's content); None if it is missing."""
+    try:
+        total = size(path)
+    except (FileNotFoundError, DatasetFormatError):
+        return None
+    data = f"{total}:".encode() + (read_span(path, 0, edge) if total else b"")
+    if total > edge:
+        start = max(edge, total - edge)
+        data += read_span(path, start, start + edge)
+    return data
+
+
+def read_if_present(path: StoragePath) -> bytes | None:
+    """The whole file (a remote one kept in memory as ``read_bytes``), None when it is absent
+    (a remote one known absent from its folder's listing, without a failing GET)."""
+    if isinstance(path, RemotePath):
+        try:
+            stat(path)
+        except DatasetFormatError:
+            return None
+    try:
+        return read_bytes(path)
+    except DatasetFormatError:
+        if isinstance(path, Path) and not path.exists():
+            return None
+        raise
+
+
 def size(path: StoragePath) -> int:
     if isinstance(path, Path):
         return path.stat().st_size
     return stat(path)[1]
 
 
-def list_files(root: StoragePath, suffix: str) -> list[str]:
-    """Names relative to ``root`` of the files ending in ``suffix`` below it (recursive)."""
+def list_files(root: StoragePath, suffix: str, skip: str = "") -> list[str]:
+    """Names relative to ``root`` of the files ending in ``suffix`` below it (recursive),
+    sorted; ``skip``: leave out folders whose name starts with it (and what is in them)."""
     if isinstance(root, Path):
-        return sorted(p.relative_to(root).as_posix() for p in root.rglob("*" + suffix))
+        if not skip:
+            return sorted(p.relative_to(root).as_posix() for p in root.rglob("*" + suffix))
+        found = []
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith(skip))
+            found += [
+                Path(dirpath, n).relative_to(root).as_posix()
+                for n in filenames
+                if n.endswith(suffix)
+            ]
+        return sorted(found)
     if root.scheme in ("http", "https"):
         raise DatasetFormatError(f"{root}: an HTTP server cannot be listed; it is read-only")
     t = target(root)
     found = retry.call(lambda: t.fs.find(t.path), "list", str(root), t.secrets)
     prefix = t.path.rstrip("/") + "/"
-    return sorted(f[len(prefix) :] for f in found if f.startswith(prefix) and f.endswith(suffix))
+    names = [f[len(prefix) :] for f in found if f.startswith(prefix) and f.endswith(suffix)]
+    if skip:
+        names = [n for n in names if not any(p.startswith(skip) for p in n.split("/")[:-1])]
+    return sorted(names)
 
 
 def stat(path: RemotePath) -> tuple[str, int]:
@@ -374,7 +434,10 @@ def local_copy(path: StoragePath) -> Path:
     return local
 
 
-def read_range_all(path: RemotePath) -> bytes:
+def read_range_all(path: StoragePath) -> bytes:
+    """The whole file, read now (never from or into the small-file memory)."""
+    if isinstance(path, Path):
+        return path.read_bytes()
     t = target(path)
     data = retry.call(lambda: t.fs.cat_file(t.path), "read", str(path), t.secrets)
     retry.STATS.add("bytes", len(data))
