@@ -8,8 +8,10 @@ on 127.0.0.1; every request goes through the counting proxy
 
 * ``requests``: HTTP requests the proxy forwarded while the dataset was opened (listings,
   metadata, indexes; no sample is read);
-* ``calls``: calls from a function of ``energon_lite/shards/`` into one of
-  ``energon_lite/storage/`` (``sys.setprofile``), the round trips between the two layers.
+* ``I/O calls``: calls from a function of ``energon_lite/shards/`` into a function of
+  ``energon_lite/storage/`` that may read (``exists``, ``read_bytes``, ``size``, ``version``...;
+  counted with ``sys.setprofile``), the round trips between the two layers; ``all such
+  calls`` adds path arithmetic (``/``, ``as_path``) and bookkeeping.
 
 Ways of opening: ``split`` (one split: the tar folder's Source), ``dataset`` (``get_train_dataset``
 on the URL), ``metadataset`` (``get_train_dataset`` on a local metadataset YAML naming the
@@ -27,6 +29,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +37,10 @@ from common import markdown_table
 
 WAYS = ("split", "dataset", "metadataset", "factory")
 RESULT = "RESULT "
+# the storage functions that may read (all but path arithmetic and bookkeeping)
+_IO = {"exists", "is_file", "is_dir", "read_bytes", "read_text", "read_range", "read_range_all",
+       "read_if_present", "read_span", "edges", "size", "stat", "version", "info",
+       "fresh_listing", "list_files", "local_copy", "downloaded"}  # fmt: skip
 BUCKET, PREFIX = "bench-open", "ds"
 
 
@@ -70,14 +77,13 @@ def child(args: argparse.Namespace) -> None:
 
     shards = os.sep + os.path.join("energon_lite", "shards") + os.sep
     storage = os.sep + os.path.join("energon_lite", "storage") + os.sep
-    calls = 0
+    calls: Counter[str] = Counter()
 
     def profile(frame: Any, event: str, arg: Any) -> None:
-        nonlocal calls
         if event == "call" and storage in frame.f_code.co_filename:
             caller = frame.f_back
             if caller is not None and shards in caller.f_code.co_filename:
-                calls += 1
+                calls[frame.f_code.co_qualname] += 1
 
     with FaultProxy(args.endpoint) as proxy, tempfile.TemporaryDirectory() as scratch:
         os.environ["AWS_ENDPOINT_URL"] = proxy.endpoint
@@ -87,7 +93,11 @@ def child(args: argparse.Namespace) -> None:
             _open(args.way, f"s3://{BUCKET}/{PREFIX}", Path(scratch))
         finally:
             sys.setprofile(None)
-        print(RESULT + json.dumps({"requests": len(proxy.log), "calls": calls}), flush=True)
+        if args.verbose:
+            print(calls.most_common(), file=sys.stderr)
+        io = sum(n for name, n in calls.items() if name.split(".")[-1] in _IO)
+        found = {"requests": len(proxy.log), "calls": sum(calls.values()), "io": io}
+        print(RESULT + json.dumps(found), flush=True)
 
 
 def main() -> None:
@@ -95,6 +105,7 @@ def main() -> None:
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--way", choices=WAYS, help=argparse.SUPPRESS)
     parser.add_argument("--endpoint", help=argparse.SUPPRESS)
+    parser.add_argument("--verbose", action="store_true", help="name the calls of each way")
     args = parser.parse_args()
     if args.child:
         child(args)
@@ -114,16 +125,18 @@ def main() -> None:
         server.upload(make_dataset(Path(scratch) / "ds"), BUCKET, PREFIX)
         for way in WAYS:
             command = [sys.executable, __file__, "--child", "--way", way]
+            command += ["--verbose"] if args.verbose else []
             out = subprocess.run(
                 [*command, "--endpoint", server.endpoint],
                 check=True,
-                capture_output=True,
+                stdout=subprocess.PIPE,
                 text=True,
             ).stdout
             line = next(x for x in out.splitlines() if x.startswith(RESULT))
             found = json.loads(line[len(RESULT) :])
-            rows.append([way, found["requests"], found["calls"]])
-    print(markdown_table(["opened as", "requests", "shards -> storage calls"], rows))
+            rows.append([way, found["requests"], found["io"], found["calls"]])
+    headers = ["opened as", "requests", "shards -> storage I/O calls", "all such calls"]
+    print(markdown_table(headers, rows))
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from typing import Any
 from energon_lite.epathlib import EPath
 from energon_lite.errors import DatasetFormatError
 from energon_lite.samples.types import SourceInfo
+from energon_lite.shards.metadata import dataset_metadata
 from energon_lite.storage import RemotePath, StoragePath, as_path, is_remote, is_url, local_only
 from energon_lite.storage.path import inside
 
@@ -112,11 +113,10 @@ class WebdatasetFileStore(FileStore):
     def _lookup(self, key: str) -> tuple[int, int, dict[str, bytes]]:
         from energon_lite.cache.key_index import candidates, load_key_index
         from energon_lite.shards.dataset import PreparedDataset
-        from energon_lite.shards.meta import load_split
 
         if self._table is None:
             self._table = load_key_index(self.root)
-            split = next(iter(load_split(self.root).split_parts))
+            split = next(iter(dataset_metadata(self.root).split().split_parts))
             self._dataset = PreparedDataset(self.root, split)
         for shard_id, index in candidates(self._table, key):
             found, parts = self._dataset.read(shard_id, index)

@@ -19,21 +19,13 @@ import numpy as np
 
 from energon_lite.errors import DatasetFormatError, short_repr
 from energon_lite.samples.crude import CrudeSample
-from energon_lite.shards.meta import (
-    DatasetInfo,
-    SplitConfig,
-    load_dataset_config,
-    load_info,
-    load_split,
-)
+from energon_lite.shards.meta import DatasetInfo, SplitConfig
+from energon_lite.shards.metadata import dataset_metadata
 from energon_lite.shards.shard_record import (
     check_digest,
     check_local_shard,
     check_probe,
-    check_remote_shards,
     content_identity,
-    load_record,
-    remote_versions,
 )
 from energon_lite.shards.tar import first_member_name, parse_sample, split_name
 from energon_lite.shards.tar_index import open_index
@@ -64,11 +56,12 @@ class PreparedDataset:
         self._indexes: dict[int, np.ndarray] = {}
         self._fingerprint: str | None = None
         self._versions: dict[str, str] = {}
-        ops.forget_under(self.root)  # metadata and versions as they are now
-        info = load_info(self.root)
-        self.config: dict[str, Any] = load_dataset_config(self.root, dataset_config)
+        # read once per process, and again when the folder was prepared anew since
+        meta = dataset_metadata(self.root)
+        info = meta.info()
+        self.config: dict[str, Any] = meta.dataset_config(dataset_config)
         # a dataset.yaml may name its split file; as in Energon it wins over the argument
-        split = load_split(self.root, self.config.get("split_config") or split_config, info)
+        split = meta.split(self.config.get("split_config") or split_config)
         if split_part not in split.split_parts:
             raise DatasetFormatError(
                 f"{split.source}: no split {short_repr(split_part)}; it has "
@@ -164,21 +157,14 @@ class PreparedDataset:
         shard is checked against it when a process first reads it (``_verify``): opening a
         split stats no shard. A remote one is checked by size here, from the folder listing,
         and probed when a process first reads it (two ranged GETs)."""
-        record = load_record(self.root, info.shard_names)
-        self._record = record
+        meta = dataset_metadata(self.root, check=False)  # checked by __init__ just now
+        record = self._record = meta.record()
         self._content_digest = None if record is None else record.content_digest
         self._checked: set[int] = set()
         self._digest_checked = False
-        if not is_remote(self.root):  # a local shard is checked when first read (_verify)
-            return
-        shard_id = {name: i for i, name in enumerate(info.shard_names)}
-        known = [name for name in dict.fromkeys(names) if name in shard_id]
-        if record is not None:
-            check_remote_shards(
-                self.root, record, [shard_id[name] for name in known], info.shard_counts
-            )
-        # a remote shard's ETag / Last-Modified now: every read is conditional on it
-        self._versions = remote_versions(self.root, record, known)
+        # a remote shard's ETag / Last-Modified, pinned once per process and dataset: every
+        # read is conditional on it ({} locally: a local shard is checked when first read)
+        self._versions = meta.shard_versions(names)
 
     def _verify(self, shard_id: int, file: ShardFile) -> None:
         """The shard against the record, once per process: a missing or changed one is

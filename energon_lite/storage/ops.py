@@ -385,20 +385,37 @@ def list_files(root: StoragePath, suffix: str, skip: str = "") -> list[str]:
     return sorted(names)
 
 
+def fresh_listing(folder: RemotePath) -> dict[str, tuple[str, int]] | None:
+    """``{name: (ETag, size)}`` of the objects in ``folder`` now (one listing, which the
+    process then remembers for ``stat``); None over HTTP, which cannot list."""
+    if folder.scheme in ("http", "https"):
+        return None
+    entries = _list(folder)
+    return {
+        name: (str(e.get("ETag") or e.get("etag") or ""), int(e.get("size") or 0))
+        for name, e in entries.items()
+    }
+
+
+def _list(folder: RemotePath) -> dict[str, dict[str, Any]]:
+    t = target(folder)
+    try:
+        listed = retry.call(
+            lambda: t.fs.ls(t.path, detail=True, refresh=True), "list", str(folder), t.secrets
+        )
+    except DatasetFormatError:
+        listed = []
+    entries = session().listings[folder] = {e["name"].rsplit("/", 1)[-1]: e for e in listed}
+    return entries
+
+
 def stat(path: RemotePath) -> tuple[str, int]:
     """``(ETag, size)`` of an object, from one listing of its folder per process (or a HEAD)."""
     folder = path.parent
     listings = session().listings
     entries = listings.get(folder)
     if entries is None and path.scheme not in ("http", "https"):
-        t = target(folder)
-        try:
-            listed = retry.call(
-                lambda: t.fs.ls(t.path, detail=True, refresh=True), "list", str(folder), t.secrets
-            )
-        except DatasetFormatError:
-            listed = []
-        entries = listings[folder] = {e["name"].rsplit("/", 1)[-1]: e for e in listed}
+        entries = _list(folder)
     if entries is None:
         entries = listings[folder] = {}
     info = entries.get(path.name)
