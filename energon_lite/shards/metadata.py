@@ -9,8 +9,10 @@ name) and the shard record are read the first time one asks, then served from me
 Each ask checks that the folder is still what was read, for one listing of ``.nv-meta``
 (locally a ``stat`` of its files): a dataset replaced and prepared again in the same process
 (new ``.info.json``, record...) is read afresh, with what the process remembered below its
-root (listings, shard versions) forgotten. The remote shards' versions are pinned (and
-their sizes checked against the record) once, by this object. Over plain HTTP, which cannot list, the
+root (listings, shard versions) forgotten. The shards' versions are pinned at each open
+from a fresh listing of their folder (a shard replaced in place is read as it is now, or
+refused when the record names another version), by this object for all of that open's
+users. Over plain HTTP, which cannot list, the
 metadata is read again at every ask, as before this object existed.
 """
 
@@ -91,6 +93,10 @@ class DatasetMetadata:
         self._versions.update(remote_versions(self.root, record, new))
         return {n: self._versions[n] for n in names if n in self._versions}
 
+    def forget_versions(self) -> None:
+        """Pin the shards' versions again at the next ``shard_versions`` (a new open)."""
+        self._versions = {}
+
 
 def dataset_metadata(
     root: str | os.PathLike[str] | StoragePath, check: bool = True
@@ -106,6 +112,9 @@ def dataset_metadata(
     if found is None or token is None or found.token != token:
         ops.forget_under(root)  # the versions it pins and the files it reads are current
         found = held[root] = DatasetMetadata(root, token)
+    else:  # .nv-meta as read; the shards' versions are pinned as they are now
+        ops.forget_under(root, keep=root / META_DIR)
+        found.forget_versions()
     return found
 
 

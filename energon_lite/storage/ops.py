@@ -60,17 +60,19 @@ def forget(path: StoragePath) -> None:
     held.listings.pop(path.parent, None)
 
 
-def forget_under(root: StoragePath) -> None:
-    """Drop what this process remembers of files and listings below ``root``: a dataset that
-    opens reads its metadata and pins its shards' versions as they are now, never from an
-    earlier open (the dataset may have been replaced and prepared again since)."""
+def forget_under(root: StoragePath, keep: StoragePath | None = None) -> None:
+    """Drop what this process remembers of files and listings below ``root`` (but ``keep``,
+    a folder below it): a dataset that opens pins its shards' versions as they are now, never
+    from an earlier open (the dataset may have been replaced and prepared again since)."""
     if isinstance(root, Path):
         return
     prefix = str(root).rstrip("/")
+    kept = str(keep).rstrip("/") if keep is not None else None
     held = session()
     for cache in (held.small, held.listings):
         for key in [k for k in cache if str(k) == prefix or str(k).startswith(prefix + "/")]:
-            del cache[key]
+            if kept is None or not (str(key) == kept or str(key).startswith(kept + "/")):
+                del cache[key]
 
 
 def info(path: RemotePath) -> dict[str, Any] | None:
