@@ -8,8 +8,8 @@ Data: W1 (``bench_pipeline.py``'s 256x256 JPEG + caption), batch 32, shuffle buf
   notices dead workers itself); rounds of ``--batches`` batches from each, the order
   alternating (A/B). Compared: CPU time per sample (process + workers) and samples/s.
 * ``per call``: what the healing path adds per batch in the trainer (``next_or_loss`` and
-  the restart bookkeeping around a bare ``next``), on an iterator that does nothing: the
-  overhead a noisy machine cannot hide.
+  the restart bookkeeping around a bare ``next``), on torch's pool of two workers that send
+  small ints: the overhead a noisy machine cannot hide.
 * ``restart``: a loader delivers 10 batches; then one worker is SIGKILLed (alternately
   torch's worker 0 and 1) and the trainer goes on. ``kill -> next batch``: from the kill to
   the first batch of the new pool; ``detect -> next batch``: the loader's own record (the
@@ -94,28 +94,40 @@ def overhead(root: Path, rounds: int, batches: int) -> list[dict[str, Any]]:
     return out
 
 
-def per_call(repeats: int = 200_000) -> dict[str, float]:
-    """ns per batch: a bare ``next`` and the healing path around it (no loss)."""
+def per_call(repeats: int = 20_000) -> dict[str, float]:
+    """ns per batch: a bare ``next`` of torch's pool and the healing path around it (no
+    loss), on two workers that send small ints (the cost of torch's queue included)."""
+    from torch.utils.data import DataLoader, IterableDataset
+
     from energon_lite.loader import healing
+    from energon_lite.loader.torch_iter import WorkerPool
+
+    class Counting(IterableDataset):  # forked, never pickled
+        def __iter__(self) -> Any:
+            return iter(range(10**9))
 
     healer = healing.Healer(3, 3600.0, "raise", True, None)
 
-    def bare(it: Any) -> None:
-        next(it)
+    def bare(pool: Any) -> None:
+        next(pool)
 
-    def healed(it: Any) -> None:
-        healing.next_or_loss(it, None)
-        healer.received()
+    def healed(pool: Any) -> None:
+        healing.next_or_loss(pool, None)
+        healer.settle()
 
     out = {}
     for name, step in (("bare_ns", bare), ("healing_ns", healed)):
         best = float("inf")
-        for _ in range(5):
-            it = iter(range(repeats))
+        for _ in range(3):
+            loader = DataLoader(Counting(), batch_size=None, num_workers=2, prefetch_factor=64)
+            pool = WorkerPool(loader, watched=name == "bare_ns")
+            for _ in range(1000):  # the workers running, the queue full
+                step(pool)
             start = time.perf_counter_ns()
             for _ in range(repeats):
-                step(it)
+                step(pool)
             best = min(best, (time.perf_counter_ns() - start) / repeats)
+            pool.close()
         out[name] = best
     return out
 

@@ -5,8 +5,11 @@ uninterrupted one, each sample once. A worker that dies on every start spends th
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -269,6 +272,8 @@ def test_a_worker_that_dies_on_every_start_stops_the_run_after_the_budget(train_
     assert "\n  restart 1 at " in message and "\n  restart 2 at " in message
     assert "restart 3" not in message
     assert [r["number"] for r in loader.worker_restarts] == [1, 2]
+    # each replacement pool was lost before its first batch: timed to that loss, not null
+    assert all(isinstance(r["seconds"], float) for r in loader.worker_restarts)
     # 0: today's behaviour, the first death ends the run
     with pytest.raises(RuntimeError, match=r"DataLoader worker \(pid"):
         for _ in _dying(train_ds, max_worker_restarts=0):
@@ -336,3 +341,90 @@ def test_healing_arguments_are_checked(train_ds: Path, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"get_loader\(max_worker_restarts=2\): a loader without"):
         get_loader(dataset, max_worker_restarts=2)
     assert get_loader(dataset).worker_restarts == []  # a stateless loader does not heal
+
+
+class KillsAtRegistration:
+    """A profile function of the trainer's main thread: when torch has just registered a new
+    pool's workers with its ``SIGCHLD`` handler (inside ``iter()``, while the pool starts),
+    it SIGKILLs one of them and waits until it is dead, ``times`` times (pool start-ups).
+    The kernel's ``SIGCHLD`` for the death is raised in this thread, so that its handler
+    runs here, inside the pool's start-up, whichever thread the kernel woke."""
+
+    def __init__(self, times: int) -> None:
+        self.times, self.killed, self.seen = times, list[int](), set[int]()
+
+    def __call__(self, frame: Any, event: str, arg: Any) -> None:
+        if event != "c_return" or getattr(arg, "__name__", "") != "_set_worker_pids":
+            return
+        new = sorted(p.pid for p in multiprocessing.active_children() if p.pid not in self.seen)
+        self.seen.update(new)
+        if len(self.killed) < self.times and new:
+            os.kill(new[-1], signal.SIGKILL)
+            os.waitid(os.P_PID, new[-1], os.WEXITED | os.WNOWAIT)  # dead, not reaped
+            self.killed.append(new[-1])
+            signal.raise_signal(signal.SIGCHLD)
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_killed_while_its_pool_starts_is_replaced(train_ds: Path, tmp_path: Path) -> None:
+    """The first pool and the replacement pool each lose a worker while torch starts them
+    (torch's SIGCHLD handler would raise in the trainer then): both are healed."""
+    never = tmp_path / "never"
+    never.touch()
+    reference = [_content(b) for b in _loader(train_ds, "full_shuffle_buffer", never)]
+    loader = _loader(train_ds, "full_shuffle_buffer", never)
+    killer = KillsAtRegistration(times=2)
+    sys.setprofile(killer)
+    try:
+        healed = [_content(b) for b in loader]
+    finally:
+        sys.setprofile(None)
+    assert len(killer.killed) == 2  # in the first pool's start-up and its replacement's
+    assert healed == reference
+    assert [r["pid"] for r in loader.worker_restarts] == killer.killed
+    assert {r["cause"] for r in loader.worker_restarts} == {"killed by signal 9 (SIGKILL)"}
+
+
+TRAINER = """
+import sys
+from energon_lite import WorkerConfig, get_savable_loader, get_train_dataset
+
+dataset = get_train_dataset(
+    sys.argv[1],
+    worker_config=WorkerConfig(rank=0, world_size=1, num_workers=2),
+    batch_size=4,
+    shuffle_buffer_size=None,
+    max_samples_per_sequence=10,
+)
+batches = iter(get_savable_loader(dataset, watchdog_timeout_seconds=600))
+next(batches)
+print("received", flush=True)
+sys.stdin.read()  # until killed
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_killed_trainer_leaves_nothing_in_the_temp_directory(
+    train_ds: Path, tmp_path: Path
+) -> None:
+    """The workers' stack files (for a stall's or a late batch's stack) go with the
+    processes: a trainer killed with SIGKILL leaves no folder of ours behind."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "TMPDIR": str(temp), "PYTHONPATH": str(root)}
+    trainer = subprocess.Popen(
+        [sys.executable, "-c", TRAINER, str(train_ds)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=env,
+        text=True,
+    )
+    try:
+        assert trainer.stdout is not None
+        assert trainer.stdout.readline() == "received\n"
+    finally:
+        trainer.kill()
+        trainer.wait()
+    left = sorted(p.name for p in temp.iterdir())
+    assert [name for name in left if name.startswith("energon_lite")] == [], left

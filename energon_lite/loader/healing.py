@@ -28,7 +28,8 @@ so a dead worker wakes it at once; where torch reads the queue itself (a pin-mem
 thread, a batch it already holds), it waits in slices of :data:`POLL_S` (torch's own
 ``timeout``) and looks at its workers after each. torch's ``SIGCHLD`` handler, which would
 raise in whatever the trainer's main thread is doing at that moment (the training step),
-is switched off for these workers.
+never watches these workers, from their pool's start on (:mod:`~energon_lite.loader.torch_iter`,
+the one module that reads torch's pool).
 """
 
 from __future__ import annotations
@@ -38,17 +39,13 @@ import dataclasses
 import datetime
 import faulthandler
 import functools
-import multiprocessing.connection
 import os
-import shutil
 import signal
 import tempfile
 import time
 import weakref
 from collections.abc import Callable
-from typing import Any, TextIO
-
-from torch.utils.data import _utils as torch_data_utils
+from typing import Any, BinaryIO
 
 from energon_lite.errors import (
     ConfigError,
@@ -57,6 +54,7 @@ from energon_lite.errors import (
     WorkerTimeoutError,
     logger,
 )
+from energon_lite.loader.torch_iter import WorkerPool
 
 DEFAULT_MAX_RESTARTS = 3
 DEFAULT_WINDOW_S = 3600.0
@@ -64,7 +62,6 @@ POLL_S = 0.25  # where torch reads its queue: the longest wait without a look at
 _SLICE_S = 1.0  # where the trainer waits on the queue and the workers: one select's longest
 _STACK_WAIT_S = 2.0  # how long the trainer waits for a stalled worker's stack
 _EXIT_WAIT_S = 2.0  # how long a transport error waits for a worker's exit status
-_DUMP_FILE: list[TextIO] = []  # a worker's open stack file (faulthandler writes into it)
 
 
 @dataclasses.dataclass
@@ -91,7 +88,9 @@ class Restart:
     stack: str
     remade_batches: int  # asked of the lost pool, not received by the trainer: made again
     refetched_samples: int  # held in the restored buffers: fetched again by key
-    seconds: float | None = None  # from noticing the loss to the next batch received
+    # from noticing the loss to the replacement pool's first batch (or, where it gave none,
+    # to the end of its pass or its own loss); None only until one of these happens
+    seconds: float | None = None
 
     def line(self) -> str:
         frames = [f.strip() for f in self.stack.splitlines() if f.strip().startswith("File ")]
@@ -151,43 +150,51 @@ class Healer:
         self.restarts: list[Restart] = []
         self._times: collections.deque[float] = collections.deque()
         self._pending: tuple[Restart, float] | None = None
-        self._stack_dir: str | None = None
+        # the stack files of the current pool's workers, by torch's worker id: unlinked, so
+        # that they go with the last process holding them (a killed trainer leaves none)
+        self._stack_files: list[BinaryIO] = []
+        weakref.finalize(self, _close_all, self._stack_files)
 
     @property
     def enabled(self) -> bool:
         return self.max_restarts > 0
 
-    def worker_init(self) -> Callable[[int], None] | None:
-        """torch's ``worker_init_fn``: arms the stack dump that a stall restart and a late
-        batch's notice (:meth:`notice_late`) read."""
+    def worker_init(self, num_workers: int) -> Callable[[int], None] | None:
+        """torch's ``worker_init_fn`` for a new pool of ``num_workers``: arms the stack dump
+        that a stall restart and a late batch's notice (:meth:`notice_late`) read."""
         if not self.enabled:
             return None
-        if self._stack_dir is None:
-            self._stack_dir = tempfile.mkdtemp(prefix="energon_lite-stacks-")
-            weakref.finalize(self, shutil.rmtree, self._stack_dir, True)
-        return functools.partial(arm_stack_dump, self._stack_dir)
+        _close_all(self._stack_files)  # the last pool's
+        self._stack_files += [tempfile.TemporaryFile() for _ in range(num_workers)]  # noqa: SIM115 (kept open for the pool)
+        return functools.partial(arm_stack_dump, [f.fileno() for f in self._stack_files])
+
+    def _stack(self, physical: int, pid: int | None) -> str:
+        if pid is None or physical >= len(self._stack_files):
+            return ""
+        return dump_stack(self._stack_files[physical].fileno(), pid)
 
     def admit(
         self,
         loss: Loss,
-        batches: Any,
+        pool: WorkerPool,
         rank: int,
         rotation: int,
         states: list[Any],
         timeout_s: float | None,
     ) -> None:
-        """Record a restart of pool ``batches`` (torch's worker 0 is logical ``rotation``)
+        """Record a restart of ``pool`` (torch's worker 0 is logical ``rotation``)
         and log it, killing a stalled worker; or raise: a stall not to be restarted, or a
         loss past the budget (naming every restart)."""
         worker = (loss.physical + rotation) % len(states)
         if loss.stalled and not self.restart_on_timeout:
             raise timeout_error(rank, worker, timeout_s)
-        remade = in_flight(batches)
+        remade = pool.in_flight()
         now = time.monotonic()
+        self.settle()  # a replacement pool lost before its first batch
         while self._times and now - self._times[0] > self.window_s:
             self._times.popleft()
-        if loss.stalled and not loss.stack and self._stack_dir is not None and loss.pid:
-            loss.stack = dump_stack(loss.pid, self._stack_dir)
+        if loss.stalled and not loss.stack:
+            loss.stack = self._stack(loss.physical, loss.pid)
         restart = Restart(
             number=len(self.restarts) + 1,
             at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -214,7 +221,7 @@ class Healer:
                 + (f"\nThe stalled worker's stack:\n{loss.stack}" if loss.stack else "")
             )
         if loss.stalled:
-            kill(batches, loss.physical)
+            pool.kill(loss.physical)
         self._times.append(now)
         self.restarts.append(restart)
         self._pending = (restart, now)
@@ -228,14 +235,14 @@ class Healer:
             f"; the stalled worker's stack:\n{loss.stack}" if loss.stack else "",
         )
 
-    def notice_late(self, rank: int, worker: int, pid: int | None, waited_s: float) -> None:
+    def notice_late(
+        self, rank: int, worker: int, physical: int, pid: int | None, waited_s: float
+    ) -> None:
         """Log that the trainer has waited ``waited_s`` for worker ``worker``'s batch, with
         the worker's stacks. The worker's own watchdog logs where it is when it can, but not
         from native code that holds the interpreter lock (a library freeing threads the
         worker never had, a lock held at the fork): ``faulthandler`` still can."""
-        stack = ""
-        if pid is not None and self._stack_dir is not None:
-            stack = dump_stack(pid, self._stack_dir)
+        stack = self._stack(physical, pid)
         logger.warning(
             "rank %d: no batch from worker %d (pid %s) for %.0f s, and the process is alive (%s)%s",
             rank,
@@ -246,8 +253,9 @@ class Healer:
             f"; its stack:\n{stack}" if stack else "",
         )
 
-    def received(self) -> None:
-        """The trainer received a batch: the pending restart (if any) is complete."""
+    def settle(self) -> None:
+        """The replacement pool gave its first batch, ended its pass or was lost in turn
+        (or the trainer closed the stream): the pending restart (if any) is complete."""
         if self._pending is not None:
             restart, since = self._pending
             restart.seconds = time.monotonic() - since
@@ -266,19 +274,11 @@ def timeout_error(rank: int, worker: int, timeout_s: float | None) -> WorkerTime
     )
 
 
-# torch's iterator ------------------------------------------------------------------------
-
-
-def detach_signal_handler(batches: Any) -> None:
-    """Stop torch's ``SIGCHLD`` handler from raising for these workers' deaths: it raises in
-    the trainer's main thread wherever it is; :func:`next_or_loss` notices them instead."""
-    if getattr(batches, "_worker_pids_set", False):
-        torch_data_utils.signal_handling._remove_worker_pids(id(batches))
-        batches._worker_pids_set = False
+# the pool ---------------------------------------------------------------------------------
 
 
 def next_or_loss(
-    batches: Any,
+    pool: WorkerPool,
     timeout_s: float | None,
     notice_s: float | None = None,
     late: Callable[[int, int | None, float], None] | None = None,
@@ -291,21 +291,21 @@ def next_or_loss(
     noticed = False
     while True:
         left = _SLICE_S if timeout_s is None else timeout_s - (time.monotonic() - since)
-        ready = _wait_ready(batches, max(0.0, min(_SLICE_S, left)))
+        ready = pool.wait(max(0.0, min(_SLICE_S, left)))
         if ready == "ended":
-            loss = lost_worker(batches, _EXIT_WAIT_S)
+            loss = lost_worker(pool, _EXIT_WAIT_S)
             if loss is not None:
                 return None, loss
         if ready != "idle":
             try:
-                return next(batches), None
+                return next(pool), None
             except StopIteration:
                 raise
             except Exception as exc:
                 # a batch whose worker died after sending it fails to arrive (its shared
                 # memory went with the worker): a transport error, seen before the exit status
                 patience = _EXIT_WAIT_S if isinstance(exc, (OSError, EOFError)) else 0.0
-                loss = lost_worker(batches, patience)
+                loss = lost_worker(pool, patience)
                 if loss is not None:
                     return None, loss
                 if "DataLoader timed out" not in str(exc):
@@ -313,11 +313,11 @@ def next_or_loss(
         waited = time.monotonic() - since
         if late is not None and notice_s is not None and not noticed and waited >= notice_s:
             noticed = True
-            physical, pid = _awaited_pid(batches)
+            physical, pid = _awaited_pid(pool)
             if physical is not None:
                 late(physical, pid, waited)
         if timeout_s is not None and waited >= timeout_s:
-            physical, pid = _awaited_pid(batches)
+            physical, pid = _awaited_pid(pool)
             return None, Loss(
                 physical if physical is not None else 0,
                 pid,
@@ -326,75 +326,41 @@ def next_or_loss(
             )
 
 
-def _awaited_pid(batches: Any) -> tuple[int | None, int | None]:
+def _awaited_pid(pool: WorkerPool) -> tuple[int | None, int | None]:
     """(torch's id of the worker whose batch is awaited, its pid); None where unknown."""
-    physical = awaited_worker(batches)
-    workers = getattr(batches, "_workers", [])
-    if physical is None or physical >= len(workers):
+    physical = pool.awaited()
+    processes = pool.processes
+    if physical is None or physical >= len(processes):
         return physical, None
-    return physical, workers[physical].pid
+    return physical, processes[physical].pid
 
 
-def _wait_ready(batches: Any, slice_s: float) -> str:
-    """Wait up to ``slice_s`` for the awaited batch to be readable or a worker to end:
-    ``"ready"``, ``"ended"``, ``"idle"`` (neither), or ``"ask"`` (nothing to wait on here:
-    a batch torch has already read, the pin-memory thread's queue; torch's own ``timeout``
-    of :data:`POLL_S` bounds its wait then). One ``select`` and no exception per slice."""
-    info = getattr(batches, "_task_info", {}).get(getattr(batches, "_rcvd_idx", None))
-    reader = getattr(getattr(batches, "_data_queue", None), "_reader", None)
-    if info is None or len(info) != 1 or reader is None or getattr(batches, "_pin_memory", True):
-        return "ask"
-    status = batches._workers_status
-    if not status[info[0]]:  # its worker has ended: torch skips its task without reading
-        return "ask"
-    ends = [w.sentinel for i, w in enumerate(batches._workers) if status[i]]
-    found = multiprocessing.connection.wait([reader, *ends], timeout=slice_s)
-    if any(item is not reader for item in found):
-        return "ended"
-    return "ready" if found else "idle"
-
-
-def lost_worker(batches: Any, patience: float = 0.0) -> Loss | None:
+def lost_worker(pool: WorkerPool, patience: float = 0.0) -> Loss | None:
     """The first worker torch still expects batches from whose process is gone (looking
     again for ``patience`` seconds)."""
-    status = getattr(batches, "_workers_status", [])
     deadline = time.monotonic() + patience
     while True:
-        for physical, process in enumerate(getattr(batches, "_workers", [])):
-            if not process.is_alive() and (status[physical] or process.exitcode):
+        for physical, process in enumerate(pool.processes):
+            if not process.is_alive() and (pool.expects(physical) or process.exitcode):
                 return Loss(physical, process.pid, describe_exit(process.exitcode))
         if time.monotonic() >= deadline:
             return None
         time.sleep(0.01)
 
 
-def awaited_worker(batches: Any) -> int | None:
-    """torch's id of the worker whose batch the trainer waits for."""
-    info = getattr(batches, "_task_info", {}).get(getattr(batches, "_rcvd_idx", -1))
-    return info[0] if info else None
-
-
-def in_flight(batches: Any) -> int:
-    """Batches asked of the pool and not yet handed to the trainer."""
-    return max(0, getattr(batches, "_send_idx", 0) - getattr(batches, "_rcvd_idx", 0))
-
-
-def kill(batches: Any, physical: int) -> None:
-    """SIGKILL a stalled worker: torch's shutdown would wait for it to finish its batch."""
-    workers = getattr(batches, "_workers", [])
-    if physical < len(workers) and workers[physical].is_alive():
-        workers[physical].kill()
-        workers[physical].join(timeout=torch_data_utils.MP_STATUS_CHECK_INTERVAL)
-
-
 # stacks ---------------------------------------------------------------------------------
 
 
-def arm_stack_dump(directory: str, worker_id: int) -> None:
-    """In a worker: on ``SIGUSR1``, write every thread's stack to ``stack-<pid>.txt``."""
-    path = os.path.join(directory, f"stack-{os.getpid()}.txt")
-    _DUMP_FILE[:] = [open(path, "w")]  # noqa: SIM115 (faulthandler needs it open)
-    faulthandler.register(signal.SIGUSR1, file=_DUMP_FILE[0], all_threads=True, chain=False)
+def arm_stack_dump(fds: list[int], worker_id: int) -> None:
+    """In worker ``worker_id``: on ``SIGUSR1``, append every thread's stack to ``fds[worker_id]``
+    (a file the trainer opened before the fork)."""
+    faulthandler.register(signal.SIGUSR1, file=fds[worker_id], all_threads=True, chain=False)
+
+
+def _close_all(files: list[BinaryIO]) -> None:
+    for f in files:
+        f.close()
+    files.clear()
 
 
 def process_state(pid: int | None) -> str:
@@ -412,12 +378,12 @@ def process_state(pid: int | None) -> str:
     return f"{names.get(state, state)}, kernel wait {channel}"
 
 
-def dump_stack(pid: int, directory: str, wait_s: float = _STACK_WAIT_S) -> str:
-    """The stacks of worker ``pid`` (armed by :func:`arm_stack_dump`), or a note why not."""
-    path = os.path.join(directory, f"stack-{pid}.txt")
+def dump_stack(fd: int, pid: int, wait_s: float = _STACK_WAIT_S) -> str:
+    """The stacks of worker ``pid``, which :func:`arm_stack_dump` armed to write to ``fd``,
+    or a note why not."""
     # each dump is appended to the worker's file (a late batch's notice may come before a
     # stall restart's): read only what this one writes
-    start = os.path.getsize(path) if os.path.exists(path) else 0
+    start = os.fstat(fd).st_size
     try:
         os.kill(pid, signal.SIGUSR1)
     except OSError as exc:
@@ -425,16 +391,11 @@ def dump_stack(pid: int, directory: str, wait_s: float = _STACK_WAIT_S) -> str:
     deadline, size = time.monotonic() + wait_s, -1
     while time.monotonic() < deadline:
         time.sleep(0.02)
-        now = os.path.getsize(path) if os.path.exists(path) else 0
+        now = os.fstat(fd).st_size
         if now > start and now == size:  # written and no longer growing
             break
         size = now
-    try:
-        with open(path) as f:
-            f.seek(start)
-            text = f.read()
-    except OSError as exc:
-        return f"(no stack: {exc})"
+    text = os.pread(fd, os.fstat(fd).st_size - start, start).decode(errors="replace")
     if not text:
         return f"(no stack within {wait_s:g} s)"
     # the worker's main thread: the one running torch's worker loop (any thread may have

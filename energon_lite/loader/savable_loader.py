@@ -14,13 +14,11 @@ A worker pool that loses a worker is replaced the same way, from the states rece
 from __future__ import annotations
 
 import pickle
-import time
 import weakref
 from collections.abc import Generator, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, IterableDataset
 
 from energon_lite.errors import (
     ConfigError,
@@ -28,12 +26,11 @@ from energon_lite.errors import (
     UnsavableStateError,
     short_repr,
 )
-from energon_lite.fork_hook import parents_objects_kept_from_children
 from energon_lite.loader import healing
 from energon_lite.loader.savable_dataset import SavableDataset, modality, unsavable_reason
 from energon_lite.loader.state_delta import with_unchanged
 from energon_lite.loader.stats import LoaderStats
-from energon_lite.sample_utils import default_get_batch_keys
+from energon_lite.loader.stream import StreamSettings, shut_down, stream
 from energon_lite.stages.base import stage_class
 from energon_lite.state.codec import (
     STATE_VERSION,
@@ -42,204 +39,6 @@ from energon_lite.state.codec import (
     state_digest,
 )
 from energon_lite.state.compact import PACKED_VERSION, packed, unpacked
-
-if TYPE_CHECKING:  # the pool's shared-memory machinery loads only with a loader that uses it
-    from energon_lite.batching.memory import BatchMemoryPool
-
-
-def _batch_memory_pool(num_workers: int, slots: int) -> BatchMemoryPool:
-    from energon_lite.batching.memory import BatchMemoryPool
-
-    return BatchMemoryPool(num_workers, slots)
-
-
-class _StatefulView(IterableDataset):
-    def __init__(
-        self,
-        dataset: SavableDataset,
-        states: list[Any],
-        rotation: int,
-        epoch: int,
-        save: bool,
-        watchdog: tuple[float, float | None] | None,
-        stats: bool = False,
-        memory: BatchMemoryPool | None = None,
-    ) -> None:
-        super().__init__()
-        self.dataset, self.states, self.rotation = dataset, states, rotation
-        self.epoch, self.save, self.watchdog = epoch, save, watchdog
-        self.stats, self.memory = stats, memory
-
-    def __iter__(self) -> Iterator[tuple[Any, ...]]:
-        return self.dataset.iter_with_state(
-            self.states,
-            self.rotation,
-            self.epoch,
-            self.save,
-            self.watchdog,
-            self.stats,
-            self.memory,
-        )
-
-
-def _identity(item: Any) -> Any:
-    return item
-
-
-def _shut_down(running: list[Any]) -> None:
-    """Shut down the workers of torch's iterator in ``running`` (if the stream made one)."""
-    for batches in running:
-        shutdown = getattr(batches, "_shutdown_workers", None)
-        if shutdown is not None:
-            shutdown()
-    running.clear()
-
-
-def _stream(
-    loader: SavableLoader,
-    dataset: SavableDataset,
-    stats: LoaderStats | None,
-    running: list[Any],
-) -> Generator[Any, None, None]:
-    """The live stream of one pass.
-
-    Shutting workers down needs torch's iterator *and its queues* intact. The generator
-    holds the loader only through the weak proxy it is given, so a loader the trainer drops
-    is freed at once by reference counting. A loader caught in someone's reference cycle is
-    freed by the garbage collector, which finalises everything in the cycle's garbage in no
-    set order; a queue finalised first would make torch's shutdown wait out its join timeout
-    (5 s per worker). So the iterator is kept in ``running``, which a ``weakref.finalize`` on
-    this generator holds: it is never part of the garbage, and the finalizer shuts it down.
-    """
-    wc = dataset.worker_config
-    healer = loader._healer if wc.num_workers > 0 and loader._healer.enabled else None
-    timeout = loader.timeout_seconds
-    pools: list[BatchMemoryPool | None] = []  # replaced pools stay: batches held may use them
-    # healing waits in short slices, to notice a dead worker (healing.py)
-    wait = healing.POLL_S if healer is not None else timeout if wc.num_workers > 0 else None
-
-    def start() -> Any:
-        """torch's iterator over worker chains restored from the states received so far."""
-        # batch buffers the workers reuse once this process has let go of them: one per batch
-        # a worker may have queued (prefetch_factor), the one the trainer holds, the one in making
-        pools.append(
-            _batch_memory_pool(wc.num_workers, (loader.prefetch_factor or 2) + 2)
-            if wc.num_workers > 0 and loader.reuse_batch_memory
-            else None
-        )
-        view = _StatefulView(
-            dataset,
-            list(loader._states),
-            loader._next_worker,
-            loader._epoch,
-            loader.track_state,
-            loader.watchdog,
-            stats is not None,
-            pools[-1],
-        )
-        torch_loader = DataLoader(
-            view,
-            batch_size=None,
-            num_workers=wc.num_workers,
-            collate_fn=_identity,
-            pin_memory=loader.pin_memory,
-            prefetch_factor=loader.prefetch_factor if wc.num_workers > 0 else None,
-            persistent_workers=False,
-            timeout=wait or 0,
-            worker_init_fn=None if healer is None else healer.worker_init(),
-        )
-        with parents_objects_kept_from_children():  # torch forks the workers in iter()
-            batches = iter(torch_loader)
-        if healer is not None:
-            healing.detach_signal_handler(batches)
-        running.append(batches)
-        if stats is not None:
-            stats.begin_stream()
-        return batches
-
-    batches = start()
-    rotation = loader._next_worker  # logical id of torch's worker 0 in this pool
-    n = wc.workers_per_rank
-    # a batch later than the workers' watchdog timeout (a pool's first batch: its initial
-    # timeout) is logged with its worker's stack
-    notices: tuple[float | None, float | None] = (None, None)
-    if loader.watchdog is not None:
-        first_s = loader.watchdog[1] if loader.watchdog[1] is not None else 2 * loader.watchdog[0]
-        notices = (first_s, loader.watchdog[0])
-    notice = notices[0]
-
-    def late(physical: int, pid: int | None, waited: float) -> None:
-        assert healer is not None
-        healer.notice_late(wc.rank, (physical + rotation) % n, pid, waited)
-
-    logging = wc.should_log(level=1)  # Energon's debug sample log (WorkerConfig.worker_log)
-    iter_id, sample_idx, worker_idx = loader._iter_started(), 0, [0] * n
-    try:
-        while True:
-            asked = time.perf_counter_ns()
-            try:
-                if healer is None:
-                    item = next(batches)
-                else:
-                    item, loss = healing.next_or_loss(batches, timeout, notice, late)
-                    if loss is not None:  # raises, or records a restart and lets it happen:
-                        healer.admit(loss, batches, wc.rank, rotation, loader._states, timeout)
-                        _shut_down(running)
-                        batches, rotation = start(), loader._next_worker
-                        notice = notices[0]
-                        continue
-                    healer.received()
-                    notice = notices[1]
-                logical, batch, state, *extra = item
-            except StopIteration:
-                break
-            except RuntimeError as exc:
-                if healer is not None or "timed out" not in str(exc):
-                    raise
-                raise healing.timeout_error(wc.rank, loader._next_worker, timeout) from exc
-            memory = pools[-1]
-            if memory is not None:
-                memory.received(batch, extra.pop())
-            loader._states[logical] = with_unchanged(loader._states[logical], state)
-            loader._next_worker = (logical + 1) % n
-            if stats is not None:
-                stats.received(extra[0] if extra else None, time.perf_counter_ns() - asked)
-            if logging:
-                keys = default_get_batch_keys(batch)
-                wc.worker_log(
-                    {
-                        "t": "SavableDataLoader.yield",
-                        "r": wc.rank,
-                        "w": None,
-                        "id": loader.id,
-                        "iter_id": iter_id,
-                        "worker_id": logical,
-                        "worker_idx": worker_idx[logical],
-                        "idx": sample_idx,
-                        "iter_idx": sample_idx,
-                        "global_idx": loader._global_sample_idx,
-                        **({} if keys is None else {"keys": keys}),
-                    }
-                )
-            worker_idx[logical] += 1
-            sample_idx += 1
-            loader._global_sample_idx += 1
-            yield batch
-    except BaseException:
-        # an error's traceback keeps torch's iterator alive (its frames hold it): shut the
-        # workers down now rather than whenever the traceback is dropped
-        _shut_down(running)
-        raise
-    _shut_down(running)  # torch has shut the workers down: release its iterator
-    if logging:
-        wc.worker_log(
-            {"t": "SavableDataLoader.StopIteration", "r": wc.rank, "w": None, "id": loader.id,
-             "iter_id": iter_id}
-        )  # fmt: skip
-    # the epoch ran out on every worker (finite datasets): the next pass starts the next one
-    loader._states = [None] * n
-    loader._next_worker = 0
-    loader._epoch += 1
 
 
 def _many_pipelines(level: dict[str, Any]) -> bool:
@@ -379,10 +178,37 @@ class SavableLoader:
         reason = unsavable_reason(self._states)
         if reason is not None:  # closed mid-pass: there is no state to continue from
             raise UnsavableStateError(f"the loader cannot continue its pass: {reason}")
-        running: list[Any] = []  # torch's iterator, once the stream has made it
-        stream = _stream(weakref.proxy(self), self.dataset, self._stats, running)
-        weakref.finalize(stream, _shut_down, running)
-        return stream
+        running: list[Any] = []  # torch's worker pool, once the stream has made it
+        batches = stream(weakref.proxy(self), self.dataset, self._stats, running)
+        weakref.finalize(batches, shut_down, running)
+        return batches
+
+    # what the stream asks and tells (loader/stream.py, StreamOwner) -------------------
+
+    @property
+    def _settings(self) -> StreamSettings:
+        return StreamSettings(
+            self.pin_memory,
+            self.prefetch_factor,
+            self.timeout_seconds,
+            self.watchdog,
+            self.track_state,
+            self.reuse_batch_memory,
+        )
+
+    def _resume_point(self) -> tuple[list[Any], int, int]:
+        return list(self._states), self._next_worker, self._epoch
+
+    def _received(self, logical: int, state: Any) -> int:
+        self._states[logical] = with_unchanged(self._states[logical], state)
+        self._next_worker = (logical + 1) % len(self._states)
+        self._global_sample_idx += 1
+        return self._global_sample_idx - 1
+
+    def _epoch_ended(self) -> None:
+        self._states = [None] * len(self._states)
+        self._next_worker = 0
+        self._epoch += 1
 
     def __len__(self) -> int:
         if self.virtual_epoch_length is not None:

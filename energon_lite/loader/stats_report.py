@@ -79,7 +79,7 @@ def format_stats(stats: dict[str, Any]) -> list[str]:
         after = restart["seconds"]
         lines.append(
             f"worker restart {restart['number']}: worker {restart['worker']} {restart['cause']}"
-            + ("" if after is None else f", next batch {after:.2f} s later")
+            + ("" if after is None else f", replacement pool settled in {after:.2f} s")
         )
     header = ("stage", "items in", "items out", "held/cap", "us/item", "us/sample", "share")
     rows = [header]

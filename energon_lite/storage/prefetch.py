@@ -22,7 +22,7 @@ from energon_lite.storage.session import session
 from energon_lite.storage.shard_cache import ShardCache
 
 logger = logging.getLogger("energon_lite.storage")
-Item = tuple[RemotePath, str, int]
+Item = tuple[RemotePath, str, int, "int | None"]  # path, version, size, whole CRC-32
 
 
 class Prefetcher:
@@ -75,10 +75,12 @@ class Prefetcher:
                         self.thread = None  # idle for a minute; the next plan starts another
                         return
                 self.ahead[item] = item[2]
-            path, version, size = item
+            path, version, size, crc32 = item
             try:
                 if not self.cache.has(path, version, size):
-                    self.cache.open(path, version, size).close()
+                    entry = self.cache.open(path, version, size, crc32)
+                    if entry is not None:  # None: no room beside the fetches in flight
+                        entry.close()
             except Exception as exc:  # the foreground fetches it again, with its own error
                 logger.debug("prefetch of %s failed: %s", path, exc)
                 with self.lock:
