@@ -22,7 +22,6 @@ from energon_lite.pipeline.dataset_pipeline import DatasetPipeline, Pipeline
 from energon_lite.sample_utils import default_get_batch_keys
 from energon_lite.storage.cache_config import ShardCacheConfig
 from energon_lite.storage.session import session
-from energon_lite.task_encoder.hook_index import INDEX
 from energon_lite.worker import WorkerConfig
 
 if TYPE_CHECKING:  # the pool's shared-memory machinery loads only with a loader that uses it
@@ -31,6 +30,8 @@ if TYPE_CHECKING:  # the pool's shared-memory machinery loads only with a loader
 
 class SavableDataset(IterableDataset):
     """A pipeline plus the worker configuration; iterating it yields batches (no state)."""
+
+    wrapper_depth = 0  # how many wrappers that draw random streams sit below this dataset
 
     def __init__(
         self,
@@ -77,7 +78,7 @@ class SavableDataset(IterableDataset):
         """
         # the chain reads through this dataset's shard cache while it runs (another loader of
         # this process, interleaved with it, reads through its own)
-        reading = session().shard_cache(getattr(self, "shard_cache", None))
+        reading = session().shard_cache(self.shard_cache)
         info = get_worker_info()
         physical = info.id if info is not None else 0
         n = self.worker_config.workers_per_rank
@@ -96,15 +97,15 @@ class SavableDataset(IterableDataset):
         try:
             chain = self.pipeline.build(self.worker_config.slot(logical, epoch))
             probe = ChainProbe(chain, logical) if stats else None
-            INDEX.worker, INDEX.workers = logical, n
+            context = chain.context
+            context.index.worker, context.index.workers = logical, n  # the indices' spread
             with restoring(self.worker_config.restore_error_handler), reading:
                 chain.restore_state(states[logical] if states is not None else None)
             while True:
-                INDEX.worker, INDEX.workers = logical, n  # current_batch_index's spread
                 if probe is not None:
                     probe.resume()
                 try:
-                    with reading:
+                    with context.running(), reading:  # the hooks read this chain's indices
                         batch = chain.next()
                 except StopIteration:
                     return
@@ -203,7 +204,6 @@ def unsavable_reason(states: list[Any]) -> str | None:
     return None
 
 
-def modality(dataset: Any) -> str:
+def modality(dataset: SavableDataset) -> str:
     """``train`` or ``val`` (the debug sample log's ``m``): whether the pipeline trains."""
-    options = getattr(getattr(dataset, "pipeline", None), "options", None)
-    return "train" if getattr(options, "training", True) else "val"
+    return "train" if dataset.pipeline.training else "val"

@@ -38,7 +38,8 @@ from energon_lite.state.codec import (
     check_state_shape,
     state_digest,
 )
-from energon_lite.state.compact import PACKED_VERSION, packed, unpacked
+from energon_lite.state.compact import packed, unpacked
+from energon_lite.state.upgrade import upgrade_state
 
 
 def _many_pipelines(level: dict[str, Any]) -> bool:
@@ -243,7 +244,7 @@ class SavableLoader:
         weighted blend or before the first batch. ``stats()`` includes it as ``"mix"``."""
         from energon_lite.loader.mix_report import delivered_mix
 
-        leaves = getattr(self.dataset.pipeline, "leaves", None)
+        leaves = self.dataset.pipeline.leaves
         states = [s for s in self._states if isinstance(s, dict) and "unsavable" not in s]
         if not leaves or len(leaves) < 2 or not states:
             return None
@@ -306,7 +307,7 @@ class SavableLoader:
         return packed(state, _many_pipelines)  # a canonical layout's pipelines, compact
 
     def _dataset_paths(self) -> list[str]:
-        leaves = getattr(self.dataset.pipeline, "leaves", None) or []
+        leaves = self.dataset.pipeline.leaves
         return [f"{leaf.path} (split {leaf.split_part})" for leaf in leaves]
 
     def _mismatch_hint(self, state: dict[str, Any]) -> str:
@@ -343,14 +344,7 @@ class SavableLoader:
             return
         if not isinstance(state, dict) or state.get("type") != "SavableLoader":
             raise StateError(f"not an energon_lite loader state: {short_repr(state)}")
-        state = unpacked(state)  # version 3 (compact pipelines) reads as version 2
-        if state.get("version") != STATE_VERSION:
-            raise StateError(
-                f"loader state version {short_repr(state.get('version'))}, this energon_lite "
-                f"reads {STATE_VERSION} and {PACKED_VERSION} (compact pipelines); states of "
-                "version 1 (energon_lite 0.1) cannot be "
-                "resumed by this version"
-            )
+        state = upgrade_state(unpacked(state))  # today's form, or StateError naming its version
         try:
             check_same_config(state.get("config"), self.dataset.config())
         except StateError as exc:
@@ -440,11 +434,10 @@ class SavableLoader:
         wc = self.worker_config
         if not isinstance(states, list) or not states:
             return states
-        states = [unpacked(state) for state in states]
-        readers = getattr(self.dataset.pipeline, "readers", None)  # None: a wrapper chain
-        leaves = (
-            None if readers is None else [LeafPlan.of(reader) for reader in readers(wc.slot(0))]
-        )
+        # today's form; a version not read is refused below, naming its rank
+        states = [upgrade_state(unpacked(state), strict=False) for state in states]
+        readers = self.dataset.pipeline.readers(wc.slot(0))  # None: a wrapper chain
+        leaves = None if readers is None else [LeafPlan.of(reader) for reader in readers]
         from energon_lite.loader.canonical import relayout
 
         moved = relayout(states, self.dataset, leaves)  # a canonical layout's run
@@ -459,5 +452,4 @@ class SavableLoader:
 
 def _paths(dataset: SavableDataset) -> str:
     """The dataset paths of ``dataset`` (for the debug log), comma-separated."""
-    leaves = getattr(getattr(dataset, "pipeline", None), "leaves", None) or []
-    return ",".join(str(getattr(leaf, "path", leaf)) for leaf in leaves) or "?"
+    return ",".join(str(leaf.path) for leaf in dataset.pipeline.leaves) or "?"

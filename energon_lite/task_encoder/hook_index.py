@@ -1,8 +1,9 @@
 """The indices Energon's ``TaskEncoder.current_batch_index`` / ``current_sample_index`` read.
 
-One per process (a worker process runs one chain; in-process loading sets the worker fields
-before every batch). The stages that call hooks set the counters right before each call,
-from counters they keep in their state, so the values after a restore continue exactly:
+One per chain, in its :class:`~energon_lite.task_encoder.chain_context.ChainContext` (the
+loader sets the worker fields when it builds the chain). The stages that call hooks set the
+counters right before each call, from counters they keep in their state, so the values after
+a restore continue exactly:
 
 * ``batch``: the worker's count of batches made so far (``Batch`` / ``GroupBatch``; without
   batching, ``Encode``'s count of ``encode_sample`` calls), so ``encode_sample`` sees the
@@ -19,9 +20,10 @@ Replaying them (``seeds`` 2, the form a fresh run uses; ``Encode``'s state says 
 ``IndexKey`` with the values read and the global worker, and fetching that key again (a
 buffer refilled after a restore, ``loader.restore_sample``) replays them, so the hook sees
 the same numbers. ``@stateless(restore_seeds=True)`` then seeds the global generators as
-Energon does, from the worker's seed and ``current_sample_index``. A state saved before
-(no ``seeds`` field: 1) continues with the earlier form: keys without indices and seeds
-derived from the item's restore key.
+Energon does, from the worker's seed and ``current_sample_index``. A run with ``seeds`` 1 (the
+form states saved before the field are given at load, :mod:`energon_lite.state.upgrade`)
+continues with the earlier form: keys without indices and seeds derived from the item's
+restore key.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 SEEDS_LATEST = 2  # IndexKeys + Energon's restore_seeds formula
-SEEDS_BY_KEY = 1  # states saved before: seeds from the restore key, no IndexKeys
+SEEDS_BY_KEY = 1  # the earlier form: seeds from the restore key, no IndexKeys
 
 
 class HookIndex:
@@ -96,8 +98,3 @@ class HookIndex:
 
 def _sha1_int(text: str, size: int = 20) -> int:
     return int.from_bytes(hashlib.sha1(text.encode()).digest()[:size], byteorder="big")
-
-
-# Process-global: Energon's indices are properties read inside any hook (also a plain function
-# given to a wrapper), so no call carries them; a worker process runs one chain at a time.
-INDEX = HookIndex()
