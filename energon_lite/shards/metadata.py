@@ -105,13 +105,15 @@ def dataset_metadata(
     ``check=False``: the one held, unchecked (for the opener that has just checked it)."""
     root = as_path(root)
     held = session().metadata
-    found = held.get(root)
+    # by root and the options it is read with (a RemotePath's equality ignores credentials)
+    key = (root, repr(sorted(getattr(root, "storage_options", {}).items())))
+    found = held.get(key)
     if found is not None and not check:
         return found
     token = _token(root)
     if found is None or token is None or found.token != token:
         ops.forget_under(root)  # the versions it pins and the files it reads are current
-        found = held[root] = DatasetMetadata(root, token)
+        found = held[key] = DatasetMetadata(root, token)
     else:  # .nv-meta as read; the shards' versions are pinned as they are now
         ops.forget_under(root, keep=root / META_DIR)
         found.forget_versions()
