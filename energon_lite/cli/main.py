@@ -233,6 +233,11 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
     found = read_checkpoint(Path(args.file), args.key)
     if found.key:
         print(f"loader state of {len(found.states)} rank(s) at key {found.where}\n")
+    if found.step is not None:  # a loader's state_dict() (a trainer's or DCP checkpoint)
+        print(f"step: {found.step} (batches delivered per rank)")
+    paths = found.states[0].get("paths") if isinstance(found.states[0], dict) else None
+    if isinstance(paths, list) and paths:
+        print(f"datasets: {', '.join(str(p) for p in paths)}\n")
     many = found.one_file or len(found.states) > 1
     print(describe_state(found.states if many else found.states[0]))
     return 0

@@ -29,6 +29,7 @@ from energon_lite.errors import (
 from energon_lite.loader import healing
 from energon_lite.loader.savable_dataset import SavableDataset, modality, unsavable_reason
 from energon_lite.loader.state_delta import with_unchanged
+from energon_lite.loader.stateful import StatefulLoader
 from energon_lite.loader.stats import LoaderStats
 from energon_lite.loader.stream import StreamSettings, shut_down, stream
 from energon_lite.stages.base import stage_class
@@ -48,7 +49,7 @@ def _many_pipelines(level: dict[str, Any]) -> bool:
     return cls is not None and cls.LAZY_SOURCES
 
 
-class SavableLoader:
+class SavableLoader(StatefulLoader):
     """Iterates batches of a SavableDataset and can save/restore its exact position."""
 
     _next_id = 0  # Energon's loader ids (debug sample log), per class

@@ -33,6 +33,13 @@ class SourceInfo:
     shard_name: str | None  # None where the file is not in a shard
     file_names: tuple[str, ...]
 
+    def to(self, *args: Any, **kwargs: Any) -> SourceInfo:
+        """Itself: a record of where a sample came from stays on the host. Trainers that move
+        a batch to the device (Lightning's ``transfer_batch_to_device``, Accelerate's
+        ``send_to_device``) call ``to`` on what has it and otherwise rebuild dataclasses
+        field by field, which a frozen one refuses; so batches pass them unchanged."""
+        return self
+
 
 # Energon's layout: the key fields are keyword-only and live in slots, so a subclass may add
 # fields without defaults, build samples by keyword, and re-declare a key field without a
