@@ -24,7 +24,7 @@ from conftest import make_dataset
 
 from energon_lite import WorkerConfig, get_savable_loader, get_train_dataset, get_val_dataset
 from energon_lite.errors import ConfigError, DatasetFormatError
-from energon_lite.storage import cache_config
+from energon_lite.storage import cache_config, reset_session
 from energon_lite.storage.cache_config import ShardCacheConfig, parse_size
 from energon_lite.synth.servers import TEST_CREDENTIALS, FaultProxy, S3Server
 from energon_lite.testing import assert_loader_resumes
@@ -60,7 +60,7 @@ def env(proxy: FaultProxy, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> P
     monkeypatch.setenv("ENERGON_LITE_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("ENERGON_LITE_CACHE_LIMIT", "1GB")
     yield tmp_path / "cache" / "shards"
-    cache_config.use(None)
+    reset_session()  # nothing read or chosen carries into the next test
 
 
 def _upload(s3: S3Server, local: Path, prefix: str) -> str:

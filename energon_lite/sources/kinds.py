@@ -29,7 +29,7 @@ from typing import Any
 from energon_lite.errors import ConfigError, DatasetFormatError, logger
 from energon_lite.sources.base import Source
 from energon_lite.sources.leaf import Leaf
-from energon_lite.storage import RemotePath, StoragePath, as_path
+from energon_lite.storage import RemotePath, StoragePath, as_path, is_remote
 
 ENTRY_POINT_GROUP = "energon_lite.dataset_kinds"
 FLAVORS_PACKAGE = "energon_lite.flavors"
@@ -99,7 +99,7 @@ def registered_kinds() -> list[DatasetKind]:
 def kind_of(path: str | os.PathLike[str] | RemotePath) -> DatasetKind:
     """The kind of the dataset at ``path`` (the tar folder when no other kind claims it)."""
     path = as_path(path)
-    if isinstance(path, RemotePath):  # by name: a remote store is a tar folder or a kind's file
+    if is_remote(path):  # by name: a remote store is a tar folder or a kind's file
         for kind in registered_kinds():
             if kind.suffixes and path.name.endswith(kind.suffixes):
                 if kind.remote:
