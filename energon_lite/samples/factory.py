@@ -39,6 +39,7 @@ from energon_lite.storage.ops import local_copy
 
 _INDEX = re.compile(r"\[([^\]]*)\]")
 CRUDE_CLASSES = ("CrudeWebdataset", "DefaultCrudeWebdataset")
+PART_TYPES = "__part_types__"  # a source's config: ``SampleDecoder.decode``'s ``types``
 
 
 def _load_function(
@@ -146,6 +147,9 @@ class SampleFactory:
         dataset_class = _check_top_level_class(config, where, root)
         self.root = str(meta_dir.parent)
         self.crude = config.get("__class__") in CRUDE_CLASSES
+        # what each part holds when its name is no extension (a table's columns; its source
+        # puts them in the config it hands over, never in a dataset.yaml)
+        self.types: dict[str, str] | None = config.get(PART_TYPES)
         self.sample_type: type | None = None
         self.fields: dict[str, tuple[str, list[str | int]]] = {}
         self.loader: Callable[[dict[str, Any]], dict[str, Any]] | None = None
@@ -254,7 +258,7 @@ class SampleFactory:
 
     def _decode(self, raw: dict[str, Any], decoder: SampleDecoder | None) -> dict[str, Any]:
         if self.own_decoder is TASK_ENCODER_DECODER:
-            return decoder.decode(raw, self.parts) if decoder is not None else raw
+            return decoder.decode(raw, self.parts, self.types) if decoder is not None else raw
         if self.own_decoder is None:  # the dataset class decodes nothing: raw bytes
             return raw
         if self.parts is not None:  # as Energon: only the parts the fields read are decoded
