@@ -12,6 +12,7 @@ import difflib
 import errno
 import logging
 import reprlib
+import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -316,8 +317,8 @@ def guarded(
 # Energon's error handlers ---------------------------------------------------------------------
 
 
-def log_exception(exc: Exception, sample: Any, sources: Sequence[Any] | None = None) -> None:
-    """Log ``exc`` with its traceback, where the sample came from and a short view of it."""
+def log_exception(e: Exception, sample: Any, sources: Sequence[Any] | None = None) -> None:
+    """Log ``e`` with its traceback, where the sample came from and a short view of it."""
     where = "; ".join(
         f"{s.dataset_path}[{s.index}] {s.shard_name}{tuple(s.file_names)!r}"
         for s in sources or ()
@@ -325,17 +326,17 @@ def log_exception(exc: Exception, sample: Any, sources: Sequence[Any] | None = N
     )
     logger.error(
         "sample failed: %s: %s%s\nsample: %s",
-        type(exc).__name__,
-        exc,
+        type(e).__name__,
+        e,
         f"\nsources: {where}" if where else "",
         short_repr(sample, 400),
-        exc_info=(type(exc), exc, exc.__traceback__),
+        exc_info=(type(e), e, e.__traceback__),
     )
 
 
-def reraise_exception(exc: Exception, _sample: Any, _sources: Sequence[Any] | None = None) -> None:
-    """Raise ``exc`` again: the first failure stops the run."""
-    raise exc
+def reraise_exception(e: Exception, _sample: Any, _sources: Sequence[Any] | None = None) -> None:
+    """Raise ``e`` again: the first failure stops the run."""
+    raise e
 
 
 # Process-global because a worker process restores one chain at a time and the handler
@@ -349,15 +350,24 @@ def failure_trackers(
     global_error_handler: Callable[..., Any] | None,
     max_skip_fraction: float | None = None,
     who: str = "a worker",
-) -> Callable[[], FailureTracker]:
-    """Makes a fresh :class:`FailureTracker` per stage (a success in one stage must not reset
+) -> Callable[..., FailureTracker]:
+    """Makes a fresh :class:`FailureTracker` per stage (given the stage's user hook, if any) (a success in one stage must not reset
     another's failure streak), calling Energon's ``WorkerConfig.global_error_handler``; its
     default, :func:`log_exception`, is what a tracker without a handler does already. With
     ``max_skip_fraction``, the trackers of one call share one :class:`SkipBudget` (one
     worker's chain, ``who``)."""
     handler = None if global_error_handler is log_exception else global_error_handler
     budget = None if max_skip_fraction is None else SkipBudget(max_skip_fraction, who)
-    return lambda: FailureTracker(tolerance, handler, budget)
+
+    def tracker(hook: Callable[..., Any] | None = None) -> FailureTracker:
+        # a hook marked @stateless(failure_tolerance=n) has its own tolerance, Energon's
+        # meaning: the n-th consecutive failure of that hook stops the run; 0 never does
+        own = getattr(hook, "__failure_tolerance__", None)
+        if own is not None:
+            return FailureTracker(own - 1 if own else sys.maxsize, handler, budget)
+        return FailureTracker(tolerance, handler, budget)
+
+    return tracker
 
 
 def check_skip_fraction(value: Any) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+import energon_lite
 from energon_lite import (
     CaptioningSample,
     DefaultTaskEncoder,
@@ -117,3 +118,46 @@ def test_restore_handler_default_raises_and_a_returning_one_drops_the_item(train
     assert len(failed) == 1 and held not in [k[-6:] for k in keys]
     # the bucket's other held samples come back first, in their order
     assert keys[:3] == [k for k in rest[:4] if not k.endswith(held)]
+
+
+def _first_keys_fail(lib: Any, fails: int, tolerance: int | None) -> Any:
+    class Encoder(lib.DefaultTaskEncoder):
+        @lib.stateless(failure_tolerance=tolerance)
+        def encode_sample(self, sample: Any) -> Any:
+            if int(sample.__key__) < fails:
+                raise ValueError(f"bad sample {sample.__key__}")
+            return sample
+
+    return Encoder()
+
+
+@pytest.mark.parametrize(("fails", "tolerance"), [(2, 3), (3, 3), (10, 0), (2, None)])
+def test_stateless_failure_tolerance_as_in_energon(
+    dataset_factory: Any, tmp_path: Path, fails: int, tolerance: int | None
+) -> None:
+    """``@stateless(failure_tolerance=n)``: the n-th consecutive failure of that hook stops
+    the run, 0 never does, None keeps the loader's; megatron-energon is the oracle."""
+    energon = pytest.importorskip("megatron.energon")
+    root = dataset_factory(tmp_path, 40, 20, [("val", 1)])
+    outcomes = []
+    for lib in (energon, energon_lite):
+        wc = lib.WorkerConfig(rank=0, world_size=1, num_workers=0)
+        te = _first_keys_fail(lib, fails, tolerance)
+        dataset = lib.get_val_dataset(root, worker_config=wc, batch_size=None, task_encoder=te)
+        try:
+            outcomes.append(sorted(s.__key__ for s in lib.get_loader(dataset)))
+        except Exception as error:  # Energon's FatalSampleError, our TooManyFailuresError
+            outcomes.append(type(error).__name__)
+    theirs, ours = outcomes
+    if theirs == "FatalSampleError":
+        assert ours == TooManyFailuresError.__name__
+    else:
+        assert ours == theirs == [f"{i:06d}" for i in range(fails, 40)]
+
+
+def test_stateless_failure_tolerance_is_checked() -> None:
+    from energon_lite import stateless
+    from energon_lite.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="failure_tolerance=-1"):
+        stateless(failure_tolerance=-1)

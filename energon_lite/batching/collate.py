@@ -20,42 +20,42 @@ def merged_sources(column: Sequence[Any]) -> tuple[Any, ...] | None:
     return merged or None
 
 
-def batch_stack(values: Sequence[torch.Tensor]) -> torch.Tensor:
+def batch_stack(batch: Sequence[torch.Tensor]) -> torch.Tensor:
     """Stack tensors of one shape (images decoded into their batch's slab, see
     ``energon_lite/batching/slab.py``, are that slab already: nothing is copied)."""
-    values = list(values)
-    slab = claim(values)
+    batch = list(batch)
+    slab = claim(batch)
     if slab is not None:
         return slab
-    return torch.stack(values, out=batch_tensor(values[0], (len(values), *values[0].shape)))
+    return torch.stack(batch, out=batch_tensor(batch[0], (len(batch), *batch[0].shape)))
 
 
-def batch_pad_stack(values: Sequence[torch.Tensor], pad_value: float = 0) -> torch.Tensor:
+def batch_pad_stack(batch: Sequence[torch.Tensor], pad_value: float = 0) -> torch.Tensor:
     """Stack tensors, padding each dimension with ``pad_value`` to the largest size in the batch."""
-    first = values[0]
-    if all(v.shape == first.shape for v in values):
-        return batch_stack(values)
-    if any(v.dim() != first.dim() for v in values):
-        raise ValueError(f"cannot pad-stack tensors of ranks {sorted({v.dim() for v in values})}")
-    shape = [max(v.shape[d] for v in values) for d in range(first.dim())]
-    out = batch_tensor(first, (len(values), *shape)).fill_(pad_value)
-    for i, value in enumerate(values):
+    first = batch[0]
+    if all(v.shape == first.shape for v in batch):
+        return batch_stack(batch)
+    if any(v.dim() != first.dim() for v in batch):
+        raise ValueError(f"cannot pad-stack tensors of ranks {sorted({v.dim() for v in batch})}")
+    shape = [max(v.shape[d] for v in batch) for d in range(first.dim())]
+    out = batch_tensor(first, (len(batch), *shape)).fill_(pad_value)
+    for i, value in enumerate(batch):
         out[i][tuple(slice(0, s) for s in value.shape)] = value
     return out
 
 
-def batch_list(values: Sequence[Any]) -> list[Any]:
-    return list(values)
+def batch_list(batch: Sequence[Any]) -> list[Any]:
+    return list(batch)
 
 
-def generic_batch(samples: Sequence[Any]) -> Any:
-    """Batch ``samples`` (or one field across a batch) by Energon's structure-recursing rule:
+def generic_batch(batch: Sequence[Any]) -> Any:
+    """Batch the samples ``batch`` (or one field across a batch) by Energon's structure-recursing rule:
     tensors pad-stacked, dicts, dataclasses and named tuples batched field by field (a
     dataclass with ``from_samples`` builds itself), anything else (numbers, strings, NumPy
     arrays, None) listed as it is. Where Energon would fail (a column mixing tensors with
     other values or structures of several types), the column is listed; a dict keeps the
     keys every sample has."""
-    values = list(samples)
+    values = list(batch)
     first = values[0]
     if isinstance(first, torch.Tensor) and all(isinstance(v, torch.Tensor) for v in values):
         return batch_pad_stack(values)

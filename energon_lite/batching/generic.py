@@ -33,14 +33,15 @@ def _recurse(items: Sequence[Any], fn: Callable[[list[Any]], Any]) -> Any | None
     return None
 
 
-def concat_pad(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
-    """Concatenate tensors along dimension 0, zero-padding the other dimensions to the largest."""
-    first = tensors[0]
-    rows = sum(t.shape[0] for t in tensors)
-    shape = [max(t.shape[d] for t in tensors) for d in range(1, first.dim())]
+def concat_pad(batch: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Concatenate the tensors ``batch`` along dimension 0, zero-padding the other dimensions
+    to the largest."""
+    first = batch[0]
+    rows = sum(t.shape[0] for t in batch)
+    shape = [max(t.shape[d] for t in batch) for d in range(1, first.dim())]
     out = first.new_zeros((rows, *shape))
     start = 0
-    for t in tensors:
+    for t in batch:
         index = [slice(start, start + t.shape[0])]
         index.extend(slice(0, s) for s in t.shape[1:])
         out[tuple(index)] = t
@@ -48,19 +49,19 @@ def concat_pad(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
     return out
 
 
-def generic_concat(batches: Sequence[Any]) -> Any:
-    """Join ``batches`` into one: tensors with ``concat_pad``, structures per field, anything
-    else as the list of the batches' values (as Energon)."""
-    batches = list(batches)
-    if isinstance(batches[0], torch.Tensor):
-        return concat_pad(batches)
-    nested = _recurse(batches, generic_concat)
-    return nested if nested is not None else batches
+def generic_concat(batch: Sequence[Any]) -> Any:
+    """Join the batches ``batch`` into one: tensors with ``concat_pad``, structures per field, anything
+    else as the list of the batch' values (as Energon)."""
+    batch = list(batch)
+    if isinstance(batch[0], torch.Tensor):
+        return concat_pad(batch)
+    nested = _recurse(batch, generic_concat)
+    return nested if nested is not None else batch
 
 
-def homogeneous_concat_mix(batches: Sequence[Any]) -> Any:
-    """``generic_concat`` of batches that all have the same type (a TypeError otherwise)."""
-    kinds = {type(b).__name__ for b in batches}
+def homogeneous_concat_mix(samples: Sequence[Any]) -> Any:
+    """``generic_concat`` of samples that all have the same type (a TypeError otherwise)."""
+    kinds = {type(b).__name__ for b in samples}
     if len(kinds) > 1:
-        raise TypeError(f"homogeneous_concat_mix: batches of several types {sorted(kinds)}")
-    return generic_concat(batches)
+        raise TypeError(f"homogeneous_concat_mix: samples of several types {sorted(kinds)}")
+    return generic_concat(samples)

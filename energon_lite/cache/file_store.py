@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from energon_lite.epathlib import EPath
 from energon_lite.errors import DatasetFormatError
@@ -28,6 +28,8 @@ from energon_lite.samples.types import SourceInfo
 from energon_lite.shards.metadata import dataset_metadata
 from energon_lite.storage import RemotePath, StoragePath, as_path, is_remote, is_url, local_only
 from energon_lite.storage.path import inside
+
+T_sample = TypeVar("T_sample", covariant=True)
 
 
 def add_source_info(sample: Any, *infos: SourceInfo) -> None:
@@ -40,7 +42,7 @@ def add_source_info(sample: Any, *infos: SourceInfo) -> None:
         sample.__sources__ = (*(getattr(sample, "__sources__", None) or ()), *infos)
 
 
-class FileStore:
+class FileStore(Generic[T_sample]):
     """A dataset that can be read by file name."""
 
     def __getitem__(self, name: str) -> tuple[Any, SourceInfo]:
@@ -183,7 +185,7 @@ class DecodeFileStore(FileStore):
         return self._inner.get_media_metadata(name)
 
 
-class PrimaryFileStore(FileStore):
+class PrimaryFileStore(FileStore[T_sample], Generic[T_sample]):
     """``inner`` where a name starting with ``.`` means a part of the current sample."""
 
     def __init__(self, inner: FileStore, current_key: str) -> None:

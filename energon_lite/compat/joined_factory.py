@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from energon_lite.compat.webdataset_factories import BaseCoreDatasetFactory
 from energon_lite.errors import ConfigError
@@ -25,6 +25,8 @@ from energon_lite.samples.resolver import trust_joiner
 from energon_lite.sources.kinds import open_source
 from energon_lite.sources.leaf import Leaf
 from energon_lite.storage import StoragePath
+
+T_sample = TypeVar("T_sample", covariant=True)
 
 
 def _joiner_ref(joiner: Any) -> dict[str, str]:
@@ -42,7 +44,7 @@ def _joiner_ref(joiner: Any) -> dict[str, str]:
     return {"__module__": module, "__function__": name}
 
 
-class JoinedWebdatasetFactory:
+class JoinedWebdatasetFactory(Generic[T_sample]):
     """Energon's programmatic join: ``inner_datasets`` (a list: the joiner gets the samples
     positionally; a mapping: by name) joined by sample key with ``joiner``; ``nonmatch``
     (``error``, ``skip`` or ``none``) applies to every dataset after the first."""

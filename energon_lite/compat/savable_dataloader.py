@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from energon_lite.cache.base import CachePool
 from energon_lite.compat.arguments import (
@@ -15,8 +15,10 @@ from energon_lite.loader.api import SavableDataset, SavableLoader, check_loader_
 from energon_lite.loader.healing import DEFAULT_WINDOW_S
 from energon_lite.worker import WorkerConfig
 
+T_sample = TypeVar("T_sample", covariant=True)
 
-class SavableDataLoader(SavableLoader):
+
+class SavableDataLoader(SavableLoader, Generic[T_sample]):
     """``SavableDataLoader(dataset, ...)`` as in Energon.
 
     Takes the arguments ``get_savable_loader`` takes (Energon's checkpoint and gc knobs are

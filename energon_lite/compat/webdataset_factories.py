@@ -6,6 +6,12 @@
 * ``StandardWebdatasetFactory(path, split_part=, training=, worker_config=, ...)`` and
   ``DefaultDecoderWebdatasetFactory``: ``build()`` gives the dataset of decoded samples
   (``get_train_dataset`` / ``get_val_dataset`` without batching); ``len()`` its samples.
+  Each is ``Generic[T_sample]`` as in Energon (``DefaultDecoderWebdatasetFactory[MySample]``).
+* A user's subclass (``__sample_type__``, a webdataset ``Decoder`` set as ``self._decoder``)
+  named by a ``dataset.yaml``'s top-level ``__module__``/``__class__`` is built when the
+  dataset loads, and its ``_decoder`` decodes that dataset's parts
+  (``energon_lite.samples.factory``); the default (``decoder`` not given) leaves decoding to
+  the task encoder's ``decoder``.
 * ``CaptioningWebdataset`` etc.: the deprecated per-type classes; a ``dataset.yaml`` naming
   them loads with a deprecation warning (``energon_lite.samples.resolver``), and constructing
   one warns the same way.
@@ -17,12 +23,13 @@ import os
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import yaml
 
 from energon_lite.errors import ConfigError, DatasetFormatError
 from energon_lite.loader.api import SavableDataset, get_train_dataset, get_val_dataset
+from energon_lite.samples.resolver import PROBING_FACTORY, TASK_ENCODER_DECODER
 from energon_lite.samples.types import (
     CaptioningSample,
     ImageClassificationSample,
@@ -53,11 +60,13 @@ from energon_lite.sources.kinds import open_source
 from energon_lite.sources.leaf import Leaf
 from energon_lite.storage import RemotePath, as_path
 
+T_sample = TypeVar("T_sample", covariant=True)
 
-class BaseCoreDatasetFactory:
+
+class BaseCoreDatasetFactory(Generic[T_sample]):
     """A dataset of decoded samples from one prepared folder (Energon's factory protocol)."""
 
-    __sample_type__: ClassVar[type[Sample] | None] = None
+    __sample_type__: ClassVar[type[Any] | None] = None
 
     def __init__(
         self,
@@ -66,24 +75,42 @@ class BaseCoreDatasetFactory:
         split_part: str = "train",
         training: bool = True,
         worker_config: Any,
-        shuffle_over_epochs_multiplier: int | None = 1,
+        shuffle_over_epochs: int | None = 1,
         parallel_shard_iters: int | None = None,
         max_samples_per_sequence: int | None = None,
-        subflavors: dict[str, Any] | None = None,
+        subset: Any = None,
         split_config: str | None = None,
+        part_filter: Any = None,
+        subflavors: dict[str, Any] | None = None,
         dataset_config: str | None = None,
+        shuffle_over_epochs_multiplier: int | None = None,
         **kwargs: Any,
     ) -> None:
+        """Energon's keywords; ``shuffle_over_epochs_multiplier`` is the older name of
+        ``shuffle_over_epochs``. ``subset`` and ``part_filter`` are taken from
+        ``dataset.yaml`` / a metadataset here: given in code, they are refused."""
         if kwargs:
             raise ConfigError(
                 f"{type(self).__name__}: unsupported arguments {sorted(kwargs)}; "
                 "see docs/migration.md"
             )
+        if subset is not None or part_filter is not None:
+            given = "subset" if subset is not None else "part_filter"
+            raise ConfigError(
+                f"{type(self).__name__}({given}=...) is not supported; set it in the "
+                "metadataset (subset:) or dataset.yaml (part_filter:)"
+            )
         self.paths = [as_path(path)]  # a folder, a URL, a RemotePath or an EPath
+        self.path = self.paths[0]
         self.split_part = split_part
         self.training = training
         self.worker_config = worker_config
         self.subflavors = subflavors
+        if shuffle_over_epochs_multiplier is not None:
+            shuffle_over_epochs = shuffle_over_epochs_multiplier
+        self.shuffle_over_epochs = shuffle_over_epochs
+        self.parallel_shard_iters = parallel_shard_iters
+        self.max_samples_per_sequence = max_samples_per_sequence
         self.options = {
             "parallel_shard_iters": parallel_shard_iters,
             "max_samples_per_sequence": max_samples_per_sequence,
@@ -92,11 +119,12 @@ class BaseCoreDatasetFactory:
             self.paths[0],
             split_part,
             subflavors=subflavors,
-            shuffle_over_epochs_multiplier=shuffle_over_epochs_multiplier,
+            shuffle_over_epochs_multiplier=shuffle_over_epochs,
             split_config=split_config or "split.yaml",
             dataset_config=dataset_config or "dataset.yaml",
         )
-        open_source(self.leaf)  # the split exists
+        if not PROBING_FACTORY.get():  # (a dataset loading builds its class: opened already)
+            open_source(self.leaf)  # the split exists
 
     def __len__(self) -> int:
         return len(open_source(self.leaf))
@@ -125,7 +153,7 @@ class BaseCoreDatasetFactory:
         )
 
 
-class BaseWebdatasetFactory(BaseCoreDatasetFactory):
+class BaseWebdatasetFactory(BaseCoreDatasetFactory[T_sample], Generic[T_sample]):
     """Adds Energon's programmatic ``prepare_dataset``."""
 
     @classmethod
@@ -201,17 +229,71 @@ class BaseWebdatasetFactory(BaseCoreDatasetFactory):
         return report.parts, list(zip(shards, report.shard_counts))
 
 
-class StandardWebdatasetFactory(BaseWebdatasetFactory):
-    """Samples of the type ``dataset.yaml`` names."""
+class DefaultGenericWebdatasetFactory(BaseWebdatasetFactory[T_sample], Generic[T_sample]):
+    """Energon's generic factory: ``field_map`` / ``sample_loader`` / ``part_filter`` are what
+    ``dataset.yaml`` gives (the loading reads them from there); kept as attributes."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | RemotePath,
+        *,
+        subflavors: dict[str, Any] | None = None,
+        field_map: dict[str, str] | None = None,
+        sample_loader: Any = None,
+        part_filter: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        self.field_map = field_map
+        self.sample_loader = sample_loader
+        self.dataset_part_filter = part_filter
+        super().__init__(path, subflavors=subflavors, **kwargs)
 
 
-class DefaultGenericWebdatasetFactory(StandardWebdatasetFactory):
-    """Energon's generic factory; here the same as ``StandardWebdatasetFactory``."""
+class DefaultDecoderWebdatasetFactory(DefaultGenericWebdatasetFactory[T_sample], Generic[T_sample]):
+    """Energon's factory with a decoder. ``decoder`` (7.x) or the older keywords
+    (``auto_decode``, ``image_decode`` ...); a subclass may set ``self._decoder`` to a
+    webdataset-style callable (sample dict -> decoded dict), used for its dataset's parts.
+    By default the task encoder's ``decoder`` decodes; ``decoder=None`` or
+    ``auto_decode=False`` gives raw bytes."""
+
+    _decoder: Any
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | RemotePath,
+        *,
+        decoder: Any = TASK_ENCODER_DECODER,
+        auto_decode: bool = True,
+        image_decode: str = "torchrgb",
+        ignore_decoder_errors: bool = False,
+        av_decode: str = "AVDecoder",
+        video_decode_audio: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        self.image_decode = image_decode
+        self.ignore_decoder_errors = ignore_decoder_errors
+        self.av_decode = av_decode
+        self.video_decode_audio = video_decode_audio
+        self._decoder = decoder if auto_decode else None
+        # Energon's older factories kept the video handler apart; the decoder decodes video
+        self._video_decoder: Any = None
+        super().__init__(path, **kwargs)
 
 
-class DefaultDecoderWebdatasetFactory(StandardWebdatasetFactory):
-    """Energon's factory with the default decoder; here the same (decoding is the task
-    encoder's ``decoder``)."""
+class StandardWebdatasetFactory(DefaultDecoderWebdatasetFactory[T_sample], Generic[T_sample]):
+    """Samples of the type ``dataset.yaml`` names (Energon's ``sample_type=`` is read from
+    there)."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | RemotePath,
+        *,
+        sample_type: type[Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if sample_type is not None:
+            self.__sample_type__ = sample_type  # type: ignore[misc]  # as Energon sets it
+        super().__init__(path, **kwargs)
 
 
 class _LegacyWebdataset(DefaultDecoderWebdatasetFactory):

@@ -150,7 +150,7 @@ def get_dataset_from_config(
             "a jsonl file; prepare it first (`energon-lite prepare`)"
         )
     factory_type = BaseCoreDatasetFactory if line_file else StandardWebdatasetFactory
-    factory = factory_type(
+    factory: BaseCoreDatasetFactory[Any] = factory_type(
         where,
         split_part=split_part or "train",
         training=training,

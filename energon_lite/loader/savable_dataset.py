@@ -8,7 +8,7 @@ the batches alone (``get_train_dataset(...)`` used as a plain torch ``IterableDa
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from torch.utils.data import IterableDataset, get_worker_info
 
@@ -28,7 +28,10 @@ if TYPE_CHECKING:  # the pool's shared-memory machinery loads only with a loader
     from energon_lite.batching.memory import BatchMemoryPool
 
 
-class SavableDataset(IterableDataset):
+T_sample = TypeVar("T_sample", covariant=True)
+
+
+class SavableDataset(IterableDataset[T_sample], Generic[T_sample]):
     """A pipeline plus the worker configuration; iterating it yields batches (no state)."""
 
     wrapper_depth = 0  # how many wrappers that draw random streams sit below this dataset

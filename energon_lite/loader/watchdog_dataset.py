@@ -14,15 +14,17 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from energon_lite.errors import ConfigError
 from energon_lite.loader.energon_tree import TreeNode
 from energon_lite.loader.savable_dataset import SavableDataset
 from energon_lite.worker import WorkerConfig
 
+T_sample = TypeVar("T_sample", covariant=True)
 
-class WatchdogDataset(SavableDataset):
+
+class WatchdogDataset(SavableDataset[T_sample], Generic[T_sample]):
     """``dataset`` watched by a watchdog (see the module docstring)."""
 
     def __init__(

@@ -332,7 +332,7 @@ class DatasetPipeline:
                 self.specs,
                 te,
                 slot.seed,
-                failures(),
+                failures(getattr(te, hook)),
                 hook,
                 counts,
                 slot.leaf_base,
@@ -346,7 +346,11 @@ class DatasetPipeline:
             then(Cost, lambda s: Cost(s, te.sample_cost, names, slot.leaf_base))
         if opts.packing_buffer_size:
             size = opts.packing_buffer_size
-            then(Pack, lambda s: Pack(s, size, te, slot.seed, failures(), hook), size=size)
+            then(
+                Pack,
+                lambda s: Pack(s, size, te, slot.seed, failures(te.pack_selected_samples), hook),
+                size=size,
+            )
         if te.overrides("batch_group_criterion"):
             sync = BucketSync.for_slot(opts.bucket_sync, slot)
             then(
@@ -358,7 +362,7 @@ class DatasetPipeline:
                     else te.batch_group_criterion,
                     collate,
                     opts.batch_drop_last,
-                    failures(),
+                    failures(te.batch),
                     sync,
                     "pack_selected_samples" if opts.packing_buffer_size else hook,
                 ),
@@ -371,7 +375,7 @@ class DatasetPipeline:
             then(
                 Batch,
                 lambda s: Batch(
-                    s, bs, collate, opts.batch_drop_last, failures(), slab=not per_phase
+                    s, bs, collate, opts.batch_drop_last, failures(te.batch), slab=not per_phase
                 ),
                 batch_size=bs,
                 collate=collate,
@@ -382,7 +386,7 @@ class DatasetPipeline:
         if te.overrides("encode_batch"):
             then(
                 Map,
-                lambda s: Map(s, te.encode_batch, "encode_batch", failures()),
+                lambda s: Map(s, te.encode_batch, "encode_batch", failures(te.encode_batch)),
                 fn=te.encode_batch,
             )
         if opts.limit is not None:  # per rank; the loader polls workers round robin
@@ -411,7 +415,7 @@ class DatasetPipeline:
             pipelines = [self.plan(logical, per_phase) for logical in slots]
         node = Node(
             Phases,
-            lambda ps: Phases(ps, per_phase, te.batch, failures(), rows),
+            lambda ps: Phases(ps, per_phase, te.batch, failures(te.batch), rows),
             pipelines,
             several=True,
             settings={"batch_size": self.options.batch_size, "collate": te.batch},
@@ -419,7 +423,7 @@ class DatasetPipeline:
         if te.overrides("encode_batch"):
             node = Node(
                 Map,
-                lambda s: Map(s, te.encode_batch, "encode_batch", failures()),
+                lambda s: Map(s, te.encode_batch, "encode_batch", failures(te.encode_batch)),
                 [node],
                 settings={"fn": te.encode_batch},
             )

@@ -21,11 +21,14 @@ from energon_lite.epathlib import EPath
 from energon_lite.errors import DatasetFormatError, short_repr
 from energon_lite.samples.crude import CrudeSample
 from energon_lite.samples.resolver import (
+    PROBING_FACTORY,
+    TASK_ENCODER_DECODER,
     check_trusted_module,
     inside_dataset,
     is_our_module,
     load_module_file,
     resolve_class,
+    resolve_factory_class,
     trusted_joiner,
     upgrade_legacy_config,
 )
@@ -77,21 +80,57 @@ def _parse_field(spec: str, where: str) -> tuple[str, list[str | int]]:
     return part, path
 
 
-def _check_top_level_class(config: dict[str, Any], where: str) -> None:
-    """A top-level ``__module__``/``__class__`` names the dataset class: only the crude ones
-    (and joins, which energon_lite writes itself) are known. Anything else is refused rather
-    than ignored next to a ``sample_type``: the file asks for a class that would not be used."""
+def _check_top_level_class(config: dict[str, Any], where: str, root: Path | None) -> type | None:
+    """A top-level ``__module__``/``__class__`` names the dataset class: the crude ones (and
+    joins, which energon_lite writes itself), or the user's own factory class (imported as
+    Energon imports it, :func:`resolve_factory_class`), which is returned. Anything else is
+    refused rather than ignored: the file asks for a class that would not be used."""
     if "__module__" not in config and "__class__" not in config:
-        return
+        return None
     module, cls = config.get("__module__", "megatron.energon"), config.get("__class__")
     known = (*CRUDE_CLASSES, "JoinedWebdataset")
+    if (
+        isinstance(module, str)
+        and isinstance(cls, str)
+        and not is_our_module(module)
+        and "sample_type" not in config
+    ):
+        return resolve_factory_class(module, cls, where, root)
     if not isinstance(module, str) or not is_our_module(module) or cls not in known:
         raise DatasetFormatError(
             f"{where}: top-level __module__ {short_repr(module, 60)} / __class__ "
             f"{short_repr(cls, 60)} refused: a dataset.yaml may name only the dataset classes "
-            f"{', '.join(CRUDE_CLASSES)} (megatron.energon); for typed samples remove the "
-            "top-level __module__ and __class__ and use sample_type:"
+            f"{', '.join(CRUDE_CLASSES)} (megatron.energon) or your own importable subclass of "
+            "DefaultDecoderWebdatasetFactory (without sample_type:); for typed samples remove "
+            "the top-level __module__ and __class__ and use sample_type:"
         )
+    return None
+
+
+def _probe_decoder(cls: type, config: dict[str, Any], meta_dir: StoragePath, where: str) -> Any:
+    """What the dataset's own factory class installs as ``self._decoder`` when built as
+    Energon builds it from ``dataset.yaml`` (its ``__init__`` runs; the dataset is not opened
+    again): the task encoder's decoder by default, ``None`` for raw bytes, or a callable
+    taking the sample dict ``{part: bytes}`` (a webdataset ``Decoder``)."""
+    options = {k: config[k] for k in ("field_map", "sample_loader", "part_filter") if k in config}
+    token = PROBING_FACTORY.set(True)
+    try:
+        instance = cls(
+            meta_dir.parent, split_part="train", training=False, worker_config=None, **options
+        )
+    except Exception as exc:
+        raise DatasetFormatError(
+            f"{where}: building the dataset class {cls.__module__}.{cls.__qualname__} failed: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
+    finally:
+        PROBING_FACTORY.reset(token)
+    decoder = getattr(instance, "_decoder", TASK_ENCODER_DECODER)
+    if decoder is not None and decoder is not TASK_ENCODER_DECODER and not callable(decoder):
+        raise DatasetFormatError(
+            f"{where}: {cls.__qualname__}._decoder = {short_repr(decoder)} is not callable"
+        )
+    return decoder
 
 
 class SampleFactory:
@@ -104,7 +143,8 @@ class SampleFactory:
         besides energon_lite's types and classes of the dataset's own sample_loader file."""
         where = str(meta_dir / "dataset.yaml")
         config = upgrade_legacy_config(config, where)
-        _check_top_level_class(config, where)
+        root = meta_dir.parent if isinstance(meta_dir, Path) else None
+        dataset_class = _check_top_level_class(config, where, root)
         self.root = str(meta_dir.parent)
         self.crude = config.get("__class__") in CRUDE_CLASSES
         # what each part holds when its name is no extension (a table's columns; its source
@@ -122,6 +162,8 @@ class SampleFactory:
         self.shard_offsets: Sequence[int] | None = None
         self._source_path = EPath(meta_dir.parent)
         self.joined: list[tuple[SampleFactory, dict[str, Any] | None]] | None = None
+        # the dataset's own factory class's decoder (TASK_ENCODER_DECODER: the task encoder's)
+        self.own_decoder: Any = TASK_ENCODER_DECODER
         if self.crude:
             return
         if config.get("__class__") == "JoinedWebdataset":  # a join: one factory per dataset
@@ -133,7 +175,9 @@ class SampleFactory:
             self.by_name = bool(config.get("by_name"))
             self.joiner = _resolve_joiner(config["joiner"], str(meta_dir.parent), meta_dir)
             return
-        if "sample_type" not in config:
+        if dataset_class is not None:
+            self.own_decoder = _probe_decoder(dataset_class, config, meta_dir, where)
+        elif "sample_type" not in config:
             raise DatasetFormatError(
                 f"{where}: needs 'sample_type' (or __class__: CrudeWebdataset)"
             )
@@ -147,6 +191,9 @@ class SampleFactory:
                 self.part_filter = _load_function(config["part_filter"], meta_dir, where, modules)
         else:
             raise DatasetFormatError(f"{where}: needs 'field_map' or 'sample_loader'")
+        if dataset_class is not None:
+            self.sample_type = dataset_class.__sample_type__  # type: ignore[attr-defined]
+            return
         own = next(iter(modules.items()), None)
         self.sample_type = resolve_class(
             config["sample_type"], where, own_module=own, allowed_modules=tuple(allowed_modules)
@@ -159,7 +206,7 @@ class SampleFactory:
             return self._build_joined(raw, decoder, subflavors)
         if self.part_filter is not None:
             raw = {k: v for k, v in raw.items() if k.startswith("__") or self.part_filter(k)}
-        decoded = decoder.decode(raw, self.parts, self.types) if decoder is not None else raw
+        decoded = self._decode(raw, decoder)
         restore_key = raw["__restore_key__"]
         source = SourceInfo(
             dataset_path=self._source_path,
@@ -208,6 +255,21 @@ class SampleFactory:
                 ) from None
             values[name] = value
         return self.sample_type(**keys, **values)
+
+    def _decode(self, raw: dict[str, Any], decoder: SampleDecoder | None) -> dict[str, Any]:
+        if self.own_decoder is TASK_ENCODER_DECODER:
+            return decoder.decode(raw, self.parts, self.types) if decoder is not None else raw
+        if self.own_decoder is None:  # the dataset class decodes nothing: raw bytes
+            return raw
+        if self.parts is not None:  # as Energon: only the parts the fields read are decoded
+            raw = {k: v for k, v in raw.items() if k.startswith("__") or k in self.parts}
+        decoded = self.own_decoder(raw)
+        if not isinstance(decoded, dict):
+            raise DatasetFormatError(
+                f"sample {raw['__key__']!r}: the dataset class's _decoder returned "
+                f"{short_repr(decoded)}, not a dict of parts"
+            )
+        return decoded
 
     def _index(self, key: SampleKey) -> int:
         if self.shard_offsets is None:

@@ -1,17 +1,24 @@
 """Which classes a ``dataset.yaml`` may name, and Energon's legacy top-level ``*Webdataset`` form.
 
-A dataset is untrusted input: its ``__module__``/``__class__`` entries resolve only to
-energon_lite's (or Energon's names of) built-in sample types, to classes defined in the
-dataset's own ``sample_loader`` file, or to modules the user lists in code
-(``allowed_modules=`` / ``allow_sample_type_modules``). Anything else is refused at open,
-before any import. Files a dataset points at stay inside the dataset's folder.
+A dataset is untrusted input: its ``sample_type`` entries resolve only to energon_lite's (or
+Energon's names of) built-in sample types, to classes defined in the dataset's own
+``sample_loader`` file, or to modules the user lists in code (``allowed_modules=`` /
+``allow_sample_type_modules``). Anything else is refused at open, before any import. Files a
+dataset points at stay inside the dataset's folder.
+
+A top-level ``__module__``/``__class__`` may also name the user's own dataset factory, as in
+Energon: a class of importable code (installed or on ``sys.path``, never a file inside the
+dataset's folder or a cache folder) that subclasses energon_lite's
+``DefaultDecoderWebdatasetFactory`` family (:func:`resolve_factory_class`).
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import warnings
+from contextvars import ContextVar
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -20,6 +27,22 @@ from energon_lite.errors import DatasetFormatError
 from energon_lite.samples.types import SAMPLE_TYPES, Sample
 
 OUR_MODULES = ("megatron.energon", "energon_lite")
+# the base of every dataset factory a dataset.yaml may name (compat/, a layer above: by name)
+FACTORY_BASE = "energon_lite.compat.webdataset_factories.BaseCoreDatasetFactory"
+# set while a dataset's own factory class is built for what it installs (its ``_decoder``):
+# the factory then skips opening the dataset, which the caller has opened already
+PROBING_FACTORY: ContextVar[bool] = ContextVar("energon_lite_probing_factory", default=False)
+
+
+class _TaskEncoderDecoder:
+    """The default of a dataset factory's ``decoder``: parts are decoded by the task
+    encoder's ``decoder`` (energon_lite's place for it), not by the factory."""
+
+    def __repr__(self) -> str:
+        return "TASK_ENCODER_DECODER"
+
+
+TASK_ENCODER_DECODER = _TaskEncoderDecoder()
 _allowed: set[str] = set()
 _trusted_joiners: dict[str, dict[str, Any]] = {}  # resolved join spec path -> its joiner
 
@@ -151,6 +174,58 @@ def resolve_class(
         raise DatasetFormatError(f"{where}: {module}.{name} is not a class")
     if module.startswith("energon_lite.") and not issubclass(cls, Sample):
         raise DatasetFormatError(f"{where}: {module}.{name} is not a sample type")
+    return cls
+
+
+def is_dataset_factory(cls: type) -> bool:
+    """Whether ``cls`` subclasses energon_lite's ``BaseCoreDatasetFactory``."""
+    return any(f"{c.__module__}.{c.__qualname__}" == FACTORY_BASE for c in cls.__mro__)
+
+
+def _planted_in(origin: str, root: Path) -> Path | None:
+    """The dataset or cache folder that holds the module file ``origin``, if any."""
+    file = Path(origin).resolve()
+    folders = [root.resolve()]
+    cache_dir = os.environ.get("ENERGON_LITE_CACHE_DIR")
+    if cache_dir:
+        folders.append(Path(cache_dir).resolve())
+    folders += [p for p in file.parents if p.name.endswith(".cache") or p.name == ".nv-meta"]
+    return next((f for f in folders if file.is_relative_to(f)), None)
+
+
+def resolve_factory_class(module: str, name: str, where: str, root: Path | None) -> type:
+    """The user's dataset factory class a top-level ``__module__``/``__class__`` names.
+
+    Imported as Energon imports it (any importable module), except from a file inside the
+    dataset's folder ``root``, a ``*.cache`` / ``.nv-meta`` folder or the node-local shard
+    cache: a file planted there is data, not code. The class must subclass energon_lite's
+    ``BaseCoreDatasetFactory`` (e.g. ``DefaultDecoderWebdatasetFactory[MySample]``)."""
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError) as exc:
+        raise DatasetFormatError(f"{where}: cannot import __module__ {module!r}: {exc}") from None
+    if spec is None:
+        raise DatasetFormatError(
+            f"{where}: __module__ {module!r} (for __class__ {name!r}) is not importable; "
+            "install it or put it on PYTHONPATH"
+        )
+    planted = _planted_in(spec.origin, root or Path("/nonexistent")) if spec.origin else None
+    if planted is not None:
+        raise DatasetFormatError(
+            f"{where}: __module__ {module!r} refused: its file {spec.origin} lies inside "
+            f"{planted}, a dataset or cache folder; a dataset class must be installed code"
+        )
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise DatasetFormatError(f"{where}: cannot import {module}.{name}: {exc}") from None
+    if not isinstance(cls, type) or not is_dataset_factory(cls):
+        raise DatasetFormatError(
+            f"{where}: __class__ {module}.{name} refused: not a subclass of "
+            "energon_lite's DefaultDecoderWebdatasetFactory (or BaseCoreDatasetFactory)"
+        )
+    if not isinstance(getattr(cls, "__sample_type__", None), type):
+        raise DatasetFormatError(f"{where}: {module}.{name} sets no __sample_type__ class")
     return cls
 
 

@@ -51,8 +51,14 @@ T_raw_batch = TypeVar("T_raw_batch")
 T_batch = TypeVar("T_batch")
 
 
-def stateless(fn: Callable | None = None, *, restore_seeds: bool = False) -> Callable:
+def stateless(
+    fn: Callable | None = None, *, restore_seeds: bool = False, failure_tolerance: int | None = None
+) -> Callable:
     """Energon's marker for hooks without state.
+
+    ``failure_tolerance`` (Energon's): the n-th consecutive failure of this hook stops the
+    run (the ones before are logged and skipped); 0 never stops it; ``None`` keeps the
+    loader's ``failure_tolerance``.
 
     ``restore_seeds=True`` (Energon's option, for encoders that call ``random``,
     ``numpy.random`` or ``torch``'s global generators): around each call, the three global
@@ -64,10 +70,17 @@ def stateless(fn: Callable | None = None, *, restore_seeds: bool = False) -> Cal
     no global state at all.
     """
 
+    if failure_tolerance is not None and (
+        not isinstance(failure_tolerance, int) or failure_tolerance < 0
+    ):
+        raise ConfigError(f"stateless({failure_tolerance=}) must be an int >= 0 or None")
+
     def mark(f: Callable) -> Callable:
         if restore_seeds:
             f = _with_restored_seeds(f)
         f.__stateless__ = True  # type: ignore[attr-defined]
+        if failure_tolerance is not None:
+            f.__failure_tolerance__ = failure_tolerance  # type: ignore[attr-defined]
         return f
 
     return mark(fn) if fn is not None else mark

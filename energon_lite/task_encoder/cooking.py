@@ -12,9 +12,12 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar, overload
+from typing import Any, Generic, TypeVar, overload
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+T_sample = TypeVar("T_sample", covariant=True)
 
 
 @overload
@@ -43,7 +46,7 @@ def cooker(
 
 
 @dataclass
-class Cooker:
+class Cooker(Generic[T_sample]):
     """Turns a crude sample (dict of decoded parts) into a typed sample.
 
     Used when ``has_subflavors`` items all equal the sample's subflavors and

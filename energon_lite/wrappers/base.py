@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from energon_lite.errors import ConfigError, FailureTracker, failure_trackers
 from energon_lite.loader.energon_tree import TreeNode
@@ -35,6 +35,9 @@ from energon_lite.worker import CanonicalLayout, WorkerConfig, WorkerSlot
 MakeTop = Callable[[WorkerSlot], Callable[..., Stage]]
 # per-worker item counts of the wrapped datasets -> this wrapper's
 CountItems = Callable[[list[list[int]], WorkerConfig], list[int]]
+
+
+T_sample = TypeVar("T_sample", covariant=True)
 
 
 def fn_name(fn: Any) -> str | None:
@@ -156,7 +159,7 @@ def summed(counts: list[list[int]], wc: WorkerConfig) -> list[int]:
     return [sum(column) for column in zip(*counts)]
 
 
-class WrapperDataset(SavableDataset):
+class WrapperDataset(SavableDataset[T_sample], Generic[T_sample]):
     """Base of Energon's wrapper classes: the wrapped datasets and a WrapperPipeline."""
 
     pipeline: WrapperPipeline

@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 import itertools
 from collections.abc import Callable, Hashable, Iterator
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from energon_lite.errors import ConfigError, FailureTracker
 from energon_lite.loader.savable_dataset import SavableDataset
@@ -31,6 +31,10 @@ from energon_lite.wrappers.base import (
     set_restore_key,
 )
 
+T_batch = TypeVar("T_batch", covariant=True)
+T_encoded = TypeVar("T_encoded", covariant=True)
+T_sample = TypeVar("T_sample", covariant=True)
+
 
 def keyed_batcher(batcher: Callable[[list[Any]], Any]) -> Callable[[list[Any]], Any]:
     """``batcher`` whose batch carries its samples' restore keys (``Batch.fetch`` makes it
@@ -48,7 +52,7 @@ def check_size(name: str, value: Any, what: str) -> None:
         raise ConfigError(f"{name}: {what}={value!r} must be an integer >= 1")
 
 
-class BatchDataset(WrapperDataset):
+class BatchDataset(WrapperDataset[T_batch], Generic[T_sample, T_batch]):
     """Energon's ``BatchDataset``: ``batch_size`` consecutive items through ``batcher``."""
 
     def __init__(
@@ -110,7 +114,7 @@ def batch_top(
     return Batch, lambda slot: lambda s: Batch(s, batch_size, collate, drop_last, make_failures())
 
 
-class GroupBatchDataset(WrapperDataset):
+class GroupBatchDataset(WrapperDataset[T_batch], Generic[T_sample, T_batch]):
     """Energon's ``GroupBatchDataset``: batches of items with the same group key.
 
     ``sample_group_key(item) -> (key, batch_size)``; with ``fixed_batch_size`` set, the
@@ -185,7 +189,7 @@ class _PackHooks(TaskEncoder):
         return self.final_packer(samples)
 
 
-class PackingDataset(WrapperDataset):
+class PackingDataset(WrapperDataset[T_encoded], Generic[T_sample, T_batch, T_encoded]):
     """Energon's ``PackingDataset``: a buffer of ``buffer_size`` items, grouped by
     ``pre_packer``, each group encoded by ``sample_encoder`` and packed by ``final_packer``.
 

@@ -8,7 +8,7 @@ ids, so a buffer above the blend routes a restore key back to the chain that mad
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from energon_lite.errors import ConfigError
 from energon_lite.loader.energon_tree import BlendNode, TreeNode
@@ -18,6 +18,9 @@ from energon_lite.stages.concat import Concat
 from energon_lite.worker import WorkerConfig
 from energon_lite.wrappers.base import WrapperDataset, failures, fn_name, nesting, summed
 from energon_lite.wrappers.batching import batch_count, batch_top, check_size
+
+T_batch = TypeVar("T_batch", covariant=True)
+T_sample = TypeVar("T_sample", covariant=True)
 
 
 def _split(name: str, dataset_weights: tuple[Any, ...]) -> tuple[list[Any], list[float]]:
@@ -33,7 +36,7 @@ def _split(name: str, dataset_weights: tuple[Any, ...]) -> tuple[list[Any], list
     return datasets, weights
 
 
-class BlendDataset(WrapperDataset):
+class BlendDataset(WrapperDataset[T_sample], Generic[T_sample]):
     """Energon's ``BlendDataset``: each item drawn from one dataset with probability
     proportional to its weight; a dataset that ends drops out, the blend ends with the last."""
 
@@ -66,7 +69,7 @@ class BlendDataset(WrapperDataset):
 BlendDataset.register(BlendNode)
 
 
-class ConcatDataset(WrapperDataset):
+class ConcatDataset(WrapperDataset[T_sample], Generic[T_sample]):
     """Energon's ``ConcatDataset``: the datasets one after the other (finite datasets)."""
 
     def __init__(self, *datasets: SavableDataset, worker_config: WorkerConfig):
@@ -85,7 +88,7 @@ def _as_list(batches: list[Any]) -> Any:
     return batches
 
 
-class MixBatchDataset(WrapperDataset):
+class MixBatchDataset(WrapperDataset[T_batch], Generic[T_sample, T_batch]):
     """Energon's ``MixBatchDataset``: a blend of (usually batch size 1) datasets, batched by
     ``batch_size`` through ``batch_mix_fn`` (default: the list of the drawn batches;
     ``homogeneous_concat_mix`` concatenates batches of one type)."""
@@ -99,7 +102,7 @@ class MixBatchDataset(WrapperDataset):
     ):
         check_size("MixBatchDataset", batch_size, "batch_size")
         self.batch_size, self.batch_mix_fn = batch_size, batch_mix_fn
-        blend = BlendDataset(*dataset_weights, worker_config=worker_config)
+        blend: BlendDataset[Any] = BlendDataset(*dataset_weights, worker_config=worker_config)
         make_failures = failures(100, worker_config)
         top, make = batch_top(batch_size, batch_mix_fn, False, False, make_failures)
         super().__init__(

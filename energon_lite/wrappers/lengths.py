@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from energon_lite.errors import ConfigError
 from energon_lite.loader.energon_tree import TreeNode
@@ -27,13 +27,15 @@ from energon_lite.wrappers.base import (
     view_over,
 )
 
+T_sample = TypeVar("T_sample", covariant=True)
+
 
 def _check_count(name: str, value: Any, what: str, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ConfigError(f"{name}: {what}={value!r} must be an integer >= {minimum}")
 
 
-class LimitDataset(WrapperDataset):
+class LimitDataset(WrapperDataset[T_sample], Generic[T_sample]):
     """Energon's ``LimitDataset``: ``length`` items per loader pass on this rank, split over
     the workers as Energon splits them. Each pass starts the wrapped stream again, as
     Energon's does whatever ``reset_after_epoch`` says (7.4 resets its inner dataset after
@@ -104,7 +106,7 @@ class _RepeatPipeline(WrapperPipeline):
         return [int(n * self.repeats) for n in counts[0]]
 
 
-class RepeatDataset(WrapperDataset):
+class RepeatDataset(WrapperDataset[T_sample], Generic[T_sample]):
     """Energon's ``RepeatDataset``: the wrapped stream ``repeats`` times per loader pass
     (``None``: forever; a fraction cuts the last repetition), each repetition reading the
     wrapped dataset's next epoch. ``restart=False``: later loader passes are empty."""
@@ -128,7 +130,7 @@ class RepeatDataset(WrapperDataset):
         SavableDataset.__init__(self, _RepeatPipeline(self, worker_config), worker_config)
 
 
-class EpochizeDataset(SavableDataset):
+class EpochizeDataset(SavableDataset[T_sample], Generic[T_sample]):
     """Energon's ``EpochizeDataset``: each loader pass yields ``length`` items of the wrapped
     stream and the next pass continues it (``virtual_epoch_length``); outermost only."""
 

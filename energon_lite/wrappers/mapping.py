@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from energon_lite.loader.savable_dataset import SavableDataset
 from energon_lite.samples.types import basic_sample_keys
@@ -18,6 +18,9 @@ from energon_lite.stages.iter_map import IterMap
 from energon_lite.stages.map import Map
 from energon_lite.worker import WorkerConfig
 from energon_lite.wrappers.base import WrapperDataset, failures, fn_name, set_restore_key
+
+T_batch = TypeVar("T_batch", covariant=True)
+T_sample = TypeVar("T_sample", covariant=True)
 
 
 def keep_restore_key(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -34,7 +37,7 @@ def _config(config: Any) -> Any:
     return config() if callable(config) else config
 
 
-class MapDataset(WrapperDataset):
+class MapDataset(WrapperDataset[T_batch], Generic[T_sample, T_batch]):
     """Energon's ``MapDataset``: ``map_fn`` on every item; ``SkipSample`` drops one."""
 
     def __init__(
@@ -74,7 +77,7 @@ class MapDataset(WrapperDataset):
         )
 
 
-class FilterDataset(WrapperDataset):
+class FilterDataset(WrapperDataset[T_sample], Generic[T_sample]):
     """Energon's ``FilterDataset``: keeps the items for which ``filter_fn`` is true."""
 
     def __init__(
@@ -96,7 +99,7 @@ class FilterDataset(WrapperDataset):
         )
 
 
-class IterMapDataset(WrapperDataset):
+class IterMapDataset(WrapperDataset[T_batch], Generic[T_sample, T_batch]):
     """Energon's ``IterMapDataset``: ``iter_map_fn(iterator of items) -> iterator of items``.
 
     Resumes exactly when the function carries nothing from one output group to the next

@@ -13,7 +13,7 @@ Both keep the wrapped dataset's fingerprint, as Energon keeps its ``config()``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from energon_lite.errors import ConfigError
 from energon_lite.loader.energon_tree import TreeNode
@@ -23,8 +23,10 @@ from energon_lite.worker import WorkerConfig
 from energon_lite.wrappers.base import WrapperDataset, check_wrapped, nesting, view_over
 from energon_lite.wrappers.batching import check_size
 
+T_sample = TypeVar("T_sample", covariant=True)
 
-class ShuffleBufferDataset(WrapperDataset):
+
+class ShuffleBufferDataset(WrapperDataset[T_sample], Generic[T_sample]):
     """Energon's ``ShuffleBufferDataset``: a random one of the last ``size`` items. The
     buffer saves restore keys and refetches on restore (``energon_lite.stages.shuffle``)."""
 
@@ -45,7 +47,7 @@ class ShuffleBufferDataset(WrapperDataset):
         )
 
 
-class _Transparent(SavableDataset):
+class _Transparent(SavableDataset[T_sample], Generic[T_sample]):
     """The wrapped dataset under another name: same pipeline, same fingerprint."""
 
     def __init__(self, dataset: SavableDataset, worker_config: WorkerConfig) -> None:
@@ -62,7 +64,7 @@ class _Transparent(SavableDataset):
         return view_over(self, {})
 
 
-class LogSampleDataset(_Transparent):
+class LogSampleDataset(_Transparent[T_sample], Generic[T_sample]):
     """Energon's ``LogSampleDataset`` (see the module doc)."""
 
     def __init__(
@@ -78,7 +80,7 @@ class LogSampleDataset(_Transparent):
         super().__init__(dataset, worker_config)
 
 
-class GcDataset(_Transparent):
+class GcDataset(_Transparent[T_sample], Generic[T_sample]):
     """Energon's ``GcDataset`` (see the module doc: nothing to collect)."""
 
     def __init__(
