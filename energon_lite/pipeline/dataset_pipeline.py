@@ -267,7 +267,7 @@ class DatasetPipeline:
                 for i, reader in enumerate(readers)
             ]
         ledger = CostLedger() if self.weight_unit == "tokens" and not single else None
-        node = readers[0] if single else self._blend(readers, slot, ledger)
+        node = readers[0] if single else self._blend(readers, slot, ledger, per_phase)
 
         def then(cls: type[Stage], make: Callable[[Stage], Stage]) -> None:
             nonlocal node
@@ -374,7 +374,12 @@ class DatasetPipeline:
             return self._phases(slot, layout, shape_only=True).shape()
         return self.plan(slot).shape()
 
-    def _blend(self, readers: list[Node], slot: WorkerSlot, ledger: CostLedger | None) -> Node:
+    def _blend(
+        self, readers: list[Node], slot: WorkerSlot, ledger: CostLedger | None, per_phase: int
+    ) -> Node:
+        """The blend of ``slot``'s pipeline; a canonical layout's logical pipeline
+        (``per_phase`` > 0) plans its composed batches for its own share of the batch and
+        follows a schedule at its own place in the canonical step order."""
         if self.blend_mode == "concat":
             return Node(Concat, Concat, readers, several=True)
         if self.blend_mode == "epochized":
@@ -392,6 +397,9 @@ class DatasetPipeline:
         grouped = self.task_encoder.overrides("batch_group_criterion")
         # grouped per_source: the groups are made per source (by_source), the draws by weight
         composition = "random" if grouped else self.composition
+        size = self.options.batch_size
+        if size is not None and per_phase:
+            size //= per_phase
         return Node(
             WeightedBlend,
             lambda rs: WeightedBlend(
@@ -400,9 +408,10 @@ class DatasetPipeline:
                 slot.seed,
                 slot.global_worker_id,
                 composition=composition,
-                batch_size=self.options.batch_size,
+                batch_size=size,
                 ledger=ledger,
                 stream=self.options.blend_stream,
+                spread=(slot.worker_id, slot.num_workers),
             ),
             readers,
             several=True,
