@@ -379,6 +379,10 @@ class SavableLoader:
         limit = self.virtual_epoch_length
         if not isinstance(in_pass, int) or in_pass < 0 or (limit is not None and in_pass > limit):
             raise StateError(f"loader state in_pass={short_repr(in_pass)} is not a batch count")
+        from energon_lite.stages.elastic import check_ownership
+
+        # every restore ends here: the rank's workers together own their work once
+        check_ownership([state], self._leaf_plans())
         self._states = list(workers)
         self._next_worker = next_worker
         self._epoch = epoch
@@ -430,21 +434,13 @@ class SavableLoader:
     def _for_this_layout(self, states: Any) -> Any:
         """``states`` as they are, or redistributed when they were saved with another
         number of ranks or workers (elastic resume, :mod:`energon_lite.stages.elastic`)."""
-        from energon_lite.stages.elastic import (
-            LeafPlan,
-            check_ownership,
-            redistribute,
-            same_layout,
-        )
+        from energon_lite.stages.elastic import check_ownership, redistribute, same_layout
 
         wc = self.worker_config
         if not isinstance(states, list) or not states:
             return states
         states = [unpacked(state) for state in states]
-        readers = getattr(self.dataset.pipeline, "readers", None)  # None: a wrapper chain
-        leaves = (
-            None if readers is None else [LeafPlan.of(reader) for reader in readers(wc.slot(0))]
-        )
+        leaves = self._leaf_plans()
         from energon_lite.loader.canonical import relayout
 
         moved = relayout(states, self.dataset, leaves)  # a canonical layout's run
@@ -455,6 +451,16 @@ class SavableLoader:
                 check_ownership(states, leaves)
             return states
         return redistribute(states, wc.world_size, wc.num_workers, self.dataset.config(), leaves)
+
+    def _leaf_plans(self) -> list[Any] | None:
+        """What the dataset says about each leaf's epoch (:class:`LeafPlan`), for the
+        ownership checks; None for a chain composed by hand (a wrapper)."""
+        from energon_lite.stages.elastic import LeafPlan
+
+        readers = getattr(self.dataset.pipeline, "readers", None)
+        if readers is None:
+            return None
+        return [LeafPlan.of(reader) for reader in readers(self.worker_config.slot(0))]
 
 
 def _paths(dataset: SavableDataset) -> str:

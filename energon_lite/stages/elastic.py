@@ -257,8 +257,8 @@ def check_ownership(states: list[Any], leaves: list[LeafPlan] | None = None) -> 
     Without ``leaves`` every leaf is taken to deal each slice once per epoch (the default).
     Shapes are checked by the restore itself; this only reads what has the expected shape."""
     trees = [
-        (rank, worker, tree)
-        for rank, state in enumerate(states)
+        (_rank_of(state, index), worker, tree)
+        for index, state in enumerate(states)
         if isinstance(state, dict) and isinstance(state.get("workers"), list)
         for worker, tree in enumerate(state["workers"])
     ]
@@ -296,6 +296,12 @@ def check_ownership(states: list[Any], leaves: list[LeafPlan] | None = None) -> 
                             f"both would repeat it. The states were edited; refusing them{hint}"
                         )
                     keys[identity] = (rank, worker, plain)
+
+
+def _rank_of(state: dict[str, Any], index: int) -> Any:
+    """The rank a state says it is (one rank's state checked alone), else its place."""
+    rank = state.get("config", {}).get("rank") if isinstance(state.get("config"), dict) else None
+    return rank if isinstance(rank, int) and not isinstance(rank, bool) else index
 
 
 def _check_reader(
