@@ -185,3 +185,36 @@ def test_a_rank_state_that_would_repeat_samples_is_refused(train_ds, two_worker_
     untouched.restore_state_rank(copy.deepcopy(two_worker_state))  # the check refuses no real state
     assert len(take(untouched, 2)) == 2
     untouched.close()
+
+
+def _nested(depth: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "match"),
+    [
+        (
+            "keys",
+            _nested(5000),
+            r"field workers\[1\]\.source\.source\.keys\[0\]\[0\].*nested deeper",
+        ),
+        ("rng", 10**40, r"field workers\[1\]\.source\.source\.rng: <int of 133 bits> is outside"),
+    ],
+)
+def test_a_state_nested_too_deep_or_with_a_huge_counter_is_refused_naming_the_field(
+    train_ds, two_worker_state, field, value, match
+):
+    """Python would raise RecursionError or msgpack OverflowError on such a state (while
+    computing its digest, which any restore does first); the refusal names the field."""
+    state = copy.deepcopy(two_worker_state)
+    _levels(state["workers"][1])["ShuffleBuffer"][field] = value
+    with pytest.raises(StateError, match=match):
+        state_digest(state)  # a forger cannot compute a digest either
+    for restore in ("restore_state_rank", "restore_state_global"):
+        loader = _two_workers(train_ds)
+        with pytest.raises(StateError, match=match):
+            getattr(loader, restore)(state if restore == "restore_state_rank" else [state])

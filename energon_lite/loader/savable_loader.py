@@ -447,6 +447,9 @@ class SavableLoader:
         if moved is not None:
             return moved
         if same_layout(states, wc.world_size, wc.num_workers):
+            for state in states:  # a field nested too deep or too large is named first
+                if isinstance(state, dict):
+                    state_digest(state)
             if leaves is not None:  # each rank's own checks cannot see overlaps
                 check_ownership(states, leaves)
             return states

@@ -31,19 +31,64 @@ def decode_state(data: bytes) -> Any:
         raise StateError(f"loader state bytes are corrupt or truncated: {exc}") from None
 
 
+# what a state may hold: every restore reads a state through its digest first, so these
+# bounds hold on every path (a deeper or larger value would end in Python's RecursionError or
+# msgpack's OverflowError instead of a StateError naming the field)
+MAX_STATE_DEPTH = 100  # nesting of dicts and lists; a real chain's state nests about 20 deep
+_INT_RANGE = (-(2**63), 2**64 - 1)  # msgpack's integers
+
+
+class _Unfit(Exception):
+    """A value a state may not hold, and the path to it (innermost key last, built on the
+    way out of the recursion)."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.path: list[str] = []
+
+
 def state_digest(state: dict[str, Any]) -> str:
     """A digest of a loader state's content (everything but its ``digest`` field), stable
-    across msgpack, pickle, ``torch.save`` and JSON round trips (keys are sorted)."""
+    across msgpack, pickle, ``torch.save`` and JSON round trips (keys are sorted).
+    StateError naming the field for a state nested deeper than :data:`MAX_STATE_DEPTH` or
+    holding an integer outside 64 bits."""
     body = {key: value for key, value in state.items() if key != "digest"}
-    payload = msgpack.packb(_canonical(body), use_bin_type=True)
+    try:
+        payload = msgpack.packb(_canonical(body, 0), use_bin_type=True)
+    except _Unfit as unfit:
+        path = unfit.path[::-1]
+        if len(path) > 12:  # a crafted nesting: where it starts is what names it
+            path = [*path[:10], "..."]
+        where = "".join(path).lstrip(".") or "the state"
+        raise StateError(f"loader state field {where}: {unfit.problem}; it is corrupt") from None
     return hashlib.blake2b(payload, digest_size=16).hexdigest()
 
 
-def _canonical(value: Any) -> Any:
+def _canonical(value: Any, depth: int) -> Any:
+    if isinstance(value, (dict, list, tuple)) and depth >= MAX_STATE_DEPTH:
+        raise _Unfit(f"nested deeper than {MAX_STATE_DEPTH} levels")
     if isinstance(value, dict):
-        return [[str(key), _canonical(value[key])] for key in sorted(value, key=str)]
+        out = []
+        for key in sorted(value, key=str):
+            try:
+                out.append([str(key), _canonical(value[key], depth + 1)])
+            except _Unfit as unfit:
+                name = key if isinstance(key, str) and len(key) <= 40 else short_repr(key, 40)
+                unfit.path.append(f".{name}")
+                raise
+        return out
     if isinstance(value, (list, tuple)):
-        return [_canonical(v) for v in value]
+        items = []
+        for index, item in enumerate(value):
+            try:
+                items.append(_canonical(item, depth + 1))
+            except _Unfit as unfit:
+                unfit.path.append(f"[{index}]")
+                raise
+        return items
+    if isinstance(value, int) and not _INT_RANGE[0] <= value <= _INT_RANGE[1]:
+        raise _Unfit(f"{short_repr(value)} is outside the 64-bit integers a state holds")
     return value
 
 
