@@ -61,8 +61,10 @@ def test_preview_lint_and_info(train_ds: Path, tmp_path: Path, dataset_factory, 
         "train: parts/data-1.tar #3 000013: MediaDecodeError: sample '000013' part 'jpg': "
         "cannot decode: UnidentifiedImageError: not an image Pillow can read"
         in out
-        and "1 problem(s)" in out
+        and "2 problem(s)" in out
     )
+    # and the whole shard against prepare's CRC-32: the rot is found even where it decodes
+    assert f"train: {shard}: shard changed since prepare: the CRC-32 of its" in out
 
 
 def test_checkpoint_info(train_ds: Path, tmp_path: Path, capsys) -> None:

@@ -175,6 +175,26 @@ def test_an_episode_whose_cameras_grew_after_prepare_is_named_before_reading(tmp
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak < 40_000  # KiB
 
 
+def test_a_camera_rewritten_as_float64_with_the_same_shape_is_named(tmp_path):
+    """Same shape, other element type: refused from the declaration, naming both types
+    (it was served as float64 frames before)."""
+    folder = write_dataset(tmp_path / "eps", [5, 5])
+    prepare_episodes(folder, progress=False)
+    index = load_episode_index(folder)
+    assert index.frame_dtype(1, "observations/images/cam_high") == "|u1"
+    with h5py.File(folder / "episode_1.hdf5", "a") as f:
+        frames = f["observations/images/cam_high"][()]
+        del f["observations/images/cam_high"]
+        f.create_dataset("observations/images/cam_high", data=frames.astype(np.float64))
+    builder = _builder(index)
+    assert builder.build(0, 1)["observations"]["images"].dtype == np.uint8
+    with pytest.raises(DatasetFormatError) as info:
+        builder.build(1, 0)
+    message = str(info.value)
+    assert str(folder / "episode_1.hdf5") in message and "prepare again" in message
+    assert "/observations/images/cam_high holds float64, but it held uint8" in message
+
+
 def test_an_episode_whose_qpos_dimension_changed_is_named(tmp_path):
     folder = write_dataset(tmp_path / "eps", [5, 5])
     prepare_episodes(folder, progress=False)

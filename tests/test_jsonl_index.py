@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -199,11 +200,37 @@ def test_an_edit_between_the_sampled_windows_is_caught_when_read(tmp_path: Path)
         if not any(a < offsets[i + 2] and offsets[i] < b for a, b in covered)
     )
     assert source.read_range(0, 0, 10)[0][0] == "0"  # reading before the edit: fine
+    stat = path.stat()
     _swap_lines(path, range(line, line + 1))
-    source_after = JsonlSource(path)  # the windows did not see it ...
-    for opened in (source, source_after):  # ... the read does, mid-run or after reopening
+    # the windows do not see it; the open does, by the new mtime and the whole-content hash
+    with pytest.raises(DatasetFormatError, match=r"content changed .* new modification time"):
+        JsonlSource(path)
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # the edit hides its mtime ...
+    source_after = JsonlSource(path)  # ... so an open trusts the file without a read ...
+    for opened in (source, source_after):  # ... and the read sees it, mid-run or reopened
         with pytest.raises(DatasetFormatError, match=rf"{path}: the line of sample {line}"):
             opened.read_range(0, max(0, line - 3), line + 3)
+
+
+def test_a_same_size_edit_inside_a_line_is_refused_at_open_and_by_lint(tmp_path: Path) -> None:
+    """An edit that keeps the size and every line boundary, between the sampled windows, was
+    served; now the new mtime makes the open hash the whole file. With the mtime put back
+    (``touch -r``) the open trusts it, and ``lint`` (which hashes the whole file) names it."""
+    from energon_lite.cli.info import lint
+
+    path = write_caption_jsonl(tmp_path / "big.jsonl", 12_000)
+    prepare_lines(path, progress=False)
+    assert lint(path, progress=False) == []
+    stat, data = path.stat(), bytearray(path.read_bytes())
+    middle = data.index(b"caption", len(data) // 2 + 1234)  # inside a JSON string
+    data[middle : middle + 7] = b"CAPTION"
+    path.write_bytes(bytes(data))
+    with pytest.raises(DatasetFormatError, match=rf"{path}: content changed since it was prep"):
+        JsonlSource(path)
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert len(JsonlSource(path)) == 12_000  # the remaining limit, docs/safety.md
+    (problem,) = lint(path, progress=False)
+    assert f"{path}: content changed since it was prepared (its whole-content hash" in problem
 
 
 def test_an_index_written_without_a_digest_still_opens(tmp_path: Path) -> None:

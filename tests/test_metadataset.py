@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import tracemalloc
 from collections import Counter
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from energon_lite import (
     get_val_dataset,
     prepare_dataset,
 )
-from energon_lite.metadataset.parse import load_metadataset
+from energon_lite.metadataset.parse import load_metadataset, split_names
 from energon_lite.synth.shards import write_captioning_shards
 from energon_lite.testing import assert_loader_resumes
 
@@ -382,7 +383,6 @@ def _laughs(levels: int = 9) -> str:
 
 @pytest.mark.timeout(60)
 def test_yaml_bomb_as_a_weight_fails_fast_with_bounded_memory(data):
-    import tracemalloc
 
     path = data / "bomb.yaml"
     path.write_text(HEAD + _laughs() + _entry("{weight: *l8, path: b}"))
@@ -404,6 +404,38 @@ def test_yaml_bomb_as_a_weight_fails_fast_with_bounded_memory(data):
     )
     leaves, _ = load_metadataset(path, "train")
     assert [leaf.subflavors for leaf in leaves] == [{"source": "web"}] * 2
+
+
+def test_a_huge_metadataset_file_is_refused_before_it_is_parsed(data, tmp_path):
+    """A 13 MB plain YAML with a million schedule points parsed for minutes at 1.4 GB; a file
+    past 1 MiB is refused by its size, naming it, before PyYAML sees it (split_names too),
+    and a schedule past 10,000 points is refused naming the entry."""
+    points = ", ".join(f"[{at}, 1]" for at in range(1_000_000))
+    huge = _yaml(
+        tmp_path,
+        "huge.yaml",
+        "splits:\n  train:\n    blend:\n"
+        f"      - {{path: {data / 'a'}, weight: {{schedule: [{points}]}}}}\n",
+    )
+    tracemalloc.start()
+    try:
+        for load in (lambda: load_metadataset(huge, "train"), lambda: split_names(huge)):
+            with pytest.raises(DatasetFormatError, match=r"huge\.yaml: .* at most 1,048,576"):
+                load()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 100e6, peak  # the text itself, not a parse tree
+    many = ", ".join(f"[{at}, 1]" for at in range(10_001))
+    path = _yaml(
+        tmp_path,
+        "many.yaml",
+        "splits:\n  train:\n    blend:\n"
+        f"      - {{path: {data / 'a'}, weight: {{schedule: [{many}]}}}}\n"
+        f"      - {{path: {data / 'b'}, weight: 1}}\n",
+    )
+    with pytest.raises(DatasetFormatError, match=r"blend\[0\]\.weight: 10,001 points"):
+        load_metadataset(path, "train")
 
 
 def test_deep_nesting_is_our_error_not_recursion(data, tmp_path):

@@ -322,6 +322,32 @@ def _lengths(loader: Any, members: list[Any]) -> list[int]:
     return out
 
 
+class _CostOf(PackingEncoder):
+    """``sample_cost`` gives ``bad`` for the long source's samples, words elsewhere."""
+
+    def __init__(self, bad: float) -> None:
+        super().__init__()
+        self.bad = bad
+
+    def sample_cost(self, sample: Any) -> float:
+        return self.bad if sample.__key__.startswith("long") else float(len(sample.tokens))
+
+
+@pytest.mark.parametrize("bad", [0, 0.0, math.inf, math.nan, -1.0])
+def test_a_sample_cost_of_zero_or_infinity_stops_naming_the_entry(data, bad):
+    """A cost that never moves a source's tally (0, inf) would starve the other source;
+    like NaN and negatives it stops the run, naming the blend entry and the value."""
+    loader = _loader(
+        _token_meta(data, "tokens"),
+        batch_size=4,
+        packing_buffer_size=40,
+        task_encoder=_CostOf(bad),
+        workers=0,
+    )
+    with pytest.raises(ConfigError, match=r"sample_cost gave .* blend entry 1 \(.*long\)"):
+        take(loader, 30)
+
+
 def test_token_weights_deliver_the_target_token_share(data):
     """50:50 by tokens: the delivered token share within 1 percentage point over 300 packed
     sequences; the same blend by samples gives the short source far less (its samples are

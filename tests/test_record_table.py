@@ -13,7 +13,7 @@ from conftest import make_dataset, open_and_read
 from energon_lite.errors import DatasetFormatError
 from energon_lite.shards.dataset import PreparedDataset
 from energon_lite.shards.meta import load_info
-from energon_lite.shards.record_table import TABLE
+from energon_lite.shards.record_table import ROW_CRC, TABLE
 from energon_lite.shards.shard_record import load_record
 
 META = ".nv-meta"
@@ -66,3 +66,68 @@ def test_a_table_that_no_longer_belongs_to_the_json_is_ignored(tmp_path: Path) -
         open_and_read(root, first="parts/data-2.tar")
     (root / META / TABLE).write_bytes(b"ELRTAB1\n garbage")  # damaged: the JSON again
     assert load_record(root, names).rows is None  # type: ignore[union-attr]
+
+
+def test_a_damaged_row_is_found_at_open_not_blamed_on_an_intact_shard(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A flipped byte in a row's size made an intact shard fail ("size 4295049216 ->
+    81920"); the rows' checksum finds it at open, a warning names the table, and the JSON
+    serves the split. Every other fallback from a table that is there warns too."""
+    root = make_dataset(tmp_path / "ds", 60, 20)
+    table = root / META / TABLE
+    data = bytearray(table.read_bytes())
+    row_size = ROW_CRC.itemsize  # size, mtime, probe end, probe, CRC-32, padding
+    first_row = len(data) - 3 * row_size  # three shards: the rows end the file
+    data[first_row + 4] ^= 0x01  # the first row's size, bit 32
+    table.write_bytes(bytes(data))
+    names = load_info(root).shard_names
+    with caplog.at_level("WARNING", logger="energon_lite"):
+        record = load_record(root, names)
+    assert record is not None and record.rows is None  # the JSON serves
+    assert f"{table}: its rows do not match their checksum (damaged)" in caplog.text
+    assert open_and_read(root).read(0, 0)[0]  # the intact shard reads
+    caplog.clear()
+    table.write_bytes(b"ELRTAB1\n garbage")
+    with caplog.at_level("WARNING", logger="energon_lite"):
+        assert load_record(root, names).rows is None  # type: ignore[union-attr]
+    assert f"{table}: " in caplog.text and "energon_lite.json instead" in caplog.text
+
+
+def test_prepare_records_each_shards_crc32_and_lint_finds_a_same_size_edit(
+    tmp_path: Path,
+) -> None:
+    """A same-size edit in the middle of a shard, with the mtime put back, passes the
+    size/mtime/probe checks of an open; the whole-shard CRC-32 prepare recorded (JSON and
+    table alike) finds it wherever the whole shard is read: ``lint`` here, the node cache's
+    fill in test_shard_cache.py."""
+    import os
+    import tarfile
+    import zlib
+
+    from energon_lite.cli.info import lint
+
+    root = make_dataset(tmp_path / "ds", 60, 20)
+    names = load_info(root).shard_names
+    record = load_record(root, names)
+    assert record is not None and record.rows is not None
+    parsed = json.loads((root / META / "energon_lite.json").read_text())
+    for shard_id, name in enumerate(names):
+        crc = zlib.crc32((root / name).read_bytes())
+        assert record.crc32(shard_id) == parsed["crc32"][name] == crc
+    assert lint(root, progress=False) == []
+    shard = root / "parts/data-1.tar"
+    with tarfile.open(shard) as tar:
+        member = tar.getmember(tar.getnames()[5])  # a sample in the middle: no probe reads it
+    data, before = bytearray(shard.read_bytes()), shard.stat()
+    data[member.offset_data + 8] ^= 0xFF  # one byte of one caption
+    shard.write_bytes(bytes(data))
+    os.utime(shard, ns=(before.st_atime_ns, before.st_mtime_ns))
+    edited = names.index("parts/data-1.tar")
+    assert len(PreparedDataset(root, "train").read_range(edited, 0, 20)) == 20  # an open serves it
+    problems = [p for p in lint(root, progress=False) if "CRC-32" in p]
+    assert problems == [
+        f"train: {shard}: shard changed since prepare: the CRC-32 of its {len(data)} bytes is "
+        f"{zlib.crc32(bytes(data)):08x}, prepare read {record.crc32(edited):08x} (an edit that kept "
+        "its size and mtime); re-run prepare"
+    ]

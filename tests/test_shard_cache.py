@@ -10,6 +10,8 @@ stays within its limit; a run resumed mid-epoch with the cache on gives the same
 from __future__ import annotations
 
 import multiprocessing
+import os
+import shutil
 import tarfile
 from pathlib import Path
 
@@ -21,7 +23,7 @@ pytest.importorskip("s3fs")
 from conftest import make_dataset
 
 from energon_lite import WorkerConfig, get_savable_loader, get_train_dataset, get_val_dataset
-from energon_lite.errors import ConfigError
+from energon_lite.errors import ConfigError, DatasetFormatError
 from energon_lite.storage import cache_config
 from energon_lite.storage.cache_config import ShardCacheConfig, parse_size
 from energon_lite.synth.servers import TEST_CREDENTIALS, FaultProxy, S3Server
@@ -243,3 +245,121 @@ def test_the_run_says_once_where_its_cache_is_and_local_data_skips_it(s3, local_
     ]
     assert said == [f"remote shards are cached in {env} (at most 1000000000 bytes)"]
     assert _val_keys(local_ds) and not env.exists()  # a local dataset is read in place
+
+
+# who may write the cache, and what happens under it ---------------------------------------
+
+
+def _entry_of(url: str, shard: str, env: Path):
+    """(the object's RemotePath, version, size, the ShardCache in ``env``) for one shard."""
+    from energon_lite.storage import as_path, ops
+    from energon_lite.storage.shard_cache import ShardCache
+
+    path = as_path(f"{url}/{shard}")
+    version, size = ops.stat(path)
+    return path, version, size, ShardCache(env, 1 << 30)
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="making a folder another user owns needs root")
+def test_a_cache_folder_another_user_made_or_may_write_is_refused(s3, local_ds, env):
+    """A local user who made ``shards/`` (mode 0777) before the run could plant entries with
+    recomputed checksums (6 of 120 captions were the attacker's); such a folder is refused,
+    as the cache pool refuses one, naming it and the owner or the mode."""
+    url = _upload(s3, local_ds, "planted")
+    env.mkdir(parents=True)
+    os.chmod(env, 0o777)
+    os.chown(env, 54321, 54321)
+    with pytest.raises(ConfigError, match=rf"cache folder {env} is owned by uid 54321"):
+        _val_keys(url)
+    os.chown(env, 0, 0)  # ours, but others may write to it
+    with pytest.raises(ConfigError, match=rf"cache folder {env} has mode 0777.*chmod 700"):
+        _val_keys(url)
+    os.chmod(env, 0o700)
+    assert _val_keys(url) == _val_keys(local_ds)
+
+
+def test_links_planted_at_temporary_names_are_never_written_through(s3, local_ds, env, tmp_path):
+    """A symlink at ``<id>.data.tmp-<pid>`` made a root run truncate the file it points at
+    (O_CREAT | O_TRUNC); temporaries are now created with O_EXCL | O_NOFOLLOW after the
+    name is cleared, so the target keeps its bytes and the entry is whole."""
+    url = _upload(s3, local_ds, "linked")
+    path, version, size, cache = _entry_of(url, "parts/data-0.tar", env)
+    data, crc, _ = cache._paths(path, version, size)
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"root-only bytes")
+    os.chmod(victim, 0o600)
+    env.mkdir(parents=True, mode=0o700)
+    for name in (f"{data.name}.tmp-{os.getpid()}", f"{crc.name}.tmp-{os.getpid()}"):
+        (env / name).symlink_to(victim)
+    entry = cache.open(path, version, size)
+    assert entry is not None
+    try:
+        assert entry.pread(size, 0) == (local_ds / "parts/data-0.tar").read_bytes()
+    finally:
+        entry.close()
+    assert victim.read_bytes() == b"root-only bytes"
+    assert not any(p.is_symlink() for p in env.iterdir())
+
+
+def test_a_cache_folder_deleted_during_a_fetch_is_made_again(s3, local_ds, env, monkeypatch):
+    """The node's clean-up removed the cache folder while a shard was fetched: the run
+    stopped with a raw FileNotFoundError from os.replace. It now makes the folder again
+    and fetches once more; every sample is read."""
+    url = _upload(s3, local_ds, "vanishing")
+    deleted = []
+
+    def delete_once(number: int, request: str) -> None:
+        if not deleted and request.split("?", 1)[0].endswith(".tar") and env.is_dir():
+            shutil.rmtree(env)  # while the shard's GET is answered: mid-fetch
+            deleted.append(request)
+
+    with FaultProxy(s3.endpoint, schedule=delete_once) as vanishing:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", vanishing.endpoint)
+        assert _val_keys(url) == _val_keys(local_ds)
+    assert deleted and len(list(env.glob("*.data"))) == 6
+
+
+def test_fetches_in_flight_count_against_the_limit(s3, local_ds, env, monkeypatch):
+    """4 processes with a 250 KB limit left 327,680 bytes: a fetch did not count the others
+    in flight. With one fetch in flight (its GET held by the proxy) a second object that
+    would not fit beside it is read without the cache, and the folder stays in its limit."""
+    url = _upload(s3, local_ds, "inflight")
+    first, version, size, _ = _entry_of(url, "parts/data-0.tar", env)
+    second, version2, size2, _ = _entry_of(url, "parts/data-1.tar", env)
+    from energon_lite.storage.shard_cache import ShardCache
+
+    limit = size + size2 - 1  # both together do not fit
+    seen: list[object] = []
+
+    def second_fetch_during_the_first(number: int, request: str) -> None:
+        if not seen and request.split("?", 1)[0].endswith("data-0.tar"):
+            seen.append(ShardCache(env, limit).open(second, version2, size2))
+
+    with FaultProxy(s3.endpoint, schedule=second_fetch_during_the_first) as holding:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", holding.endpoint)
+        entry = ShardCache(env, limit).open(first, version, size)
+    assert entry is not None and seen == [None]  # the second went without the cache
+    entry.close()
+    used = sum(p.stat().st_size for p in env.iterdir() if p.is_file())
+    assert used <= limit and len(list(env.glob("*.data"))) == 1
+
+
+def test_a_shard_edited_after_prepare_is_refused_when_the_cache_fills(s3, local_ds, env, tmp_path):
+    """A copy whose shard was edited in place (same size) after prepare: the open's checks
+    pass (no versions were recorded by a local prepare), but filling the cache reads the
+    whole object, and its CRC-32 is not the one prepare recorded: refused, naming it."""
+    import tarfile
+
+    copy = tmp_path / "edited"
+    shutil.copytree(local_ds, copy)
+    shard = copy / "parts/data-2.tar"
+    with tarfile.open(shard) as tar:
+        member = tar.getmember(tar.getnames()[7])
+    data = bytearray(shard.read_bytes())
+    data[member.offset_data + 4] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    url = _upload(s3, copy, "edited")
+    with pytest.raises(
+        DatasetFormatError, match=r"data-2\.tar: shard changed since prepare: the CRC-32"
+    ):
+        _val_keys(url)

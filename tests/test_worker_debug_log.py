@@ -106,3 +106,38 @@ def test_level_0_logs_nothing_and_a_path_needs_the_worker_id(
         ConfigError, match=r"worker_debug_path='/x/log.jsonl' needs '\{worker_id\}'"
     ):
         WorkerConfig(rank=0, world_size=1, num_workers=0, worker_debug_path="/x/log.jsonl")
+
+
+def test_analyze_debug_skips_and_counts_lines_it_cannot_read(
+    train_ds: Path, tmp_path: Path
+) -> None:
+    """A line nested 100,000 deep, a 100,000-digit number, bytes that are not UTF-8 and plain
+    garbage, each marked as a yield event, used to abort the whole analysis (RecursionError,
+    ValueError, UnicodeDecodeError): each is skipped, named (the first 3) and counted."""
+    folder = tmp_path / "logs"
+    wc = WorkerConfig(
+        rank=0,
+        world_size=1,
+        num_workers=0,
+        worker_log_level=1,
+        worker_debug_path=str(folder / "{worker_id}.jsonl"),
+    )
+    list(
+        get_savable_loader(
+            get_val_dataset(train_ds, split_part="train", batch_size=12, worker_config=wc)
+        )
+    )
+    mark = b'{"t": "SavableDataLoader.yield", '
+    bad = [
+        mark + b'"x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}\n",
+        mark + b'"id": ' + b"7" * 100_000 + b"}\n",
+        mark + b'"keys": ["\xff\xfe"]}\n',
+        mark + b"oops\n",
+    ]
+    with open(folder / "0.jsonl", "ab") as file:
+        file.writelines(bad)
+    out = _cli("analyze-debug", str(folder), "--include-modality", "val",
+               "--heatmap-path", str(tmp_path / "heatmap.png"))  # fmt: skip
+    assert "Found 120 unique sample keys, 10 steps" in out, out
+    assert "nested too deep; skipped" in out and "not readable JSON" in out, out
+    assert "not UTF-8 (byte" in out and "0.jsonl: 4 unreadable line(s) skipped" in out, out

@@ -32,7 +32,6 @@ import hashlib
 import logging
 import os
 import secrets
-import stat
 import tempfile
 import threading
 import uuid
@@ -45,6 +44,7 @@ from energon_lite.cache.file_store import FileStore, add_source_info
 from energon_lite.cache.lazy import CacheFileLazy, MockLazy, pack_plain
 from energon_lite.cache.no_cache import _Constant
 from energon_lite.errors import ConfigError
+from energon_lite.storage.private import private_folder as _private_folder
 
 log = logging.getLogger(__name__)
 
@@ -407,30 +407,10 @@ class FileCacheLazy(Lazy[T]):
 
 def private_folder(path: Path) -> Path:
     """``path`` (resolved), created with mode 0700 if missing; refused when another user
-    owns it or others may write to it, since whoever writes a cache folder chooses what every
-    worker reads from it."""
-    path = Path(path)
-    try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=False)
-        os.chmod(path, 0o700)  # the umask may have narrowed it further; never wider
-    except FileExistsError:
-        pass
-    resolved = path.resolve()
-    info = os.stat(resolved)
-    if not stat.S_ISDIR(info.st_mode):
-        raise ConfigError(f"cache folder {resolved} is not a folder; remove it or choose another")
-    if info.st_uid != os.getuid():
-        raise ConfigError(
-            f"cache folder {resolved} is owned by uid {info.st_uid}, not by this user "
-            f"(uid {os.getuid()}): another user could plant entries there; remove it or "
-            "pass FileStoreCachePool(parent_cache_dir=...) a folder of your own"
-        )
-    if info.st_mode & 0o022:
-        raise ConfigError(
-            f"cache folder {resolved} has mode {stat.S_IMODE(info.st_mode):04o}: others may "
-            f"write to it and plant entries; run `chmod 700 {resolved}` or choose another folder"
-        )
-    return resolved
+    owns it or others may write to it (``storage/private.py``)."""
+    return _private_folder(
+        path, "pass FileStoreCachePool(parent_cache_dir=...) a folder of your own"
+    )
 
 
 def _write_atomic(path: Path, blob: bytes) -> None:

@@ -56,17 +56,37 @@ def log_files(paths: list[Path]) -> list[Path]:
 
 
 def _events(path: Path, kinds: tuple[str, ...]) -> Iterator[dict[str, Any]]:
-    with open(path, encoding="utf-8") as file:
-        for number, line in enumerate(file, 1):
-            if not any(f'"t": "{kind}"' in line for kind in kinds):
+    """The events of ``kinds`` in one log; a line that is not JSON text (not UTF-8, not
+    JSON, nested too deep, a number past Python's digit limit) is skipped and counted."""
+    skipped = 0
+    with open(path, "rb") as file:
+        for number, raw in enumerate(file, 1):
+            if not any(f'"t": "{kind}"'.encode() in raw for kind in kinds):
                 continue
             try:
-                event = json.loads(line)
-            except json.JSONDecodeError:
-                print(f"{path}:{number}: not a JSON line; skipped")
+                event = json.loads(raw.decode("utf-8"))
+            except (ValueError, RecursionError) as exc:  # JSON and UTF-8 errors are ValueErrors
+                skipped += 1
+                if skipped <= _SHOWN:
+                    print(f"{path}:{number}: {_why(exc)}; skipped")
                 continue
             if isinstance(event, dict):
                 yield event
+    if skipped:
+        print(f"{path}: {skipped} unreadable line(s) skipped")
+
+
+_SHOWN = 3  # unreadable lines named one by one per file; the rest are counted
+
+
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, UnicodeDecodeError):
+        return f"not UTF-8 (byte {exc.start})"
+    if isinstance(exc, RecursionError):
+        return "nested too deep"
+    if isinstance(exc, json.JSONDecodeError):
+        return "not a JSON line"
+    return f"not readable JSON ({str(exc).splitlines()[0][:80]})"
 
 
 def read_loaders(files: list[Path], skip: int = 0) -> dict[int, LoaderLog]:

@@ -14,9 +14,10 @@ from typing import Any
 from tqdm import tqdm
 
 from energon_lite.errors import ConfigError, EnergonLiteError, StateError, short_repr
-from energon_lite.shards.meta import load_dataset_config, load_info, load_split
+from energon_lite.shards.dataset import PreparedDataset
+from energon_lite.shards.meta import META_DIR, load_dataset_config, load_info, load_split
 from energon_lite.sources.base import Source
-from energon_lite.sources.kinds import DatasetKind, kind_of, resolve_path
+from energon_lite.sources.kinds import TAR_FOLDER, DatasetKind, kind_of, resolve_path
 from energon_lite.state.restore_key import SampleKey
 from energon_lite.storage import RemotePath, StoragePath, as_path, ops
 
@@ -118,7 +119,6 @@ def _decoding(source: Source) -> tuple[Any, Any]:
     ``info`` does not)."""
     from energon_lite.decode import SampleDecoder
     from energon_lite.samples.factory import SampleFactory
-    from energon_lite.shards.meta import META_DIR
 
     return SampleFactory(source.config, source.root / META_DIR), SampleDecoder()
 
@@ -179,6 +179,13 @@ def lint(
         return kind.lint(_local(given), progress)
     root = resolve_path(given)
     problems = kind.lint(_local(given), progress) if kind.lint is not None else []
+    if kind is not TAR_FOLDER and not (root / META_DIR / "split.yaml").is_file():
+        # a kind without splits (a line file): every split name sees the whole source
+        try:
+            dataset = _open(root, "train")
+        except EnergonLiteError as exc:
+            return [*problems, f"{root}: {exc}"]
+        return problems + lint_source(dataset, root.name, progress)
     split = load_split(root)
     known = split.split_parts
     owner: dict[str, str] = {}
@@ -200,6 +207,19 @@ def lint(
             problems.append(f"{split_part}: {exc}")
             continue
         problems.extend(lint_source(dataset, split_part, progress))
+        if isinstance(dataset, PreparedDataset):  # every byte against prepare's CRC-32s
+            problems.extend(_lint_whole_shards(dataset, split_part, progress))
+    return problems
+
+
+def _lint_whole_shards(dataset: PreparedDataset, label: str, progress: bool) -> list[str]:
+    problems = []
+    shard_ids = sorted({int(s) for s in dataset.run_shard})
+    for shard_id in tqdm(shard_ids, desc=f"checksums {label}", unit="shard", disable=not progress):
+        try:
+            dataset.check_whole_shard(shard_id)
+        except EnergonLiteError as exc:
+            problems.append(f"{label}: {exc}")
     return problems
 
 

@@ -67,6 +67,9 @@ _BLEND_KEYS = ("batch_composition", "weight_unit")
 IN_CODE = "(metadataset given in code)"  # how errors name a mapping given in code
 MAX_NESTING = 32  # nested metadataset files; deeper is a mistake (or a cycle by copies)
 MAX_REPETITIONS = 1_000  # a leaf's repetitions, multiplied down the tree: one plan step each
+# one metadataset file, read before it is parsed: a blend of thousands of entries takes about
+# 100 KB, and PyYAML needs about 5 s for each MiB (a 13 MB file took minutes and 1.4 GB)
+MAX_FILE_BYTES = 1 << 20
 
 
 def load_metadataset(
@@ -106,7 +109,7 @@ def load_metadataset(
 def split_names(path: str | os.PathLike[str] | RemotePath) -> list[str]:
     """The split names a metadataset YAML defines, in its order (v1 files read as v2)."""
     path = as_path(path)
-    data = load_yaml(path)
+    data = load_yaml(path, max_bytes=MAX_FILE_BYTES)
     if is_v1(data):
         data = v1_as_v2(data, path)
     splits = data.get("splits") if isinstance(data, dict) else None
@@ -157,7 +160,7 @@ def _load_file(
     data: Any = None,
 ) -> tuple[list[Leaf], str]:
     if data is None:
-        data = load_yaml(path)
+        data = load_yaml(path, max_bytes=MAX_FILE_BYTES)
     if is_v1(data):  # Energon's v1 ``datasets:`` lists: read as the v2 blend they mean
         data = v1_as_v2(data, path)
     top = _Where(path, "")

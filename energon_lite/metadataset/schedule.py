@@ -25,6 +25,7 @@ from typing import Any
 from energon_lite.errors import ConfigError, short_repr
 
 INTERPOLATIONS = ("linear", "step")
+MAX_POINTS = 10_000  # a schedule's points; each is checked and searched, and siblings' are merged
 
 
 class WeightSchedule:
@@ -42,6 +43,11 @@ class WeightSchedule:
             raise ConfigError(
                 f"WeightSchedule: schedule {short_repr(points)} must be a non-empty list of "
                 "[at, weight] points, e.g. [[0, 9], [2000, 1]]"
+            )
+        if len(points) > MAX_POINTS:
+            raise ConfigError(
+                f"WeightSchedule: {len(points):,} points; a schedule has at most {MAX_POINTS:,} "
+                "(with interpolate: linear a few points describe a ramp)"
             )
         ats: list[int] = []
         values: list[float] = []

@@ -297,7 +297,8 @@ class DatasetPipeline:
             ),
         )
         if ledger is not None:
-            then(Cost, lambda s: Cost(s, te.sample_cost, ledger))
+            names = [str(leaf.path) for leaf in self.leaves]
+            then(Cost, lambda s: Cost(s, te.sample_cost, ledger, names, slot.leaf_base))
         if opts.packing_buffer_size:
             size = opts.packing_buffer_size
             then(Pack, lambda s: Pack(s, size, te, slot.seed, failures(), hook))

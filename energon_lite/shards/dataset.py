@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import os
+import zlib
 from collections import Counter, OrderedDict
 from typing import Any
 
@@ -43,6 +44,9 @@ from energon_lite.storage.prefetch import process_cache
 
 _MAX_OPEN_FILES = 32
 _MAX_OPEN_INDEXES = 256
+
+
+WHOLE_BLOCK = 8 << 20  # bytes per read when a whole shard is checked
 
 
 class PreparedDataset:
@@ -196,6 +200,26 @@ class PreparedDataset:
             self._digest_checked = True
         self._checked.add(shard_id)  # a check that could not be read is tried again
 
+    def check_whole_shard(self, shard_id: int) -> None:
+        """Read the whole shard and compare its CRC-32 with the one prepare recorded
+        (``lint``); DatasetFormatError naming it when they differ. Nothing to compare for a
+        record written before the CRC-32s."""
+        expected = self._record.crc32(shard_id) if self._record is not None else None
+        if expected is None:
+            return
+        file, crc, at = self._fd(shard_id), 0, 0
+        while at < file.size:
+            block = file.pread(min(WHOLE_BLOCK, file.size - at), at)
+            if not block:
+                break
+            crc, at = zlib.crc32(block, crc), at + len(block)
+        if at != file.size or crc != expected:
+            raise DatasetFormatError(
+                f"{self.root / self.shard_names[shard_id]}: shard changed since prepare: the "
+                f"CRC-32 of its {at} bytes is {crc:08x}, prepare read {expected:08x} (an edit "
+                "that kept its size and mtime); re-run prepare"
+            )
+
     def fingerprint(self) -> str:
         """Changes when the shard list, counts, the split's runs or the shards' content change.
 
@@ -250,7 +274,8 @@ class PreparedDataset:
             if len(self._files) >= _MAX_OPEN_FILES:
                 self._files.popitem(last=False)[1].close()
             name = self.shard_names[shard_id]
-            fd = ShardFile(self.root / name, self._versions.get(name, ""))  # missing: named
+            crc32 = self._record.crc32(shard_id) if self._record is not None else None
+            fd = ShardFile(self.root / name, self._versions.get(name, ""), crc32)  # missing: named
             self._files[shard_id] = fd
         else:
             self._files.move_to_end(shard_id)
@@ -272,7 +297,8 @@ class PreparedDataset:
                 continue  # open already
             name = self.shard_names[shard_id]
             path = root / name
-            items.append((path, self._versions.get(name, ""), ops.size(path)))
+            crc32 = self._record.crc32(shard_id) if self._record is not None else None
+            items.append((path, self._versions.get(name, ""), ops.size(path), crc32))
         prefetch_shards(items)
 
     def index(self, shard_id: int) -> np.ndarray:

@@ -22,13 +22,23 @@ INFO_JSON = ".info.json"
 INFO_YAML = ".info.yaml"
 
 
-def load_yaml(path: str | os.PathLike[str] | RemotePath, plain_lists: bool = False) -> Any:
-    """Parse a YAML (or JSON) file within bounds (``index/bounded.py``: no alias bombs, no
+def load_yaml(
+    path: str | os.PathLike[str] | RemotePath,
+    plain_lists: bool = False,
+    max_bytes: int | None = None,
+) -> Any:
+    """Parse a YAML (or JSON) file within bounds (``shards/bounded.py``: no alias bombs, no
     deep nesting); a syntax error names the file and line. ``plain_lists``: try the fast
-    reader of ``index/plain_yaml.py`` first (split.yaml's usual shape)."""
+    reader of ``shards/plain_yaml.py`` first (split.yaml's usual shape). ``max_bytes``: a
+    larger file is refused before it is parsed (PyYAML's parser takes about 5 s a MiB)."""
     where_file = as_path(path)
     try:
         text = where_file.read_text(encoding="utf-8")
+        if max_bytes is not None and len(text) > max_bytes:
+            raise DatasetFormatError(
+                f"{where_file}: {len(text):,} characters; a file of this kind holds at most "
+                f"{max_bytes:,} (split a large metadataset into nested files)"
+            )
     except FileNotFoundError:
         raise DatasetFormatError(f"{where_file}: file not found") from None
     except UnicodeDecodeError as exc:

@@ -67,6 +67,7 @@ def make_record(
     digest = hashlib.blake2b(digest_size=16)
     shards: dict[str, list[int]] = {}
     probes: dict[str, list[int | str]] = {}
+    crcs: dict[str, int] = {}
     for name, scan in zip(shard_names, scans):
         path = root / name
         if isinstance(path, Path):
@@ -76,6 +77,8 @@ def make_record(
             size, mtime_ns = ops.size(path), 0
         shards[name] = [size, mtime_ns]
         probes[name] = [int(scan.offsets[-1]), scan.probe]
+        if scan.crc32 is not None:
+            crcs[name] = scan.crc32
         digest.update(f"{name}\0{scan.count}\0{size}\0".encode("utf-8", "surrogateescape"))
         digest.update(scan.offsets.tobytes())
         digest.update(scan.edge_digest.encode())
@@ -85,6 +88,8 @@ def make_record(
         "content_digest": digest.hexdigest(),
         "probes": probes,  # a key of its own: readers of the first records ignore it
     }
+    if len(crcs) == len(shard_names):  # whole-shard CRC-32s: a key of its own, likewise
+        record["crc32"] = crcs
     if isinstance(root, RemotePath):  # not part of the digest: a copy has other ETags
         versions = {name: ops.version(root / name) for name in shard_names}
         record["remote_versions"] = {k: v for k, v in versions.items() if v}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import mmap
 import os
+import zlib
 from array import array
 from dataclasses import dataclass, field
 
@@ -51,6 +52,7 @@ class ShardScan:
     key_hashes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))  # per sample
     edge_digest: str = ""  # of the shard's first and last EDGE bytes: content, cheaply
     probe: str = ""  # probe_digest of the shard (see probe_ranges)
+    crc32: int | None = None  # of the whole shard file: checked wherever a shard is read whole
 
     @property
     def count(self) -> int:
@@ -117,6 +119,7 @@ def scan_shard(path: str | os.PathLike[str], display_name: str | None = None) ->
             edges.update(view[max(EDGE, size - EDGE) :])
             (h0, h1), (t0, t1) = probe_ranges(end)
             probe = probe_digest(end, bytes(view[h0:h1]), bytes(view[t0:t1]))
+            crc = zlib.crc32(view)  # one more pass over pages the scan has just read
         except UnicodeDecodeError as exc:  # a long (GNU/pax) name that is not UTF-8
             raise DatasetFormatError(
                 f"{where}: a member name is not UTF-8 ({exc.object[:80]!r}); rename it when "
@@ -131,6 +134,7 @@ def scan_shard(path: str | os.PathLike[str], display_name: str | None = None) ->
         np.frombuffer(hashes, np.uint64),
         edges.hexdigest(),
         probe,
+        crc,
     )
 
 

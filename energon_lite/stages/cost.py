@@ -11,7 +11,8 @@ State: none (the blend's tally holds the costs).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from energon_lite.errors import ConfigError, short_repr
@@ -25,10 +26,19 @@ class Cost(Stage):
     MIX_COSTS = True
     source: Stage  # always set: this stage has one parent
 
-    def __init__(self, source: Stage, cost: Callable[[Any], float], ledger: CostLedger) -> None:
+    def __init__(
+        self,
+        source: Stage,
+        cost: Callable[[Any], float],
+        ledger: CostLedger,
+        names: Sequence[str] = (),
+        leaf_base: int = 0,
+    ) -> None:
         self.source = source
         self.cost = cost
         self.ledger = ledger
+        self.names = list(names)  # the blend's entries (dataset paths), by leaf - leaf_base
+        self.leaf_base = leaf_base
 
     def next(self) -> Any:
         self._start_if_fresh()
@@ -39,11 +49,25 @@ class Cost(Stage):
             else getattr(item, "__restore_key__", None)
         )
         cost = self.cost(item)
-        if isinstance(cost, bool) or not isinstance(cost, (int, float)) or not cost >= 0:
+        if (
+            isinstance(cost, bool)
+            or not isinstance(cost, (int, float))
+            or not math.isfinite(cost)
+            or not cost > 0
+        ):
+            # a cost of 0 or inf never moves the source's tally, so the deficit rule would
+            # draw it (or never draw it) for ever: the other sources starve
             raise ConfigError(
-                f"sample_cost gave {short_repr(cost)} for a sample of leaf {leaf}; it must "
-                "return a number >= 0"
+                f"sample_cost gave {short_repr(cost)} for a sample of {self._entry(leaf)} "
+                "(weight_unit: tokens); it must return a finite number > 0"
             )
         if leaf is not None:
             self.ledger.add(leaf, float(cost))
         return item
+
+    def _entry(self, leaf: int | None) -> str:
+        """The blend entry a leaf id stands for, as the metadataset names it."""
+        index = None if leaf is None else leaf - self.leaf_base
+        if index is not None and 0 <= index < len(self.names):
+            return f"blend entry {index} ({self.names[index]})"
+        return f"leaf {leaf}"

@@ -20,7 +20,7 @@ from energon_lite.storage.path import RemotePath
 from energon_lite.storage.shard_cache import ShardCache
 
 logger = logging.getLogger("energon_lite.storage")
-Item = tuple[RemotePath, str, int]
+Item = tuple[RemotePath, str, int, "int | None"]  # path, version, size, whole CRC-32
 
 _pid = os.getpid()
 _caches: dict[ShardCacheConfig, tuple[ShardCache, int]] = {}
@@ -106,10 +106,12 @@ def _run(cache: ShardCache) -> None:
                     _thread = None  # idle for a minute; the next prefetch starts another
                     return
             _ahead[item] = item[2]
-        path, version, size = item
+        path, version, size, crc32 = item
         try:
             if not cache.has(path, version, size):
-                cache.open(path, version, size).close()
+                entry = cache.open(path, version, size, crc32)
+                if entry is not None:  # None: no room beside the fetches in flight
+                    entry.close()
         except Exception as exc:  # the foreground fetches it again, with its own error
             logger.debug("prefetch of %s failed: %s", path, exc)
             with _lock:

@@ -53,9 +53,10 @@ _pid = os.getpid()
 class ShardFile:
     """Random reads of one shard; open it per process (local files hold a descriptor)."""
 
-    def __init__(self, path: StoragePath, version: str = "") -> None:
+    def __init__(self, path: StoragePath, version: str = "", crc32: int | None = None) -> None:
         self.path = path
         self.version = version  # a remote object's pinned ETag / Last-Modified ("": none)
+        self.crc32 = crc32  # the whole object's, as prepare read it: checked when cached whole
         self._fd: int | None = None
         self._size: int | None = None
         self._cached: CachedShard | None = None
@@ -123,8 +124,8 @@ class ShardFile:
         assert isinstance(self.path, RemotePath)
         if cache is None or not cache.cacheable(self.version, self.size):
             return
-        self._cached = cache.open(self.path, self.version, self.size)
-        prefetch.opened((self.path, self.version, self.size))
+        self._cached = cache.open(self.path, self.version, self.size, self.crc32)
+        prefetch.opened((self.path, self.version, self.size, self.crc32))
 
     def close(self) -> None:
         if self._cached is not None:

@@ -20,6 +20,17 @@ completes; the next read sees the entry gone (no links left) and closes it, so a
 entry's space is freed (``ranged.ShardFile`` reads the rest of that pass remotely). An object larger than the limit is read
 without the cache.
 
+Trust. Whoever writes the folder chooses what every worker reads, so the folder is made with
+mode 0700 and refused when another user owns it or others may write to it
+(``private.private_folder``, checked when the cache is first used); temporaries and lock
+files are created without following links (``private.create_new``), so a link planted at
+their names is removed, never written through.
+
+Limit. A fetch in flight counts at its final size and cannot be evicted; when the entries
+that can be evicted do not free enough room beside the fetches in flight, the object is read
+without the cache (ranged GETs) rather than overrunning the limit. A folder deleted while an
+entry is fetched (a clean-up of the node) is made again and the entry fetched again, once.
+
 Fetching an entry costs ``ceil(size / FETCH_CHUNK)`` ranged GETs (``ops.read_range``: retried,
 bounded in time, conditional on the pinned version); a failure removes the temporary file
 and propagates (the run stops naming the object, as without a cache).
@@ -41,8 +52,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from energon_lite.errors import DatasetFormatError
 from energon_lite.storage import ops
 from energon_lite.storage.path import RemotePath
+from energon_lite.storage.private import create_new, private_folder, write_new
 from energon_lite.storage.stale import is_stale_temporary
 
 if TYPE_CHECKING:
@@ -131,6 +144,12 @@ class ShardCache:
     def __init__(self, folder: Path, limit: int) -> None:
         self.folder, self.limit = folder, limit
         self.fetched = 0  # entries this process fetched (tests and benchmarks read it)
+        self._trusted = False  # the folder passed private_folder in this process
+
+    def _check_folder(self) -> None:
+        if not self._trusted:
+            private_folder(self.folder, _HINT)
+            self._trusted = True
 
     def _paths(self, path: RemotePath, version: str, size: int) -> tuple[Path, Path, Path]:
         name = hashlib.sha256(identity(path, version, size).encode()).hexdigest()[:40]
@@ -140,17 +159,39 @@ class ShardCache:
     def cacheable(self, version: str, size: int) -> bool:
         return bool(version) and 0 < size <= self.limit
 
-    def open(self, path: RemotePath, version: str, size: int) -> CachedShard:
-        """The entry of the object, fetched first unless another process did."""
+    def open(
+        self, path: RemotePath, version: str, size: int, crc32: int | None = None
+    ) -> CachedShard | None:
+        """The entry of the object, fetched first unless another process did; ``None``
+        where fetches in flight leave no room for it (read it without the cache).
+        ``crc32``: the whole object's as prepare read it, checked when it is fetched."""
+        self._check_folder()
         data, crc, lock = self._paths(path, version, size)
         entry = self._open_existing(data, crc, size)
         if entry is not None:
             return entry
-        with _locked(lock):
-            entry = self._open_existing(data, crc, size)
-            if entry is not None:
-                return entry
-            return self._fetch(path, version, size, data, crc)
+        for attempt in (1, 2):
+            try:
+                with _locked(lock):
+                    entry = self._open_existing(data, crc, size)
+                    if entry is not None:
+                        return entry
+                    return self._fetch(path, version, size, data, crc, crc32)
+            except FileNotFoundError as exc:  # the folder went away under the fetch
+                if attempt == 2:
+                    raise OSError(
+                        f"the shard cache folder {self.folder} disappeared twice while "
+                        f"{path} was fetched into it ({exc}); point ENERGON_LITE_CACHE_DIR at "
+                        "a folder nothing cleans up during the run"
+                    ) from None
+                logger.warning(
+                    "shard cache folder %s disappeared while %s was fetched; fetching again",
+                    self.folder,
+                    path,
+                )
+                self._trusted = False
+                self._check_folder()
+        raise AssertionError("unreachable")
 
     def has(self, path: RemotePath, version: str, size: int) -> bool:
         return self._paths(path, version, size)[0].exists()
@@ -183,23 +224,38 @@ class ShardCache:
         return CachedShard(fd, crcs, size, data)
 
     def _fetch(
-        self, path: RemotePath, version: str, size: int, data: Path, crc: Path
-    ) -> CachedShard:
+        self,
+        path: RemotePath,
+        version: str,
+        size: int,
+        data: Path,
+        crc: Path,
+        expected: int | None = None,
+    ) -> CachedShard | None:
         tmp = data.with_name(f"{data.name}.tmp-{os.getpid()}")
         with self._accounting():
-            self._make_room(size)
-            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+            if not self._make_room(size):
+                return None
+            fd = create_new(tmp, os.O_RDWR, 0o644)
             os.ftruncate(fd, size)  # counted at its final size by other processes' sums
         try:
             import numpy as np
 
             crcs = np.zeros(-(-size // BLOCK), dtype="<u4")
+            whole = 0
             for start in range(0, size, FETCH_CHUNK):
                 chunk = ops.read_range(path, start, min(start + FETCH_CHUNK, size), version)
                 os.pwrite(fd, chunk, start)
                 for at in range(0, len(chunk), BLOCK):
                     crcs[(start + at) // BLOCK] = zlib.crc32(chunk[at : at + BLOCK])
-            ops.write_atomic(crc, crcs.tobytes())
+                if expected is not None:
+                    whole = zlib.crc32(chunk, whole)
+            if expected is not None and whole != expected:
+                raise DatasetFormatError(
+                    f"{path}: shard changed since prepare: the CRC-32 of its {size} bytes is "
+                    f"{whole:08x}, prepare read {expected:08x}; re-run prepare"
+                )
+            write_new(crc, crcs.tobytes())
             os.replace(tmp, data)
         except BaseException as exc:
             os.close(fd)
@@ -249,7 +305,9 @@ class ShardCache:
                 found.append((used, stat.st_size, Path(item.path)))
         return found
 
-    def _make_room(self, size: int) -> None:
+    def _make_room(self, size: int) -> bool:
+        """Evict the least recently used entries until ``size`` more bytes fit; False when
+        the fetches in flight (never evicted) leave too little room even so."""
         entries = self._scan()
         total = sum(s for _, s, _ in entries)
         for _, entry_size, path in sorted(entries, key=lambda e: e[0]):
@@ -259,6 +317,10 @@ class ShardCache:
                 with contextlib.suppress(FileNotFoundError):
                     p.unlink()
             total -= entry_size
+        return total + size <= self.limit
+
+
+_HINT = "point ENERGON_LITE_CACHE_DIR at a folder of your own"
 
 
 def _is_tmp(path: Path) -> bool:
@@ -268,7 +330,7 @@ def _is_tmp(path: Path) -> bool:
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)  # a link: ELOOP
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

@@ -7,9 +7,10 @@ whether it has a ``/reward`` dataset. Episodes that cannot be used (unreadable, 
 ``/observations/qpos`` or ``/action``, ``qpos`` and ``action`` of different lengths, empty,
 dimensions unlike the first episode, a camera whose declared frames are larger than
 ``max_frame_pixels``) are logged and left out, up to ``failure_tolerance`` consecutive
-failures; the reasons are kept in the index (``skipped``). The declared shape of each camera
-dataset is recorded (``frame_shapes``), so a reader can refuse a file whose cameras changed
-since prepare before it reads a frame.
+failures; the reasons are kept in the index (``skipped``). The declared shape and element type of each
+camera dataset are recorded (``frame_shapes``; the types under its ``"dtypes"`` key, absent in
+an index written before they were), so a reader can refuse a file whose cameras changed since
+prepare before it reads a frame.
 
 A global start index ``i`` in ``[0, sum(T))`` names frame ``i - starts[e]`` of episode
 ``e = searchsorted(cum_lengths, i, side="right")``: numpy arrays, no per-frame objects.
@@ -38,6 +39,7 @@ from energon_lite.storage.ops import list_files, read_range_all, write_atomic
 logger = logging.getLogger("energon_lite")
 
 INDEX_PATH = ".nv-meta/episodes.npz"
+DTYPES_KEY = "dtypes"  # in a frame_shapes entry: {dataset key: dtype.str}; never a dataset key
 FORMAT_VERSION = 1
 DEFAULT_SUCCESS = True  # demonstrations (ACT/ALOHA) carry no label and are successful
 # The most pixels one camera frame may have (robot cameras are 640x480; 4096 x 4096 leaves
@@ -89,6 +91,14 @@ class EpisodeIndex:
             return None
         shape = json.loads(str(self.frame_shapes[episode])).get(key)
         return None if shape is None else tuple(shape)
+
+    def frame_dtype(self, episode: int, key: str) -> str | None:
+        """The element type prepare recorded for dataset ``key`` of ``episode`` (numpy's
+        ``dtype.str``; None: unknown)."""
+        if self.frame_shapes is None:
+            return None
+        dtypes = json.loads(str(self.frame_shapes[episode])).get(DTYPES_KEY) or {}
+        return dtypes.get(key)
 
     def cameras_of(self, episode: int) -> list[str]:
         return [c for c in str(self.cameras[episode]).split(_SEP) if c]
@@ -231,7 +241,8 @@ def _scan_one(
             )
         images = f.get("observations/images")
         depth = f.get("observations/depth")
-        shapes: dict[str, list[int]] = {}
+        shapes: dict[str, Any] = {}
+        dtypes: dict[str, str] = {}
         for group, where in ((images, "images"), (depth, "depth")):
             for cam in group or ():
                 if group[cam].shape[0] != length:
@@ -242,6 +253,8 @@ def _scan_one(
                 key = f"observations/{where}/{cam}"
                 check_frame_budget(path, key, group[cam].shape, max_frame_pixels)
                 shapes[key] = [int(n) for n in group[cam].shape]
+                dtypes[key] = group[cam].dtype.str
+        shapes[DTYPES_KEY] = dtypes
         success = bool(f.attrs.get("success", DEFAULT_SUCCESS))
         cams = sorted(images) if images is not None else []
         depth_cams = sorted(depth) if depth is not None else []

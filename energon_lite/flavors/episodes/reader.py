@@ -110,6 +110,7 @@ class EpisodeReader:
             raise DatasetFormatError(f"{self.index.path(episode)}: no dataset /{key}")
         ds = f[key]
         self._check_shape(episode, key, ds.shape)
+        self._check_dtype(episode, key, ds.dtype)
         self._datasets[episode, key] = ds
         return ds
 
@@ -131,6 +132,17 @@ class EpisodeReader:
             raise DatasetFormatError(
                 f"{path}: /{key} has shape {tuple(shape)}, but it was {tuple(expected)} when "
                 "the episodes were prepared: the file changed since prepare - prepare again"
+            )
+
+    def _check_dtype(self, episode: int, key: str, dtype: np.dtype) -> None:
+        """A camera's element type against the one prepare recorded (a frame rewritten as
+        float64 with the same shape would otherwise be served as float64)."""
+        expected = self.index.frame_dtype(episode, key)
+        if expected is not None and dtype.str != expected:
+            raise DatasetFormatError(
+                f"{self.index.path(episode)}: /{key} holds {dtype}, but it held "
+                f"{np.dtype(expected)} when the episodes were prepared: the file changed "
+                "since prepare - prepare again"
             )
 
     def low_dim(self, episode: int) -> LowDim:

@@ -15,6 +15,14 @@ with a few reads, so a file edited without changing its size is refused instead 
 through stale offsets. Reads check that each line still sits between newlines, which
 catches an edit between the windows that moves a line boundary.
 
+Prepare reads every byte anyway, so it also records the file's modification time and a
+blake2b of its whole content (``mtime_ns``, ``blake2b``). A local open follows the rule tar
+shards follow: the recorded mtime means the file is the one prepared (no read at all); another
+mtime (an edit, a copy, a replacement) is checked against the whole-content hash, one read of
+the file, so a same-size edit anywhere is refused. Remote files (no mtime) and indexes written
+before these fields keep the sampled check. What is left: an edit that keeps both the size and
+the mtime (``touch -r``) is served until ``energon-lite lint``, which hashes the whole file.
+
 Algorithm (prepare): the file is read in blocks of a few MiB; line ends, blank lines and
 the first/last non-blank byte of each line are found with numpy (no Python object per
 line); each block's JSON lines are validated by parsing them as one JSON array with a
@@ -66,6 +74,15 @@ def sampled_digest(
     return digest.hexdigest()
 
 
+def whole_digest(path: str | os.PathLike[str]) -> str:
+    """The blake2b of a file's whole content (read in blocks)."""
+    digest = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as file:
+        while block := file.read(_BLOCK):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def _sample_windows(digest: Any, size: int, pread: Callable[[int, int], bytes]) -> None:
     if size <= _WINDOW * _WINDOWS:
         digest.update(pread(size, 0))
@@ -93,6 +110,8 @@ class LineIndexInfo:
     size: int
     media_root: str | None = None  # relative to the file's folder, or absolute
     digest: str | None = None  # sampled_digest of the file when it was indexed
+    mtime_ns: int | None = None  # the file's modification time when it was indexed
+    blake2b: str | None = None  # whole_digest of the file when it was indexed
 
 
 def guess_format(path: str | os.PathLike[str] | RemotePath) -> str:
@@ -116,9 +135,11 @@ def prepare_lines(
     if fmt not in FORMATS:
         raise DatasetFormatError(f"{path}: unknown meta list format {fmt!r}; allowed: {FORMATS}")
     try:
-        size = path.stat().st_size
+        st = path.stat()
     except FileNotFoundError:
         raise DatasetFormatError(f"{path}: file not found") from None
+    size = st.st_size
+    whole = hashlib.blake2b(digest_size=16)
     target = index_path(path)
     tmp = target.with_name(target.name + ".tmp")
     count = 0
@@ -135,6 +156,7 @@ def prepare_lines(
             base, carry = 0, b""
             while True:
                 block = src.read(_BLOCK)
+                whole.update(block)
                 data = carry + block
                 if not block:  # last line without a trailing newline
                     if data.strip():
@@ -162,7 +184,16 @@ def prepare_lines(
     media = None
     if media_root is not None:  # stored relative to the file's folder: the pair can move
         media = os.path.relpath(Path(media_root).resolve(), path.resolve().parent)
-    info = LineIndexInfo(path, fmt, count, size, media, sampled_digest(path, size))
+    info = LineIndexInfo(
+        path,
+        fmt,
+        count,
+        size,
+        media,
+        sampled_digest(path, size),
+        st.st_mtime_ns,
+        whole.hexdigest(),
+    )
     write_info(info)
     return info
 
@@ -175,6 +206,8 @@ def write_info(info: LineIndexInfo) -> None:
         "size": info.size,
         "media_root": info.media_root,
         "sampled_blake2b": info.digest,
+        "mtime_ns": info.mtime_ns,
+        "blake2b": info.blake2b,
     }
     target = info_path(info.path)
     tmp = target.with_name(target.name + ".tmp")

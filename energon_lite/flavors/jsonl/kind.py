@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from energon_lite.flavors.jsonl.index import prepare_lines
+from energon_lite.flavors.jsonl.index import prepare_lines, read_info, whole_digest
 from energon_lite.flavors.jsonl.source import LINE_SUFFIXES, JsonlSource, is_line_file
 from energon_lite.sources.base import Source
 from energon_lite.sources.kinds import DatasetKind, register_kind
@@ -31,12 +31,25 @@ def _prepare(path: Path, options: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _lint(path: Path, progress: bool) -> list[str]:
+    """The whole content against the hash prepare recorded (an open trusts an unchanged
+    mtime); the samples are decoded after this by ``lint`` itself."""
+    recorded = read_info(path).get("blake2b")
+    if isinstance(recorded, str) and whole_digest(path) != recorded:
+        return [
+            f"{path}: content changed since it was prepared (its whole-content hash differs); "
+            f"re-run `energon-lite prepare {path}`"
+        ]
+    return []
+
+
 KIND = register_kind(
     DatasetKind(
         "jsonl",
         detect=is_line_file,
         open=_open,
         prepare=_prepare,
+        lint=_lint,
         suffixes=LINE_SUFFIXES,
         remote=True,  # read through ranged GETs, as Energon reads msc:// line files
     )

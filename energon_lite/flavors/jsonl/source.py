@@ -31,6 +31,7 @@ from energon_lite.flavors.jsonl.index import (
     read_info,
     sampled_digest,
     sidecar,
+    whole_digest,
 )
 from energon_lite.samples.types import SourceInfo
 from energon_lite.shards.dataset import _resolve_bound
@@ -64,12 +65,7 @@ class JsonlSource:
         self._pid = os.getpid()
         self._files_open: tuple[ShardFile, ShardFile] | None = None
         self.count, self.size = self._check_index()
-        recorded = info.get("sampled_blake2b")
-        if recorded is not None and self._digest() != recorded:
-            raise DatasetFormatError(
-                f"{self.root}: content changed since it was prepared (same size, "
-                f"{self.size} bytes, different bytes); re-run `energon-lite prepare {self.root}`"
-            )
+        self._check_content(info)
         runs = max(1, min(VIRTUAL_RUNS, self.count))
         bounds = np.linspace(0, self.count, runs + 1).round().astype(np.int64)
         self.run_start, self.run_end = bounds[:-1], bounds[1:]
@@ -78,6 +74,27 @@ class JsonlSource:
             self._apply_subset(subset)
         lengths = self.run_end - self.run_start
         self.run_offset = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+
+    def _check_content(self, info: dict[str, Any]) -> None:
+        """The mtime-then-hash rule (``index.py``): the recorded mtime trusts a local file
+        without a read; another mtime checks the whole-content hash; a remote file, or an
+        index without them, the sampled windows."""
+        mtime, whole = info.get("mtime_ns"), info.get("blake2b")
+        if isinstance(self.root, Path) and isinstance(mtime, int) and isinstance(whole, str):
+            if self.root.stat().st_mtime_ns == mtime:
+                return
+            if whole_digest(self.root) == whole:
+                return
+            what = "different bytes, a new modification time"
+        else:
+            recorded = info.get("sampled_blake2b")
+            if recorded is None or self._digest() == recorded:
+                return
+            what = "different bytes"
+        raise DatasetFormatError(
+            f"{self.root}: content changed since it was prepared (same size, {self.size} bytes, "
+            f"{what}); re-run `energon-lite prepare {self.root}`"
+        )
 
     def _digest(self) -> str:
         if isinstance(self.root, Path):
