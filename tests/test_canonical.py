@@ -386,14 +386,20 @@ SMALL = (2, 2)  # the canonical layout of these runs: global batch 8, 4 per pipe
 
 
 class CostEncoder(NoisyEncoder):
-    """A sample's cost varies with its key (1 to 5 "tokens"), for ``weight_unit: tokens``."""
+    """A sample's cost varies with its key (1 to 5 "tokens"), for ``weight_unit: tokens``;
+    the payload is the batch index ``encode_sample`` sees (Energon's, the canonical run's)."""
+
+    def encode_sample(self, sample: Any) -> Noisy:
+        return Noisy.derive_from(
+            sample, members=[sample.__key__], noise=float(self.current_batch_index)
+        )
 
     def sample_cost(self, sample: Noisy) -> float:
         return 1.0 + int(sample.members[0][1:]) % 5
 
 
 def blend_run(data, blend, layout, steps, states=None, canonical=SMALL):
-    """Global steps' keys (sorted over the ranks) of a blend on ``layout``, and the states."""
+    """Global steps' items (sorted over the ranks) of a blend on ``layout``, and the states."""
     path = data["a"].parent / f"{blend}.yaml"
     if BLENDS[blend] is not None and not path.exists():
         path.write_text(
@@ -416,7 +422,7 @@ def blend_run(data, blend, layout, steps, states=None, canonical=SMALL):
     if states is not None:
         for one in loaders:
             one.restore_state_global(states)
-    per_rank = [[[k for k, _ in b["items"]] for b in take(one, steps)] for one in loaders]
+    per_rank = [[b["items"] for b in take(one, steps)] for one in loaders]
     saved = [one.save_state_rank() for one in loaders]
     for one in loaders:
         one.close()

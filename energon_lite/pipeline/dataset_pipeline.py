@@ -354,9 +354,10 @@ class DatasetPipeline:
             pipelines = [self.plan(slots[0], per_phase)] * len(slots)
         else:
             pipelines = [self.plan(logical, per_phase) for logical in slots]
+        spreads = [(logical.worker_id, logical.num_workers) for logical in slots]
         node = Node(
             Phases,
-            lambda ps: Phases(ps, per_phase, te.batch, failures(), rows),
+            lambda ps: Phases(ps, per_phase, te.batch, failures(), rows, spreads),
             pipelines,
             several=True,
         )
@@ -379,8 +380,7 @@ class DatasetPipeline:
         self, readers: list[Node], slot: WorkerSlot, ledger: CostLedger | None, per_phase: int
     ) -> Node:
         """The blend of ``slot``'s pipeline; a canonical layout's logical pipeline
-        (``per_phase`` > 0) plans its composed batches for its own share of the batch and
-        follows a schedule at its own place in the canonical step order."""
+        (``per_phase`` > 0) plans its composed batches for its own share of the batch."""
         if self.blend_mode == "concat":
             return Node(Concat, Concat, readers, several=True)
         if self.blend_mode == "epochized":
@@ -412,7 +412,6 @@ class DatasetPipeline:
                 batch_size=size,
                 ledger=ledger,
                 stream=self.options.blend_stream,
-                spread=(slot.worker_id, slot.num_workers),
             ),
             readers,
             several=True,

@@ -11,9 +11,8 @@ others keep their relative weights. The blend ends when every source has ended.
 
 A weight may be a callable ``weight_at(step)`` (a schedule,
 :mod:`energon_lite.metadataset.schedule`); ``step`` is the training step of the batch being
-filled (:func:`energon_lite.stages.mix.loader_step`, spread by ``spread``: the pipeline's own
-``(worker, workers)``, a canonical layout's logical pipeline's on any layout), so the weights
-are evaluated once per batch. ``composition`` shapes each batch of ``batch_size`` samples:
+filled (:func:`energon_lite.stages.mix.loader_step`), so the weights are evaluated once per
+batch. ``composition`` shapes each batch of ``batch_size`` samples:
 
 * ``random``: every sample drawn by weight (as above);
 * ``stratified``: each batch holds each source by largest remainder of its current share
@@ -85,7 +84,6 @@ class WeightedBlend(Stage):
         batch_size: int | None = None,
         ledger: CostLedger | None = None,
         stream: str = "counter",
-        spread: tuple[int, int] | None = None,
     ) -> None:
         if stream not in self.STREAMS:
             raise ConfigError(f"WeightedBlend: stream {stream!r} is not one of {self.STREAMS}")
@@ -108,7 +106,6 @@ class WeightedBlend(Stage):
         self.ledger = ledger
         self.seed = seed
         self.global_worker_id = global_worker_id
-        self.spread = spread
         self.rng_keys = rng_keys
         self._by_leaf = by_leaf(self.sources)
         self._index_of = {
@@ -215,7 +212,7 @@ class WeightedBlend(Stage):
 
     def _choose(self) -> int:
         self._local = INDEX.batch
-        step = loader_step(self._base, self.spread)
+        step = loader_step(self._base)
         if step != self._step_cached:
             self._new_step(step)
         if self.ledger is not None:

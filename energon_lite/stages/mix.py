@@ -16,12 +16,10 @@
 * ``CostLedger``: the costs the ``Cost`` stage (after ``Encode``) reports, per leaf, for the
   blend to add to its tally on its next draw. Reports arrive in the order of the stream, so a
   restored chain sees them at the same draws as the original.
-* ``loader_step(base, spread)``: the training step a worker's blend is drawing for: ``base``
-  (the steps delivered before an elastic restore) plus the rank's batch index of the batch
-  being filled (the pipeline's count spread as ``local * workers + worker``, the order in
-  which the loader hands batches out, the same on every rank). ``spread`` is the pipeline's
-  own ``(worker, workers)``: under a canonical layout a logical pipeline's, whatever loader
-  worker runs it, so that a schedule runs at the canonical run's speed on any layout.
+* ``loader_step(base)``: the training step a worker's blend is drawing for: ``base`` (the
+  steps delivered before an elastic restore) plus the rank's batch index of the batch being
+  filled (the worker's count spread as ``local * workers + worker``, the order in which the
+  loader hands batches out, the same on every rank).
 """
 
 from __future__ import annotations
@@ -154,12 +152,10 @@ class CostLedger:
         return out
 
 
-def loader_step(base: int, spread: tuple[int, int] | None = None) -> int:
-    """The step of the batch being filled (see the module docstring); ``spread=None``: the
-    running loader worker's."""
+def loader_step(base: int) -> int:
+    """The step of the batch being filled (see the module docstring)."""
     local = INDEX.batch
-    worker, workers = (INDEX.worker, INDEX.workers) if spread is None else spread
-    return base + (0 if local is None else local * workers + worker)
+    return base + (0 if local is None else local * INDEX.workers + INDEX.worker)
 
 
 def plain_tally(tally: Any, sources: int, where: str) -> list[list[float]]:

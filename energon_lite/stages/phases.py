@@ -8,7 +8,10 @@ phase by phase (``per_phase`` canonical ranks each). Each pipeline ends in a bat
 that hands out its batch as a plain list of samples; ``next()`` takes one list from each
 pipeline of the current phase, joins them in canonical rank order, collates them once and
 moves on to the next phase. So the rank's batch holds exactly the samples its canonical
-ranks' batches would hold, whatever the physical layout.
+ranks' batches would hold, whatever the physical layout. While a pipeline works, the batch
+and sample indices (``current_batch_index``, a blend's schedule step) are spread by its
+canonical worker and the canonical workers (``spreads``), as in the canonical run, not by
+the loader worker that runs it.
 
 A pipeline that has ended (a finite stream) gives nothing to its phase; a phase whose
 pipelines all ended is skipped, and the stream ends when every pipeline has.
@@ -43,6 +46,7 @@ from energon_lite.errors import (
 from energon_lite.stages.base import Stage, stage_class
 from energon_lite.stages.batch import collate_or_skip
 from energon_lite.state.codec import check_level, state_count
+from energon_lite.task_encoder.hook_index import INDEX
 
 
 class Phases(Stage):
@@ -64,10 +68,15 @@ class Phases(Stage):
         collate: Callable[[list[Any]], Any],
         failures: FailureTracker | None = None,
         rows: int | None = None,
+        spreads: list[tuple[int, int]] | None = None,
     ) -> None:
         if per_phase < 1 or not sources or len(sources) % per_phase:
             raise ConfigError(f"Phases: {len(sources)} pipelines are not phases of {per_phase=}")
+        if spreads is not None and len(spreads) != len(sources):
+            raise ConfigError(f"Phases: {len(spreads)} spreads for {len(sources)} pipelines")
         self.sources = sources
+        # per pipeline (canonical worker, canonical workers): how its indices spread
+        self.spreads = spreads
         self.per_phase = per_phase
         self.phases = len(sources) // per_phase
         self.collate = collate
@@ -89,6 +98,8 @@ class Phases(Stage):
                 for index in range(first, first + self.per_phase):
                     if index in self._ended:
                         continue
+                    if self.spreads is not None:
+                        INDEX.worker, INDEX.workers = self.spreads[index]
                     self._ready(index)
                     self._touched.add(index)
                     try:
