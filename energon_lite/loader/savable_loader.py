@@ -379,10 +379,7 @@ class SavableLoader:
         limit = self.virtual_epoch_length
         if not isinstance(in_pass, int) or in_pass < 0 or (limit is not None and in_pass > limit):
             raise StateError(f"loader state in_pass={short_repr(in_pass)} is not a batch count")
-        from energon_lite.stages.elastic import check_ownership
-
-        # every restore ends here: the rank's workers together own their work once
-        check_ownership([state], self._leaf_plans())
+        self._check_owned(workers)  # every restore of a file ends here
         self._states = list(workers)
         self._next_worker = next_worker
         self._epoch = epoch
@@ -454,6 +451,15 @@ class SavableLoader:
                 check_ownership(states, leaves)
             return states
         return redistribute(states, wc.world_size, wc.num_workers, self.dataset.config(), leaves)
+
+    def _check_owned(self, workers: list[Any]) -> None:
+        """StateError unless this rank's worker states together own their work once (no
+        sample buffered twice, no slice open twice, every reader position inside the plan):
+        before a restore, and before healing restarts workers from the states received."""
+        from energon_lite.stages.elastic import check_ownership
+
+        rank = {"config": {"rank": self.worker_config.rank}, "workers": workers}
+        check_ownership([rank], self._leaf_plans())
 
     def _leaf_plans(self) -> list[Any] | None:
         """What the dataset says about each leaf's epoch (:class:`LeafPlan`), for the
