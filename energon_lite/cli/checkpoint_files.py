@@ -21,6 +21,7 @@ from energon_lite.cli.state_file import read_state_file
 from energon_lite.errors import StateError
 from energon_lite.state.codec import encode_state
 from energon_lite.state.compact import unpacked
+from energon_lite.state.upgrade import upgrade_state
 
 
 @dataclass
@@ -93,7 +94,8 @@ def read_checkpoint(path: str | Path | list[Path], key: str | None = None) -> Ch
             if not files:
                 raise StateError(f"{path}: no state files in this folder")
         found = _per_rank(files, key, path)
-    found.states = [unpacked(state) for state in found.states]  # version 3 reads as 2
+    # today's form (a version this library does not read stays as it is, to be described)
+    found.states = [upgrade_state(unpacked(state), strict=False) for state in found.states]
     return found
 
 

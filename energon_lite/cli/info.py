@@ -244,9 +244,13 @@ def lint_source(dataset: Source, label: str, progress: bool = True) -> list[str]
 def describe_state(state: Any) -> str:
     """A readable summary of a loader state (one rank's, or a list of ranks')."""
     from energon_lite.state.compact import unpacked
+    from energon_lite.state.upgrade import upgrade_state
 
-    try:  # a canonical layout's compact state (version 3) reads as version 2
-        read = [unpacked(s) for s in state] if isinstance(state, list) else unpacked(state)
+    def read_back(saved: Any) -> Any:  # today's form; a version not read: as it is
+        return upgrade_state(unpacked(saved), strict=False)
+
+    try:
+        read = [read_back(s) for s in state] if isinstance(state, list) else read_back(state)
     except StateError as exc:
         return f"a loader state that does not read back: {exc}"
     if isinstance(read, list):  # one level only: a crafted file may nest lists deeply

@@ -38,7 +38,8 @@ from energon_lite.state.codec import (
     check_state_shape,
     state_digest,
 )
-from energon_lite.state.compact import PACKED_VERSION, packed, unpacked
+from energon_lite.state.compact import packed, unpacked
+from energon_lite.state.upgrade import upgrade_state
 
 
 def _many_pipelines(level: dict[str, Any]) -> bool:
@@ -343,14 +344,7 @@ class SavableLoader:
             return
         if not isinstance(state, dict) or state.get("type") != "SavableLoader":
             raise StateError(f"not an energon_lite loader state: {short_repr(state)}")
-        state = unpacked(state)  # version 3 (compact pipelines) reads as version 2
-        if state.get("version") != STATE_VERSION:
-            raise StateError(
-                f"loader state version {short_repr(state.get('version'))}, this energon_lite "
-                f"reads {STATE_VERSION} and {PACKED_VERSION} (compact pipelines); states of "
-                "version 1 (energon_lite 0.1) cannot be "
-                "resumed by this version"
-            )
+        state = upgrade_state(unpacked(state))  # today's form, or StateError naming its version
         try:
             check_same_config(state.get("config"), self.dataset.config())
         except StateError as exc:
@@ -436,7 +430,8 @@ class SavableLoader:
         wc = self.worker_config
         if not isinstance(states, list) or not states:
             return states
-        states = [unpacked(state) for state in states]
+        # today's form; a version not read is refused below, naming its rank
+        states = [upgrade_state(unpacked(state), strict=False) for state in states]
         leaves = self._leaf_plans()
         from energon_lite.loader.canonical import relayout
 

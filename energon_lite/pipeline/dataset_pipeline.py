@@ -69,8 +69,7 @@ class PipelineOptions:
     max_skip_fraction: float | None = MAX_SKIP_FRACTION  # of a worker's pass (SkipBudget)
     bucket_sync: dict[str, Any] | None = None  # GroupBatch's synchronised mode (BucketSync)
     # how fresh readers deal samples to global workers (energon_lite.stages.slices): "ranges";
-    # "slices" is the dealing of states saved before it was recorded (a restored state
-    # always keeps its own)
+    # "slices" is the earlier dealing (a restored state always keeps its own)
     dealing: str = "ranges"
     # how fresh blend_epochized runs round the fraction of a last pass (energon_lite.quotas):
     # "per_worker" as Energon; "exact" is the rounding of states saved before it was

@@ -17,8 +17,8 @@ Energon counts a rank's length as the sum over its workers of ``ceil(samples / b
 with :func:`batches_per_worker` too.
 
 Which samples a worker is dealt is the reader's dealing (:mod:`energon_lite.stages.slices`):
-Energon's sample ranges (the same per-worker counts as Energon), or, for a state saved
-before the dealing was recorded, the older slice dealing.
+Energon's sample ranges (the same per-worker counts as Energon), or the earlier slice
+dealing (:mod:`energon_lite.state.upgrade`).
 """
 
 from __future__ import annotations

@@ -40,8 +40,8 @@ def _where(items: list[Any]) -> dict[str, Any]:
 
 
 class Batch(Stage):
-    STATE_KEYS = ()
-    OPTIONAL_KEYS = ("batches",)  # absent in states saved before the hook indices: 0
+    STATE_KEYS = ("batches",)
+    ELASTIC_FRESH = {"batches": 0}  # the hook index starts over on another layout
     STATS_LABEL = "batch"
     STATS_HINT = (
         "batching is {percent}%: stacking copies every byte of the batch (into shared "
@@ -102,4 +102,4 @@ class Batch(Stage):
         return {"batches": self._batches}
 
     def _restore(self, state: dict[str, Any]) -> None:
-        self._batches = state_count(state.get("batches", 0), "Batch batches")
+        self._batches = state_count(state["batches"], "Batch batches")

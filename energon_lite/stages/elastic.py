@@ -51,9 +51,10 @@ from energon_lite.stages.base import Stage, stage_class
 from energon_lite.stages.blend_epochized import EpochizedBlend
 from energon_lite.stages.blend_weighted import WeightedBlend
 from energon_lite.stages.reader import Reader
-from energon_lite.stages.slices import DEALINGS, OLD_DEALING, SliceTable
+from energon_lite.stages.slices import DEALINGS, SliceTable
 from energon_lite.state.codec import STATE_VERSION, check_same_config, state_count, state_digest
 from energon_lite.state.restore_key import SampleKey, from_plain, sample_keys, to_plain
+from energon_lite.state.upgrade import upgrade_state
 
 LAYOUT = ("rank", "world_size", "num_workers")
 _READER, _EPOCHIZED = Reader.__name__, EpochizedBlend.__name__  # the leftover's own stages
@@ -110,6 +111,8 @@ def redistribute(
     another dataset, seed, batch size or stage set fail here, naming the difference;
     ``leaves`` (each leaf's plan, where the dataset is at hand) also checks that every old
     position is inside the epoch's plan (:func:`check_ownership`)."""
+    if isinstance(states, list):  # read from a file, perhaps: today's form first
+        states = [upgrade_state(state, strict=False) for state in states]
     config, epoch = _check_old(states)
     check_ownership(states, leaves)
     if current_config is not None:
@@ -319,7 +322,7 @@ def _check_reader(
     epoch, opened, nxt = level.get("epoch"), level.get("open"), level.get("next")
     if not isinstance(epoch, int) or not isinstance(opened, list):
         return
-    dealing = level.get("dealing", OLD_DEALING)
+    dealing = level.get("dealing")
     if plan is not None and plan.table is not None and dealing in DEALINGS:
         table = plan.table(dealing, workers)  # the state's own dealing and layout
         plan = plan._replace(slices=table.num_slices, open_error=table.open_error)

@@ -18,7 +18,9 @@ with the values the hook saw, and ``fetch`` replays them (``hook_index.py``).
 State: ``pending``: ``[]``, or the input key and the next output number while a generator
 hook is part-way through its outputs (a restore re-runs it and skips what was handed out);
 ``calls``: inputs taken so far, the hook's ``current_sample_index`` (``hook_index.py``);
-``seeds``: 2 (IndexKeys and Energon's ``restore_seeds``); absent in states saved before: 1.
+``seeds``: the hook-seeding form of the run, 2 (IndexKeys and Energon's ``restore_seeds``) or
+1 (seeds from the restore key: what states saved before the field continue,
+:mod:`energon_lite.state.upgrade`).
 """
 
 from __future__ import annotations
@@ -53,8 +55,7 @@ class LeafSpec:
 
 
 class Encode(Stage):
-    STATE_KEYS = ("pending",)
-    OPTIONAL_KEYS = ("calls", "seeds")  # absent in states saved before: 0 calls, seeds 1
+    STATE_KEYS = ("pending", "calls", "seeds")
     STATS_LABEL = "decode"
     STATS_HINT = (
         "decode is {percent}%: decode images to uint8 "
@@ -95,7 +96,7 @@ class Encode(Stage):
 
     @classmethod
     def elastic_state(cls, level: dict[str, Any], deal: Any) -> dict[str, Any]:
-        return {"pending": [], "seeds": level.get("seeds", SEEDS_BY_KEY)}
+        return {"pending": [], "calls": 0, "seeds": level["seeds"]}  # the index starts over
 
     @classmethod
     def elastic_refusal(cls, level: dict[str, Any]) -> str | None:
@@ -233,7 +234,7 @@ class Encode(Stage):
         return {"pending": [to_plain(self._parent), self._sub], **counters}
 
     def _validate(self, state: dict[str, Any]) -> None:
-        seeds = state.get("seeds", SEEDS_BY_KEY)
+        seeds = state["seeds"]
         if seeds not in (SEEDS_BY_KEY, SEEDS_LATEST) or isinstance(seeds, bool):
             raise StateError(
                 f"Encode: seeds {short_repr(seeds)} is not {SEEDS_BY_KEY} or {SEEDS_LATEST}; "
@@ -242,8 +243,8 @@ class Encode(Stage):
 
     def _restore(self, state: dict[str, Any]) -> None:
         self._reset()
-        self._calls = state_count(state.get("calls", 0), "Encode calls")
-        self._seeds = state.get("seeds", SEEDS_BY_KEY)
+        self._calls = state_count(state["calls"], "Encode calls")
+        self._seeds = state["seeds"]
         pending = state["pending"]
         if pending == []:
             return

@@ -5,8 +5,8 @@ Algorithm. Which samples global worker ``g`` of ``G`` (ranks x workers) owns, cu
 its slices in each epoch is the leaf's *dealing* (:mod:`energon_lite.stages.slices`):
 ``ranges`` (Energon's: each worker a contiguous, near-equal range of the split's samples,
 so every worker reads whenever the split has at least one sample per worker) or
-``slices`` (the dealing of states saved before the ``dealing`` field: global slices, the
-epoch's positions ``g, g + G, ...``). A worker keeps ``open_slices`` slices open and picks
+``slices`` (global slices, the epoch's positions ``g, g + G, ...``: what states saved before
+the ``dealing`` field continue, :mod:`energon_lite.state.upgrade`). A worker keeps ``open_slices`` slices open and picks
 the next one at random, weighted by what each has left; each open slice is read
 sequentially in chunks (one ``pread`` per chunk).
 
@@ -16,7 +16,7 @@ keeps the slices in order.
 
 State: the dealing, the epoch, the next position, the open slices as ``[slice_id,
 next_sample]``, the random counter and a done flag: O(open_slices) integers whatever the
-dataset size. A state without ``dealing`` continues with ``slices``. After an elastic
+dataset size. After an elastic
 restore (another number of ranks or workers) the state also carries ``left``: the old
 layout's unfinished work this reader delivers first (:mod:`energon_lite.stages.leftover`).
 """
@@ -32,7 +32,7 @@ from energon_lite.rng import CounterRng
 from energon_lite.sources.base import Source
 from energon_lite.stages.base import Stage
 from energon_lite.stages.leftover import Leftover, describe_left, start_left
-from energon_lite.stages.slices import DEALINGS, OLD_DEALING, SliceTable, slice_table
+from energon_lite.stages.slices import DEALINGS, SliceTable, slice_table
 from energon_lite.state.codec import state_count
 from energon_lite.state.restore_key import SampleKey
 
@@ -46,10 +46,8 @@ _PREFETCH_SLICES = 8  # upcoming slices whose shards a source may fetch ahead (a
 class Reader(Stage):
     """Raw samples ``{__key__, __restore_key__, __shard__, <part>: bytes}`` of one leaf."""
 
-    STATE_KEYS = ("epoch", "next", "open", "rng", "done")
-    # left: only after an elastic restore, until that work is done; dealing: absent in
-    # states saved before it (those continue with the old dealing, "slices")
-    OPTIONAL_KEYS = ("left", "dealing")
+    STATE_KEYS = ("epoch", "next", "open", "rng", "done", "dealing")
+    OPTIONAL_KEYS = ("left",)  # only after an elastic restore, until that work is done
     DELTA_KEYS = ("left",)  # an elastic restore's leftover: its owed keys travel once
     STATS_LABEL = "read"
     STATS_HINT = (
@@ -116,7 +114,7 @@ class Reader(Stage):
         leaf = deal.next_leaf()
         repeat = deal.reader_repeat
         return {
-            "dealing": level.get("dealing", OLD_DEALING),  # the old states' dealing goes on
+            "dealing": level["dealing"],  # the old run's dealing goes on
             "epoch": leaf.last_epoch + 1 if repeat else deal.epoch,
             "next": 0,
             "open": [],
@@ -330,7 +328,7 @@ class Reader(Stage):
 
     def _restore(self, state: dict[str, Any]) -> None:
         self._reset()
-        dealing = state.get("dealing", OLD_DEALING)
+        dealing = state["dealing"]
         if dealing not in DEALINGS:
             raise StateError(f"Reader: dealing {short_repr(dealing)} is not one of {DEALINGS}")
         self.dealing = dealing

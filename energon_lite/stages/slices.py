@@ -6,7 +6,8 @@ of one run) and which global worker reads which slice in which epoch: the two de
   dealing), cut into slices at run boundaries and every ``max_samples_per_sequence``
   samples. Slice ids number worker 0's slices first, then worker 1's, ... In epoch ``e``
   worker ``g`` reads its own ``k`` slices in the order of a keyed permutation of them.
-* ``slices`` (states saved without a ``dealing`` field): the runs are cut into slices
+* ``slices`` (the dealing states saved before the ``dealing`` field are given at load,
+  :mod:`energon_lite.state.upgrade`): the runs are cut into slices
   independently of the workers, the epoch's order is a keyed permutation of all slice ids
   and worker ``g`` of ``G`` takes positions ``g, g + G, ...``. With few large slices some
   workers get none; kept so that older states continue exactly.
@@ -29,7 +30,6 @@ from energon_lite.sources.base import Source
 from energon_lite.stages.dealing import worker_bounds
 
 DEALINGS = ("ranges", "slices")
-OLD_DEALING = "slices"  # what a state without a ``dealing`` field was dealt with
 
 
 class SliceTable:

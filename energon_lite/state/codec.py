@@ -114,20 +114,8 @@ def check_same_config(saved: Any, current: dict[str, Any]) -> None:
         )
 
 
-# Fingerprints name a user's function by module and name. States saved before the package
-# layout of 2026-11 name energon_lite's own public functions by the module they were then
-# defined in; they now say ``energon_lite.<name>`` (wrappers.base.fn_name), wherever it lives.
-_OLD_FUNCTION_MODULES = ("energon_lite.generic_collate.", "energon_lite.collate.")
-
-
 def _normalise(value: Any) -> Any:
-    """Tuples and lists compare equal (msgpack turns tuples into lists); old module paths of
-    our public functions read as their public name."""
-    if isinstance(value, str):
-        for old in _OLD_FUNCTION_MODULES:
-            if value.startswith(old):
-                return "energon_lite." + value[len(old) :]
-        return value
+    """Tuples and lists compare equal (msgpack turns tuples into lists)."""
     if isinstance(value, (list, tuple)):
         return [_normalise(v) for v in value]
     if isinstance(value, dict):

@@ -57,9 +57,6 @@ class IndexKey(NamedTuple):
 
 RestoreKey = Union[SampleKey, PackKey, SubKey, IndexKey]  # noqa: UP007 (a runtime alias, py3.10)
 
-_LEGACY_SAMPLE = "Webdataset"  # states written before keys were typed
-_LEGACY_PACK = "Pack"
-
 
 def to_plain(key: RestoreKey) -> list[Any]:
     """The msgpack-able form of a key, tag first."""
@@ -80,9 +77,9 @@ def from_plain(data: Any) -> RestoreKey:
         return data
     if isinstance(data, (list, tuple)) and data:
         tag, rest = data[0], data[1:]
-        if tag in ("s", _LEGACY_SAMPLE) and len(rest) == 4 and all(_is_int(x) for x in rest):
+        if tag == "s" and len(rest) == 4 and all(_is_int(x) for x in rest):
             return SampleKey(*(int(x) for x in rest))
-        if tag in ("pack", _LEGACY_PACK) and rest:
+        if tag == "pack" and rest:
             return PackKey(tuple(from_plain(member) for member in rest))
         if tag == "sub" and len(rest) == 2 and _is_int(rest[1]):
             return SubKey(from_plain(rest[0]), int(rest[1]))

@@ -57,8 +57,8 @@ def stateless(fn: Callable | None = None, *, restore_seeds: bool = False) -> Cal
     ``numpy.random`` or ``torch``'s global generators): around each call, the three global
     generators are seeded as Energon seeds them, from the worker's seed and
     ``current_sample_index``, and put back afterwards; the index is replayed when an item is
-    made again, so the hook gives the same result after a restore. (A run restored from a
-    state saved before this form seeds from (loader seed, the item's restore key), as it
+    made again, so the hook gives the same result after a restore. (A run whose state says
+    ``seeds`` 1, the earlier form, seeds from (loader seed, the item's restore key), as it
     did: ``energon_lite/task_encoder/hook_index.py``.) Prefer ``self.sample_rng``: it needs
     no global state at all.
     """

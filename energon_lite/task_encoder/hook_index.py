@@ -19,9 +19,10 @@ Replaying them (``seeds`` 2, the form a fresh run uses; ``Encode``'s state says 
 ``IndexKey`` with the values read and the global worker, and fetching that key again (a
 buffer refilled after a restore, ``loader.restore_sample``) replays them, so the hook sees
 the same numbers. ``@stateless(restore_seeds=True)`` then seeds the global generators as
-Energon does, from the worker's seed and ``current_sample_index``. A state saved before
-(no ``seeds`` field: 1) continues with the earlier form: keys without indices and seeds
-derived from the item's restore key.
+Energon does, from the worker's seed and ``current_sample_index``. A run with ``seeds`` 1 (the
+form states saved before the field are given at load, :mod:`energon_lite.state.upgrade`)
+continues with the earlier form: keys without indices and seeds derived from the item's
+restore key.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 SEEDS_LATEST = 2  # IndexKeys + Energon's restore_seeds formula
-SEEDS_BY_KEY = 1  # states saved before: seeds from the restore key, no IndexKeys
+SEEDS_BY_KEY = 1  # the earlier form: seeds from the restore key, no IndexKeys
 
 
 class HookIndex:
