@@ -154,6 +154,24 @@ def relayout(
     return _physical(logical, wc, current, shape)
 
 
+def pipeline_trees(workers: list[Any], wc: WorkerConfig, layout: CanonicalLayout) -> list[Any]:
+    """A rank's worker states as the canonical layout's K ranks of Q pipelines (the plain
+    form the ownership check reads: pipeline k * Q + q is worker q of rank k), this rank's
+    pipelines in their places and None elsewhere."""
+    pipelines: list[Any] = [None] * (layout.ranks * layout.workers)
+    for worker, level in enumerate(workers):
+        if level is None:
+            continue
+        sources, _ = read_phases_level(stateless_removed(level), f"worker {worker}")
+        slots = layout.slots(WorkerSlot(wc.rank, wc.world_size, worker, wc.workers_per_rank, 0))
+        for slot, source in zip(slots, sources):
+            pipelines[slot.rank * layout.workers + slot.worker_id] = source
+    return [
+        {"config": {"rank": k}, "workers": pipelines[k * layout.workers : (k + 1) * layout.workers]}
+        for k in range(layout.ranks)
+    ]
+
+
 def _check_settings(old: dict[str, Any], current: dict[str, Any], wc: WorkerConfig) -> None:
     """The settings other than the layout must match, and the global batch size."""
     check_same_config(

@@ -451,10 +451,16 @@ class SavableLoader:
         """StateError unless this rank's worker states together own their work once (no
         sample buffered twice, no slice open twice, every reader position inside the plan):
         before a restore, and before healing restarts workers from the states received."""
+        from energon_lite.loader.canonical import pipeline_trees
         from energon_lite.stages.elastic import check_ownership
 
-        rank = {"config": {"rank": self.worker_config.rank}, "workers": workers}
-        check_ownership([rank], self._leaf_plans())
+        wc = self.worker_config
+        canonical = getattr(self.dataset.pipeline, "canonical", None)
+        layout = canonical(wc.slot(0)) if canonical is not None else None
+        if layout is not None:  # the rank's logical pipelines, each in its canonical place
+            check_ownership(pipeline_trees(workers, wc, layout), self._leaf_plans())
+            return
+        check_ownership([{"config": {"rank": wc.rank}, "workers": workers}], self._leaf_plans())
 
     def _leaf_plans(self) -> list[Any] | None:
         """What the dataset says about each leaf's epoch (:class:`LeafPlan`), for the
