@@ -51,7 +51,6 @@ from energon_lite.stages.base import Stage
 from energon_lite.stages.blend_weighted import WeightedBlend
 from energon_lite.stages.reader import Reader
 from energon_lite.synth.shards import write_captioning_shards
-from energon_lite.task_encoder.hook_index import INDEX
 from energon_lite.task_encoder.packing import best_fit
 
 BATCH = 32
@@ -113,7 +112,6 @@ class Timed:
         self.stage = blend(variant, datasets, draws)
         self.stage.restore_state(None)
         self.batch = 0
-        INDEX.worker, INDEX.workers = 0, 1
         self.run(1000 // BATCH)  # warm: open slices, page cache
 
     def run(self, batches: int) -> float:
@@ -122,7 +120,7 @@ class Timed:
         stage = self.stage
         start = time.process_time()
         for _ in range(batches):
-            INDEX.batch = self.batch
+            stage.context.index.batch = self.batch  # as the batching stage above would
             self.batch += 1
             for _ in range(BATCH):
                 stage.next()
@@ -164,7 +162,7 @@ def own_cost(variants: tuple[str, ...], rounds: int, draws: int = 200_000) -> di
             stage.restore_state(None)
             start = time.process_time()
             for batch in range(draws // BATCH):
-                INDEX.batch = batch
+                stage.context.index.batch = batch
                 for _ in range(BATCH):
                     stage.next()
             out[variant].append((time.process_time() - start) * 1e9 / draws)

@@ -90,6 +90,9 @@ def test_checkpoint_info(train_ds: Path, tmp_path: Path, capsys) -> None:
         and "ShuffleBuffer: keys=" in out
         and "Reader: epoch=0" in out
     )
+    # the datasets by name (not only digests), and the step
+    assert f"    '{train_ds} (split train)' (content 'train:" in out
+    assert "  step: 3 batches delivered in pass 0" in out
     assert main(["checkpoint", "info", str(tmp_path / "global.pt")]) == 0
     assert "rank 1:" in capsys.readouterr().out
 
@@ -119,7 +122,13 @@ def test_every_error_is_one_line_with_exit_status_1(train_ds: Path, tmp_path: Pa
         "checkpoint", "info", str(tmp_path / "garbage.bin")
     )
     assert "--split-ratio 'a,b'" in err_of("prepare", str(tmp_path), "--split-ratio", "a,b")
-    assert "a prepared dataset? Run `energon-lite prepare`" in err_of("preview", str(tmp_path))
+    assert "not a prepared dataset (yet); run `energon-lite prepare`" in err_of(
+        "preview", str(tmp_path)
+    )
+    for command in ("lint", "info"):  # lint reads split.yaml first: the same hint
+        assert "not a prepared dataset (yet); run `energon-lite prepare`" in err_of(
+            command, str(tmp_path)
+        )
     with pytest.raises(SystemExit) as exit_info:  # a usage mistake: argparse's message, status 1
         main(["preview", str(train_ds), "-n", "many"])
     assert exit_info.value.code == 1

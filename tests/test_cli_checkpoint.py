@@ -130,3 +130,23 @@ def test_info_into_a_closed_pipe_exits_quietly(rank_states, tmp_path: Path) -> N
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 0, err
     assert err == ""
+
+
+def test_checkpoint_info_writes_a_blends_schedule_in_words() -> None:
+    from energon_lite.cli.checkpoint_info import describe_config
+
+    config = {
+        "datasets": ["train:aaaa", "train:bbbb"],
+        "blend_mode": "weights",
+        "weights": [[[[0, 9], [2000, 1]], "linear"], 0.5],
+    }
+    state = {"paths": ["web (split train)", "code (split train)"], "in_pass": 12, "epoch": 0}
+    lines = describe_config(state, config)
+    assert lines[:3] == [
+        "  datasets:",
+        "    'web (split train)' (content 'train:aaaa'), weight schedule ('linear'): 9 at step "
+        "0, 1 at step 2000",
+        "    'code (split train)' (content 'train:bbbb'), weight 0.5",
+    ]
+    assert "  blend_mode: 'weights'" in lines and not any("[[" in line for line in lines)
+    assert lines[-1] == "  step: 12 batches delivered in pass 0"

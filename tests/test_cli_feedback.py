@@ -39,3 +39,24 @@ def test_bench_shows_live_samples_per_second_and_ends_at_100(
     assert any(re.search(r"\d samples/s, [\d,]+ samples", bar) for bar in bars[:-1]), bars
     assert bars[-1].startswith("bench: 100%") and "1.5/1.5 s" in bars[-1], bars
     assert "samples/s" in captured.out  # and the report as before
+
+
+def test_an_error_comes_after_the_last_line_of_the_bar_it_interrupted(tmp_path: Path) -> None:
+    """In a real process (tqdm closes open bars at exit): the error is the last line."""
+    import subprocess
+    import sys
+    import tarfile
+
+    root = tmp_path / "data"
+    write_captioning_shards(root, 30, 10, image_size=(8, 8))
+    tarfile.open(root / "parts" / "data-9.tar", "w").close()  # holds no sample: an error
+    argv = ["prepare", "--non-interactive", "--split-ratio", "1", "--sample-type",
+            "CaptioningSample", "--field-map", '{"image": "jpg", "caption": "txt"}', str(root)]  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "energon_lite.cli", *argv],
+        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert "indexing shards" in done.stderr  # the bar was drawn
+    last = [part for part in re.split(r"[\r\n]", done.stderr) if part.strip()][-1]
+    assert last.startswith("energon-lite prepare: error:") and "holds no samples" in last, last

@@ -43,12 +43,24 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+def test_info_shows_the_blends_options_and_the_weights_as_written(
+    data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    meta = data / "stratified.yaml"
+    text = META.format(blend="blend", number="weight", first=9, second=1)
+    meta.write_text(text.replace("    blend:", "    batch_composition: stratified\n    blend:"))
+    assert main(["info", str(meta)]) == 0
+    out = capsys.readouterr().out
+    assert "split train: blend: samples drawn by weight, batch_composition: stratified\n" in out
+    assert "40 samples, weight 9 (90.0% of samples)" in out  # the YAML's 9, not its share 0.9
+
+
 def test_info_shows_the_weights_and_each_dataset(data: Path, capsys) -> None:
     assert main(["info", str(data / "weights.yaml")]) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"metadataset {data / 'weights.yaml'}\n  split train: blend")
-    assert f"{data / 'one'} (split train): 40 samples, weight 0.75 (75.0% of samples)" in out
-    assert "weight 0.25 (25.0% of samples), subflavors {'origin': 'second'}" in out
+    assert f"{data / 'one'} (split train): 40 samples, weight 3 (75.0% of samples)" in out
+    assert "weight 1 (25.0% of samples), subflavors {'origin': 'second'}" in out
     assert f"  split val: one dataset\n    {data / 'two'} (split val): 20 samples" in out
     # then each dataset's own section, once
     assert out.count(f"dataset {data / 'one'}\n  total: 40 samples, 4 shards") == 1
@@ -67,8 +79,8 @@ def test_preview_shows_each_dataset_of_the_split(data: Path, capsys) -> None:
     assert main(["preview", str(data / "weights.yaml"), "-n", "1"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert [line for line in out if line.startswith("== ")] == [
-        f"== {data / 'one'} (split train): 40 samples, weight 0.75 (75.0% of samples)",
-        f"== {data / 'two'} (split train): 20 samples, weight 0.25 (25.0% of samples), "
+        f"== {data / 'one'} (split train): 40 samples, weight 3 (75.0% of samples)",
+        f"== {data / 'two'} (split train): 20 samples, weight 1 (25.0% of samples), "
         "subflavors {'origin': 'second'}",
     ]
     assert sum("image (torch.Tensor | typing.Any): Tensor(3, 16, 16)" in line for line in out) == 2

@@ -139,3 +139,65 @@ def test_bench_of_one_shard_with_two_workers_shows_both_delivering(tmp_path: Pat
     assert [w["worker"] for w in workers] == [0, 1]
     assert all(w["batches"] > 0 for w in workers), workers
     assert "worker busy: #0" in capsys.readouterr().out
+
+
+def test_preview_grid_of_a_metadataset_shows_each_dataset(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    make_dataset(tmp_path / "one", 20, 10)
+    make_dataset(tmp_path / "two", 20, 10)
+    meta = tmp_path / "blend.yaml"
+    meta.write_text(
+        "__module__: megatron.energon\n__class__: MetadatasetV2\nsplits:\n  train:\n"
+        "    blend:\n      - weight: 1\n        path: one\n      - weight: 1\n        path: two\n"
+    )
+    out = tmp_path / "blend.png"
+    assert main(["preview", str(meta), "--grid", str(out), "-n", "4", "--cell", "64"]) == 0
+    assert "wrote" in capsys.readouterr().out and _png(out).size == (4 * 64, 64 + CAPTION_HEIGHT)
+
+
+def test_preview_grid_of_videos_without_pyav_fails_naming_the_extra(tmp_path: Path) -> None:
+    """Without PyAV every cell would be grey: the command fails with the install hint."""
+    import io
+    import subprocess
+    import tarfile
+
+    from energon_lite.synth.av import make_video
+
+    root = tmp_path / "videos"
+    (root / "parts").mkdir(parents=True)
+    with tarfile.open(root / "parts" / "data-0.tar", "w") as tar:
+        for i in range(2):
+            video = io.BytesIO()
+            make_video(video, num_frames=4)
+            for name, data in ((f"{i:04d}.mp4", video.getvalue()), (f"{i:04d}.txt", b"a clip")):
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    prepare_dataset(root, split_ratio=[("train", 1)], sample_type="CaptioningSample",
+                    field_map={"image": "mp4", "caption": "txt"}, progress=False)  # fmt: skip
+    out = tmp_path / "videos.png"
+    code = (
+        "import sys; sys.modules['av'] = None\n"
+        "from energon_lite.cli import main\n"
+        f"sys.exit(main(['preview', {str(root)!r}, '--grid', {str(out)!r}]))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "pip install 'energon-lite[av]'" in done.stderr and not out.exists()
+
+
+def test_bench_live_count_ends_at_the_summarys_count(
+    captions: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import re
+
+    from energon_lite.cli.bench import run_bench
+
+    report = run_bench(captions, num_workers=1, seconds=1.5, batch_size=4, progress=True,
+                       print_fn=lambda line: None)  # fmt: skip
+    shown = re.findall(r"samples/s, ([\d,]+) samples", capsys.readouterr().err)
+    assert shown and int(shown[-1].replace(",", "")) == report["samples"], (
+        shown,
+        report["samples"],
+    )

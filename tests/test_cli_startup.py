@@ -54,6 +54,22 @@ def test_command_help_does_not_import_torch() -> None:
     assert "torch" not in _modules_after(code)
 
 
+def test_info_on_a_prepared_dataset_does_not_import_torch(tmp_path: Path) -> None:
+    """Commands that only read metadata and tar bytes (``info``) leave torch unimported: it is
+    imported where a tensor is made, not by the kind registry's flavor packages."""
+    from energon_lite.shards.prepare import prepare_dataset
+    from energon_lite.synth.shards import write_captioning_shards
+
+    root = tmp_path / "ds"
+    write_captioning_shards(root, 20, 10, image_size=(8, 8))
+    prepare_dataset(root, split_ratio=[("train", 1)], sample_type="CaptioningSample",
+                    field_map={"image": "jpg", "caption": "txt"}, progress=False)  # fmt: skip
+    code = f"from energon_lite.cli import main\nassert main(['info', {str(root)!r}]) == 0\n"
+    loaded = _modules_after(code)
+    assert "energon_lite.cli.info" in loaded and "energon_lite.sources.kinds" in loaded
+    assert "torch" not in loaded
+
+
 def test_a_public_name_imports_its_module_on_first_use() -> None:
     loaded = _modules_after("import energon_lite\nenergon_lite.WorkerConfig")
     assert "energon_lite.worker" in loaded and "torch" not in loaded

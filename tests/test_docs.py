@@ -106,30 +106,71 @@ def test_guide_code_runs(doc: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 
 def test_readme_commands_are_the_ci_commands() -> None:
+    """.ci/run is the README's test command, then its lint and type check command, and nothing
+    else: what a newcomer runs is what CI runs."""
     root = Path(__file__).resolve().parent.parent
     readme = (root / "README.md").read_text(encoding="utf-8")
     ci = (root / ".ci" / "run").read_text(encoding="utf-8")
-    test_command = next(line for line in ci.splitlines() if line.startswith("python3 -m venv"))
-    assert test_command in readme
+    steps = [
+        line
+        for line in ci.splitlines()
+        if line.strip() and not line.startswith("#") and not line.startswith(("set ", "cd "))
+    ]
+    blocks = re.findall(r"```bash\n(.*?)\n```", readme, flags=re.S)
+    assert len(steps) == 2, steps
+    test_command, checks = steps
+    assert test_command.startswith("python3 -m venv") and test_command in blocks
+    assert test_command.endswith("python -m pytest -q -n 2")
+    assert checks in blocks
+    assert checks.split(" && ") == [
+        "python -m ruff check .",
+        "python -m ruff format --check .",
+        "python -m mypy",
+    ]
+    assert "set -euo pipefail" in ci  # a failing step, pytest's exit 5 included, fails CI
     assert "energon-lite demo" in readme
+
+
+def _readme_prepare() -> list[str]:
+    import shlex
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    use = readme[readme.index("## Use") :]
+    command = re.search(r"```bash\n(.*?)```", use, flags=re.S).group(1)
+    prepare = shlex.split(command.splitlines()[0].rstrip("\\") + command.splitlines()[1])
+    assert prepare[:2] == ["energon-lite", "prepare"]
+    return prepare[1:]
+
+
+@pytest.mark.parametrize("num_shards", [2, 4])
+def test_readme_prepare_works_on_a_few_shards(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, num_shards: int
+) -> None:
+    """A newcomer's first data has a few shards; README's prepare line fills every split of
+    its ratio from 2 shards on (README says so, and what 1 shard or 8,1,1 needs)."""
+    from energon_lite.cli import main
+    from energon_lite.shards.meta import load_split
+    from energon_lite.synth.shards import write_captioning_shards
+
+    monkeypatch.chdir(tmp_path)
+    write_captioning_shards(tmp_path / "my_dataset", 10 * num_shards, 10, image_size=(8, 8))
+    assert main(_readme_prepare()) == 0
+    split = load_split(tmp_path / "my_dataset")
+    assert all(split.split_parts[name] for name in ("train", "val")), split.split_parts
 
 
 def test_readme_code_runs_and_its_loop_ends(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """README's "Use" block, on a dataset prepared by README's own command line."""
-    import shlex
-
     from energon_lite.cli import main
     from energon_lite.synth.shards import write_captioning_shards
 
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
     use = readme[readme.index("## Use") :]
-    command = re.search(r"```bash\n(.*?)```", use, flags=re.S).group(1)
-    prepare = shlex.split(command.splitlines()[0].rstrip("\\") + command.splitlines()[1])
     monkeypatch.chdir(tmp_path)
     write_captioning_shards(tmp_path / "my_dataset", 300, 30, image_size=(16, 16))
-    assert prepare[:2] == ["energon-lite", "prepare"] and main(prepare[1:]) == 0
+    assert main(_readme_prepare()) == 0
     block = re.search(r"```python\n(.*?)```", use, flags=re.S).group(1)
     namespace: dict = {}
 

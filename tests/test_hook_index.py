@@ -30,6 +30,7 @@ from energon_lite import (
     prepare_dataset,
     stateless,
 )
+from energon_lite.task_encoder.chain_context import running_context
 
 
 @dataclass
@@ -123,6 +124,62 @@ def test_a_state_saved_before_the_counters_existed_still_restores(train_ds: Path
     resumed = _loader(train_ds, TaskEncoder(), 0, 3)
     resumed.restore_state_rank(old)
     assert [b.__key__ for b in itertools.islice(resumed, 3)] == expected
+
+
+# Two loaders in one process: each chain has its own indices (task_encoder/chain_context.py)
+
+
+class _TwoFromStart(TaskEncoder):
+    """A generator hook that reads the batch index once, at its start."""
+
+    def encode_sample(self, sample: CaptioningSample) -> Iterator[_Indexed]:
+        batch = self.current_batch_index
+        for _ in range(2):
+            yield _Indexed.extend(sample, batch_index=batch, sample_index=self.current_sample_index)
+
+
+def _keyed(batches: list[Any]) -> list[tuple[list[str], list[int], list[int]]]:
+    return [(list(b.__key__), *index) for b, index in zip(batches, _indices(batches))]
+
+
+def test_two_loaders_iterated_in_turn_keep_their_own_indices(train_ds: Path) -> None:
+    """Two loaders without workers, one restored part-way through a generator hook while
+    the other works: what the restored one's hooks see does not depend on the other."""
+    first = _loader(train_ds, _TwoFromStart(), 0, 3)
+    list(itertools.islice(first, 3))  # 9 outputs of 2 per input: one output pending
+    state = first.save_state_rank()
+    first.close()
+
+    def resumed_while_another_ran(other_batches: int) -> list[Any]:
+        other = _loader(train_ds, _Indexing(), 0, 2)
+        resumed = _loader(train_ds, _TwoFromStart(), 0, 3)
+        resumed.restore_state_rank(state)
+        got = []
+        for _ in range(3):  # in turn: the other loader's batches, then one of the resumed
+            list(itertools.islice(other, other_batches))
+            got.extend(itertools.islice(resumed, 1))
+        other.close()
+        resumed.close()
+        return _keyed(got)
+
+    alone = resumed_while_another_ran(0)
+    assert resumed_while_another_ran(1) == alone
+    assert resumed_while_another_ran(7) == alone
+    # the two loaders count their own batches: the resumed one continues at its 4th
+    assert [batch[1][-1] for batch in alone] == [3, 4, 5]
+
+
+def test_indices_outside_every_chain_are_refused(train_ds: Path) -> None:
+    """After a loader ran, a hook called outside it sees no index (none is left behind)."""
+    te = _Indexing()
+    loader = _loader(train_ds, te, 0, 2)
+    assert _indices(list(itertools.islice(loader, 2)))[1][0] == [1, 1]
+    loader.close()
+    assert running_context() is None
+    with pytest.raises(ConfigError, match="only set while a loader runs"):
+        _ = te.current_batch_index
+    with pytest.raises(ConfigError, match="only set while a loader runs"):
+        _ = te.current_sample_index
 
 
 # Replaying the indices, and Energon's restore_seeds ------------------------------------------

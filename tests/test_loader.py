@@ -278,7 +278,7 @@ def test_an_unpicklable_batch_after_the_first_raises_naming_its_keys(train_ds: P
         take(loader, 10)
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(180)
 def test_the_watchdog_logs_where_a_stalled_worker_is(train_ds: Path, tmp_path: Path) -> None:
     # the worker process inherits this handler; its records land in the file
     handler = logging.FileHandler(tmp_path / "worker.log")
@@ -286,10 +286,11 @@ def test_the_watchdog_logs_where_a_stalled_worker_is(train_ds: Path, tmp_path: P
     encoder = Stalled(tmp_path / "release")
     loader = get_loader(
         _train(train_ds, 1, task_encoder=encoder, batch_size=2),
-        watchdog_timeout_seconds=0.4,
-        watchdog_initial_timeout_seconds=0.4,
+        # the stall lasts until the test ends it: the bounds may be generous, the machine busy
+        watchdog_timeout_seconds=2,
+        watchdog_initial_timeout_seconds=2,
         fail_on_timeout=True,
-        timeout_seconds=6,
+        timeout_seconds=20,
     )
     try:
         with pytest.raises(WorkerTimeoutError, match=r"rank 0: worker 0 .* timed out: no batch"):
@@ -303,7 +304,7 @@ def test_the_watchdog_logs_where_a_stalled_worker_is(train_ds: Path, tmp_path: P
     assert "encode_sample" in log  # the stack
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(120)
 def test_a_worker_waiting_for_the_trainer_is_not_a_stall(train_ds: Path, tmp_path: Path) -> None:
     """A training step longer than the watchdog's timeout: the workers have made their
     batches and wait for torch to ask for the next ones; nothing is logged."""
@@ -312,11 +313,12 @@ def test_a_worker_waiting_for_the_trainer_is_not_a_stall(train_ds: Path, tmp_pat
     try:
         loader = get_savable_loader(
             _train(train_ds, 2, batch_size=2),
-            watchdog_timeout_seconds=1,
-            watchdog_initial_timeout_seconds=10,
+            # 3 s: far more than a batch of 2 tiny samples takes, even on a loaded machine
+            watchdog_timeout_seconds=3,
+            watchdog_initial_timeout_seconds=30,
         )
         take(loader, 1)
-        time.sleep(3)  # the trainer's step
+        time.sleep(4.5)  # the trainer's step, longer than the watchdog's timeout
         take(loader, 3)
         loader.close()
     finally:
@@ -371,12 +373,14 @@ def test_the_trainer_logs_a_late_batch_with_its_workers_stack(
     finally:
         logging.getLogger("energon_lite").removeHandler(handler)
     notices = (tmp_path / "trainer.log").read_text().split("rank 0: no batch from worker 0")[1:]
-    assert len(notices) == 2, notices
     assert all("(pid " in n and "the process is alive" in n and "its stack:" in n for n in notices)
     # taken while the worker held the lock its own watchdog needs; then each notice with the
-    # stack of its own moment
-    assert "in _hold_the_interpreter" in notices[0]
-    assert "in _wait_in_python" in notices[1] and "_hold_the_interpreter" not in notices[1]
+    # stack of its own moment (a loaded machine may add a notice for a merely slow batch:
+    # the test asks for these two, in order, not for their number)
+    held = [i for i, n in enumerate(notices) if "in _hold_the_interpreter" in n]
+    waited = [i for i, n in enumerate(notices) if "in _wait_in_python" in n]
+    assert held and waited and held[0] < waited[0], notices
+    assert all("_hold_the_interpreter" not in notices[i] for i in waited)
 
 
 def test_corrupt_values_are_refused_when_the_worker_restores(train_ds: Path) -> None:
@@ -420,14 +424,14 @@ def test_energon_loader_arguments(train_ds: Path) -> None:
 
 class Stalled(TaskEncoder):
     """Blocks every sample until the test creates ``release`` (a condition, not a guessed
-    sleep), for at most 30 s."""
+    sleep), for at most 120 s."""
 
     def __init__(self, release: Path) -> None:
         super().__init__()
         self.release = release
 
     def encode_sample(self, sample: CaptioningSample) -> CaptioningSample:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 120
         while not self.release.exists() and time.monotonic() < deadline:
             time.sleep(0.01)
         return sample

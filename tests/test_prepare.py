@@ -216,7 +216,7 @@ def test_cli_prepare_and_info(tmp_path: Path) -> None:
     assert "Prepared 60 samples in 3 shards; parts: jpg, json, txt" in done.stdout
     assert "indexing shards" in done.stderr  # the progress bar
     info = _cli("info", str(tmp_path))
-    assert "split train: 20 samples in 1 shards" in info.stdout
+    assert "split train: 20 samples in 1 shard\n" in info.stdout
     assert "field map: image <- jpg, caption <- json[caption]" in info.stdout
     again = _cli(
         "prepare",

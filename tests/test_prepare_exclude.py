@@ -75,6 +75,7 @@ def test_excluded_shards_are_counted_and_the_dataset_opens(tmp_path: Path) -> No
     )
     assert done.returncode == 0, done.stderr
     assert "Prepared 195 samples in 2 shards" in done.stdout
+    assert "  train: 195 samples in 2 shards" in done.stdout  # samples per split too
     assert "excluded 5 sample(s) by key" in done.stdout
     split = yaml.safe_load((root / ".nv-meta/split.yaml").read_text())
     assert split == {
@@ -82,7 +83,9 @@ def test_excluded_shards_are_counted_and_the_dataset_opens(tmp_path: Path) -> No
         "exclude": ["shard-001.tar/0001{10..14}"],
     }
     assert len(PreparedDataset(root, "train")) == 195
-    assert "split train: 195 samples in 2 shards" in _cli("info", str(root)).stdout
+    info = _cli("info", str(root)).stdout
+    # prepare's count and info's agree: the samples excluded by key are counted by neither
+    assert "total: 195 samples, 2 shards" in info and "split train: 195 samples in 2 shards" in info
 
 
 def test_an_empty_tar_can_be_excluded(tmp_path: Path) -> None:

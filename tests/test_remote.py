@@ -154,6 +154,26 @@ def test_prepare_info_lint_preview_on_an_s3_prefix(
     assert SECRET not in info
 
 
+def test_a_wrong_bucket_or_prefix_is_told_from_an_unprepared_dataset(
+    s3: S3Server, s3_ds: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    raw = tmp_path / "raw"
+    write_captioning_shards(raw, 20, 10, image_size=(8, 8))
+    s3.upload(raw, "data", "unprepared")
+
+    def error(url: str) -> str:
+        capsys.readouterr()
+        assert cli_main(["info", url]) == 1
+        return capsys.readouterr().err
+
+    assert "bucket 'nobucket' does not exist" in error("s3://nobucket/pets")
+    assert "bucket 'data' holds no object under the prefix 'pets'" in error("s3://data/pets")
+    unprepared = error("s3://data/unprepared")
+    assert "has no .nv-meta folder: it is not a prepared dataset (yet)" in unprepared
+    assert "energon-lite prepare" in unprepared
+    assert cli_main(["info", s3_ds]) == 0
+
+
 def test_prepare_records_media_metadata_on_an_s3_prefix_as_energon_does(
     s3: S3Server, tmp_path: Path
 ) -> None:

@@ -301,11 +301,10 @@ def test_a_trickling_server_is_bounded_per_request_then_retried(
         monkeypatch.setenv("ENERGON_LITE_REMOTE_ATTEMPTS", "2")
         url = RemotePath(f"http://127.0.0.1:{server.server_address[1]}/slow.tar")
         before = STATS.snapshot()
-        started = time.monotonic()
         with pytest.raises(RemoteStorageError) as info:
             ops.read_range(url, 0, 1 << 20)
-        elapsed = time.monotonic() - started
-        assert elapsed < 10, elapsed  # two attempts of 1.5 s, not 20 s (or 66 s) each
+        # the bound's own message (only a request cut at 1.5 s says it), not a measured
+        # duration: on a loaded machine a duration says more about the machine than the bound
         assert "after 2 attempts" in str(info.value) and "within 1.5 s" in str(info.value)
         assert "ENERGON_LITE_REQUEST_TIMEOUT" in str(info.value)
         assert STATS.snapshot()["retries"] - before["retries"] == 1
@@ -332,11 +331,9 @@ def test_a_slow_s3_answer_is_bounded_per_request_then_retried(
             f"s3://{BUCKET}/{prefix}/parts/data-0.tar",
             storage_options={"endpoint_url": proxy.endpoint, **TEST_CREDENTIALS},
         )
-        started = time.monotonic()
         with pytest.raises(RemoteStorageError) as info:
             ops.read_range(url, 0, 4096)
-        elapsed = time.monotonic() - started
-        assert elapsed < 5.5, elapsed  # two attempts of 1.5 s, not 6 s each
+        # each 6 s answer was cut by the 1.5 s bound (a longer wait would have read it whole)
         assert "after 2 attempts" in str(info.value) and "within 1.5 s" in str(info.value)
         assert proxy.counts["delay"] == 2
 

@@ -363,3 +363,20 @@ def test_a_shard_edited_after_prepare_is_refused_when_the_cache_fills(s3, local_
         DatasetFormatError, match=r"data-2\.tar: shard changed since prepare: the CRC-32"
     ):
         _val_keys(url)
+
+
+def test_a_cache_folder_without_a_limit_says_the_cache_is_off(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("ENERGON_LITE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv(cache_config.LIMIT_ENV, raising=False)
+    monkeypatch.setattr(cache_config, "_dir_alone_told", False)
+    with caplog.at_level("WARNING", logger="energon_lite.storage"):
+        assert cache_config.from_environment() is None
+        assert cache_config.from_environment() is None  # said once
+    told = [
+        r.getMessage()
+        for r in caplog.records
+        if "ENERGON_LITE_CACHE_LIMIT is not" in r.getMessage()
+    ]
+    assert len(told) == 1 and str(tmp_path / "cache" / "shards") in told[0]

@@ -90,7 +90,7 @@ class Undeclared(Lag):
 
 class SlowLag(Lag):
     def next(self) -> Any:
-        time.sleep(0.002)  # the bottleneck, whatever the machine
+        time.sleep(0.02)  # the bottleneck, whatever the machine (10 ms of preemption too)
         return super().next()
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,18 +23,24 @@ from energon_lite import (
 from energon_lite.errors import ConfigError
 from energon_lite.wrappers.watchdog_dataset import WatchdogDataset
 
+# Generous against a loaded machine: a fast batch of 2 tiny samples stays well under it
+TIMEOUT_S = 2.0
+
 
 class SlowOnce(TaskEncoder):
-    """Takes ``seconds`` over the ``at``-th sample it encodes, once."""
+    """Over the ``at``-th sample it encodes, once, waits until ``until()`` is true (the
+    watchdog has fired: a condition, not a guessed sleep), for at most 60 s."""
 
-    def __init__(self, at: int, seconds: float) -> None:
+    def __init__(self, at: int, until: Callable[[], bool] = lambda: True) -> None:
         super().__init__()
-        self.at, self.seconds, self.count = at, seconds, 0
+        self.at, self.until, self.count = at, until, 0
 
     def encode_sample(self, sample: CaptioningSample) -> CaptioningSample:
         self.count += 1
         if self.count == self.at:
-            time.sleep(self.seconds)
+            deadline = time.monotonic() + 60
+            while not self.until() and time.monotonic() < deadline:
+                time.sleep(0.01)
         return sample
 
 
@@ -56,49 +63,57 @@ def _keys(loader: Any, n: int) -> list[list[str]]:
     return [batch.__key__ for _, batch in zip(range(n), loader)]
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(120)
 def test_a_stalled_batch_triggers_and_a_fast_one_does_not(train_ds: Path) -> None:
     Recording.triggers = 0
-    slow = _dataset(train_ds, SlowOnce(at=9, seconds=1.5))
-    watched = Recording(slow, slow.worker_config, timeout_seconds=0.4, initial_timeout_seconds=5)
+    slow = _dataset(train_ds, SlowOnce(at=9, until=lambda: Recording.triggers > 0))
+    watched = Recording(
+        slow, slow.worker_config, timeout_seconds=TIMEOUT_S, initial_timeout_seconds=30
+    )
     _keys(get_loader(watched, watchdog_timeout_seconds=None), 8)
     assert Recording.triggers == 1  # the one slow sample, once
 
     Recording.triggers = 0
-    fast = _dataset(train_ds, SlowOnce(at=0, seconds=0))
-    watched = Recording(fast, fast.worker_config, timeout_seconds=0.4, initial_timeout_seconds=5)
+    fast = _dataset(train_ds, SlowOnce(at=0))
+    watched = Recording(
+        fast, fast.worker_config, timeout_seconds=TIMEOUT_S, initial_timeout_seconds=30
+    )
     loader = get_loader(watched, watchdog_timeout_seconds=None)
-    for _, _batch in zip(range(4), loader):
-        time.sleep(0.8)  # a slow training step is no stall of the loader
+    for _, _batch in zip(range(3), loader):
+        time.sleep(TIMEOUT_S + 0.5)  # a training step longer than the timeout is no stall
     assert Recording.triggers == 0
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(120)
 def test_get_loader_wraps_with_energons_warning(train_ds: Path) -> None:
-    dataset = _dataset(train_ds, SlowOnce(at=3, seconds=1.5))
-    loader = get_loader(dataset, watchdog_timeout_seconds=0.4, watchdog_initial_timeout_seconds=5)
+    caught: list[warnings.WarningMessage] = []
+    dataset = _dataset(train_ds, SlowOnce(at=3, until=lambda: bool(caught)))
+    loader = get_loader(
+        dataset, watchdog_timeout_seconds=TIMEOUT_S, watchdog_initial_timeout_seconds=30
+    )
     assert isinstance(loader.dataset, WatchdogDataset)
-    with warnings.catch_warnings(record=True) as caught:
+    with warnings.catch_warnings(record=True) as recorded:
         warnings.simplefilter("always")
+        caught = recorded  # the slow sample waits until the watchdog's warning is here
         _keys(loader, 4)
     messages = [str(w.message) for w in caught if w.category is RuntimeWarning]
-    assert messages == ["Watchdog triggered. Sample processing took longer than 0.4 seconds."]
+    assert messages == ["Watchdog triggered. Sample processing took longer than 2.0 seconds."]
 
 
 def test_the_stream_and_states_are_the_wrapped_datasets(train_ds: Path) -> None:
-    plain = _dataset(train_ds, SlowOnce(at=0, seconds=0), num_workers=1)
+    plain = _dataset(train_ds, SlowOnce(at=0), num_workers=1)
     watched = WatchdogDataset(plain, plain.worker_config, timeout_seconds=30)
     assert len(watched) == len(plain) and watched.config() == plain.config()
     ours, theirs = get_savable_loader(watched), get_savable_loader(plain)
     assert _keys(ours, 3) == _keys(theirs, 3)
     state = ours.save_state_rank()
-    resumed = get_savable_loader(_dataset(train_ds, SlowOnce(at=0, seconds=0), num_workers=1))
+    resumed = get_savable_loader(_dataset(train_ds, SlowOnce(at=0), num_workers=1))
     resumed.restore_state_rank(state)  # a watched loader's state restores unwatched
     assert _keys(resumed, 3) == _keys(theirs, 3)
 
 
 def test_settings_are_checked(train_ds: Path) -> None:
-    dataset = _dataset(train_ds, SlowOnce(at=0, seconds=0))
+    dataset = _dataset(train_ds, SlowOnce(at=0))
     with pytest.raises(ConfigError, match="timeout_seconds=0"):
         WatchdogDataset(dataset, dataset.worker_config, timeout_seconds=0)
     other = WorkerConfig(rank=0, world_size=1, num_workers=2)

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from energon_lite import WorkerConfig, get_savable_loader, get_val_dataset
@@ -75,6 +76,11 @@ def test_each_process_logs_its_batches_with_their_keys(train_ds: Path, tmp_path:
 
     with Image.open(tmp_path / "heatmap.png") as image:
         assert image.size == (20, 120)  # a column per step, a row per sample key
+    with Image.open(tmp_path / "heatmap.axes.png") as view:  # for reading: scaled, with axes
+        pixels = np.asarray(view.convert("RGB"))
+    assert pixels.shape[0] >= 400 and pixels.shape[1] >= 400, pixels.shape
+    assert (pixels == 255).all(axis=2).mean() > 0.5  # mostly white, not black
+    assert (pixels[-40:, :] < 100).any() and (pixels[:, :40] < 100).any()  # axis labels
 
 
 def test_without_a_path_the_events_go_to_stdout(

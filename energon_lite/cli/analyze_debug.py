@@ -132,6 +132,36 @@ def heatmap(
     return np.clip(image * gain / peak * 255 / 10, 0, 255).astype(np.uint8), len(key_ids)
 
 
+_MARGIN = 48  # pixels left of and below the cells, for the axes' labels
+
+
+def readable(image: np.ndarray, steps: int, keys: int, size: int = 600) -> Any:
+    """The heatmap for a person: cells scaled up (nearest) to about ``size`` pixels a side,
+    empty cells white instead of black, and both axes labelled with their ranges."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    rows, cols = image.shape[:2]
+    scale_y, scale_x = max(1, size // rows), max(1, size // cols)
+    cells = np.where(image.sum(axis=2, keepdims=True) == 0, 255, image).astype(np.uint8)
+    cells = cells.repeat(scale_y, axis=0).repeat(scale_x, axis=1)
+    height, width = cells.shape[:2]
+    canvas = Image.new("RGB", (width + _MARGIN + 8, height + _MARGIN + 8), "white")
+    canvas.paste(Image.fromarray(cells), (_MARGIN, 8))
+    draw = ImageDraw.Draw(canvas)
+    font = ImageFont.load_default()
+    left, top, right, bottom = _MARGIN - 1, 7, _MARGIN + width, 8 + height
+    draw.rectangle([left, top, right, bottom], outline="black")
+    draw.text((left, bottom + 4), "0", fill="black", font=font)
+    draw.text(
+        (right - 6 * len(str(steps - 1)), bottom + 4), str(steps - 1), fill="black", font=font
+    )
+    draw.text((left + width // 2 - 40, bottom + 18), "step (global_idx)", fill="black", font=font)
+    draw.text((4, top), "key 0", fill="black", font=font)
+    draw.text((4, bottom - 12), f"{keys - 1}", fill="black", font=font)
+    draw.text((4, top + height // 2), "keys", fill="black", font=font)
+    return canvas
+
+
 def analyze(
     paths: list[Path],
     heatmap_path: Path,
@@ -167,4 +197,9 @@ def analyze(
     heatmap_path.parent.mkdir(parents=True, exist_ok=True)
     Image.fromarray(image).save(heatmap_path)
     print(f"Wrote the heatmap ({image.shape[0]} x {image.shape[1]}) to {heatmap_path}")
+    # Energon's picture above has a pixel per cell; this one is for reading (axes, scaled)
+    view = heatmap_path.with_name(heatmap_path.stem + ".axes.png")
+    picture = readable(image, loader.num_steps, unique)
+    picture.save(view)
+    print(f"Wrote it scaled, with axes ({picture.height} x {picture.width}), to {view}")
     return 0

@@ -109,8 +109,9 @@ class _LiveRate:
         )  # fmt: skip
         self.shown = -1.0
 
-    def show(self, elapsed: float, timeline: list[tuple[float, int]]) -> None:
-        if self.bar.disable or elapsed - self.shown < 0.5:
+    def show(self, elapsed: float, timeline: list[tuple[float, int]], last: bool = False) -> None:
+        """Every half second; ``last``: the final count, whatever the time (the summary's)."""
+        if self.bar.disable or not timeline or (elapsed - self.shown < 0.5 and not last):
             return
         self.shown = elapsed
         now, samples = timeline[-1]
@@ -178,6 +179,8 @@ def run_bench(
                     mixes.append(mix)
             if now - first >= seconds:
                 break
+        if first is not None:
+            live.show(timeline[-1][0] - first, timeline, last=True)
         stats = loader.stats()
     finally:
         live.close()

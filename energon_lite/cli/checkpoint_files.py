@@ -16,9 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from energon_lite.cli.checkpoint_dcp import is_dcp_folder, read_dcp, write_dcp
 from energon_lite.cli.checkpoint_find import Found, Path_, find_states
 from energon_lite.cli.state_file import read_state_file
 from energon_lite.errors import StateError
+from energon_lite.loader.stateful import stateful_form
 from energon_lite.state.codec import encode_state
 from energon_lite.state.compact import unpacked
 from energon_lite.state.upgrade import upgrade_state
@@ -28,9 +30,11 @@ from energon_lite.state.upgrade import upgrade_state
 class Checkpoint:
     states: list[Any]  # one loader state per rank, in rank order
     names: list[str]  # the file of each rank, or one name for a single list file
-    fmt: str  # "msgpack", "json" or "torch"
+    fmt: str  # "msgpack", "json", "torch" or "dcp" (a torch.distributed.checkpoint folder)
     one_file: bool = False  # every rank's state in one file, as a list
     key: Path_ = ()  # where in each file the state (or the list of states) was found
+    step: int | None = None  # batches delivered, in a loader's state_dict()
+    stateful: bool = False  # the states were a loader's state_dict() (written back as one)
 
     @property
     def where(self) -> str:
@@ -57,7 +61,7 @@ def _read(path: Path, key: str | None) -> Found:
 def _per_rank(files: list[Path], key: str | None, where: Path) -> Checkpoint:
     found = [_read(f, key) for f in files]
     if len(files) == 1 and found[0].form != "one":
-        return Checkpoint(found[0].states, [files[0].name], _format(files[0]), True, found[0].path)
+        return _one_file(found[0], files[0].name, _format(files[0]))
     for f, got in zip(files, found):
         if got.form != "one":
             raise StateError(
@@ -77,6 +81,11 @@ def _per_rank(files: list[Path], key: str | None, where: Path) -> Checkpoint:
     )
 
 
+def _one_file(found: Found, name: str, fmt: str) -> Checkpoint:
+    stateful = found.form == "stateful"
+    return Checkpoint(found.states, [name], fmt, True, found.path, found.step, stateful)
+
+
 def read_checkpoint(path: str | Path | list[Path], key: str | None = None) -> Checkpoint:
     """A folder of per-rank state files (ordered by the numbers in their names), one file
     holding one state or every rank's (a list or a dict), or a list of per-rank files in rank
@@ -84,6 +93,8 @@ def read_checkpoint(path: str | Path | list[Path], key: str | None = None) -> Ch
     inside, found in nested dicts and lists or at ``key`` (``path.to.state``)."""
     if isinstance(path, list):
         found = _per_rank(path, key, path[0].parent)
+    elif is_dcp_folder(Path(path)):  # dcp.save({"dataloader": loader, ...}): the loader's keys
+        found = _one_file(find_states(read_dcp(Path(path)), str(path), key), "", "dcp")
     else:
         path = Path(path)
         files = [path]
@@ -122,6 +133,14 @@ def rank_name(first: str, rank: int) -> str:
 def write_checkpoint(old: Checkpoint, states: list[Any], out: str | Path) -> list[Path]:
     """Write ``states`` into folder ``out`` as ``old`` was stored; the paths written."""
     out = Path(out)
+    if old.stateful:  # a loader's state_dict(): the new layout's, at the same step
+        step = old.step or 0
+        encoded = [encode_state(state) for state in states]
+        value, _ = _wrap(old.key, stateful_form(encoded, [step] * len(states), len(states)))
+        if old.fmt == "dcp":
+            write_dcp(out, value)
+            return [out]
+        old, states = Checkpoint([], old.names, old.fmt, True), value  # one file, as it was
     out.mkdir(parents=True, exist_ok=True)
     targets: list[tuple[Path, Any]]
     if old.one_file:

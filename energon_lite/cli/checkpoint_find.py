@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from energon_lite.errors import StateError, short_repr
+from energon_lite.loader.stateful import form_step, is_stateful_form, rank_states
 
 _MAX_DEPTH = 8  # how deep a trainer checkpoint nests its parts
 _MAX_NODES = 100_000  # containers visited at most (a crafted file may hold millions)
@@ -29,7 +30,8 @@ class Found:
 
     states: list[Any]
     path: Path_  # () when the file is the state (or the list of states) itself
-    form: str  # "one": a rank's state; "list" of rank states; "dict" of rank states
+    form: str  # "one": a rank's state; "list" / "dict" of rank states; "stateful": state_dict()
+    step: int | None = None  # batches delivered, where the states say (a loader's state_dict())
 
     @property
     def where(self) -> str:
@@ -50,7 +52,10 @@ def _natural(text: str) -> list[Any]:
 
 
 def _as_states(value: Any) -> tuple[list[Any], str] | None:
-    """The rank states ``value`` is (one state, a list or a dict of them), or None."""
+    """The rank states ``value`` is (one state, a list or a dict of them, or a loader's
+    ``state_dict()`` with every rank's), or None."""
+    if is_stateful_form(value):
+        return rank_states(value), "stateful"
     if is_loader_state(value):
         return [value], "one"
     if isinstance(value, list) and value and all(is_loader_state(v) for v in value):
@@ -97,6 +102,10 @@ def _at_key(data: Any, key: str, source: str) -> tuple[Any, Path_]:
     return node, path
 
 
+def _found(node: Any, path: Path_, got: tuple[list[Any], str]) -> Found:
+    return Found(got[0], path, got[1], form_step(node) if got[1] == "stateful" else None)
+
+
 def find_states(data: Any, source: str, key: str | None = None) -> Found:
     """The loader states in ``data`` (read from ``source``); StateError when there are none
     or when several places hold some (``key`` then picks one)."""
@@ -108,7 +117,7 @@ def find_states(data: Any, source: str, key: str | None = None) -> Found:
                 f"{source}: --key {key}: {short_repr(node)} is not an energon_lite loader "
                 "state (what loader.save_state_rank() returns) nor a list or dict of them"
             )
-        return Found(got[0], path, got[1])
+        return _found(node, path, got)
     found: list[Found] = []
     queue: deque[tuple[Any, Path_]] = deque([(data, ())])
     visited = 0
@@ -117,7 +126,7 @@ def find_states(data: Any, source: str, key: str | None = None) -> Found:
         visited += 1
         got = _as_states(node)
         if got is not None:
-            found.append(Found(got[0], path, got[1]))
+            found.append(_found(node, path, got))
             continue
         if len(path) >= _MAX_DEPTH:
             continue

@@ -40,3 +40,39 @@ def describe_work(tree: Any) -> str:
         return "; ".join([f"buffered samples: {buffered}", *notes])
     except (StateError, KeyError, TypeError, AttributeError):
         return "(unreadable buffers)"
+
+
+def _weight_text(weight: Any) -> str:
+    """A number as it is; a schedule (``[[[at, weight], ...], interpolate]``) in words."""
+    if isinstance(weight, (int, float)) and not isinstance(weight, bool):
+        return f"{weight:g}"
+    if (
+        isinstance(weight, list)
+        and len(weight) == 2
+        and isinstance(weight[0], list)
+        and all(isinstance(p, list) and len(p) == 2 for p in weight[0])
+    ):
+        points = ", ".join(f"{short_repr(v)} at step {short_repr(a)}" for a, v in weight[0][:8])
+        more = f" and {len(weight[0]) - 8} more points" if len(weight[0]) > 8 else ""
+        return f"schedule ({short_repr(weight[1])}): {points}{more}"
+    return short_repr(weight)
+
+
+def describe_config(state: dict[str, Any], config: dict[str, Any]) -> list[str]:
+    """The loader's settings, one per line; its datasets by the paths the state names (with
+    each one's content digest), the blend's weights or schedules in words, and the step."""
+    names = state.get("paths")
+    datasets = config.get("datasets")
+    weights = config.get("weights")
+    lines = []
+    if isinstance(datasets, list) and isinstance(names, list) and len(names) == len(datasets):
+        lines.append("  datasets:")
+        for i, (name, digest) in enumerate(zip(names, datasets)):
+            weight = weights[i] if isinstance(weights, list) and i < len(weights) else None
+            how = "" if weight is None else f", weight {_weight_text(weight)}"
+            lines.append(f"    {short_repr(name)} (content {short_repr(digest)}){how}")
+    shown = ("datasets", "weights") if lines else ()
+    lines += [f"  {k}: {short_repr(v)}" for k, v in config.items() if k not in shown]
+    if isinstance(state.get("in_pass"), int):
+        lines.append(f"  step: {state['in_pass']} batches delivered in pass {state.get('epoch')}")
+    return lines

@@ -41,6 +41,15 @@ class Parser(argparse.ArgumentParser):
         self.exit(1, f"{self.prog}: error: {message}\n")
 
 
+def _close_bars() -> None:
+    """Close the progress bars an error interrupted, so that each ends its line before the
+    error's (left open, tqdm prints a bar's last line at exit, after the message)."""
+    std = sys.modules.get("tqdm.std")
+    if std is not None:
+        for bar in list(getattr(std.tqdm, "_instances", ())):
+            bar.close()
+
+
 def run_reporting_errors(args: argparse.Namespace) -> int:
     """``args.fn(args)``, with every error reported as one line and exit status 1."""
     prefix = f"energon-lite {args.command}: error:"
@@ -50,7 +59,11 @@ def run_reporting_errors(args: argparse.Namespace) -> int:
             raise FileNotFoundError(
                 2, "no such file or directory (the path does not exist)", args.path
             )
-        code = int(args.fn(args))
+        try:
+            code = int(args.fn(args))
+        except BaseException:
+            _close_bars()
+            raise
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
         return code
     except BrokenPipeError:  # `... | head` read what it wanted: stop writing, quietly

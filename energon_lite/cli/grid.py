@@ -27,7 +27,7 @@ from energon_lite.samples.factory import SampleFactory
 from energon_lite.shards.meta import META_DIR
 from energon_lite.sources.kinds import kind_of, resolve_path
 from energon_lite.state.restore_key import SampleKey
-from energon_lite.storage import as_path
+from energon_lite.storage import RemotePath, as_path
 
 CAPTION_HEIGHT = 40  # three lines of the default font
 _CAPTION_FIELDS = ("caption", "text", "label", "context", "answers")
@@ -127,23 +127,14 @@ def grid_image(cells: list[tuple[Image.Image | None, str]], columns: int, cell: 
     return grid
 
 
-def preview_grid(
-    path: str | os.PathLike[str],
-    out: str | os.PathLike[str],
-    split_part: str = "train",
-    num: int = 16,
-    columns: int = 4,
-    cell: int = 160,
-) -> tuple[int, int, int]:
-    """Write the first ``num`` samples of ``split_part`` as a grid PNG; returns
-    ``(samples shown, width, height)``."""
+def _cells(
+    path: str | os.PathLike[str] | RemotePath, split_part: str, num: int
+) -> list[tuple[Image.Image | None, str]]:
+    """``(picture, caption)`` of the first ``num`` samples of one dataset's split."""
     from energon_lite.cli.info import _open, _positions
     from energon_lite.decode import SampleDecoder
+    from energon_lite.decode.decoder import require_av
 
-    if num < 1 or columns < 1 or cell < 32:
-        raise ConfigError(
-            f"preview --grid: need -n >= 1, --columns >= 1, --cell >= 32 ({num=}, {columns=}, {cell=})"
-        )
     kind = kind_of(path)
     if kind.open is None:
         raise ConfigError(
@@ -151,6 +142,7 @@ def preview_grid(
         )
     source = _open(resolve_path(as_path(path)), split_part)
     factory = SampleFactory(source.config, source.root / META_DIR)
+    require_av(str(source.root), factory.parts)  # as the loader does: else every cell is grey
     decoder = SampleDecoder()
     cells: list[tuple[Image.Image | None, str]] = []
     for shard_id, index in itertools.islice(_positions(source), num):
@@ -161,6 +153,36 @@ def preview_grid(
             cells.append((sample_picture(sample), sample_caption(sample, key)))
         except EnergonLiteError as exc:  # show the broken sample instead of stopping
             cells.append((None, f"{key}: {type(exc).__name__}: {exc}"))
+    return cells
+
+
+def preview_grid(
+    path: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    split_part: str = "train",
+    num: int = 16,
+    columns: int = 4,
+    cell: int = 160,
+) -> tuple[int, int, int]:
+    """Write the first ``num`` samples of ``split_part`` as a grid PNG; returns
+    ``(samples shown, width, height)``. A metadataset shows the first samples of each of the
+    split's datasets in turn, ``num`` shared among them."""
+    from energon_lite.cli.meta_info import is_metadataset
+
+    if num < 1 or columns < 1 or cell < 32:
+        raise ConfigError(
+            f"preview --grid: need -n >= 1, --columns >= 1, --cell >= 32 ({num=}, {columns=}, {cell=})"
+        )
+    if is_metadataset(path):
+        from energon_lite.metadataset.parse import load_metadataset
+
+        leaves, _ = load_metadataset(as_path(path), split_part)
+        share = -(-num // len(leaves))
+        cells: list[tuple[Image.Image | None, str]] = []
+        for leaf in leaves:
+            cells += _cells(leaf.path, leaf.split_part, min(share, num - len(cells)))
+    else:
+        cells = _cells(path, split_part, num)
     if not cells:
         raise ConfigError(f"{path}: split {split_part!r} has no samples to show")
     grid = grid_image(cells, columns, cell)

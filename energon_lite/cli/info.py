@@ -13,6 +13,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from energon_lite.cli.words import count
 from energon_lite.errors import ConfigError, EnergonLiteError, StateError, short_repr
 from energon_lite.shards.dataset import PreparedDataset
 from energon_lite.shards.meta import META_DIR, load_dataset_config, load_info, load_split
@@ -62,17 +63,20 @@ def dataset_info(root: str | os.PathLike[str] | RemotePath) -> str:
     config = load_dataset_config(root)
     counts = dict(zip(info.shard_names, info.shard_counts))
     size = sum(ops.size(root / name) for name in info.shard_names if (root / name).exists())
+    # samples excluded by key stay in their shard's count: not counted here, as prepare does
+    dropped = Counter(e.partition(".tar/")[0] + ".tar" for e in set(split.exclude) if ".tar/" in e)
+    total = sum(n - dropped.get(name, 0) for name, n in counts.items())
     lines = [
         f"dataset {given}",
-        f"  total: {sum(info.shard_counts)} samples, {len(info.shard_names)} shards, {size / 1e6:.1f} MB",
+        f"  total: {count(total, 'sample')}, {count(len(info.shard_names), 'shard')}, "
+        f"{size / 1e6:.1f} MB",
     ]
     if kind.describe is not None:
         lines.extend(kind.describe(_local(given)))
-    dropped = Counter(e.partition(".tar/")[0] + ".tar" for e in set(split.exclude) if ".tar/" in e)
     for name, shards in split.split_parts.items():
-        kept = [s for s in shards if s not in split.exclude]  # excluded samples not counted
+        kept = [s for s in shards if s not in split.exclude]
         samples = sum(counts.get(s, 0) - dropped.get(s, 0) for s in kept)
-        lines.append(f"  split {name}: {samples} samples in {len(shards)} shards")
+        lines.append(f"  split {name}: {count(samples, 'sample')} in {count(len(shards), 'shard')}")
     if split.exclude:
         lines.append(f"  excluded: {len(split.exclude)} entries")
     sample_type = config.get("sample_type", {}).get("__class__") or config.get("__class__")
@@ -155,8 +159,10 @@ def preview_source(
 def _field_types(cls: type) -> dict[str, Any]:
     """The declared type of each field, as Energon's preview prints it (``<class 'str'>``);
     the annotation's text where it cannot be resolved."""
+    import torch  # the built-in types' tensor fields name it (a preview makes tensors anyway)
+
     try:
-        return typing.get_type_hints(cls)
+        return typing.get_type_hints(cls, localns={"torch": torch})
     except (NameError, TypeError, AttributeError):  # a loader class naming types it never imports
         return {}
 
@@ -280,8 +286,9 @@ def _describe_rank(state: Any, saved: Any = None) -> str:
     lines = [
         f"energon_lite loader state {version}, epoch pass {state.get('epoch')}, next worker {state.get('next_worker')}"
     ]
-    lines.extend(f"  {k}: {short_repr(v)}" for k, v in config.items())
-    from energon_lite.cli.checkpoint_info import describe_work
+    from energon_lite.cli.checkpoint_info import describe_config, describe_work
+
+    lines.extend(describe_config(state, config))
 
     for worker, worker_state in enumerate(workers):
         lines.append(f"  worker {worker}: " + describe_work(worker_state))

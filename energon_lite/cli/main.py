@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from energon_lite.cli.errors import Parser, run_reporting_errors
+from energon_lite.cli.words import count
 
 if TYPE_CHECKING:
     from energon_lite.stages.elastic import LeafPlan
@@ -114,17 +115,22 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     if report.resumed:
         print(f"Resumed: {report.resumed} shards' scans taken from the unfinished prepare")
     print(
-        f"Prepared {report.num_samples} samples in {len(report.shard_names)} shards; parts: {', '.join(sorted(report.parts))}"
+        f"Prepared {count(report.num_samples, 'sample')} in "
+        f"{count(len(report.shard_names), 'shard')}; parts: {', '.join(sorted(report.parts))}"
     )
+    counts = dict(zip(report.shard_names, report.shard_counts))
+    excluded = report.excluded
     for split, shards in report.split_parts.items():
-        print(f"  {split}: {len(shards)} shards")
+        kept = [s for s in shards if s not in excluded.shards]
+        samples = sum(counts.get(s, 0) - len(excluded.samples.get(s, ())) for s in kept)
+        print(f"  {split}: {count(samples, 'sample')} in {count(len(shards), 'shard')}")
     for line in _excluded_lines(report):
         print(line)
     if args.media_metadata_by_extension and not args.tar_index_only:
         from energon_lite.cache.media_metadata import prepare_media
 
-        count = prepare_media(args.path, progress=args.progress)
-        print(f"Recorded media metadata of {count} files (by extension)")
+        recorded = prepare_media(args.path, progress=args.progress)
+        print(f"Recorded media metadata of {recorded} files (by extension)")
     if not args.tar_index_only and not args.sample_type:
         print(
             f"No {args.dataset_yaml_name} written (no sample type): run prepare again with "
@@ -164,8 +170,8 @@ def cmd_prepare_media(args: argparse.Namespace) -> int:
         media_filter = MediaFilterConfig.parse(glob, header, extension)
     except ValueError as exc:
         raise SystemExit(f"energon-lite prepare-media: {exc}") from None
-    count = prepare_media(args.path, progress=sys.stderr.isatty(), media_filter=media_filter)
-    print(f"Recorded media metadata of {count} files in {Path(args.path) / '.nv-meta'}")
+    recorded = prepare_media(args.path, progress=sys.stderr.isatty(), media_filter=media_filter)
+    print(f"Recorded media metadata of {recorded} files in {Path(args.path) / '.nv-meta'}")
     print("Done")
     return 0
 
@@ -183,8 +189,6 @@ def cmd_preview(args: argparse.Namespace) -> int:
     from energon_lite.cli.meta_info import is_metadataset, metadataset_preview
 
     if is_metadataset(args.path):
-        if args.grid:
-            raise SystemExit("--grid: give one dataset folder, not a metadataset")
         preview = metadataset_preview
     if args.grid:
         from energon_lite.cli.grid import preview_grid
@@ -229,6 +233,11 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
     found = read_checkpoint(Path(args.file), args.key)
     if found.key:
         print(f"loader state of {len(found.states)} rank(s) at key {found.where}\n")
+    if found.step is not None:  # a loader's state_dict() (a trainer's or DCP checkpoint)
+        print(f"step: {found.step} (batches delivered per rank)")
+    paths = found.states[0].get("paths") if isinstance(found.states[0], dict) else None
+    if isinstance(paths, list) and paths:
+        print(f"datasets: {', '.join(str(p) for p in paths)}\n")
     many = found.one_file or len(found.states) > 1
     print(describe_state(found.states if many else found.states[0]))
     return 0

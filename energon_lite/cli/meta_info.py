@@ -36,7 +36,9 @@ def _leaf_line(leaf: Leaf, mode: str, count: int) -> str:
         start = leaf.weight(0)
         line += f", scheduled weight, {start:.4g} at step 0 ({100 * start:.1f}% of samples)"
     elif mode == "weights" and isinstance(leaf.weight, (int, float)):
-        line += f", weight {leaf.weight:.4g} ({100 * leaf.weight:.1f}% of samples)"
+        given = leaf.given_weight if leaf.given_weight is not None else leaf.weight
+        unit = leaf.weight_unit or "samples"
+        line += f", weight {given:.4g} ({100 * leaf.weight:.1f}% of {unit})"
     if mode == "epochized":
         line += f", repetitions {leaf.repetitions or 1:g} = {epoch_quota(leaf, count)} per epoch"
     if leaf.subset is not None:
@@ -57,6 +59,9 @@ def metadataset_info(root: str | os.PathLike[str] | RemotePath) -> str:
             mode_text = "its datasets one after another, each once (weights apply to train)"
         else:
             mode_text = _MODES.get(mode, mode)
+        options = {"batch_composition": leaves[0].composition, "weight_unit": leaves[0].weight_unit}
+        if split == "train" and mode == "weights":
+            mode_text += "".join(f", {k}: {v}" for k, v in options.items() if v is not None)
         lines.append(f"  split {split}: {mode_text}")
         for leaf in leaves:
             count = len(open_source(leaf))

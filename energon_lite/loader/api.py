@@ -16,6 +16,7 @@ from typing import Any
 from energon_lite.cache.base import CachePool
 from energon_lite.errors import MAX_SKIP_FRACTION, ConfigError, check_skip_fraction, short_repr
 from energon_lite.loader.canonical import canonical_for
+from energon_lite.loader.healing import DEFAULT_WINDOW_S
 from energon_lite.loader.savable_dataset import SavableDataset
 from energon_lite.loader.savable_loader import SavableLoader
 from energon_lite.pipeline.dataset_pipeline import DatasetPipeline, PipelineOptions
@@ -30,23 +31,36 @@ from energon_lite.worker import WorkerConfig
 
 # dataset constructors -------------------------------------------------------------------
 
+DatasetPath = str | os.PathLike[str] | RemotePath | Mapping[str, Any]
+
 
 def _leaves_for(
-    given: str | os.PathLike[str] | RemotePath | Mapping[str, Any],
+    given: DatasetPath,
     split_part: str,
-    kwargs: dict[str, Any],
+    subflavors: dict[str, Any] | None,
+    split_config: str | None,
+    dataset_config: str | None,
+    shuffle_over_epochs_multiplier: int | None,
 ) -> tuple[list[Leaf], str]:
     meta: Any = given  # a metadataset YAML, or its content as a mapping (given in code)
+    multiplier = 1 if shuffle_over_epochs_multiplier is None else shuffle_over_epochs_multiplier
     path = Path.cwd() if isinstance(given, Mapping) else as_path(given)
     if isinstance(given, Mapping) or (path.suffix in (".yaml", ".yml") and path.is_file()):
         from energon_lite.metadataset.parse import load_metadataset
 
-        per_leaf = sorted({"subflavors", "split_config", "dataset_config"} & set(kwargs))
+        per_leaf = [
+            name
+            for name, value in (
+                ("dataset_config", dataset_config),
+                ("split_config", split_config),
+                ("subflavors", subflavors),
+            )
+            if value is not None
+        ]
         if per_leaf:
             raise ConfigError(
                 f"{path}: set {per_leaf} per dataset inside the metadataset, not as arguments"
             )
-        multiplier = kwargs.pop("shuffle_over_epochs_multiplier", 1)
         return load_metadataset(meta, split_part, multiplier)
     if not path.exists():
         raise ConfigError(f"dataset path {path} does not exist")
@@ -54,44 +68,55 @@ def _leaves_for(
     leaf = Leaf(
         path,
         split_part,
-        subflavors=kwargs.pop("subflavors", None),
-        split_config=kwargs.pop("split_config", "split.yaml"),
-        dataset_config=kwargs.pop("dataset_config", "dataset.yaml"),
-        shuffle_over_epochs_multiplier=kwargs.pop("shuffle_over_epochs_multiplier", 1),
+        subflavors=subflavors,
+        split_config=split_config or "split.yaml",
+        dataset_config=dataset_config or "dataset.yaml",
+        shuffle_over_epochs_multiplier=multiplier,
     )
     return [leaf], "single"
 
 
-def _check_kwargs(kwargs: dict[str, Any]) -> None:
-    if kwargs:
-        raise ConfigError(f"unknown arguments {sorted(kwargs)}")
+def refuse_unknown(unknown: Mapping[str, Any], what: str = "arguments") -> None:
+    """Arguments a function does not take: a ConfigError naming them."""
+    if unknown:
+        raise ConfigError(f"unknown {what} {sorted(unknown)}")
 
 
 def get_train_dataset(
-    path: str | os.PathLike[str] | RemotePath | Mapping[str, Any],
+    path: DatasetPath,
     *,
+    split_part: str = "train",
     worker_config: WorkerConfig,
     batch_size: int | None,
-    shuffle_buffer_size: int | None,
-    max_samples_per_sequence: int | None,
-    split_part: str = "train",
     batch_drop_last: bool = False,
     packing_buffer_size: int | None = None,
+    shuffle_buffer_size: int | None,
+    max_samples_per_sequence: int | None,
+    virtual_epoch_length: int = 0,
+    shuffle_over_epochs_multiplier: int | None = 1,
     task_encoder: TaskEncoder | None = None,
     repeat: bool = True,
+    subflavors: dict[str, Any] | None = None,
+    split_config: str | None = None,
+    dataset_config: str | None = None,
+    sample_type: Any = None,
     parallel_shard_iters: int | None = None,
     failure_tolerance: int = 100,
     max_skip_fraction: float | None = MAX_SKIP_FRACTION,
     bucket_sync: dict[str, Any] | None = None,
     shard_cache: ShardCacheConfig | None = None,
     canonical_layout: tuple[int, int] | None = None,
-    **kwargs: Any,
+    **unknown: Any,
 ) -> SavableDataset:
     """The training dataset of a prepared dataset folder or a metadataset YAML.
 
     Samples are shuffled (slice order per epoch, ``parallel_shard_iters`` open slices per
     worker, a ``shuffle_buffer_size`` buffer), encoded, optionally packed, batched and
-    batch-encoded. ``repeat=False`` ends after one epoch. ``failure_tolerance`` bounds the
+    batch-encoded. ``repeat=False`` ends after one epoch; ``virtual_epoch_length`` (0: off)
+    ends a loader pass after that many batches, the next pass continuing the stream.
+    ``subflavors``, ``split_config`` and ``dataset_config`` apply to a dataset folder (a
+    metadataset sets them per dataset); ``sample_type`` is checked against the dataset's, as
+    Energon does. ``failure_tolerance`` bounds the
     consecutive bad samples skipped before the run stops; ``max_skip_fraction`` bounds the
     share of a worker's samples skipped over its pass (checked from 200 samples on; None:
     not counted). A store or disk that fails stops the run at once (docs/safety.md). ``bucket_sync={"weights": {bucket:
@@ -104,7 +129,7 @@ def get_train_dataset(
     layout whose ranks and workers divide it delivers the same ones (``batch_size`` is then
     per rank of this layout: keep ranks x batch_size; docs/resume.md); default: this layout.
     """
-    virtual_epoch_length = kwargs.pop("virtual_epoch_length", None) or None  # Energon: 0 = off
+    refuse_unknown(unknown)
     default_sync = getattr(task_encoder, "default_bucket_sync", None)  # VideoTextTaskEncoder
     if (
         bucket_sync is None
@@ -114,12 +139,7 @@ def get_train_dataset(
     ):
         bucket_sync = default_sync(path, split_part)
     BucketSync.check_option(bucket_sync, task_encoder or DefaultTaskEncoder())
-    return _dataset(
-        path,
-        split_part,
-        kwargs,
-        worker_config,
-        task_encoder,
+    options = PipelineOptions(
         training=True,
         batch_size=batch_size,
         batch_drop_last=batch_drop_last,
@@ -131,37 +151,51 @@ def get_train_dataset(
         failure_tolerance=failure_tolerance,
         max_skip_fraction=max_skip_fraction,
         bucket_sync=bucket_sync,
-        virtual_epoch_length=virtual_epoch_length,
+    )
+    _check_options(options, worker_config)  # before canonical_for reads them
+    options.canonical_layout = canonical_for(
+        canonical_layout, worker_config, batch_size, task_encoder, bucket_sync
+    )
+    leaves, mode = _leaves_for(
+        path, split_part, subflavors, split_config, dataset_config, shuffle_over_epochs_multiplier
+    )
+    return _dataset(
+        leaves,
+        mode,
+        worker_config,
+        task_encoder,
+        options,
+        sample_type,
+        virtual_epoch_length=virtual_epoch_length or None,  # Energon: 0 = off
         shard_cache=shard_cache,
-        canonical_layout=canonical_for(
-            canonical_layout, worker_config, batch_size, task_encoder, bucket_sync
-        ),
     )
 
 
 def get_val_dataset(
-    path: str | os.PathLike[str] | RemotePath | Mapping[str, Any],
+    path: DatasetPath,
     *,
+    split_part: str = "val",
     worker_config: WorkerConfig,
     batch_size: int | None,
-    split_part: str = "val",
     batch_drop_last: bool = False,
     packing_buffer_size: int | None = None,
     limit: int | None = None,
     task_encoder: TaskEncoder | None = None,
+    shuffle_over_epochs_multiplier: int | None = 1,  # a val split is read in order
+    subflavors: dict[str, Any] | None = None,
+    split_config: str | None = None,
+    dataset_config: str | None = None,
+    sample_type: Any = None,
     failure_tolerance: int = 100,
     max_skip_fraction: float | None = MAX_SKIP_FRACTION,
     shard_cache: ShardCacheConfig | None = None,
-    **kwargs: Any,
+    **unknown: Any,
 ) -> SavableDataset:
     """The validation/test dataset: every sample once, in order, no shuffling; ``limit``
-    batches per worker. Bad samples and ``shard_cache`` as in :func:`get_train_dataset`."""
-    return _dataset(
-        path,
-        split_part,
-        kwargs,
-        worker_config,
-        task_encoder,
+    batches per worker. The dataset arguments, bad samples and ``shard_cache`` as in
+    :func:`get_train_dataset`."""
+    refuse_unknown(unknown)
+    options = PipelineOptions(
         training=False,
         batch_size=batch_size,
         batch_drop_last=batch_drop_last,
@@ -170,35 +204,53 @@ def get_val_dataset(
         limit=limit,
         failure_tolerance=failure_tolerance,
         max_skip_fraction=max_skip_fraction,
-        shard_cache=shard_cache,
+    )
+    _check_options(options, worker_config)
+    leaves, mode = _leaves_for(
+        path, split_part, subflavors, split_config, dataset_config, shuffle_over_epochs_multiplier
+    )
+    if len(leaves) > 1:
+        mode = "concat"  # val/test: every dataset once, in order
+    return _dataset(
+        leaves, mode, worker_config, task_encoder, options, sample_type, shard_cache=shard_cache
     )
 
 
-def _dataset(
-    path: str | os.PathLike[str] | RemotePath | Mapping[str, Any],
-    split_part: str,
-    kwargs: dict[str, Any],
-    worker_config: WorkerConfig,
-    task_encoder: TaskEncoder | None,
-    **options: Any,
-) -> SavableDataset:
-    """Check the arguments, open the leaves and make the dataset (train and val alike)."""
+def _check_options(options: PipelineOptions, worker_config: WorkerConfig) -> None:
+    """The arguments every dataset checks before anything is opened (train and val alike)."""
     if not isinstance(worker_config, WorkerConfig):
         raise ConfigError(
             f"worker_config must be a WorkerConfig, got {type(worker_config).__name__}"
         )
-    for name in ("batch_size", "shuffle_buffer_size", "packing_buffer_size", "limit",
-                 "max_samples_per_sequence", "parallel_shard_iters"):  # fmt: skip
-        value = options.get(name)
+    for name, value in (
+        ("batch_size", options.batch_size),
+        ("shuffle_buffer_size", options.shuffle_buffer_size),
+        ("packing_buffer_size", options.packing_buffer_size),
+        ("limit", options.limit),
+        ("max_samples_per_sequence", options.max_samples_per_sequence),
+        ("parallel_shard_iters", options.parallel_shard_iters),
+    ):
         minimum = 0 if name == "limit" else 1
         if value is not None and (
             isinstance(value, bool) or not isinstance(value, int) or value < minimum
         ):
             raise ConfigError(f"{name}={value!r} must be an integer >= {minimum} (or None)")
-    if not isinstance(options["failure_tolerance"], int) or options["failure_tolerance"] < 0:
-        raise ConfigError(f"failure_tolerance={options['failure_tolerance']!r} must be >= 0")
-    check_skip_fraction(options["max_skip_fraction"])
-    shard_cache = options.pop("shard_cache", None)
+    if not isinstance(options.failure_tolerance, int) or options.failure_tolerance < 0:
+        raise ConfigError(f"failure_tolerance={options.failure_tolerance!r} must be >= 0")
+    check_skip_fraction(options.max_skip_fraction)
+
+
+def _dataset(
+    leaves: list[Leaf],
+    mode: str,
+    worker_config: WorkerConfig,
+    task_encoder: TaskEncoder | None,
+    options: PipelineOptions,
+    sample_type: Any,
+    virtual_epoch_length: int | None = None,
+    shard_cache: ShardCacheConfig | None = None,
+) -> SavableDataset:
+    """Open the leaves and make the dataset (train and val alike)."""
     if shard_cache is not None and not isinstance(shard_cache, ShardCacheConfig):
         raise ConfigError(
             f"shard_cache={short_repr(shard_cache)} must be a ShardCacheConfig(folder, limit) "
@@ -207,14 +259,8 @@ def _dataset(
     if shard_cache is not None:
         shard_cache.resolved()  # a bad limit is named here, not in a worker
     te = task_encoder if task_encoder is not None else DefaultTaskEncoder()
-    sample_type = kwargs.pop("sample_type", None)  # Energon's: checked, not converted
-    leaves, mode = _leaves_for(path, split_part, kwargs)
-    _check_kwargs(kwargs)
-    if not options["training"] and len(leaves) > 1:
-        mode = "concat"  # val/test: every dataset once, in order
-    virtual_epoch_length = options.pop("virtual_epoch_length", None)
-    pipeline = DatasetPipeline(leaves, mode, te, PipelineOptions(**options), worker_config)
-    check_sample_type(
+    pipeline = DatasetPipeline(leaves, mode, te, options, worker_config)
+    check_sample_type(  # Energon's sample_type: checked, not converted
         sample_type, [(str(lf.path), sp.factory) for lf, sp in zip(leaves, pipeline.specs)]
     )
     if any(isinstance(leaf.path, RemotePath) for leaf in leaves):
@@ -229,45 +275,59 @@ _DATASET_OPTIONS = frozenset(
 )  # fmt: skip
 
 
-def check_loader_options(
-    dataset: SavableDataset, options: dict[str, Any], caller: str = "get_savable_loader"
-) -> dict[str, Any]:
-    """``get_(savable_)loader``'s options -> SavableLoader's: ``cache_pool`` goes to the task
-    encoder; anything unknown is refused (arguments of the dataset, saying where they go)."""
-    cache_pool = options.pop("cache_pool", None)
+def check_loader_arguments(
+    dataset: SavableDataset,
+    cache_pool: CachePool | None,
+    unknown: Mapping[str, Any],
+    caller: str = "get_savable_loader",
+) -> None:
+    """``cache_pool`` goes to the task encoder; anything a loader does not take is refused
+    (arguments of the dataset and the worker layout, saying where they go)."""
     if cache_pool is not None and not isinstance(cache_pool, CachePool):
         raise ConfigError(
             f"cache_pool={type(cache_pool).__name__} object: need a CachePool "
             "(FileStoreCachePool or NoCachePool)"
         )
     if cache_pool is not None:  # cookers reach it as TaskEncoder.cache, in every worker
-        dataset.pipeline.task_encoder._cache_pool = cache_pool  # type: ignore[attr-defined]
-    known = {"pin_memory", "prefetch_factor", "timeout_seconds", "watchdog_timeout_seconds",
-             "watchdog_initial_timeout_seconds", "stats", "reuse_batch_memory",
-             "max_worker_restarts", "worker_restart_window_seconds", "on_timeout"}  # fmt: skip
-    unknown = sorted(set(options) - known)
-    layout = [name for name in ("num_workers", "rank", "world_size") if name in options]
+        te = dataset.pipeline.task_encoder
+        if te is None:
+            raise ConfigError(f"{caller}(cache_pool=...): this dataset runs no task encoder")
+        te._cache_pool = cache_pool
+    layout = [name for name in ("num_workers", "rank", "world_size") if name in unknown]
     if layout:
         wc = dataset.worker_config
         raise ConfigError(
-            f"{caller}({layout[0]}={short_repr(options[layout[0]])}): the loader takes "
+            f"{caller}({layout[0]}={short_repr(unknown[layout[0]])}): the loader takes "
             "rank, world_size and num_workers from the dataset's WorkerConfig; make the "
             "dataset with get_train_dataset(..., worker_config=WorkerConfig(rank=..., "
             f"world_size=..., num_workers=...)) (this one has rank={wc.rank}, "
             f"world_size={wc.world_size}, num_workers={wc.num_workers})"
         )
-    dataset_options = [name for name in unknown if name in _DATASET_OPTIONS]
+    dataset_options = sorted(name for name in unknown if name in _DATASET_OPTIONS)
     if dataset_options:
         raise ConfigError(
             f"{caller}({dataset_options[0]}=...): an argument of "
             "get_train_dataset / get_val_dataset, which made this dataset"
         )
-    if unknown:
-        raise ConfigError(f"unknown loader arguments {unknown}")
-    return options
+    refuse_unknown(unknown, "loader arguments")
 
 
-def get_savable_loader(dataset: SavableDataset, **options: Any) -> SavableLoader:
+def get_savable_loader(
+    dataset: SavableDataset,
+    *,
+    prefetch_factor: int | None = 2,
+    cache_pool: CachePool | None = None,
+    watchdog_timeout_seconds: float | None = 60,
+    watchdog_initial_timeout_seconds: float | None = None,
+    pin_memory: bool | None = None,
+    timeout_seconds: float | None = None,
+    stats: bool = False,
+    reuse_batch_memory: bool = True,
+    max_worker_restarts: int | None = None,
+    worker_restart_window_seconds: float = DEFAULT_WINDOW_S,
+    on_timeout: str = "raise",
+    **unknown: Any,
+) -> SavableLoader:
     """A loader that can ``save_state_rank()`` / ``restore_state_rank()``.
 
     Options: ``pin_memory`` (default: when CUDA is available), ``prefetch_factor`` (2),
@@ -290,11 +350,52 @@ def get_savable_loader(dataset: SavableDataset, **options: Any) -> SavableLoader
     ``fail_on_timeout="restart"``) replaces a worker that gives no batch within
     ``timeout_seconds`` the same way (:mod:`energon_lite.loader.healing`).
     """
-    return SavableLoader(dataset, **check_loader_options(dataset, options))
-
-
-def get_loader(dataset: SavableDataset, **options: Any) -> SavableLoader:
-    """The same batches as ``get_savable_loader``, without the per-batch state bookkeeping."""
+    check_loader_arguments(dataset, cache_pool, unknown)
     return SavableLoader(
-        dataset, track_state=False, **check_loader_options(dataset, options, "get_loader")
+        dataset,
+        pin_memory=pin_memory,
+        prefetch_factor=prefetch_factor,
+        timeout_seconds=timeout_seconds,
+        watchdog_timeout_seconds=watchdog_timeout_seconds,
+        watchdog_initial_timeout_seconds=watchdog_initial_timeout_seconds,
+        stats=stats,
+        reuse_batch_memory=reuse_batch_memory,
+        max_worker_restarts=max_worker_restarts,
+        worker_restart_window_seconds=worker_restart_window_seconds,
+        on_timeout=on_timeout,
+    )
+
+
+def get_loader(
+    dataset: SavableDataset,
+    *,
+    prefetch_factor: int | None = 2,
+    cache_pool: CachePool | None = None,
+    watchdog_timeout_seconds: float | None = 60,
+    watchdog_initial_timeout_seconds: float | None = None,
+    pin_memory: bool | None = None,
+    timeout_seconds: float | None = None,
+    stats: bool = False,
+    reuse_batch_memory: bool = True,
+    max_worker_restarts: int | None = None,
+    worker_restart_window_seconds: float = DEFAULT_WINDOW_S,
+    on_timeout: str = "raise",
+    **unknown: Any,
+) -> SavableLoader:
+    """The same batches as ``get_savable_loader`` (the same options), without the per-batch
+    state bookkeeping."""
+    check_loader_arguments(dataset, cache_pool, unknown, "get_loader")
+    return SavableLoader(
+        dataset,
+        track_state=False,
+        pin_memory=pin_memory,
+        prefetch_factor=prefetch_factor,
+        timeout_seconds=timeout_seconds,
+        watchdog_timeout_seconds=watchdog_timeout_seconds,
+        watchdog_initial_timeout_seconds=watchdog_initial_timeout_seconds,
+        stats=stats,
+        reuse_batch_memory=reuse_batch_memory,
+        max_worker_restarts=max_worker_restarts,
+        worker_restart_window_seconds=worker_restart_window_seconds,
+        on_timeout=on_timeout,
     )

@@ -125,8 +125,7 @@ def relayout(
 
     wc = dataset.worker_config
     pipeline = dataset.pipeline
-    canonical = getattr(pipeline, "canonical", None)
-    layout = canonical(wc.slot(0)) if canonical is not None else None
+    layout = pipeline.canonical(wc.slot(0))
     old_canonical = any(
         isinstance(s, dict) and isinstance(s.get("config"), dict) and "canonical_layout" in s["config"]
         for s in states

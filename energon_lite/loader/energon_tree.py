@@ -6,8 +6,9 @@ MapDataset(BlendDataset((RepeatDataset(MapDataset(WebdatasetSampleLoaderDataset)
 ``dataset_weights`` and a leaf's ``workers_slice_offsets``, and compare ``config()`` trees.
 energon_lite runs one chain of stages per worker instead; :func:`energon_tree` describes that
 chain as the tree Energon builds for the same arguments (its ``build_train_datasets`` /
-``build_val_datasets``), computed from the pipeline without building a chain or reading a
-sample:
+``build_val_datasets``): a fold over the chain's plan (``DatasetPipeline.plan(slot)``, the one
+description of the chain; each node's class and settings say which of Energon's wrappers it
+stands for), without building a chain or reading a sample:
 
 * ``dataset.dataset`` is the node below the dataset's own (the dataset stands for the
   outermost node); a blend node counts as a ``BlendDataset`` (``isinstance``; registered by
@@ -34,6 +35,18 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from energon_lite.stages.batch import Batch
+from energon_lite.stages.blend_epochized import EpochizedBlend
+from energon_lite.stages.blend_weighted import WeightedBlend
+from energon_lite.stages.concat import Concat
+from energon_lite.stages.encode import Encode
+from energon_lite.stages.group_batch import GroupBatch
+from energon_lite.stages.limit import Limit
+from energon_lite.stages.pack import Pack
+from energon_lite.stages.phases import Phases
+from energon_lite.stages.plan import Node
+from energon_lite.stages.reader import Reader
+from energon_lite.stages.shuffle import ShuffleBuffer
 from energon_lite.task_encoder.base import TaskEncoder, get_stateless
 from energon_lite.worker import WorkerConfig
 
@@ -134,102 +147,139 @@ def _overridden(te: TaskEncoder, hook: str) -> Callable[..., Any] | None:
 def energon_tree(
     pipeline: DatasetPipeline, wc: WorkerConfig, virtual_epoch_length: int | None
 ) -> TreeNode:
-    """The tree Energon builds for ``pipeline``'s arguments (see the module)."""
-    opts, te = pipeline.options, pipeline.task_encoder
-    leaves = [_leaf(pipeline, i, wc) for i in range(len(pipeline.leaves))]
-    node: TreeNode
-    if not opts.training:
-        node = leaves[0] if len(leaves) == 1 else TreeNode("ConcatDataset", {"datasets": leaves})
-    else:
-        node = _train_blend(pipeline, leaves, wc)
-        if opts.shuffle_buffer_size is not None and opts.shuffle_buffer_size > 1:
-            fields = {"size": opts.shuffle_buffer_size, "worker_config": wc.config()}
-            node = TreeNode("ShuffleBufferDataset", fields, node)
-    encode = _overridden(te, "preencode_sample") if opts.packing_buffer_size else None
-    encode = encode or _overridden(te, "encode_sample")
-    if encode is not None:
-        node = _map(encode, node)
-    node = _batching(pipeline, node, wc)
+    """The tree Energon builds for ``pipeline``'s arguments (see the module): a fold over the
+    chain's plan (``pipeline.plan``), each node standing for the wrappers Energon makes of
+    that step."""
+    node = _Fold(pipeline, wc).view(pipeline.plan(wc.slot(0)))
     if virtual_epoch_length:
         fields = {"length": virtual_epoch_length, "worker_config": wc.config()}
         node = TreeNode("EpochizeDataset", fields, node)
-    if not opts.training and opts.limit:
-        fields = {"length": opts.limit, "reset_after_epoch": True, "worker_config": wc.config()}
-        node = TreeNode("LimitDataset", fields, node)
     return node
+
+
+class _Fold:
+    """One plan node -> Energon's wrapper nodes for it, over the view of its parents."""
+
+    def __init__(self, pipeline: DatasetPipeline, wc: WorkerConfig) -> None:
+        self.pipeline, self.wc, self.wcc = pipeline, wc, wc.config()
+        self.te = pipeline.task_encoder
+
+    def view(
+        self, node: Node, in_blend: bool = False, joined: dict[str, Any] | None = None
+    ) -> TreeNode:
+        """``node``'s view; ``in_blend``: a blend's source (the blend repeats it);
+        ``joined``: the settings of the batch a canonical layout's ``Phases`` joins."""
+        cls, settings, wcc = node.cls, node.settings, self.wcc
+        if cls is Reader:
+            leaf = _leaf(self.pipeline, settings["leaf"], self.wc)
+            if settings["repeat"] and not in_blend:  # one dataset, repeated
+                return TreeNode("RepeatDataset", {"repeats": None, "worker_config": wcc}, leaf)
+            return leaf
+        if cls is WeightedBlend:
+            return self._blend([(self._repeated(p), _weight(w)) for p, w in
+                                zip(node.parents, settings["weights"])])  # fmt: skip
+        if cls is EpochizedBlend:
+            return self._epochized(node)
+        if cls is Concat:
+            return TreeNode(
+                "ConcatDataset", {"datasets": [self.view(p, True) for p in node.parents]}
+            )
+        if cls is Phases:  # the logical pipelines are alike: the first stands for all
+            return self.view(node.parents[0], joined=settings)
+        below = self.view(node.parents[0], in_blend, joined)
+        if cls is ShuffleBuffer:
+            if settings["size"] <= 1:  # Energon makes no buffer of one
+                return below
+            fields = {"size": settings["size"], "worker_config": wcc}
+            return TreeNode("ShuffleBufferDataset", fields, below)
+        if cls is Encode:
+            return self._encoded(settings, below)
+        if cls is Pack:
+            te = self.te
+            fields = {
+                "buffer_size": settings["size"],
+                "pre_packer": function_name(te.select_samples_to_pack),
+                "final_packer": function_name(te.pack_selected_samples),
+                "final_packer_stateless": get_stateless(te.pack_selected_samples),
+                "worker_config": wcc,
+            }
+            return TreeNode("PackingDataset", fields, below)
+        if cls is GroupBatch:
+            fields = {
+                "bucket": function_name(settings["criterion"]),
+                "batcher": function_name((joined or settings)["collate"]),
+                "batcher_stateless": False,  # Energon's build_batch does not pass it here
+                "drop_last": settings["drop_last"],
+                "worker_config": wcc,
+            }
+            return self._batch_encoded(TreeNode("GroupBatchDataset", fields, below))
+        if cls is Batch:
+            collate = (joined or settings)["collate"]
+            fields = {
+                "batch_size": (joined or settings)["batch_size"],
+                "batcher": function_name(collate),
+                "batcher_stateless": get_stateless(collate),
+                "drop_last": settings["drop_last"],
+                "worker_config": wcc,
+            }
+            return self._batch_encoded(TreeNode("BatchDataset", fields, below))
+        if cls is Limit and settings["length"]:  # (Energon makes none for 0)
+            fields = {"length": settings["length"], "reset_after_epoch": True, "worker_config": wcc}
+            return TreeNode("LimitDataset", fields, below)
+        # a step Energon makes no wrapper of (Cost), or one described with another (Map:
+        # encode_batch, with the batching)
+        return below
+
+    def _batch_encoded(self, batched: TreeNode) -> TreeNode:
+        """Energon maps ``encode_batch`` over the batches wherever the task encoder's class
+        overrides it (a ``DefaultTaskEncoder`` without ``batch_type`` too, where the plan
+        has no ``Map``: it would change nothing)."""
+        encode_batch = _overridden(self.te, "encode_batch")
+        return batched if encode_batch is None else _map(encode_batch, batched)
+
+    def _repeated(self, node: Node) -> TreeNode:
+        """A blend's source, repeated forever (Energon's blend repeats each source)."""
+        fields = {"repeats": None, "worker_config": self.wcc}
+        return TreeNode("RepeatDataset", fields, self.view(node, True))
+
+    def _blend(self, pairs: list[tuple[TreeNode, float]]) -> TreeNode:
+        return pairs[0][0] if len(pairs) == 1 else BlendNode(pairs, self.wc)
+
+    def _epochized(self, node: Node) -> TreeNode:
+        """``blend_epochized``: each source repeated ``repetitions`` times, weighted by its
+        samples, the blend repeated when the dataset repeats."""
+        pairs = []
+        for parent, reps in zip(node.parents, node.settings["repetitions"]):
+            reps = 1.0 if reps is None else reps
+            view = self.view(parent, True)
+            if reps != 1:
+                view = TreeNode("RepeatDataset", {"repeats": reps, "worker_config": self.wcc}, view)
+            leaf = next(n for n in parent.nodes() if n.cls is Reader).settings["leaf"]
+            pairs.append((view, len(self.pipeline.datasets[leaf]) * reps))
+        top = self._blend(pairs)
+        if node.settings["repeat"]:
+            top = TreeNode("RepeatDataset", {"repeats": None, "worker_config": self.wcc}, top)
+        return top
+
+    def _encoded(self, settings: dict[str, Any], below: TreeNode) -> TreeNode:
+        """The per-sample hook as a map; without packing, Energon maps ``postencode_sample``
+        after it too."""
+        encode = _overridden(self.te, settings["hook"])
+        if encode is not None:
+            below = _map(encode, below)
+        post = None if settings["packing"] else _overridden(self.te, "postencode_sample")
+        return below if post is None else _map(post, below)
+
+
+def _weight(weight: Any) -> float:
+    """A blend source's weight in Energon's tree (a schedule's: 1)."""
+    return float(weight) if isinstance(weight, (int, float)) else 1.0
 
 
 def _map(fn: Callable[..., Any], node: TreeNode) -> TreeNode:
     return TreeNode(
         "MapDataset", {"map_fn": function_name(fn), "map_fn_stateless": get_stateless(fn)}, node
     )
-
-
-def _train_blend(pipeline: DatasetPipeline, leaves: list[TreeNode], wc: WorkerConfig) -> TreeNode:
-    """Energon's blend of the leaves: each repeated (``blend``) or repeated ``repetitions``
-    times (``blend_epochized``), in a ``BlendDataset`` when there are several."""
-    opts, wcc = pipeline.options, wc.config()
-    repeat = opts.repeat
-    pairs: list[tuple[TreeNode, float]] = []
-    for node, leaf, ds in zip(leaves, pipeline.leaves, pipeline.datasets):
-        if pipeline.blend_mode == "epochized":
-            reps = 1.0 if leaf.repetitions is None else leaf.repetitions
-            if reps != 1:
-                node = TreeNode("RepeatDataset", {"repeats": reps, "worker_config": wcc}, node)
-            pairs.append((node, len(ds) * reps))
-        elif repeat or len(leaves) > 1:
-            node = TreeNode("RepeatDataset", {"repeats": None, "worker_config": wcc}, node)
-            weight = leaf.weight if isinstance(leaf.weight, (int, float)) else 1.0
-            pairs.append((node, float(weight)))
-        else:
-            pairs.append((node, 1.0))
-    if pipeline.blend_mode != "epochized":
-        repeat = False  # the leaves repeat themselves
-    top = pairs[0][0] if len(pairs) == 1 else BlendNode(pairs, wc)
-    if repeat:
-        top = TreeNode("RepeatDataset", {"repeats": None, "worker_config": wcc}, top)
-    return top
-
-
-def _batching(pipeline: DatasetPipeline, node: TreeNode, wc: WorkerConfig) -> TreeNode:
-    """Energon's ``build_batch``: packing, then grouped or plain batching, then
-    ``encode_batch``."""
-    opts, te, wcc = pipeline.options, pipeline.task_encoder, wc.config()
-    if opts.packing_buffer_size is not None:
-        fields = {
-            "buffer_size": opts.packing_buffer_size,
-            "pre_packer": function_name(te.select_samples_to_pack),
-            "final_packer": function_name(te.pack_selected_samples),
-            "final_packer_stateless": get_stateless(te.pack_selected_samples),
-            "worker_config": wcc,
-        }
-        node = TreeNode("PackingDataset", fields, node)
-    elif (post := _overridden(te, "postencode_sample")) is not None:
-        node = _map(post, node)
-    grouped = _overridden(te, "batch_group_criterion")
-    if grouped is not None:
-        fields = {
-            "bucket": function_name(grouped),
-            "batcher": function_name(te.batch),
-            "batcher_stateless": False,  # Energon's build_batch does not pass it here
-            "drop_last": opts.batch_drop_last,
-            "worker_config": wcc,
-        }
-        node = TreeNode("GroupBatchDataset", fields, node)
-    elif opts.batch_size is not None:
-        fields = {
-            "batch_size": opts.batch_size,
-            "batcher": function_name(te.batch),
-            "batcher_stateless": get_stateless(te.batch),
-            "drop_last": opts.batch_drop_last,
-            "worker_config": wcc,
-        }
-        node = TreeNode("BatchDataset", fields, node)
-    if grouped is not None or opts.batch_size is not None:
-        encode_batch = _overridden(te, "encode_batch")
-        if encode_batch is not None:
-            node = _map(encode_batch, node)
-    return node
 
 
 def _leaf(pipeline: DatasetPipeline, index: int, wc: WorkerConfig) -> TreeNode:
@@ -266,7 +316,7 @@ def _factory_config(
     root = ds.root
     kind = "CrudeWebdataset" if factory.crude else "StandardWebdatasetFactory"
     loader = FIELD_MAP_LOADER if factory.loader is None else function_name(factory.loader)
-    decoder = getattr(pipeline.task_encoder, "decoder", None)
+    decoder = pipeline.task_encoder.decoder
     return {
         "type": kind,
         "training": opts.training,

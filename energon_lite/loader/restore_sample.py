@@ -57,7 +57,9 @@ def restore_sample(dataset: SavableDataset, restore_key: Any) -> Any:
             "sample's __restore_key__, typed or in its plain form)"
         ) from None
     try:
-        return _chain(dataset).fetch(key)
+        chain = _chain(dataset)
+        with chain.context.running():  # a hook made again sees the indices it saw
+            return chain.fetch(key)
     except (StateError, IndexError, KeyError) as exc:
         raise StateError(
             f"restore_sample: restore key {short_repr(restore_key)} does not belong to this "

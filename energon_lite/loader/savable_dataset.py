@@ -22,7 +22,6 @@ from energon_lite.pipeline.dataset_pipeline import DatasetPipeline, Pipeline
 from energon_lite.sample_utils import default_get_batch_keys
 from energon_lite.storage.cache_config import ShardCacheConfig
 from energon_lite.storage.cache_config import use as use_shard_cache
-from energon_lite.task_encoder.hook_index import INDEX
 from energon_lite.worker import WorkerConfig
 
 if TYPE_CHECKING:  # the pool's shared-memory machinery loads only with a loader that uses it
@@ -31,6 +30,8 @@ if TYPE_CHECKING:  # the pool's shared-memory machinery loads only with a loader
 
 class SavableDataset(IterableDataset):
     """A pipeline plus the worker configuration; iterating it yields batches (no state)."""
+
+    wrapper_depth = 0  # how many wrappers that draw random streams sit below this dataset
 
     def __init__(
         self,
@@ -75,7 +76,7 @@ class SavableDataset(IterableDataset):
         ``watch_settings``) starts a :class:`~energon_lite.loader.watchdog.Watchdog` that
         logs where a stalled worker (or, without workers, the loading thread) is.
         """
-        shard_cache = getattr(self, "shard_cache", None)
+        shard_cache = self.shard_cache
         before = use_shard_cache(shard_cache) if shard_cache is not None else None
         info = get_worker_info()
         physical = info.id if info is not None else 0
@@ -95,15 +96,16 @@ class SavableDataset(IterableDataset):
         try:
             chain = self.pipeline.build(self.worker_config.slot(logical, epoch))
             probe = ChainProbe(chain, logical) if stats else None
-            INDEX.worker, INDEX.workers = logical, n
+            context = chain.context
+            context.index.worker, context.index.workers = logical, n  # the indices' spread
             with restoring(self.worker_config.restore_error_handler):
                 chain.restore_state(states[logical] if states is not None else None)
             while True:
-                INDEX.worker, INDEX.workers = logical, n  # current_batch_index's spread
                 if probe is not None:
                     probe.resume()
                 try:
-                    batch = chain.next()
+                    with context.running():  # the hooks read this chain's indices
+                        batch = chain.next()
                 except StopIteration:
                     return
                 if in_worker:
@@ -203,7 +205,6 @@ def unsavable_reason(states: list[Any]) -> str | None:
     return None
 
 
-def modality(dataset: Any) -> str:
+def modality(dataset: SavableDataset) -> str:
     """``train`` or ``val`` (the debug sample log's ``m``): whether the pipeline trains."""
-    options = getattr(getattr(dataset, "pipeline", None), "options", None)
-    return "train" if getattr(options, "training", True) else "val"
+    return "train" if dataset.pipeline.training else "val"

@@ -29,6 +29,7 @@ from energon_lite.errors import (
 from energon_lite.loader import healing
 from energon_lite.loader.savable_dataset import SavableDataset, modality, unsavable_reason
 from energon_lite.loader.state_delta import with_unchanged
+from energon_lite.loader.stateful import StatefulLoader
 from energon_lite.loader.stats import LoaderStats
 from energon_lite.loader.stream import StreamSettings, shut_down, stream
 from energon_lite.stages.base import stage_class
@@ -48,7 +49,7 @@ def _many_pipelines(level: dict[str, Any]) -> bool:
     return cls is not None and cls.LAZY_SOURCES
 
 
-class SavableLoader:
+class SavableLoader(StatefulLoader):
     """Iterates batches of a SavableDataset and can save/restore its exact position."""
 
     _next_id = 0  # Energon's loader ids (debug sample log), per class
@@ -244,7 +245,7 @@ class SavableLoader:
         weighted blend or before the first batch. ``stats()`` includes it as ``"mix"``."""
         from energon_lite.loader.mix_report import delivered_mix
 
-        leaves = getattr(self.dataset.pipeline, "leaves", None)
+        leaves = self.dataset.pipeline.leaves
         states = [s for s in self._states if isinstance(s, dict) and "unsavable" not in s]
         if not leaves or len(leaves) < 2 or not states:
             return None
@@ -307,7 +308,7 @@ class SavableLoader:
         return packed(state, _many_pipelines)  # a canonical layout's pipelines, compact
 
     def _dataset_paths(self) -> list[str]:
-        leaves = getattr(self.dataset.pipeline, "leaves", None) or []
+        leaves = self.dataset.pipeline.leaves
         return [f"{leaf.path} (split {leaf.split_part})" for leaf in leaves]
 
     def _mismatch_hint(self, state: dict[str, Any]) -> str:
@@ -467,13 +468,10 @@ class SavableLoader:
         ownership checks; None for a chain composed by hand (a wrapper)."""
         from energon_lite.stages.elastic import LeafPlan
 
-        readers = getattr(self.dataset.pipeline, "readers", None)
-        if readers is None:
-            return None
-        return [LeafPlan.of(reader) for reader in readers(self.worker_config.slot(0))]
+        readers = self.dataset.pipeline.readers(self.worker_config.slot(0))
+        return None if readers is None else [LeafPlan.of(reader) for reader in readers]
 
 
 def _paths(dataset: SavableDataset) -> str:
     """The dataset paths of ``dataset`` (for the debug log), comma-separated."""
-    leaves = getattr(getattr(dataset, "pipeline", None), "leaves", None) or []
-    return ",".join(str(getattr(leaf, "path", leaf)) for leaf in leaves) or "?"
+    return ",".join(str(leaf.path) for leaf in dataset.pipeline.leaves) or "?"

@@ -46,7 +46,7 @@ class WatchdogDataset(SavableDataset):
                 raise ConfigError(f"WatchdogDataset: {name}={value!r} must be > 0 (or None)")
         super().__init__(dataset.pipeline, worker_config, dataset.virtual_epoch_length)
         self.datasets = (dataset,)
-        self.wrapper_depth = getattr(dataset, "wrapper_depth", 0)
+        self.wrapper_depth = dataset.wrapper_depth
         self.timeout_seconds = timeout_seconds
         self.initial_timeout_seconds = initial_timeout_seconds
         self.fail_on_timeout = fail_on_timeout

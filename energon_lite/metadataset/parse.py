@@ -258,6 +258,8 @@ def _node(
                     out.append(leaf)
                     continue
                 assert not callable(leaf.weight)  # LeafShare is the one callable weight
+                if leaf.given_weight is None:
+                    leaf.given_weight = number
                 leaf.weight = (leaf.weight or 1.0) * number / total
                 if not leaf.weight > 0:  # underflow: the leaf would silently never be drawn
                     raise (where / kind / index / number_key).error(

@@ -25,6 +25,7 @@ from energon_lite.decode.decoder import require_av
 from energon_lite.errors import MAX_SKIP_FRACTION, ConfigError, failure_trackers
 from energon_lite.metadataset.schedule import describe
 from energon_lite.pipeline import lengths
+from energon_lite.quotas import share
 from energon_lite.samples.factory import SampleFactory
 from energon_lite.shards.meta import META_DIR
 from energon_lite.sources.kinds import open_source
@@ -40,7 +41,6 @@ from energon_lite.stages.encode import Encode, LeafSpec
 from energon_lite.stages.group_batch import GroupBatch
 from energon_lite.stages.limit import Limit
 from energon_lite.stages.map import Map
-from energon_lite.stages.mix import CostLedger
 from energon_lite.stages.pack import Pack
 from energon_lite.stages.phases import Phases, as_list
 from energon_lite.stages.plan import Node
@@ -120,15 +120,48 @@ def by_source(
 
 
 class Pipeline(Protocol):
-    """What a SavableDataset runs: one chain per worker, and what a state must match."""
+    """What a SavableDataset runs: one chain per worker, described once by ``plan(slot)``
+    (``build`` and ``state_shape`` are that plan built and shaped), and what a saved state
+    must match. Every pipeline (this module's, the wrappers', a flavor's) has all of it, so
+    no caller asks whether it has a part."""
+
+    @property
+    def leaves(self) -> list[Leaf]:
+        """Its leaf datasets in leaf-id order ([] for a kind without leaves)."""
+        ...
+
+    @property
+    def task_encoder(self) -> TaskEncoder | None:
+        """Whose hooks its chains run (None: no task encoder)."""
+        ...
+
+    @property
+    def training(self) -> bool:
+        """Whether it trains (shuffled, repeating) rather than validates."""
+        ...
+
+    def plan(self, slot: WorkerSlot) -> Node: ...
 
     def build(self, slot: WorkerSlot) -> Stage: ...
 
     def state_shape(self, slot: WorkerSlot) -> dict[str, Any]: ...
 
+    def canonical(self, slot: WorkerSlot) -> CanonicalLayout | None:
+        """The canonical layout ``slot``'s chain runs under, or None."""
+        ...
+
+    def readers(self, slot: WorkerSlot) -> list[Reader] | None:
+        """``slot``'s reader of each leaf, or None where the chain's readers are not its
+        own to check (a composition of wrapped datasets, a kind without readers)."""
+        ...
+
     def fingerprint(self) -> dict[str, Any]: ...
 
     def batches_per_epoch(self, worker_config: WorkerConfig, epoch: int = 0, /) -> int: ...
+
+    def items_per_worker(self, worker_config: WorkerConfig, epoch: int = 0, /) -> list[int]:
+        """What each worker of the rank yields per epoch (batches, or samples unbatched)."""
+        ...
 
 
 class DatasetPipeline:
@@ -188,6 +221,10 @@ class DatasetPipeline:
             )
         self._check_rank_has_work(worker_config)
 
+    @property
+    def training(self) -> bool:
+        return self.options.training
+
     # wiring -------------------------------------------------------------------------------
 
     def readers(self, slot: WorkerSlot) -> list[Reader]:
@@ -218,7 +255,9 @@ class DatasetPipeline:
                 "dealing": opts.dealing,
             }
             before += len(dataset)
-            nodes.append(Node(Reader, partial(Reader, dataset, **settings)))
+            nodes.append(
+                Node(Reader, partial(Reader, dataset, **settings), settings={"leaf": i, **settings})
+            )
         return nodes
 
     def canonical(self, slot: WorkerSlot) -> CanonicalLayout | None:
@@ -262,19 +301,24 @@ class DatasetPipeline:
                     ShuffleBuffer,
                     lambda s, i=i: ShuffleBuffer(s, size, slot.seed, slot.global_worker_id, i),
                     [reader],
+                    settings={"size": size},
                 )
                 for i, reader in enumerate(readers)
             ]
-        ledger = CostLedger() if self.weight_unit == "tokens" and not single else None
-        node = readers[0] if single else self._blend(readers, slot, ledger, per_phase)
+        by_cost = self.weight_unit == "tokens" and not single
+        node = readers[0] if single else self._blend(readers, slot, by_cost, per_phase)
 
-        def then(cls: type[Stage], make: Callable[[Stage], Stage]) -> None:
+        def then(cls: type[Stage], make: Callable[[Stage], Stage], **settings: Any) -> None:
             nonlocal node
-            node = Node(cls, make, [node])
+            node = Node(cls, make, [node], settings=settings)
 
         if opts.training and opts.shuffle_buffer_size and not composed:
             size = opts.shuffle_buffer_size
-            then(ShuffleBuffer, lambda s: ShuffleBuffer(s, size, slot.seed, slot.global_worker_id))
+            then(
+                ShuffleBuffer,
+                lambda s: ShuffleBuffer(s, size, slot.seed, slot.global_worker_id),
+                size=size,
+            )
         # with packing, the per-sample hook runs before the packer: preencode_sample, or an
         # overridden encode_sample in its place (Energon's behaviour)
         hook = "encode_sample"
@@ -294,13 +338,15 @@ class DatasetPipeline:
                 slot.leaf_base,
                 slot.global_worker_id,
             ),
+            hook=hook,
+            packing=bool(opts.packing_buffer_size),
         )
-        if ledger is not None:
+        if by_cost:
             names = [str(leaf.path) for leaf in self.leaves]
-            then(Cost, lambda s: Cost(s, te.sample_cost, ledger, names, slot.leaf_base))
+            then(Cost, lambda s: Cost(s, te.sample_cost, names, slot.leaf_base))
         if opts.packing_buffer_size:
             size = opts.packing_buffer_size
-            then(Pack, lambda s: Pack(s, size, te, slot.seed, failures(), hook))
+            then(Pack, lambda s: Pack(s, size, te, slot.seed, failures(), hook), size=size)
         if te.overrides("batch_group_criterion"):
             sync = BucketSync.for_slot(opts.bucket_sync, slot)
             then(
@@ -316,6 +362,9 @@ class DatasetPipeline:
                     sync,
                     "pack_selected_samples" if opts.packing_buffer_size else hook,
                 ),
+                criterion=te.batch_group_criterion,
+                collate=collate,
+                drop_last=opts.batch_drop_last,
             )
         elif opts.batch_size is not None:
             bs = opts.batch_size // max(1, per_phase)
@@ -324,14 +373,21 @@ class DatasetPipeline:
                 lambda s: Batch(
                     s, bs, collate, opts.batch_drop_last, failures(), slab=not per_phase
                 ),
+                batch_size=bs,
+                collate=collate,
+                drop_last=opts.batch_drop_last,
             )
         if per_phase:
             return node
         if te.overrides("encode_batch"):
-            then(Map, lambda s: Map(s, te.encode_batch, "encode_batch", failures()))
+            then(
+                Map,
+                lambda s: Map(s, te.encode_batch, "encode_batch", failures()),
+                fn=te.encode_batch,
+            )
         if opts.limit is not None:  # per rank; the loader polls workers round robin
             limit = -(-(opts.limit - slot.worker_id) // slot.num_workers)
-            then(Limit, lambda s: Limit(s, limit))
+            then(Limit, lambda s: Limit(s, limit), length=opts.limit)
         return node
 
     def _phases(self, slot: WorkerSlot, layout: CanonicalLayout, shape_only: bool = False) -> Node:
@@ -359,9 +415,15 @@ class DatasetPipeline:
             lambda ps: Phases(ps, per_phase, te.batch, failures(), rows, spreads),
             pipelines,
             several=True,
+            settings={"batch_size": self.options.batch_size, "collate": te.batch},
         )
         if te.overrides("encode_batch"):
-            node = Node(Map, lambda s: Map(s, te.encode_batch, "encode_batch", failures()), [node])
+            node = Node(
+                Map,
+                lambda s: Map(s, te.encode_batch, "encode_batch", failures()),
+                [node],
+                settings={"fn": te.encode_batch},
+            )
         return node
 
     def build(self, slot: WorkerSlot) -> Stage:
@@ -375,9 +437,7 @@ class DatasetPipeline:
             return self._phases(slot, layout, shape_only=True).shape()
         return self.plan(slot).shape()
 
-    def _blend(
-        self, readers: list[Node], slot: WorkerSlot, ledger: CostLedger | None, per_phase: int
-    ) -> Node:
+    def _blend(self, readers: list[Node], slot: WorkerSlot, by_cost: bool, per_phase: int) -> Node:
         """The blend of ``slot``'s pipeline; a canonical layout's logical pipeline
         (``per_phase`` > 0) plans its composed batches for its own share of the batch."""
         if self.blend_mode == "concat":
@@ -392,6 +452,10 @@ class DatasetPipeline:
                 ),
                 readers,
                 several=True,
+                settings={
+                    "repetitions": [leaf.repetitions for leaf in self.leaves],
+                    "repeat": repeat,
+                },
             )
         weights = [leaf.weight or 0.0 for leaf in self.leaves]
         grouped = self.task_encoder.overrides("batch_group_criterion")
@@ -409,11 +473,12 @@ class DatasetPipeline:
                 slot.global_worker_id,
                 composition=composition,
                 batch_size=size,
-                ledger=ledger,
+                by_cost=by_cost,
                 stream=self.options.blend_stream,
             ),
             readers,
             several=True,
+            settings={"weights": [leaf.weight for leaf in self.leaves]},
         )
 
     # facts about the pipeline ---------------------------------------------------------------
@@ -537,6 +602,15 @@ class DatasetPipeline:
         if self.blend_mode == "weights" and len(readers) > 1:
             return sum(lengths.dealt_samples(r) for r in readers)
         return sum(lengths.read_samples(r, epoch) for r in readers)
+
+    def items_per_worker(self, wc: WorkerConfig, epoch: int = 0) -> list[int]:
+        """Items each worker of this rank yields per epoch: exact for an unbatched dataset
+        without limit or quotas (its samples), else the rank's batches dealt round robin."""
+        opts = self.options
+        if opts.batch_size is None and opts.limit is None and self.blend_mode != "epochized":
+            return self.samples_per_epoch(wc, epoch)
+        total = self.batches_per_epoch(wc, epoch)
+        return [share(total, wc.workers_per_rank, w) for w in range(wc.workers_per_rank)]
 
     def batches_per_epoch(self, wc: WorkerConfig, epoch: int = 0) -> int:
         """Batches this rank counts per epoch, by Energon's rules (:mod:`energon_lite.pipeline.lengths`)."""

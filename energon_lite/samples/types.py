@@ -8,15 +8,16 @@ Every sample carries ``__key__`` (the bare sample key inside its shard), ``__res
 from __future__ import annotations
 
 import dataclasses
+import sys
 import typing
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-import torch
-
-from energon_lite.batching.collate import generic_batch, merged_sources
 from energon_lite.edataclass import edataclass
 from energon_lite.epathlib import EPath
+
+if TYPE_CHECKING:  # torch is imported where a tensor is made (batching), not by the types
+    import torch
 
 T = TypeVar("T", bound="Sample")
 
@@ -31,6 +32,13 @@ class SourceInfo:
     index: int | str | None  # None for a file that is not a sample (an aux or cached file)
     shard_name: str | None  # None where the file is not in a shard
     file_names: tuple[str, ...]
+
+    def to(self, *args: Any, **kwargs: Any) -> SourceInfo:
+        """Itself: a record of where a sample came from stays on the host. Trainers that move
+        a batch to the device (Lightning's ``transfer_batch_to_device``, Accelerate's
+        ``send_to_device``) call ``to`` on what has it and otherwise rebuild dataclasses
+        field by field, which a frozen one refuses; so batches pass them unchanged."""
+        return self
 
 
 # Energon's layout: the key fields are keyword-only and live in slots, so a subclass may add
@@ -103,6 +111,8 @@ class Batch:
         """A batch of ``samples``: key lists from the samples, the given ``fields``, and every
         other field of ``cls`` collated from the samples' field of that name (tensors padded
         and stacked, numbers and the rest listed), as Energon's ``Batch.from_samples``."""
+        from energon_lite.batching.collate import generic_batch, merged_sources
+
         keys = [basic_sample_keys(s) for s in samples]
         for name in (f.name for f in dataclasses.fields(cls)):
             if name in fields or name.startswith("__"):
@@ -134,7 +144,8 @@ class Batch:
 
 
 def _pinned(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
+    torch = sys.modules.get("torch")  # no tensor exists before torch is imported
+    if torch is not None and isinstance(value, torch.Tensor):
         return value.pin_memory()
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         changes = {f.name: _pinned(getattr(value, f.name)) for f in dataclasses.fields(value)}

@@ -14,7 +14,7 @@ import yaml
 from energon_lite.errors import DatasetFormatError, short_repr, unknown_keys
 from energon_lite.shards.bounded import YAMLBoundError, expand_bounded, load_bounded_yaml
 from energon_lite.shards.plain_yaml import parse_plain_lists
-from energon_lite.storage import RemotePath, StoragePath, as_path
+from energon_lite.storage import RemotePath, StoragePath, as_path, ops
 from energon_lite.storage.ops import write_atomic
 
 META_DIR = ".nv-meta"
@@ -82,6 +82,22 @@ class DatasetInfo:
     energon_version: str | None = None
 
 
+def _not_prepared(root: StoragePath, meta: StoragePath) -> str:
+    """Which of three it is: no bucket, no prefix (or folder), or no ``.nv-meta`` in it."""
+    missing = ops.absence(root)
+    if missing is not None:
+        return f"{root}: {missing}; check the path"
+    if not ops.is_dir(meta):
+        return (
+            f"{root} has no {META_DIR} folder: it is not a prepared dataset (yet); "
+            "run `energon-lite prepare` on it"
+        )
+    return (
+        f"{meta}: no {INFO_JSON} or {INFO_YAML}; is {root} a prepared dataset? "
+        "Run `energon-lite prepare` on it"
+    )
+
+
 def load_info(root: str | os.PathLike[str] | RemotePath) -> DatasetInfo:
     meta = as_path(root) / META_DIR
     json_path, yaml_path = meta / INFO_JSON, meta / INFO_YAML
@@ -96,10 +112,7 @@ def load_info(root: str | os.PathLike[str] | RemotePath) -> DatasetInfo:
     elif yaml_path.is_file():
         data, where = load_yaml(yaml_path), yaml_path
     else:
-        raise DatasetFormatError(
-            f"{meta}: no {INFO_JSON} or {INFO_YAML}; is {root} a prepared dataset? "
-            "Run `energon-lite prepare` on it"
-        )
+        raise DatasetFormatError(_not_prepared(as_path(root), meta))
     counts = data.get("shard_counts") if isinstance(data, dict) else None
     if not isinstance(counts, dict):
         raise DatasetFormatError(f"{where}: key 'shard_counts' must map shard names to counts")
@@ -150,6 +163,8 @@ def load_split(
     path = meta / name
     if not path.is_file() and name == "split.yaml" and (meta / "split.json").is_file():
         path = meta / "split.json"
+    if name == "split.yaml" and not path.is_file() and not ops.is_dir(meta):
+        raise DatasetFormatError(_not_prepared(as_path(root), meta))  # lint reads it first
     data = load_yaml(path, plain_lists=True)
     if isinstance(data, dict):
         unknown = unknown_keys(data, _SPLIT_KEYS)

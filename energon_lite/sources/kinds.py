@@ -32,7 +32,7 @@ from energon_lite.sources.leaf import Leaf
 from energon_lite.storage import RemotePath, StoragePath, as_path
 
 ENTRY_POINT_GROUP = "energon_lite.dataset_kinds"
-_FLAVORS_PACKAGE = "energon_lite.flavors"
+FLAVORS_PACKAGE = "energon_lite.flavors"
 
 # open(path, split_part, *, split_config, dataset_config, subset) -> Source
 Opener = Callable[..., Source]
@@ -147,13 +147,13 @@ def _discover() -> None:
     if _discovered:
         return
     _discovered = True
-    flavors = importlib.import_module(_FLAVORS_PACKAGE)
+    flavors = importlib.import_module(FLAVORS_PACKAGE)
     for module in sorted(pkgutil.iter_modules(flavors.__path__), key=lambda m: m.name):
         # Look for the file instead of asking find_spec, which imports the package first: a
         # package that is no kind (flavors/webdataset) must not be loaded, nor its extras.
         folder = getattr(module.module_finder, "path", None)
         if module.ispkg and folder and (Path(folder) / module.name / "kind.py").is_file():
-            importlib.import_module(f"{_FLAVORS_PACKAGE}.{module.name}.kind")
+            importlib.import_module(f"{FLAVORS_PACKAGE}.{module.name}.kind")
     for entry in entry_points(group=ENTRY_POINT_GROUP):
         try:
             loaded = entry.load()

@@ -30,3 +30,6 @@ class Leaf:
     aux: dict[str, str] | None = None  # name -> aux source (crude leaves; cookers read it)
     composition: str | None = None  # batch_composition of the blend: random (None), ...
     weight_unit: str | None = None  # weight_unit of the blend: samples (None) or tokens
+    # the weight the YAML gave this leaf's own entry (``weight`` is its share of the whole
+    # blend): what ``info`` shows beside the share; nothing reads it to build the stream
+    given_weight: float | None = None

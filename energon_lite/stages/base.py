@@ -44,11 +44,13 @@ from __future__ import annotations
 import copy
 import importlib
 import pkgutil
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from energon_lite.errors import StateError, short_repr
 from energon_lite.state.codec import check_level
+from energon_lite.task_encoder.chain_context import ChainContext
 
 if TYPE_CHECKING:
     from energon_lite.stages.elastic import ElasticDeal
@@ -66,6 +68,7 @@ class Stage:
     source: Stage | None = None
     sources: list[Any] | None = None  # stages with several parents
     _started: bool = False
+    _context: ChainContext | None = None  # the chain's, given by bind()
 
     # what the library asks of a stage class (module docstring); every one has a default --
 
@@ -149,6 +152,26 @@ class Stage:
     def next(self) -> Any:
         raise NotImplementedError
 
+    # the chain's context -------------------------------------------------------------------
+
+    @property
+    def context(self) -> ChainContext:
+        """What this stage's chain shares (``task_encoder/chain_context.py``): given by
+        :meth:`bind` when the chain is built; a stage nobody bound (a chain composed by hand)
+        makes one on first use, for itself and its parents."""
+        if self._context is None:
+            self.bind(ChainContext())
+        assert self._context is not None
+        return self._context
+
+    def bind(self, context: ChainContext) -> None:
+        """This stage and every stage below it share ``context``."""
+        pending: list[Stage] = [self]
+        while pending:
+            stage = pending.pop()
+            stage._context = context
+            pending.extend(stage._parents())
+
     # state --------------------------------------------------------------------------------
 
     def save_state(self) -> dict[str, Any]:
@@ -161,6 +184,12 @@ class Stage:
         return state
 
     def restore_state(self, state: dict[str, Any] | None) -> None:
+        # bound before the parents restore (the chain shares one context), and running while
+        # it restores: a hook made again (a buffer refetching its keys) reads its indices
+        with self.context.running():
+            self._restore_level(state)
+
+    def _restore_level(self, state: dict[str, Any] | None) -> None:
         if state is None:
             for parent in self._parents():
                 parent.restore_state(None)
@@ -209,9 +238,11 @@ class Stage:
     def __iter__(self) -> Iterator[Any]:
         while True:
             try:
-                yield self.next()
+                with self.context.running():  # its hooks read this chain's indices
+                    item = self.next()
             except StopIteration:
                 return
+            yield item
 
     # helpers ---------------------------------------------------------------------------------
 
@@ -270,9 +301,17 @@ def _import_stages() -> None:
 
 def _import_flavors() -> None:
     """Import every flavor and kind plugin, and with them their stages."""
-    from energon_lite.sources.kinds import registered_kinds
+    from energon_lite.sources.kinds import FLAVORS_PACKAGE, registered_kinds
 
     registered_kinds()
+    # a flavor package exports its names on first use (its stages with them): ask for each
+    for name, module in list(sys.modules.items()):
+        if name.startswith(f"{FLAVORS_PACKAGE}.") and hasattr(module, "__path__"):
+            for exported in getattr(module, "__all__", ()):
+                try:
+                    getattr(module, exported)
+                except ImportError:  # a missing extra: that flavor's states cannot be read
+                    continue
 
 
 _LOADS: tuple[Callable[[], None], ...] = (_import_stages, _import_flavors)

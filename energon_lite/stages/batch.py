@@ -17,7 +17,6 @@ from energon_lite.errors import SKIPPED, ConfigError, FailureTracker, guarded
 from energon_lite.samples.types import basic_sample_keys
 from energon_lite.stages.base import Stage
 from energon_lite.state.codec import state_count
-from energon_lite.task_encoder.hook_index import INDEX
 
 
 def collate_or_skip(
@@ -75,8 +74,9 @@ class Batch(Stage):
 
     def next(self) -> Any:
         self._start_if_fresh()
+        index = self.context.index
         while True:
-            INDEX.batch = INDEX.sample = self._batches  # while its samples are encoded
+            index.batch = index.sample = self._batches  # while its samples are encoded
             items = []
             with self._slabs:  # images decode straight into the batch (batch_slab.py)
                 for _ in range(self.batch_size):
@@ -86,10 +86,10 @@ class Batch(Stage):
                         break
                 if not items or (self.drop_last and len(items) < self.batch_size):
                     raise StopIteration
-                INDEX.batch = INDEX.sample = self._batches
+                index.batch = index.sample = self._batches
                 batch = collate_or_skip(self.collate, items, self.failures)
             if batch is not SKIPPED:
-                self._batches += 1  # INDEX keeps this batch's index for encode_batch
+                self._batches += 1  # the index stays this batch's for encode_batch
                 return batch
 
     def fetch(self, restore_key: Any) -> Any:

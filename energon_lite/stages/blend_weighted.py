@@ -20,7 +20,7 @@ batch. ``composition`` shapes each batch of ``batch_size`` samples:
 * ``per_source``: the whole batch from one source, drawn by weight once per batch.
 
 ``unit="tokens"``: instead of chance, the source whose delivered cost (reported by the
-``Cost`` stage through a ``CostLedger``) lags its target share the most
+``Cost`` stage through the chain's context) lags its target share the most
 (:func:`~energon_lite.stages.mix.deficit_choice`).
 
 Restore keys pass through unchanged; ``fetch`` routes a key to the reader of its leaf.
@@ -42,7 +42,6 @@ from energon_lite.errors import ConfigError, StateError
 from energon_lite.rng import CounterRng, TorchStreamRng, energon_worker_seed
 from energon_lite.stages.base import Stage
 from energon_lite.stages.mix import (  # draw: imported from here by blend_epochized
-    CostLedger,
     check_options,
     deficit_choice,
     draw,
@@ -54,7 +53,6 @@ from energon_lite.stages.mix import (  # draw: imported from here by blend_epoch
 )
 from energon_lite.stages.routing import by_leaf, fetch_by_leaf
 from energon_lite.state.codec import state_count
-from energon_lite.task_encoder.hook_index import INDEX
 
 if TYPE_CHECKING:
     from energon_lite.stages.elastic import ElasticDeal
@@ -82,7 +80,7 @@ class WeightedBlend(Stage):
         *rng_keys: Any,  # more keys for the random stream (a BlendDataset inside another)
         composition: str = "random",
         batch_size: int | None = None,
-        ledger: CostLedger | None = None,
+        by_cost: bool = False,  # weight_unit: tokens (costs reported by the Cost stage)
         stream: str = "counter",
     ) -> None:
         if stream not in self.STREAMS:
@@ -96,14 +94,14 @@ class WeightedBlend(Stage):
             )
         if not scheduled and sum(fixed) <= 0:
             raise ConfigError(f"WeightedBlend: weights {fixed} must have a positive sum")
-        check_options(composition, batch_size, ledger is not None)
+        check_options(composition, batch_size, by_cost)
         self.sources = list(sources)
         self.weights = fixed  # a callable's entry is 0 here: see weights_at
         self.schedule = list(weights) if scheduled else None
         self.scheduled = scheduled
         self.composition = composition
         self.batch_size = batch_size
-        self.ledger = ledger
+        self.by_cost = by_cost
         self.seed = seed
         self.global_worker_id = global_worker_id
         self.rng_keys = rng_keys
@@ -114,7 +112,7 @@ class WeightedBlend(Stage):
             for i, s in enumerate(self.sources)
             if s is src
         }
-        self._simple = not scheduled and composition == "random" and ledger is None
+        self._simple = not scheduled and composition == "random" and not by_cost
         # a fresh run's stream: Energon's draws where it draws one source per sample by weight
         self.stream = stream if self._simple else "counter"
         self._cdf: dict[tuple[bool, ...], list[float]] = {}  # float32 cumulative live weights
@@ -181,10 +179,10 @@ class WeightedBlend(Stage):
                     continue
                 self._drawn[index] += 1
                 return item
-        if self.ledger is not None:
+        if self.by_cost:
             self._take_costs()
         while True:
-            if self._composed and INDEX.batch == self._local and self._order:
+            if self._composed and self.context.index.batch == self._local and self._order:
                 index = self._order.pop()  # the fast path: the batch planned at its start
                 if self._exhausted[index]:
                     continue
@@ -211,11 +209,12 @@ class WeightedBlend(Stage):
         return energon_draw(cast(TorchStreamRng, self._rng), cdf)
 
     def _choose(self) -> int:
-        self._local = INDEX.batch
-        step = loader_step(self._base)
+        hook_index = self.context.index
+        self._local = hook_index.batch
+        step = loader_step(self._base, hook_index)
         if step != self._step_cached:
             self._new_step(step)
-        if self.ledger is not None:
+        if self.by_cost:
             tally = [[d, c, t] for d, c, t in zip(self._drawn, self._costed, self._cost)]
             return deficit_choice(self._live, tally)
         if self.composition == "random":
@@ -246,8 +245,7 @@ class WeightedBlend(Stage):
         return plan_batch(self._rng, self.composition, self.batch_size or 1, self._live)
 
     def _take_costs(self) -> None:
-        assert self.ledger is not None
-        for leaf, cost in self.ledger.take():
+        for leaf, cost in self.context.costs.take():
             index = self._index_of.get(leaf)
             if index is not None:
                 self._costed[index] += 1
@@ -266,11 +264,11 @@ class WeightedBlend(Stage):
         self._base = 0
         self._round_step, self._order, self._local = None, [], None
         self._step_cached = None
-        if self.ledger is not None:
-            self.ledger.take()  # reports of a stream that is gone
+        if self.by_cost:
+            self.context.costs.take()  # reports of a stream that is gone
 
     def _save(self) -> dict[str, Any]:
-        if self.ledger is not None:
+        if self.by_cost:
             self._take_costs()  # costs of the items handed out so far belong to this state
         out: dict[str, Any] = {
             "rng": self._rng.counter,

@@ -1,8 +1,8 @@
 """``Cost``: reports what each encoded sample costs to the blend above it.
 
 Sits right after ``Encode`` when a blend weighs ``tokens``: calls
-``TaskEncoder.sample_cost(sample)`` on each item and reports ``(leaf, cost)`` to the blend's
-:class:`~energon_lite.stages.mix.CostLedger`; the item passes through unchanged. ``fetch``
+``TaskEncoder.sample_cost(sample)`` on each item and reports ``(leaf, cost)`` to the blend
+through the chain's context (``ChainContext.costs``); the item passes through unchanged. ``fetch``
 (a buffer refetching its samples after a restore) reports nothing: those samples' costs are
 in the blend's saved tally already.
 
@@ -17,7 +17,6 @@ from typing import Any
 
 from energon_lite.errors import ConfigError, short_repr
 from energon_lite.stages.base import Stage
-from energon_lite.stages.mix import CostLedger
 from energon_lite.stages.routing import leaf_of
 
 
@@ -30,13 +29,11 @@ class Cost(Stage):
         self,
         source: Stage,
         cost: Callable[[Any], float],
-        ledger: CostLedger,
         names: Sequence[str] = (),
         leaf_base: int = 0,
     ) -> None:
         self.source = source
         self.cost = cost
-        self.ledger = ledger
         self.names = list(names)  # the blend's entries (dataset paths), by leaf - leaf_base
         self.leaf_base = leaf_base
 
@@ -62,7 +59,7 @@ class Cost(Stage):
                 "(weight_unit: tokens); it must return a finite number > 0"
             )
         if leaf is not None:
-            self.ledger.add(leaf, float(cost))
+            self.context.costs.add(leaf, float(cost))
         return item
 
     def _entry(self, leaf: int | None) -> str:

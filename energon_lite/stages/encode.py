@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import types
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,7 +44,7 @@ from energon_lite.state.restore_key import (
     to_plain,
 )
 from energon_lite.task_encoder.base import TaskEncoder
-from energon_lite.task_encoder.hook_index import INDEX, SEEDS_BY_KEY, SEEDS_LATEST
+from energon_lite.task_encoder.hook_index import SEEDS_BY_KEY, SEEDS_LATEST, HookIndex
 
 
 @dataclass
@@ -145,28 +146,31 @@ class Encode(Stage):
             self._subject = None
             if isinstance(sample, types.GeneratorType):
                 self._outputs, self._parent, self._sub = sample, raw["__restore_key__"], 0
-                self._indexed = INDEX.read
+                self._indexed = self.context.index.read
                 continue
             if sample is not SKIPPED:
                 return self._indexed_output(sample, raw["__restore_key__"])
 
     def _set_index(self) -> None:
         """The hook's index: the input being encoded (a generator's outputs share it)."""
-        INDEX.sample = self._calls - 1
+        index = self.context.index
+        index.sample = self._calls - 1
         if self.counts_batches:
-            INDEX.batch = self._calls - 1
+            index.batch = self._calls - 1
         self._hook_context()
-        INDEX.read = False
+        index.read = False
 
     def _hook_context(self) -> None:
-        INDEX.seeds, INDEX.seed_offset = self._seeds, self.seed
+        index = self.context.index
+        index.seeds, index.seed_offset = self._seeds, self.seed
         if self._seeds != SEEDS_BY_KEY:
-            INDEX.global_worker = self.worker
+            index.global_worker = self.worker
 
     def _indexed_output(self, out: Any, key: RestoreKey) -> Any:
         """``out`` with an IndexKey when its hook read an index (not in a seeds-1 run)."""
-        if INDEX.read and self._seeds != SEEDS_BY_KEY:
-            batch, sample = INDEX.seen()
+        index = self.context.index
+        if index.read and self._seeds != SEEDS_BY_KEY:
+            batch, sample = index.seen()
             return _with_restore_key(out, IndexKey(key, self.worker, batch, sample))
         return out
 
@@ -179,7 +183,7 @@ class Encode(Stage):
         assert self._outputs is not None and self._parent is not None
         self.task_encoder._set_sample_context(self.seed, self._parent)
         self._set_index()
-        INDEX.read = self._indexed  # the generator read an index at its start
+        self.context.index.read = self._indexed  # the generator read an index at its start
         where = {"key": self._parent}
         out = guarded(
             self.failures,
@@ -193,18 +197,20 @@ class Encode(Stage):
         if out is SKIPPED or isinstance(out, _Ended):
             self._outputs = self._parent = None
             return SKIPPED
-        self._indexed = INDEX.read
+        self._indexed = self.context.index.read
         key = SubKey(self._parent, self._sub)
         self._sub += 1
         return self._indexed_output(_with_restore_key(out, key), key)
 
     def fetch(self, restore_key: Any) -> Any:
         self._hook_context()  # this chain's seeding form, also for a key without indices
+        index = self.context.index
         if isinstance(restore_key, IndexKey):
-            with INDEX.replay(restore_key.worker, restore_key.batch, restore_key.sample):
+            with index.replay(restore_key.worker, restore_key.batch, restore_key.sample):
                 out = self._fetch(restore_key.parent)
             return _with_restore_key(out, restore_key)
-        return self._fetch(restore_key)
+        with _unrecorded(index):  # a key of a seeds-1 state records no indices
+            return self._fetch(restore_key)
 
     def _fetch(self, restore_key: Any) -> Any:
         if isinstance(restore_key, SubKey):
@@ -252,10 +258,10 @@ class Encode(Stage):
             raise StateError(f"Encode: pending {short_repr(pending)} is not [key, output]")
         parent, sub = from_plain(pending[0]), state_count(pending[1], "Encode pending output")
         self._set_index()
-        unset = INDEX.batch is None  # the batching stage below restores after this one
-        if unset:
-            INDEX.batch = 0  # what the skipped outputs saw is dropped with them
-        try:
+        index = self.context.index
+        # the batching stage above restores after this one; what the skipped outputs saw is
+        # dropped with them
+        with _unrecorded(index):
             outputs = self.encode(self.source.fetch(parent))
             if not isinstance(outputs, types.GeneratorType):
                 raise StateError(
@@ -266,11 +272,23 @@ class Encode(Stage):
                     raise StateError(
                         f"Encode: the hook yields fewer than {sub} outputs for {parent}"
                     )
-        finally:
-            if unset:
-                INDEX.batch = None
-        self._indexed = INDEX.read
+        self._indexed = index.read
         self._outputs, self._parent, self._sub = outputs, parent, sub
+
+
+@contextmanager
+def _unrecorded(index: HookIndex) -> Iterator[None]:
+    """A hook made again where no index was recorded reads 0 for an index its chain has not
+    set yet (before the batching stage has made a batch); put back to unset afterwards."""
+    batch, sample = index.batch, index.sample
+    index.batch, index.sample = batch or 0, sample or 0
+    try:
+        yield
+    finally:
+        if batch is None:
+            index.batch = None
+        if sample is None:
+            index.sample = None
 
 
 class _Ended:

@@ -47,7 +47,6 @@ from energon_lite.stages.buffer import (
     warn_keyless,
 )
 from energon_lite.state.codec import state_count
-from energon_lite.task_encoder.hook_index import INDEX
 
 if TYPE_CHECKING:
     from energon_lite.stages.elastic import ElasticDeal
@@ -98,8 +97,9 @@ class GroupBatch(Stage):
 
     def next(self) -> Any:
         self._start_if_fresh()
+        index = self.context.index
         while True:
-            INDEX.batch = INDEX.sample = self._emitted  # current_batch_index (hook_index.py)
+            index.batch = index.sample = self._emitted  # current_batch_index (hook_index.py)
             target = None if self.sync is None else self._target(self.sync)
             full = self._fill(target)
             if full is None:
@@ -113,7 +113,7 @@ class GroupBatch(Stage):
                 self._buckets[full] = (batch_size, rest)
             else:
                 del self._buckets[full]
-            INDEX.batch = INDEX.sample = self._emitted
+            index.batch = index.sample = self._emitted
             batch = collate_or_skip(self.collate, items, self.failures)
             if batch is SKIPPED:
                 continue

@@ -13,10 +13,11 @@
   samples drawn but not costed yet (in the buffers before the cost is known) estimated at
   the source's mean so far. No chance involved, so the delivered shares track the targets
   within a few samples' cost.
-* ``CostLedger``: the costs the ``Cost`` stage (after ``Encode``) reports, per leaf, for the
-  blend to add to its tally on its next draw. Reports arrive in the order of the stream, so a
-  restored chain sees them at the same draws as the original.
-* ``loader_step(base)``: the training step a worker's blend is drawing for: ``base`` (the
+* The costs the ``Cost`` stage (after ``Encode``) reports, per leaf, reach the blend through
+  its chain's context (``ChainContext.costs``), for it to add to its tally on its next draw.
+  Reports arrive in the order of the stream, so a restored chain sees them at the same draws
+  as the original.
+* ``loader_step(base, index)``: the training step a worker's blend is drawing for: ``base`` (the
   steps delivered before an elastic restore) plus the rank's batch index of the batch being
   filled (the worker's count spread as ``local * workers + worker``, the order in which the
   loader hands batches out, the same on every rank).
@@ -34,7 +35,7 @@ import numpy as np
 
 from energon_lite.errors import ConfigError
 from energon_lite.rng import CounterRng, TorchStreamRng
-from energon_lite.task_encoder.hook_index import INDEX
+from energon_lite.task_encoder.hook_index import HookIndex
 
 
 def draw(rng: CounterRng | TorchStreamRng, weights: Sequence[float]) -> int:
@@ -136,26 +137,11 @@ def plan_batch(
     return order[::-1]
 
 
-class CostLedger:
-    """Costs reported downstream, per leaf, until the blend takes them."""
-
-    __slots__ = ("reports",)
-
-    def __init__(self) -> None:
-        self.reports: list[tuple[int, float]] = []
-
-    def add(self, leaf: int, cost: float) -> None:
-        self.reports.append((leaf, cost))
-
-    def take(self) -> list[tuple[int, float]]:
-        out, self.reports = self.reports, []
-        return out
-
-
-def loader_step(base: int) -> int:
-    """The step of the batch being filled (see the module docstring)."""
-    local = INDEX.batch
-    return base + (0 if local is None else local * INDEX.workers + INDEX.worker)
+def loader_step(base: int, index: HookIndex) -> int:
+    """The step of the batch being filled, from the chain's ``index`` (see the module
+    docstring)."""
+    local = index.batch
+    return base + (0 if local is None else local * index.workers + index.worker)
 
 
 def plain_tally(tally: Any, sources: int, where: str) -> list[list[float]]:

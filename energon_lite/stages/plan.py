@@ -1,7 +1,7 @@
 """``Node``: one stage of a worker chain before it is built.
 
 The pipeline describes a worker's chain as a tree of nodes (a stage class and how to make
-it from its parents). ``build()`` makes the stages; ``shape()`` is the state shape the chain
+it from its parents). ``build()`` makes the stages, and the context they share (``ChainContext``); ``shape()`` is the state shape the chain
 declares, which the trainer checks a saved state against without building anything.
 """
 
@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from energon_lite.stages.base import Stage
+from energon_lite.task_encoder.chain_context import ChainContext
 
 
 @dataclass
@@ -27,10 +28,28 @@ class Node:
     make: Callable[..., Stage]  # make(parent) / make([parents]) / make()
     parents: list[Node] = field(default_factory=list)
     several: bool = False  # the parents are handed over as one list (blends)
+    # what the stage is made with, for the views derived from the plan (Energon's tree of
+    # wrapper datasets: loader/energon_tree.py): {"batch_size": 4, "collate": te.batch} ...
+    settings: dict[str, Any] = field(default_factory=dict)
 
     def build(self) -> Stage:
-        built = [parent.build() for parent in self.parents]
+        """The chain, its stages sharing one new :class:`ChainContext`."""
+        chain = self._make()
+        chain.bind(ChainContext())
+        return chain
+
+    def _make(self) -> Stage:
+        built = [parent._make() for parent in self.parents]
         return self.make(built) if self.several else self.make(*built)
+
+    def nodes(self) -> list[Node]:
+        """Every node of the plan, this one first, then its parents' (depth first)."""
+        out, pending = [], [self]
+        while pending:
+            node = pending.pop()
+            out.append(node)
+            pending.extend(reversed(node.parents))
+        return out
 
     def shape(self) -> dict[str, Any]:
         shape: dict[str, Any] = {"type": self.cls.__name__, "keys": list(self.cls.STATE_KEYS)}

@@ -57,7 +57,7 @@ class Repeat(Stage):
                     break  # an empty pass: nothing to repeat on this worker
                 self._repetition += 1
                 self._index = 0
-                self.source = self.make_source(self._repetition)
+                self.source = self._pass(self._repetition)
                 self.source.restore_state(None)
                 continue
             self._index += 1
@@ -66,8 +66,14 @@ class Repeat(Stage):
 
     def restore_state(self, state: dict[str, Any] | None) -> None:
         if state is None:
-            self.source = self.make_source(0)
+            self.source = self._pass(0)
         super().restore_state(state)
+
+    def _pass(self, repetition: int) -> Stage:
+        """The source of pass ``repetition``, in this chain's context."""
+        source = self.make_source(repetition)
+        source.bind(self.context)
+        return source
 
     def _reset(self) -> None:
         self._repetition = 0
@@ -80,7 +86,7 @@ class Repeat(Stage):
         repetition = state_count(state["repetition"], "Repeat repetition")
         if self.passes is not None and repetition > self.passes:
             raise StateError(f"Repeat: pass {repetition} of {self.passes}; the state is corrupt")
-        self.source = self.make_source(repetition)  # the pass the state's source belongs to
+        self.source = self._pass(repetition)  # the pass the state's source belongs to
 
     def _restore(self, state: dict[str, Any]) -> None:
         self._repetition = state_count(state["repetition"], "Repeat repetition")

@@ -113,6 +113,22 @@ def is_dir(path: StoragePath) -> bool:
     return bool(retry.call(lambda: t.fs.isdir(t.path), "list", str(path), t.secrets))
 
 
+def absence(path: StoragePath) -> str | None:
+    """Why the folder ``path`` is not there, or None when it is: for a remote path, whether
+    its bucket (container) is missing or only the prefix (no object under it)."""
+    if isinstance(path, Path):
+        return None if path.exists() else "the path does not exist"
+    if path.scheme not in ("s3", "az", "gs"):
+        return None  # HTTP has no listing; an MSC profile names its own base
+    t = target(path)
+    bucket = t.path.strip("/").split("/")[0]
+    if not retry.call(lambda: t.fs.exists(bucket), "list", str(path), t.secrets):
+        return f"bucket {bucket!r} does not exist (or these credentials cannot see it)"
+    if "/" in t.path.strip("/") and not is_dir(path):
+        return f"bucket {bucket!r} holds no object under the prefix {path.key!r}"
+    return None
+
+
 def _holds_objects(fs: Any, bucket: str) -> bool:
     try:
         return bool(fs.ls(bucket, detail=False, refresh=True))

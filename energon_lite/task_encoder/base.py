@@ -41,8 +41,9 @@ from energon_lite.errors import ConfigError
 from energon_lite.rng import derive_seed, rng_for, torch_generator_for
 from energon_lite.samples.types import Batch  # noqa: F401  (Energon's module path re-export)
 from energon_lite.state.restore_key import without_index
+from energon_lite.task_encoder.chain_context import running_context
 from energon_lite.task_encoder.cooking import Cooker
-from energon_lite.task_encoder.hook_index import INDEX, SEEDS_BY_KEY
+from energon_lite.task_encoder.hook_index import SEEDS_BY_KEY, HookIndex
 
 T_sample = TypeVar("T_sample")
 T_encoded_sample = TypeVar("T_encoded_sample")
@@ -86,10 +87,11 @@ def _with_restored_seeds(f: Callable) -> Callable:
             key = item.get("__restore_key__")
         if key is None:
             key = self._rng_key
-        if INDEX.seeds == SEEDS_BY_KEY or INDEX.sample is None:  # (or called outside a loader)
+        index = _running_index()
+        if index is None or index.seeds == SEEDS_BY_KEY or index.sample is None:  # no loader
             seed = derive_seed(self._rng_seed, "restore_seeds", f.__qualname__, key)
         else:  # Energon's: the worker's seed and the hook's call index
-            seed = INDEX.energon_seed(self.current_sample_index)
+            seed = index.energon_seed(self.current_sample_index)
         saved = _global_rng_state()
         random.seed(seed)
         np.random.seed(seed & 0xFFFF_FFFF)
@@ -103,6 +105,12 @@ def _with_restored_seeds(f: Callable) -> Callable:
             _set_global_rng_state(saved)
 
     return seeded
+
+
+def _running_index() -> HookIndex | None:
+    """The indices of the chain whose hooks run now (None outside every chain)."""
+    context = running_context()
+    return None if context is None else context.index
 
 
 def _global_rng_state() -> tuple[Any, Any, Any]:
@@ -251,23 +259,21 @@ class TaskEncoder(Generic[T_sample, T_encoded_sample, T_raw_batch, T_batch]):
             self._torch_cache = torch_generator_for(self._rng_seed, "sample", self._rng_key)
         return self._torch_cache
 
-    # Energon's indices (energon_lite/task_encoder/hook_index.py) -----------------------------------------
+    # Energon's indices (the running chain's: energon_lite/task_encoder/chain_context.py) -------
 
     @property
     def current_batch_index(self) -> int:
         """The index of the batch being made by this rank (unique and increasing per rank, in
         the order the loader hands batches out); restored exactly with the loader state."""
-        from energon_lite.task_encoder.hook_index import INDEX
-
-        return INDEX.spread(INDEX.batch, "current_batch_index")
+        index = _running_index() or HookIndex()
+        return index.spread(index.batch, "current_batch_index")
 
     @property
     def current_sample_index(self) -> int:
         """How many times the running hook (``encode_sample``, ``batch``, ``encode_batch``)
         was called before on this rank's worker, spread over the workers (unique per rank)."""
-        from energon_lite.task_encoder.hook_index import INDEX
-
-        return INDEX.spread(INDEX.sample, "current_sample_index")
+        index = _running_index() or HookIndex()
+        return index.spread(index.sample, "current_sample_index")
 
     # introspection ----------------------------------------------------------------------
 

@@ -1,8 +1,9 @@
 """The indices Energon's ``TaskEncoder.current_batch_index`` / ``current_sample_index`` read.
 
-One per process (a worker process runs one chain; in-process loading sets the worker fields
-before every batch). The stages that call hooks set the counters right before each call,
-from counters they keep in their state, so the values after a restore continue exactly:
+One per chain, in its :class:`~energon_lite.task_encoder.chain_context.ChainContext` (the
+loader sets the worker fields when it builds the chain). The stages that call hooks set the
+counters right before each call, from counters they keep in their state, so the values after
+a restore continue exactly:
 
 * ``batch``: the worker's count of batches made so far (``Batch`` / ``GroupBatch``; without
   batching, ``Encode``'s count of ``encode_sample`` calls), so ``encode_sample`` sees the
@@ -97,8 +98,3 @@ class HookIndex:
 
 def _sha1_int(text: str, size: int = 20) -> int:
     return int.from_bytes(hashlib.sha1(text.encode()).digest()[:size], byteorder="big")
-
-
-# Process-global: Energon's indices are properties read inside any hook (also a plain function
-# given to a wrapper), so no call carries them; a worker process runs one chain at a time.
-INDEX = HookIndex()

@@ -28,7 +28,8 @@ from energon_lite.pipeline.dataset_pipeline import Pipeline
 from energon_lite.quotas import share
 from energon_lite.stages.base import Stage
 from energon_lite.stages.plan import Node
-from energon_lite.worker import WorkerConfig, WorkerSlot
+from energon_lite.stages.reader import Reader
+from energon_lite.worker import CanonicalLayout, WorkerConfig, WorkerSlot
 
 # make(slot) -> the function that makes the top stage from the built parent(s)
 MakeTop = Callable[[WorkerSlot], Callable[..., Stage]]
@@ -63,33 +64,10 @@ def set_restore_key(item: Any, key: Any) -> Any:
     return item
 
 
-def leaf_count(pipeline: Any) -> int:
-    """How many leaf ids a pipeline's chain uses (0 for a pipeline without leaves)."""
-    return len(getattr(pipeline, "leaves", None) or ())
-
-
-def per_worker(pipeline: Any, wc: WorkerConfig, epoch: int = 0) -> list[int]:
-    """Items each worker of this rank yields per epoch: exact for a wrapper's pipeline and an
-    unbatched dataset, else the rank's count spread round robin."""
-    if isinstance(pipeline, WrapperPipeline):
-        return pipeline.items_per_worker(wc, epoch)
-    opts = getattr(pipeline, "options", None)
-    samples = getattr(pipeline, "samples_per_epoch", None)
-    if (
-        samples is not None
-        and opts is not None
-        and opts.batch_size is None
-        and opts.limit is None
-        and getattr(pipeline, "blend_mode", None) != "epochized"
-    ):
-        return list(samples(wc, epoch))
-    return split_count(pipeline.batches_per_epoch(wc, epoch), wc)
-
-
-def nesting(datasets: Sequence[Any]) -> int:
+def nesting(datasets: Sequence[SavableDataset]) -> int:
     """How deep a wrapper sits over its datasets: a key for its random streams, so that a
     shuffle or blend wrapped around another draws a stream of its own."""
-    return 1 + max((getattr(ds, "wrapper_depth", 0) for ds in datasets), default=0)
+    return 1 + max((ds.wrapper_depth for ds in datasets), default=0)
 
 
 def split_count(total: int, wc: WorkerConfig) -> list[int]:
@@ -104,29 +82,13 @@ def failures(tolerance: int, wc: WorkerConfig) -> Callable[[], FailureTracker]:
     return failure_trackers(tolerance, wc.global_error_handler)
 
 
-class _Opaque(Node):
-    """A wrapped pipeline that plans no nodes (e.g. robot episodes): built and shaped whole."""
-
-    def __init__(self, pipeline: Pipeline, slot: WorkerSlot) -> None:
-        super().__init__(Stage, lambda: pipeline.build(slot))
-        self.pipeline, self.slot = pipeline, slot
-
-    def shape(self) -> dict[str, Any]:
-        return self.pipeline.state_shape(self.slot)
-
-
-def child_node(pipeline: Any, slot: WorkerSlot) -> Node:
-    plan = getattr(pipeline, "plan", None)
-    return plan(slot) if plan is not None else _Opaque(pipeline, slot)
-
-
 class WrapperPipeline:
     """The wrapped datasets' chains for one worker slot, with one stage on top."""
 
     def __init__(
         self,
         wrapper: str,
-        children: Sequence[Any],
+        children: Sequence[Pipeline],
         top: type[Stage],
         make: MakeTop,
         settings: dict[str, Any],
@@ -140,18 +102,19 @@ class WrapperPipeline:
         self.settings = settings
         self.count = count
         self.several = several
-        self.leaves = [leaf for child in self.children for leaf in getattr(child, "leaves", ())]
+        self.leaves = [leaf for child in self.children for leaf in child.leaves]
         # get_loader(cache_pool=...) hands the pool to the (first) task encoder
         self.task_encoder = next(
-            (c.task_encoder for c in self.children if hasattr(c, "task_encoder")), None
+            (c.task_encoder for c in self.children if c.task_encoder is not None), None
         )
+        self.training = all(child.training for child in self.children)
 
     def child_nodes(self, slot: WorkerSlot) -> list[Node]:
         """The wrapped datasets' plans, each with its own range of leaf ids."""
         nodes, base = [], slot.leaf_base
         for child in self.children:
-            nodes.append(child_node(child, dataclasses.replace(slot, leaf_base=base)))
-            base += leaf_count(child)
+            nodes.append(child.plan(dataclasses.replace(slot, leaf_base=base)))
+            base += len(child.leaves)
         return nodes
 
     def plan(self, slot: WorkerSlot) -> Node:
@@ -163,6 +126,12 @@ class WrapperPipeline:
     def state_shape(self, slot: WorkerSlot) -> dict[str, Any]:
         return self.plan(slot).shape()
 
+    def canonical(self, slot: WorkerSlot) -> CanonicalLayout | None:
+        return None  # a composition by hand runs its own layout
+
+    def readers(self, slot: WorkerSlot) -> list[Reader] | None:
+        return None  # the wrapped datasets' readers are checked by their own pipelines
+
     def fingerprint(self) -> dict[str, Any]:
         return {
             "wrapper": self.wrapper,
@@ -171,7 +140,7 @@ class WrapperPipeline:
         }
 
     def items_per_worker(self, wc: WorkerConfig, epoch: int = 0) -> list[int]:
-        return self.count([per_worker(child, wc, epoch) for child in self.children], wc)
+        return self.count([child.items_per_worker(wc, epoch) for child in self.children], wc)
 
     def batches_per_epoch(self, wc: WorkerConfig, epoch: int = 0) -> int:
         return sum(self.items_per_worker(wc, epoch))
@@ -189,6 +158,8 @@ def summed(counts: list[list[int]], wc: WorkerConfig) -> list[int]:
 
 class WrapperDataset(SavableDataset):
     """Base of Energon's wrapper classes: the wrapped datasets and a WrapperPipeline."""
+
+    pipeline: WrapperPipeline
 
     def __init__(
         self,
@@ -231,7 +202,7 @@ class WrapperDataset(SavableDataset):
 
     def energon_view(self) -> TreeNode:
         """This wrapper over its datasets' views, with its settings (``loader.config()``)."""
-        return view_over(self, getattr(self.pipeline, "settings", {}))
+        return view_over(self, self.pipeline.settings)
 
 
 def view_over(dataset: Any, settings: dict[str, Any]) -> TreeNode:

@@ -23,8 +23,6 @@ from energon_lite.wrappers.base import (
     WrapperDataset,
     WrapperPipeline,
     check_wrapped,
-    child_node,
-    per_worker,
     split_count,
     view_over,
 )
@@ -86,12 +84,12 @@ class _RepeatPipeline(WrapperPipeline):
         passes = 1 if self.repeats is None else math.ceil(self.repeats)
 
         def node(k: int) -> Node:
-            return child_node(child, dataclasses.replace(slot, epoch=slot.epoch * passes + k))
+            return child.plan(dataclasses.replace(slot, epoch=slot.epoch * passes + k))
 
         last = None
         if self.repeats is not None and self.repeats != math.floor(self.repeats):
             fraction = self.repeats - math.floor(self.repeats)
-            items = per_worker(child, self.worker_config)[slot.worker_id]
+            items = child.items_per_worker(self.worker_config)[slot.worker_id]
             last = math.floor(items * fraction)
         active = self.restart or slot.epoch == 0
         return Node(
@@ -126,7 +124,7 @@ class RepeatDataset(WrapperDataset):
         check_wrapped("RepeatDataset", dataset, worker_config)
         self.repeats, self.restart = repeats, restart
         self.datasets = (dataset,)
-        self.wrapper_depth = getattr(dataset, "wrapper_depth", 0) + 1
+        self.wrapper_depth = dataset.wrapper_depth + 1
         SavableDataset.__init__(self, _RepeatPipeline(self, worker_config), worker_config)
 
 
@@ -139,7 +137,7 @@ class EpochizeDataset(SavableDataset):
         check_wrapped("EpochizeDataset", dataset, worker_config)
         self.datasets = (dataset,)
         self.length = length
-        self.wrapper_depth = getattr(dataset, "wrapper_depth", 0)
+        self.wrapper_depth = dataset.wrapper_depth
         super().__init__(dataset.pipeline, worker_config, virtual_epoch_length=length)
 
     @property

@@ -51,7 +51,7 @@ class _Transparent(SavableDataset):
     def __init__(self, dataset: SavableDataset, worker_config: WorkerConfig) -> None:
         check_wrapped(type(self).__name__, dataset, worker_config)
         self.datasets = (dataset,)
-        self.wrapper_depth = getattr(dataset, "wrapper_depth", 0)
+        self.wrapper_depth = dataset.wrapper_depth
         super().__init__(dataset.pipeline, worker_config)
 
     @property

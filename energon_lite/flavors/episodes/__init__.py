@@ -13,23 +13,52 @@ Modules, in the order data flows:
 * ``frame_cache`` - ``FrameCache``: decoded frames kept up to a byte budget (LRU).
 """
 
-from energon_lite.flavors.episodes.collate import collate_transitions
-from energon_lite.flavors.episodes.dataloader import EpisodeDataset, create_qc_dataloader_v3
-from energon_lite.flavors.episodes.frame_cache import FrameCache
-from energon_lite.flavors.episodes.index import (
-    DEFAULT_SUCCESS,
-    EpisodeIndex,
-    load_episode_index,
-    open_episode_index,
-    prepare_episodes,
-    scan_episodes,
-)
-from energon_lite.flavors.episodes.pipeline import EpisodePipeline
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from energon_lite.flavors.episodes.pool import EpisodePool, choose_pool
-from energon_lite.flavors.episodes.qc_dataset import QCSimpleDatasetV3
-from energon_lite.flavors.episodes.stats import compute_norm_stats
 from energon_lite.flavors.episodes.sweep import EpisodeSweep
-from energon_lite.flavors.episodes.transitions import TransitionBuilder, chunk_fields
+from energon_lite.flavors.lazy_exports import lazy_exports
+
+if TYPE_CHECKING:  # the names below, for type checkers; at run time see __getattr__
+    from energon_lite.flavors.episodes.collate import collate_transitions
+    from energon_lite.flavors.episodes.dataloader import EpisodeDataset, create_qc_dataloader_v3
+    from energon_lite.flavors.episodes.frame_cache import FrameCache
+    from energon_lite.flavors.episodes.index import (
+        DEFAULT_SUCCESS,
+        EpisodeIndex,
+        load_episode_index,
+        open_episode_index,
+        prepare_episodes,
+        scan_episodes,
+    )
+    from energon_lite.flavors.episodes.pipeline import EpisodePipeline
+    from energon_lite.flavors.episodes.qc_dataset import QCSimpleDatasetV3
+    from energon_lite.flavors.episodes.stats import compute_norm_stats
+    from energon_lite.flavors.episodes.transitions import TransitionBuilder, chunk_fields
+
+# The stages (pool, sweep: they import no torch) are imported above, the rest on first use:
+# the registry imports this package (for ``kind``) in every command that opens data, and
+# the collate and dataloader modules import torch
+_MODULES = {
+    "collate": ("collate_transitions",),
+    "dataloader": ("EpisodeDataset", "create_qc_dataloader_v3"),
+    "frame_cache": ("FrameCache",),
+    "index": (
+        "DEFAULT_SUCCESS",
+        "EpisodeIndex",
+        "load_episode_index",
+        "open_episode_index",
+        "prepare_episodes",
+        "scan_episodes",
+    ),
+    "pipeline": ("EpisodePipeline",),
+    "qc_dataset": ("QCSimpleDatasetV3",),
+    "stats": ("compute_norm_stats",),
+    "transitions": ("TransitionBuilder", "chunk_fields"),
+}
+__getattr__, __dir__ = lazy_exports(__name__, _MODULES)
 
 __all__ = [
     "DEFAULT_SUCCESS",

@@ -18,8 +18,14 @@ from energon_lite.flavors.episodes.cursor import EpochCursor
 from energon_lite.flavors.episodes.pool import EpisodePool, choose_pool, pool_stats
 from energon_lite.flavors.episodes.sweep import EpisodeSweep
 from energon_lite.flavors.episodes.transitions import TransitionBuilder
+from energon_lite.quotas import share
+from energon_lite.sources.leaf import Leaf
 from energon_lite.stages.base import Stage
-from energon_lite.worker import WorkerSlot
+from energon_lite.stages.batch import Batch
+from energon_lite.stages.plan import Node
+from energon_lite.stages.reader import Reader
+from energon_lite.task_encoder.base import TaskEncoder
+from energon_lite.worker import CanonicalLayout, WorkerSlot
 
 MODES = ("pool", "full")
 
@@ -53,6 +59,9 @@ class EpisodePipeline:
         self.num_epochs = num_epochs
         self.drop_last = drop_last
         self.failure_tolerance = failure_tolerance
+        self.leaves: list[Leaf] = []  # no leaf datasets: the episodes' index is the source
+        self.task_encoder: TaskEncoder | None = None
+        self.training = True
         if mode == "pool":  # fail in the main process, not in every worker
             choose_pool(builder.index, 0, 0, 0, episodes_per_epoch, positive_ratio)
 
@@ -81,27 +90,37 @@ class EpisodePipeline:
             failure_tolerance=self.failure_tolerance,
         )
 
-    def build(self, slot: WorkerSlot) -> Stage:
-        from energon_lite.stages.batch import Batch
+    def plan(self, slot: WorkerSlot) -> Node:
+        """``Batch`` over the worker's sampler (``EpisodeSweep`` or ``EpisodePool``)."""
+        sampler_cls = EpisodeSweep if self.mode == "full" else EpisodePool
+        sampler = Node(sampler_cls, lambda: self._sampler(slot))
+        collate = partial(collate_transitions, normalize_images=self.builder.normalize_images)
+        return Node(Batch, lambda s: Batch(s, self.batch_size, collate, self.drop_last), [sampler])
 
+    def _sampler(self, slot: WorkerSlot) -> Stage:
         sampler = self.sampler(slot)
         assert isinstance(sampler, EpochCursor)
         # with normalize_images the collate converts each uint8 frame as it stacks the batch
         sampler.raw_images = self.builder.normalize_images
-        collate = partial(collate_transitions, normalize_images=self.builder.normalize_images)
-        return Batch(sampler, self.batch_size, collate, self.drop_last)
+        return sampler
+
+    def build(self, slot: WorkerSlot) -> Stage:
+        return self.plan(slot).build()
 
     def state_shape(self, slot: WorkerSlot) -> dict[str, Any]:
         """The shape of a saved chain state (checked in the trainer; nothing is built)."""
-        from energon_lite.stages.batch import Batch
+        return self.plan(slot).shape()
 
-        sampler = EpisodeSweep if self.mode == "full" else EpisodePool
-        return {
-            "type": Batch.__name__,
-            "keys": list(Batch.STATE_KEYS),
-            "optional": list(Batch.OPTIONAL_KEYS),
-            "source": {"type": sampler.__name__, "keys": list(sampler.STATE_KEYS)},
-        }
+    def canonical(self, slot: WorkerSlot) -> CanonicalLayout | None:
+        return None  # episodes have no canonical layout
+
+    def readers(self, slot: WorkerSlot) -> list[Reader] | None:
+        return None  # the samplers read episodes, not a leaf's shards
+
+    def items_per_worker(self, worker_config: Any, epoch: int = 0) -> list[int]:
+        """The rank's batches dealt round robin over its workers."""
+        total, n = self.batches_per_epoch(worker_config, epoch), worker_config.workers_per_rank
+        return [share(total, n, w) for w in range(n)]
 
     def batches_per_epoch(self, worker_config: Any, epoch: int = 0) -> int:
         """Batches one rank yields per epoch (``worker_config``: a loader WorkerConfig)."""

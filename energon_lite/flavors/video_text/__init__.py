@@ -17,15 +17,33 @@ See ``docs/video_text.md``.
 
 from __future__ import annotations
 
-from energon_lite.flavors.video_text.layout import is_video_text, resolve_prepared
-from energon_lite.flavors.video_text.prepare import VideoTextReport, prepare_video_text
-from energon_lite.flavors.video_text.sample import VideoTextSample
-from energon_lite.flavors.video_text.source import VideoTextSource
-from energon_lite.flavors.video_text.task_encoder import VideoTextTaskEncoder
-from energon_lite.flavors.video_text.transforms import (
-    resize_crop,
-    sample_frame_indices,
-    stride_frame_indices,
+from typing import TYPE_CHECKING
+
+from energon_lite.flavors.lazy_exports import lazy_exports
+
+if TYPE_CHECKING:  # the names below, for type checkers; at run time see __getattr__
+    from energon_lite.flavors.video_text.layout import is_video_text, resolve_prepared
+    from energon_lite.flavors.video_text.prepare import VideoTextReport, prepare_video_text
+    from energon_lite.flavors.video_text.sample import VideoTextSample
+    from energon_lite.flavors.video_text.source import VideoTextSource
+    from energon_lite.flavors.video_text.task_encoder import VideoTextTaskEncoder
+    from energon_lite.flavors.video_text.transforms import (
+        resize_crop,
+        sample_frame_indices,
+        stride_frame_indices,
+    )
+
+# imported on first use (see flavors/lazy_exports.py): sample and task_encoder import torch
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "layout": ("is_video_text", "resolve_prepared"),
+        "prepare": ("VideoTextReport", "prepare_video_text"),
+        "sample": ("VideoTextSample",),
+        "source": ("VideoTextSource",),
+        "task_encoder": ("VideoTextTaskEncoder",),
+        "transforms": ("resize_crop", "sample_frame_indices", "stride_frame_indices"),
+    },
 )
 
 __all__ = [

@@ -6,13 +6,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from energon_lite.decode.decoder import require_av
 from energon_lite.flavors.video_text.layout import is_video_text, resolve_prepared
 from energon_lite.sources.base import Source
 from energon_lite.sources.kinds import DatasetKind, register_kind
 
 
 def _open(path: Path, split_part: str, **options: Any) -> Source:
+    # here, not at the top: the registry imports this module in every command (decode and
+    # the source import torch)
+    from energon_lite.decode.decoder import require_av
     from energon_lite.flavors.video_text.source import VideoTextSource
 
     require_av(f"video-text dataset {path}")
