@@ -239,8 +239,8 @@ def chain(root: Path, rounds: int, batches: int) -> None:
     import torch
 
     from energon_lite.loader.savable_dataset import _save
-    from energon_lite.loader.state_delta import unchanged_marked
     from energon_lite.loader.transport import check_sendable
+    from energon_lite.resume.state_delta import unchanged_marked
 
     torch.set_num_threads(1)
     layouts = {"plain": None, "canonical (1, 2)": (1, 2), "canonical (8, 8)": (8, 8)}

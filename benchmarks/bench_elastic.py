@@ -62,7 +62,7 @@ def restore_to_first_batch(
 
 
 def main() -> None:
-    from energon_lite.stages.elastic import redistribute
+    from energon_lite.resume.elastic import redistribute
     from energon_lite.state.codec import encode_state
 
     parser = argparse.ArgumentParser(description=__doc__)

@@ -1,7 +1,7 @@
 """What a worker's state costs to send with every batch: whole, or as what changed.
 
 A worker saves its chain's state after every batch and sends it with the batch; the trainer
-keeps it, so that it can save any step (``loader/state_delta.py``). This benchmark builds
+keeps it, so that it can save any step (``resume/state_delta.py``). This benchmark builds
 real chains (worker 0 of 1 rank x 2 workers, in this process) and, for every batch they
 make, times the two ways of moving the state just saved to the trainer, on the same state:
 
@@ -73,7 +73,7 @@ def chain(path: Path, shuffle_buffer: int) -> Any:
 
 
 def measure(built: Any, batches: int) -> dict[str, float]:
-    from energon_lite.loader.state_delta import unchanged_marked, with_unchanged
+    from energon_lite.resume.state_delta import unchanged_marked, with_unchanged
 
     sent_before: Any = None
     trainer: Any = None

@@ -102,7 +102,7 @@ def worker_slices(num_slices: int, worker: int, workers: int) -> int:
 
 def next_past_end(next_slice: int, num_slices: int, worker: int, workers: int) -> str | None:
     """Why a saved Reader ``next`` is outside the epoch's plan, or None: the one rule the
-    same-layout restore and the elastic restore (``energon_lite.stages.elastic``) share."""
+    same-layout restore and the elastic restore (``energon_lite.resume.elastic``) share."""
     count = worker_slices(num_slices, worker, workers)
     if next_slice > count:
         return (

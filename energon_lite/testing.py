@@ -8,7 +8,7 @@ value types) and travel through msgpack on the way, so a state that is not plain
 one whose layout drifts between steps, fails the check too.
 
 ``assert_elastic_resumes`` checks a stage's elastic restore (what its class declares for
-:func:`energon_lite.stages.elastic.redistribute`): chains of it saved on one number of
+:func:`energon_lite.resume.elastic.redistribute`): chains of it saved on one number of
 workers continue on another, every sample of the epoch delivered exactly once.
 """
 
@@ -23,12 +23,13 @@ from typing import Any
 
 import numpy as np
 
+from energon_lite.resume.elastic import redistribute
+from energon_lite.resume.rank_state import RankState
 from energon_lite.samples.types import basic_sample_keys
 from energon_lite.sources.base import Source
 from energon_lite.stages.base import Stage
-from energon_lite.stages.elastic import redistribute
 from energon_lite.stages.reader import Reader
-from energon_lite.state.codec import STATE_VERSION, decode_state, encode_state, state_digest
+from energon_lite.state.codec import decode_state, encode_state
 
 
 def item_keys(item: Any) -> Any:
@@ -247,10 +248,8 @@ def one_rank_state(workers: list[Any]) -> dict[str, Any]:
     """The loader state of a single rank whose workers' chains saved ``workers`` (one state
     per worker, in the first pass of a one-leaf training loader without repeat), digest
     included: what ``redistribute`` and ``energon-lite checkpoint`` read."""
-    state: dict[str, Any] = {
-        "type": "SavableLoader",
-        "version": STATE_VERSION,
-        "config": {
+    return RankState(
+        config={
             "rank": 0,
             "world_size": 1,
             "num_workers": len(workers),
@@ -259,13 +258,11 @@ def one_rank_state(workers: list[Any]) -> dict[str, Any]:
             "repeat": False,
             "limit": None,
         },
-        "epoch": 0,
-        "next_worker": 0,
-        "workers": workers,
-        "in_pass": 0,
-    }
-    state["digest"] = state_digest(state)
-    return state
+        epoch=0,
+        next_worker=0,
+        workers=workers,
+        in_pass=0,
+    ).plain()
 
 
 def _flat_keys(items: Iterable[Any]) -> list[Any]:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from energon_lite.storage import cache_config
+from energon_lite.storage import reset_session
 from energon_lite.synth.servers import TEST_CREDENTIALS, FaultProxy, S3Server
 
 
@@ -40,4 +40,4 @@ def point_aws_at(endpoint: str, monkeypatch: pytest.MonkeyPatch, cache: Path) ->
 def env(proxy: FaultProxy, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
     point_aws_at(proxy.endpoint, monkeypatch, tmp_path / "cache")
     yield
-    cache_config.use(None)
+    reset_session()  # nothing read or chosen carries into the next test

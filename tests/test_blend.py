@@ -9,11 +9,11 @@ import pytest
 
 import energon_lite as el
 from energon_lite import StateError, prepare_dataset
+from energon_lite.resume.levels import walk_states
 from energon_lite.shards.dataset import PreparedDataset
 from energon_lite.stages.blend_epochized import EpochizedBlend
 from energon_lite.stages.blend_weighted import WeightedBlend
 from energon_lite.stages.concat import Concat
-from energon_lite.stages.elastic import walk_states
 from energon_lite.stages.reader import Reader
 from energon_lite.state.restore_key import SampleKey
 from energon_lite.synth.shards import write_captioning_shards

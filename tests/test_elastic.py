@@ -29,7 +29,7 @@ from energon_lite import (
 )
 from energon_lite.cli.main import main
 from energon_lite.cli.state_file import read_state_file
-from energon_lite.stages.elastic import redistribute
+from energon_lite.resume.elastic import redistribute
 from energon_lite.state.codec import encode_state
 from energon_lite.testing import take
 
@@ -109,7 +109,7 @@ def loader(data: dict[str, Path], chain: str, rank: int, world: int, workers: in
 
 def as_saved_before_dealing(states: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """States of a ``dealing="slices"`` loader as the version before the field wrote them."""
-    from energon_lite.stages.elastic import walk_states
+    from energon_lite.resume.levels import walk_states
     from energon_lite.state.codec import state_digest
 
     for state in states:
@@ -206,7 +206,7 @@ def test_states_of_the_old_dealing_move_to_another_layout(data, chain, old, new,
 
 
 def _readers_of(states: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    from energon_lite.stages.elastic import walk_states
+    from energon_lite.resume.levels import walk_states
 
     return [
         level

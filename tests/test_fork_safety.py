@@ -207,9 +207,9 @@ def test_loader_workers_survive_the_trainers_own_video_frames(
 def test_a_lock_the_parent_held_at_the_fork_does_not_block_the_childs_retry_counts() -> None:
     """The remote retry counters' lock: a parent thread (a shard prefetch) may hold it at the
     moment a worker forks."""
-    from energon_lite.storage import retry
+    from energon_lite.storage import retry, session
 
-    with retry._lock:  # held across the fork, as by a thread of the trainer
+    with session().stats._lock:  # held across the fork, as by a thread of the trainer
         pid = os.fork()
         if pid == 0:
             try:

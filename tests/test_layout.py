@@ -35,6 +35,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("task_encoder",),  # the user's hooks
     ("stages",),  # the Stage contract and every stage
     ("pipeline",),  # wiring a chain
+    ("resume",),  # the rank state: saved, checked, restored, moved between layouts
     ("loader",),  # datasets, loaders, workers, stats
     ("wrappers", "compat"),  # Energon's wrapper classes and Energon-only names
     ("flavors", "dataset_config"),  # dataset kinds beyond tar shards; Energon's dataset_config

@@ -24,7 +24,7 @@ from conftest import make_dataset
 
 from energon_lite import WorkerConfig, get_savable_loader, get_train_dataset, get_val_dataset
 from energon_lite.errors import ConfigError, DatasetFormatError
-from energon_lite.storage import cache_config
+from energon_lite.storage import cache_config, reset_session
 from energon_lite.storage.cache_config import ShardCacheConfig, parse_size
 from energon_lite.synth.servers import TEST_CREDENTIALS, FaultProxy, S3Server
 from energon_lite.testing import assert_loader_resumes
@@ -60,7 +60,7 @@ def env(proxy: FaultProxy, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> P
     monkeypatch.setenv("ENERGON_LITE_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("ENERGON_LITE_CACHE_LIMIT", "1GB")
     yield tmp_path / "cache" / "shards"
-    cache_config.use(None)
+    reset_session()  # nothing read or chosen carries into the next test
 
 
 def _upload(s3: S3Server, local: Path, prefix: str) -> str:
@@ -171,10 +171,12 @@ def test_changed_object_is_not_served_from_the_cache(s3, proxy, local_ds, env, t
     new_caption = _same_size_new_caption(shard, changed)
     s3.client().upload_file(str(changed), BUCKET, key)  # same key and size, new ETag
     start = len(proxy.log)
-    after = _captions(url)
-    assert new_caption in after and new_caption not in before
-    assert len(after) == len(before)
-    assert sum(_shard_gets(proxy, start).values()) == 1  # only the changed object
+    # the old entry is never served: the changed object is fetched, and since its bytes are
+    # not those prepare indexed (a caption edited in place), its whole-shard CRC-32 refuses it
+    with pytest.raises(DatasetFormatError, match=rf"{shard.name}: shard changed since prepare"):
+        _captions(url)
+    assert new_caption not in before
+    assert set(_shard_gets(proxy, start)) == {f"/{BUCKET}/{key}"}  # only the changed object
 
 
 def test_the_folder_stays_within_its_limit(s3, proxy, local_ds, env, monkeypatch):

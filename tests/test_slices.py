@@ -12,8 +12,8 @@ import pytest
 from conftest import make_dataset
 
 from energon_lite import WorkerConfig, get_loader, get_savable_loader, get_train_dataset
+from energon_lite.resume.levels import walk_states
 from energon_lite.shards.dataset import PreparedDataset
-from energon_lite.stages.elastic import walk_states
 from energon_lite.stages.slices import RangeSlices
 from energon_lite.state.codec import state_digest
 from energon_lite.testing import take

@@ -154,7 +154,7 @@ def test_offline_a_stage_that_is_not_imported_is_named(
     code = (
         "import sys\n"
         "from energon_lite.cli.checkpoint_info import describe_work\n"
-        "from energon_lite.stages.elastic import redistribute\n"
+        "from energon_lite.resume.elastic import redistribute\n"
         "from energon_lite.state.codec import decode_state\n"
         "state = decode_state(open(sys.argv[1], 'rb').read())\n"
         "print(describe_work(state['workers'][0]))\n"

@@ -10,7 +10,7 @@ import pytest
 from conftest import make_dataset
 
 from energon_lite import WorkerConfig, get_savable_loader, get_train_dataset
-from energon_lite.loader.state_delta import (
+from energon_lite.resume.state_delta import (
     PATCHED,
     UNCHANGED,
     is_patch,

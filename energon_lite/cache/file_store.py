@@ -19,13 +19,15 @@ All are picklable (files are opened lazily, per process).
 from __future__ import annotations
 
 import os
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 from energon_lite.epathlib import EPath
 from energon_lite.errors import DatasetFormatError
 from energon_lite.samples.types import SourceInfo
-from energon_lite.storage import RemotePath, StoragePath, as_path, is_url, local_only
+from energon_lite.shards.metadata import dataset_metadata
+from energon_lite.storage import RemotePath, StoragePath, as_path, is_remote, is_url, local_only
+from energon_lite.storage.path import inside
 
 
 def add_source_info(sample: Any, *infos: SourceInfo) -> None:
@@ -77,18 +79,7 @@ class SystemFileStore(FileStore):
         )
 
     def __getitem__(self, name: str) -> tuple[bytes, SourceInfo]:
-        path: StoragePath
-        if isinstance(self.base_dir, RemotePath):
-            parts = PurePosixPath(name).parts
-            if not name or name.startswith("/") or ".." in parts or "://" in name:
-                raise DatasetFormatError(f"{self.base_dir}: file name {name!r} leaves the folder")
-            path = self.base_dir / name
-        elif self.base_dir is None:
-            path = Path(name)
-        else:
-            path = (self.base_dir / name).resolve()
-            if not path.is_relative_to(self.base_dir):
-                raise DatasetFormatError(f"{self.base_dir}: file name {name!r} leaves the folder")
+        path = Path(name) if self.base_dir is None else inside(self.base_dir, name)
         try:
             data = path.read_bytes()
         except FileNotFoundError:
@@ -122,11 +113,10 @@ class WebdatasetFileStore(FileStore):
     def _lookup(self, key: str) -> tuple[int, int, dict[str, bytes]]:
         from energon_lite.cache.key_index import candidates, load_key_index
         from energon_lite.shards.dataset import PreparedDataset
-        from energon_lite.shards.meta import load_split
 
         if self._table is None:
             self._table = load_key_index(self.root)
-            split = next(iter(load_split(self.root).split_parts))
+            split = next(iter(dataset_metadata(self.root).split().split_parts))
             self._dataset = PreparedDataset(self.root, split)
         for shard_id, index in candidates(self._table, key):
             found, parts = self._dataset.read(shard_id, index)
@@ -246,7 +236,7 @@ def primary_file_store(path: StoragePath, source: Any = None) -> FileStore:
     too), or a tar folder's (local, or on remote storage)."""
     if source is not None and hasattr(source, "as_file_store"):
         return source.as_file_store()
-    if source is None and isinstance(path, RemotePath):
+    if source is None and is_remote(path):  # its kind by name: a remote folder is not probed
         from energon_lite.sources.kinds import TAR_FOLDER, kind_of
 
         kind = kind_of(path)

@@ -27,7 +27,7 @@ from energon_lite.errors import DatasetFormatError
 from energon_lite.shards.meta import META_DIR, load_info
 from energon_lite.shards.tar import first_member_name, split_name
 from energon_lite.shards.tar_index import open_index
-from energon_lite.storage import RemotePath, ShardFile, StoragePath, ops
+from energon_lite.storage import RemotePath, ShardFile, StoragePath, is_remote, ops
 
 FILE_NAME = "key_index.npy"
 DTYPE = np.dtype([("hash", "<u8"), ("shard", "<u4"), ("index", "<u8")])
@@ -47,7 +47,7 @@ def build_key_index(root: StoragePath) -> np.ndarray:
     for shard_id, (name, count) in enumerate(zip(info.shard_names, info.shard_counts)):
         path = root / name
         offsets = open_index(path, count)
-        shard = ShardFile(path, ops.version(path) if isinstance(path, RemotePath) else "")
+        shard = ShardFile(path, ops.version(path))
         try:
             for index in range(count):
                 split = split_name(first_member_name(shard, int(offsets[index]), str(path)))
@@ -65,7 +65,7 @@ def build_key_index(root: StoragePath) -> np.ndarray:
 
 def load_key_index(root: StoragePath) -> np.ndarray:
     """The key index of a prepared dataset, built and saved on first use."""
-    if isinstance(root, RemotePath):
+    if is_remote(root):  # nothing is written beside a remote dataset
         return _remote_key_index(root)
     path = root / META_DIR / FILE_NAME
     if path.is_file():

@@ -21,7 +21,7 @@ from energon_lite.errors import DatasetFormatError
 from energon_lite.media.extractor import MediaFilterConfig, MediaFilterStrategy
 from energon_lite.media_records.table import DB_NAME, lookup_media
 from energon_lite.media_records.table import write_media_table as _write
-from energon_lite.storage import RemotePath, StoragePath, as_path, local_only, ops
+from energon_lite.storage import RemotePath, StoragePath, as_path, is_remote, local_only, ops
 
 __all__ = ["DB_NAME", "lookup", "prepare_media"]
 
@@ -78,7 +78,7 @@ def prepare_media(
             raise DatasetFormatError(f"{root}: {key}: cannot read media metadata: {exc}") from exc
         if found is not None:
             entries.append((key, found))
-    if isinstance(root, RemotePath):  # the table is written locally, then put as one object
+    if is_remote(root):  # the table is written locally, then put as one object
         with tempfile.TemporaryDirectory() as scratch:
             local, remote = Path(scratch), root / ".nv-meta" / DB_NAME
             (local / ".nv-meta").mkdir()

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from energon_lite.errors import StateError, short_repr
+from energon_lite.resume.levels import walk_states
 from energon_lite.stages.base import stage_class
-from energon_lite.stages.elastic import walk_states
 from energon_lite.state.restore_key import from_plain, sample_keys
 
 

@@ -58,6 +58,8 @@ def dataset_info(root: str | os.PathLike[str] | RemotePath) -> str:
             raise _not_openable(kind, "info")
         return "\n".join(kind.describe(_local(given)))
     root = resolve_path(given)
+    if kind.splits is not None:
+        return "\n".join(_splits_info(given, kind, root))
     info = load_info(root)
     split = load_split(root)
     config = load_dataset_config(root)
@@ -116,6 +118,28 @@ def preview(
             raise _not_openable(kind, "preview")
         return kind.preview(_local(as_path(root)), split_part, num)
     return preview_source(_open(resolve_path(root), split_part), num)
+
+
+def _splits_info(given: StoragePath, kind: DatasetKind, root: StoragePath) -> list[str]:
+    """``info`` of a kind whose splits are its own layout's: each split opened."""
+    assert kind.splits is not None
+    lines = [f"dataset {given} ({kind.name})"]
+    config: dict[str, Any] = {}
+    parts: set[str] = set()
+    for name in kind.splits(root):
+        source = _open(root, name)
+        config = source.config
+        lines.append(f"  split {name}: {len(source)} samples in {len(source.shard_names)} files")
+        if len(source) and not parts:
+            parts.update(source.read(int(source.run_shard[0]), int(source.run_start[0]))[1])
+    sample_type = config.get("sample_type", {}).get("__class__") or config.get("__class__")
+    lines.append(f"  sample type: {sample_type}")
+    if "field_map" in config:
+        lines.append(
+            "  field map: " + ", ".join(f"{k} <- {v}" for k, v in config["field_map"].items())
+        )
+    lines.append(f"  columns (first sample): {', '.join(sorted(parts))}")
+    return lines
 
 
 def _decoding(source: Source) -> tuple[Any, Any]:
@@ -185,6 +209,10 @@ def lint(
         return kind.lint(_local(given), progress)
     root = resolve_path(given)
     problems = kind.lint(_local(given), progress) if kind.lint is not None else []
+    if kind.splits is not None:
+        for split_part in split_parts or kind.splits(root):
+            problems.extend(lint_source(_open(root, split_part), split_part, progress))
+        return problems
     if kind is not TAR_FOLDER and not (root / META_DIR / "split.yaml").is_file():
         # a kind without splits (a line file): every split name sees the whole source
         try:

@@ -14,7 +14,7 @@ from energon_lite.cli.errors import Parser, run_reporting_errors
 from energon_lite.cli.words import count
 
 if TYPE_CHECKING:
-    from energon_lite.stages.elastic import LeafPlan
+    from energon_lite.resume.ownership import LeafPlan
 
 DESCRIPTION = (
     "energon-lite: prepare WebDataset folders and other datasets for energon_lite (and "
@@ -249,7 +249,7 @@ def _leaf_plans(args: argparse.Namespace, config: dict[str, Any]) -> list[LeafPl
     from energon_lite import WorkerConfig, get_train_dataset
     from energon_lite.errors import ConfigError, short_repr
     from energon_lite.pipeline.dataset_pipeline import DatasetPipeline
-    from energon_lite.stages.elastic import LeafPlan
+    from energon_lite.resume.ownership import LeafPlan
 
     dataset = get_train_dataset(
         args.dataset,
@@ -276,7 +276,7 @@ def _leaf_plans(args: argparse.Namespace, config: dict[str, Any]) -> list[LeafPl
 def cmd_checkpoint_redist(args: argparse.Namespace) -> int:
     from energon_lite.cli.checkpoint_files import read_checkpoint, write_checkpoint
     from energon_lite.errors import ConfigError, short_repr
-    from energon_lite.stages.elastic import redistribute
+    from energon_lite.resume.elastic import redistribute
 
     paths, output = [Path(p) for p in args.paths], args.output
     energon_form: int | None = args.new_world_size

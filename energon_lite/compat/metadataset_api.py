@@ -158,9 +158,9 @@ class DatasetLoader(DatasetLoaderInterface):
         self.split_config = split_config or "split.yaml"
 
     def split_names(self) -> list[str]:
-        from energon_lite.shards.meta import load_split
+        from energon_lite.shards.metadata import dataset_metadata
 
-        return list(load_split(self.path, self.split_config).split_parts)
+        return list(dataset_metadata(self.path).split(self.split_config).split_parts)
 
     def _leaves(self, split_part: str) -> tuple[list[Leaf], str]:
         leaf = Leaf(

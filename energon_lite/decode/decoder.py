@@ -160,9 +160,17 @@ class SampleDecoder:
             return decode_av_part(data, self.av_decode, self.video_decode_audio)
         return data
 
-    def decode(self, raw: dict[str, Any] | str, parts: frozenset[str] | bytes | None = None) -> Any:
+    def decode(
+        self,
+        raw: dict[str, Any] | str,
+        parts: frozenset[str] | bytes | None = None,
+        types: Mapping[str, str] | None = None,
+    ) -> Any:
         """Decode the parts of a raw sample (only ``parts`` if given); keys stay as they are.
 
+        ``types``: what a part holds when its name is no extension (a table's columns):
+        ``{name: ext}`` decodes that part as ``ext``, ``"auto"`` by its first bytes, and ``""``
+        keeps the value as it is (a column its reader already decoded).
         Energon's form ``decode(file_name, data)`` decodes one file's bytes.
         """
         if isinstance(raw, str):
@@ -172,11 +180,15 @@ class SampleDecoder:
         wanted = parts if isinstance(parts, frozenset) else None
         out: dict[str, Any] = {}
         for name, value in raw.items():
-            if name.startswith("__") or (wanted is not None and name not in wanted):
+            kind = None if types is None else types.get(name)
+            if name.startswith("__") or (wanted is not None and name not in wanted) or kind == "":
                 out[name] = value
             else:
+                if kind is not None:
+                    guessed = guess_extension(value) if kind == "auto" else kind
+                    name_as = f"{name}.{guessed}" if guessed else name
                 try:
-                    out[name] = self.decode_part(name, value)
+                    out[name] = self.decode_part(name if kind is None else name_as, value)
                 except ConfigError as exc:
                     raise ConfigError(f"sample {raw.get('__key__')!r}: {exc}") from None
                 except MediaDecodeError as exc:  # the file and the sample, for the log

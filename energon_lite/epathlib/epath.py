@@ -32,9 +32,9 @@ from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
 from energon_lite.errors import ConfigError
-from energon_lite.storage import ops
+from energon_lite.storage import is_remote, ops
 from energon_lite.storage.dss import CACHE_ENV, PREFIX, dss_target, is_dss, split_dss
-from energon_lite.storage.path import RemotePath, StoragePath, as_path, redact_url
+from energon_lite.storage.path import RemotePath, StoragePath, as_path, redact_url, relative
 
 # MSC's reserved profile name for the local file system (Energon's DEFAULT_PROFILE_NAME)
 DEFAULT_PROFILE_NAME = "__filesystem__"
@@ -55,8 +55,8 @@ class EPath:
             self._dss = f"{name}@{version}" + (f"/{inner}" if inner else "")
             cache = None if NVDATASET_CACHE_DIR is None else str(NVDATASET_CACHE_DIR)
             self._path = as_path(dss_target(str(initial_path), cache))
-        elif isinstance(initial_path, RemotePath):
-            self._path = initial_path
+        elif is_remote(initial_path):
+            self._path = as_path(initial_path)
         elif isinstance(initial_path, str) and "://" in initial_path:
             self._path = _from_url(initial_path)
         else:
@@ -110,9 +110,7 @@ class EPath:
             return str(PurePosixPath("/" + self._dss).relative_to("/" + other._dss))
         if self.is_local() != other.is_local():
             raise ValueError(f"{self} and {other} are not on the same file system")
-        if isinstance(self._path, RemotePath) and isinstance(other._path, RemotePath):
-            return self._path.relative_to(other._path)
-        return str(PurePosixPath(str(self._path)).relative_to(str(other._path)))
+        return relative(self._path, other._path)
 
     def __truediv__(self, other: str | EPath) -> EPath:
         if isinstance(other, EPath):
@@ -126,7 +124,7 @@ class EPath:
                 root = root.parent
             dss = f"{name}@{version}" + (f"/{inner}" if inner else "")
             return EPath._of(root / inner if inner else root, dss)
-        if isinstance(self._path, RemotePath):
+        if not self.is_local():
             return EPath._of(self._path / other)
         return EPath._of(_absolute(posixpath.join(str(self._path), other)))
 
@@ -137,7 +135,7 @@ class EPath:
         return f"EPath({str(self)!r})"
 
     def __fspath__(self) -> str:
-        if isinstance(self._path, RemotePath):
+        if not self.is_local():
             raise TypeError(f"{self} is a remote object, not a local file system path")
         return str(self._path)
 
@@ -155,12 +153,12 @@ class EPath:
     # file system -----------------------------------------------------------------------
 
     def is_local(self) -> bool:
-        return isinstance(self._path, Path)
+        return not is_remote(self._path)
 
     def local_path(self) -> Path:
-        if isinstance(self._path, RemotePath):
+        if not self.is_local():
             raise ValueError(f"Path {self} is not local")
-        return self._path
+        return self._path  # type: ignore[return-value]
 
     def is_file(self) -> bool:
         return ops.is_file(self._path)
@@ -169,7 +167,7 @@ class EPath:
         return ops.is_dir(self._path)
 
     def size(self) -> int:
-        if isinstance(self._path, RemotePath) and not self.is_file():
+        if not self.is_local() and not self.is_file():
             raise FileNotFoundError(str(self))
         return ops.size(self._path)
 

@@ -24,7 +24,7 @@ from energon_lite.samples.type_check import check_sample_type
 from energon_lite.sources.kinds import resolve_path
 from energon_lite.sources.leaf import Leaf
 from energon_lite.stages.bucket_sync import BucketSync
-from energon_lite.storage import RemotePath, as_path
+from energon_lite.storage import RemotePath, as_path, is_remote
 from energon_lite.storage.cache_config import ShardCacheConfig, announce_shard_cache
 from energon_lite.task_encoder.base import DefaultTaskEncoder, TaskEncoder
 from energon_lite.worker import WorkerConfig
@@ -263,7 +263,7 @@ def _dataset(
     check_sample_type(  # Energon's sample_type: checked, not converted
         sample_type, [(str(lf.path), sp.factory) for lf, sp in zip(leaves, pipeline.specs)]
     )
-    if any(isinstance(leaf.path, RemotePath) for leaf in leaves):
+    if any(is_remote(leaf.path) for leaf in leaves):
         announce_shard_cache(shard_cache)
     return SavableDataset(pipeline, worker_config, virtual_epoch_length, shard_cache)
 

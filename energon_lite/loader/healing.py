@@ -409,8 +409,8 @@ def dump_stack(fd: int, pid: int, wait_s: float = _STACK_WAIT_S) -> str:
 
 def buffered_samples(states: list[Any]) -> int:
     """Samples the restored chains' buffers fetch again (what ``checkpoint info`` counts)."""
+    from energon_lite.resume.levels import walk_states
     from energon_lite.stages.base import stage_class
-    from energon_lite.stages.elastic import walk_states
     from energon_lite.state.restore_key import from_plain, sample_keys
 
     total = 0

@@ -15,13 +15,13 @@ from torch.utils.data import IterableDataset, get_worker_info
 from energon_lite.errors import ConfigError, UnsavableStateError, restoring
 from energon_lite.loader.energon_tree import TreeNode, energon_tree
 from energon_lite.loader.probe import ChainProbe
-from energon_lite.loader.state_delta import unchanged_marked
 from energon_lite.loader.transport import check_sendable
 from energon_lite.loader.watchdog import Watchdog
 from energon_lite.pipeline.dataset_pipeline import DatasetPipeline, Pipeline
+from energon_lite.resume.state_delta import unchanged_marked
 from energon_lite.sample_utils import default_get_batch_keys
 from energon_lite.storage.cache_config import ShardCacheConfig
-from energon_lite.storage.cache_config import use as use_shard_cache
+from energon_lite.storage.session import session
 from energon_lite.worker import WorkerConfig
 
 if TYPE_CHECKING:  # the pool's shared-memory machinery loads only with a loader that uses it
@@ -76,8 +76,9 @@ class SavableDataset(IterableDataset):
         ``watch_settings``) starts a :class:`~energon_lite.loader.watchdog.Watchdog` that
         logs where a stalled worker (or, without workers, the loading thread) is.
         """
-        shard_cache = self.shard_cache
-        before = use_shard_cache(shard_cache) if shard_cache is not None else None
+        # the chain reads through this dataset's shard cache while it runs (another loader of
+        # this process, interleaved with it, reads through its own)
+        reading = session().shard_cache(self.shard_cache)
         info = get_worker_info()
         physical = info.id if info is not None else 0
         n = self.worker_config.workers_per_rank
@@ -98,13 +99,13 @@ class SavableDataset(IterableDataset):
             probe = ChainProbe(chain, logical) if stats else None
             context = chain.context
             context.index.worker, context.index.workers = logical, n  # the indices' spread
-            with restoring(self.worker_config.restore_error_handler):
+            with restoring(self.worker_config.restore_error_handler), reading:
                 chain.restore_state(states[logical] if states is not None else None)
             while True:
                 if probe is not None:
                     probe.resume()
                 try:
-                    with context.running():  # the hooks read this chain's indices
+                    with context.running(), reading:  # the hooks read this chain's indices
                         batch = chain.next()
                 except StopIteration:
                     return
@@ -139,8 +140,6 @@ class SavableDataset(IterableDataset):
         finally:
             if dog is not None:
                 dog.stop()
-            if shard_cache is not None:
-                use_shard_cache(before)
 
     def watch_settings(
         self, watchdog: tuple[float, float | None] | None

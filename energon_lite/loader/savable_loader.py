@@ -13,7 +13,6 @@ A worker pool that loses a worker is replaced the same way, from the states rece
 
 from __future__ import annotations
 
-import pickle
 import weakref
 from collections.abc import Generator, Iterator
 from typing import Any
@@ -24,29 +23,17 @@ from energon_lite.errors import (
     ConfigError,
     StateError,
     UnsavableStateError,
-    short_repr,
 )
 from energon_lite.loader import healing
 from energon_lite.loader.savable_dataset import SavableDataset, modality, unsavable_reason
-from energon_lite.loader.state_delta import with_unchanged
 from energon_lite.loader.stateful import StatefulLoader
 from energon_lite.loader.stats import LoaderStats
 from energon_lite.loader.stream import StreamSettings, shut_down, stream
-from energon_lite.stages.base import stage_class
-from energon_lite.state.codec import (
-    STATE_VERSION,
-    check_same_config,
-    check_state_shape,
-    state_digest,
-)
-from energon_lite.state.compact import packed, unpacked
-from energon_lite.state.upgrade import upgrade_state
-
-
-def _many_pipelines(level: dict[str, Any]) -> bool:
-    """A saved level whose parents are a canonical layout's pipelines (``Phases``)."""
-    cls = stage_class(level.get("type"))
-    return cls is not None and cls.LAZY_SOURCES
+from energon_lite.resume.ownership import LeafPlan
+from energon_lite.resume.rank_state import RankState
+from energon_lite.resume.restore import check_owned, for_this_layout, restore_rank, restore_run
+from energon_lite.resume.state_delta import with_unchanged
+from energon_lite.resume.target import RestoreTarget
 
 
 class SavableLoader(StatefulLoader):
@@ -288,97 +275,63 @@ class SavableLoader(StatefulLoader):
         reason = unsavable_reason(self._states)
         if reason is not None:
             raise UnsavableStateError(f"save_state_rank: {reason}")
-        state = {
-            "type": "SavableLoader",
-            "version": STATE_VERSION,
-            "config": self.dataset.config(),
-            "epoch": self._epoch,
-            "next_worker": self._next_worker,
-            "workers": list(self._states),
-            "in_pass": self._in_pass,
+        return RankState(
+            config=self.dataset.config(),
+            epoch=self._epoch,
+            next_worker=self._next_worker,
+            workers=list(self._states),
+            in_pass=self._in_pass,
             # where the datasets were read from, for messages only: a state restores into a
             # copy elsewhere (the config identifies datasets by content)
-            "paths": self._dataset_paths(),
-        }
-        state["digest"] = state_digest(state)
-        # the caller's own copy: the trainer's states share what did not change from one
-        # batch to the next (loader/state_delta.py), so a caller that edits what it got must
-        # not edit the states saved after it
-        state = pickle.loads(pickle.dumps(state, pickle.HIGHEST_PROTOCOL))
-        return packed(state, _many_pipelines)  # a canonical layout's pipelines, compact
+            paths=self._dataset_paths(),
+        ).saved()
 
     def _dataset_paths(self) -> list[str]:
         leaves = self.dataset.pipeline.leaves
         return [f"{leaf.path} (split {leaf.split_part})" for leaf in leaves]
 
-    def _mismatch_hint(self, state: dict[str, Any]) -> str:
-        """What to do about a state saved by another loader (a sentence, or "")."""
-        saved, current = state.get("config"), self.dataset.config()
-        if not isinstance(saved, dict):
-            return ""
-        hints = []
-        if "datasets" in current and saved.get("datasets") != current["datasets"]:
-            paths = state.get("paths")
-            where = (
-                ", ".join(str(p) for p in paths[:8])
-                if isinstance(paths, list) and paths
-                else "paths not recorded in this state"
-            )
-            hints.append(
-                f"the state was saved reading {where}; this loader reads "
-                f"{', '.join(self._dataset_paths())}, whose content differs"
-            )
-        if any(saved.get(k) != current.get(k) for k in ("num_workers", "world_size")):
-            hints.append(
-                "to resume on another number of ranks or workers, give every rank's state to "
-                "loader.restore_state_global(states) (or run energon-lite checkpoint redist)"
-            )
-        return "".join(f". {hint[0].upper()}{hint[1:]}" for hint in hints)
+    def _target(self) -> RestoreTarget:
+        """This loader, as what a saved state must match (:mod:`energon_lite.resume`)."""
+        wc = self.worker_config
+        pipeline = self.dataset.pipeline
+
+        def leaves() -> list[LeafPlan] | None:
+            readers = pipeline.readers(wc.slot(0))  # None: a wrapper chain
+            return None if readers is None else [LeafPlan.of(r) for r in readers]
+
+        return RestoreTarget(
+            worker_config=wc,
+            config=self.dataset.config(),
+            shape=pipeline.state_shape,
+            paths=self._dataset_paths(),
+            batches_per_pass=self.virtual_epoch_length,
+            canonical=pipeline.canonical(wc.slot(0)),
+            leaves=leaves,
+        )
+
+    def _check_owned(self, workers: list[Any]) -> None:
+        """The worker states received so far own their work once (before healing restarts
+        workers from them), checked as every restore checks a rank."""
+        state = RankState(self.dataset.config(), self._epoch, self._next_worker, workers, 0)
+        check_owned(state, self._target())
+
+    def _continue_from(self, state: RankState | None) -> None:
+        """Continue from a checked ``state`` (None: the start). A pass that is running
+        continues from there too: its next batch is the restored stream's first."""
+        self._stop_stream()
+        if state is None:
+            n = self.worker_config.workers_per_rank
+            self._states, self._next_worker, self._epoch, self._in_pass = [None] * n, 0, 0, 0
+            return
+        self._states = list(state.workers)
+        self._next_worker = state.next_worker
+        self._epoch = state.epoch
+        self._in_pass = state.in_pass
 
     def restore_state_rank(self, state: dict[str, Any] | None) -> None:
         """Continue from ``state`` (from ``save_state_rank``). A pass that is running continues
         from the restored position too: its next batch is the restored stream's first."""
-        n = self.worker_config.workers_per_rank
-        self._stop_stream()
-        if state is None:
-            self._states, self._next_worker, self._epoch, self._in_pass = [None] * n, 0, 0, 0
-            return
-        if not isinstance(state, dict) or state.get("type") != "SavableLoader":
-            raise StateError(f"not an energon_lite loader state: {short_repr(state)}")
-        state = upgrade_state(unpacked(state))  # today's form, or StateError naming its version
-        try:
-            check_same_config(state.get("config"), self.dataset.config())
-        except StateError as exc:
-            raise StateError(f"{exc}{self._mismatch_hint(state)}") from None
-        if state.get("digest") != state_digest(state):
-            raise StateError(
-                "loader state does not match its digest: it was edited or corrupted after "
-                "save_state_rank(); refusing it rather than changing the data stream"
-            )
-        workers = state.get("workers")
-        if not isinstance(workers, list) or len(workers) != n:
-            raise StateError(
-                f"loader state has {len(workers) if isinstance(workers, list) else 'no'} worker states, expected {n}"
-            )
-        next_worker = state.get("next_worker")
-        if not isinstance(next_worker, int) or not 0 <= next_worker < n:
-            raise StateError(f"loader state next_worker={next_worker!r} outside [0, {n})")
-        epoch = state.get("epoch", 0)
-        if not isinstance(epoch, int) or epoch < 0:
-            raise StateError(f"loader state epoch={epoch!r} is not a pass number; it is corrupt")
-        for worker, worker_state in enumerate(workers):
-            if worker_state is not None:  # the shape now; the values when the worker restores
-                slot = self.worker_config.slot(worker, epoch)
-                check_state_shape(self.dataset.pipeline.state_shape(slot), worker_state)
-        in_pass = state.get("in_pass")
-        limit = self.virtual_epoch_length
-        if not isinstance(in_pass, int) or in_pass < 0 or (limit is not None and in_pass > limit):
-            raise StateError(f"loader state in_pass={short_repr(in_pass)} is not a batch count")
-        self._check_owned(workers)  # every restore of a file ends here
-        self._states = list(workers)
-        self._next_worker = next_worker
-        self._epoch = epoch
-        self._in_pass = in_pass
+        self._continue_from(None if state is None else restore_rank(state, self._target()))
 
     def save_state_global(self, global_dst_rank: int = 0) -> list[dict[str, Any]] | None:
         """Gather every rank's state on ``global_dst_rank`` (None on the other ranks)."""
@@ -400,76 +353,20 @@ class SavableLoader(StatefulLoader):
         """Restore every rank: each rank passes the full list, or only ``src_rank`` does.
 
         States saved with another number of ranks or workers are redistributed over this
-        layout (:func:`energon_lite.stages.elastic.redistribute`): the rest of their epoch is
+        layout (:func:`energon_lite.resume.elastic.redistribute`): the rest of their epoch is
         delivered exactly once, then later epochs are partitioned over this layout."""
         import torch.distributed as dist
 
-        rank = self.worker_config.rank
         if src_rank is not None and dist.is_available() and dist.is_initialized():
             group = self.worker_config.data_parallel_group
             received: list[Any] = [None]
+            sent = None
             if dist.get_rank() == src_rank:  # another layout: src redistributes for all ranks
-                states = self._for_this_layout(states)
-            dist.scatter_object_list(
-                received, states if dist.get_rank() == src_rank else None, src=src_rank, group=group
-            )
+                sent = [state.plain() for state in for_this_layout(states, self._target())]
+            dist.scatter_object_list(received, sent, src=src_rank, group=group)
             self.restore_state_rank(received[0])
             return
-        states = self._for_this_layout(states)
-        if states is None or len(states) != self.worker_config.world_size:
-            raise StateError(
-                f"restore_state_global needs one state per rank ({self.worker_config.world_size}), "
-                f"got {None if states is None else len(states)}"
-            )
-        self.restore_state_rank(states[rank])
-
-    def _for_this_layout(self, states: Any) -> Any:
-        """``states`` as they are, or redistributed when they were saved with another
-        number of ranks or workers (elastic resume, :mod:`energon_lite.stages.elastic`)."""
-        from energon_lite.stages.elastic import check_ownership, redistribute, same_layout
-
-        wc = self.worker_config
-        if not isinstance(states, list) or not states:
-            return states
-        # today's form; a version not read is refused below, naming its rank
-        states = [upgrade_state(unpacked(state), strict=False) for state in states]
-        leaves = self._leaf_plans()
-        from energon_lite.loader.canonical import relayout
-
-        moved = relayout(states, self.dataset, leaves)  # a canonical layout's run
-        if moved is not None:
-            return moved
-        if same_layout(states, wc.world_size, wc.num_workers):
-            for state in states:  # a field nested too deep or too large is named first
-                if isinstance(state, dict):
-                    state_digest(state)
-            if leaves is not None:  # each rank's own checks cannot see overlaps
-                check_ownership(states, leaves)
-            return states
-        return redistribute(states, wc.world_size, wc.num_workers, self.dataset.config(), leaves)
-
-    def _check_owned(self, workers: list[Any]) -> None:
-        """StateError unless this rank's worker states together own their work once (no
-        sample buffered twice, no slice open twice, every reader position inside the plan):
-        before a restore, and before healing restarts workers from the states received."""
-        from energon_lite.loader.canonical import pipeline_trees
-        from energon_lite.stages.elastic import check_ownership
-
-        wc = self.worker_config
-        canonical = getattr(self.dataset.pipeline, "canonical", None)
-        layout = canonical(wc.slot(0)) if canonical is not None else None
-        if layout is not None:  # the rank's logical pipelines, each in its canonical place
-            check_ownership(pipeline_trees(workers, wc, layout), self._leaf_plans())
-            return
-        check_ownership([{"config": {"rank": wc.rank}, "workers": workers}], self._leaf_plans())
-
-    def _leaf_plans(self) -> list[Any] | None:
-        """What the dataset says about each leaf's epoch (:class:`LeafPlan`), for the
-        ownership checks; None for a chain composed by hand (a wrapper)."""
-        from energon_lite.stages.elastic import LeafPlan
-
-        readers = self.dataset.pipeline.readers(self.worker_config.slot(0))
-        return None if readers is None else [LeafPlan.of(reader) for reader in readers]
+        self._continue_from(restore_run(states, self._target()))
 
 
 def _paths(dataset: SavableDataset) -> str:

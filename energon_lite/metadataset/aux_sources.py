@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from energon_lite.storage import RemotePath, StoragePath, is_url
+from energon_lite.storage import StoragePath, is_url
 
 
 def parse_aux(value: Any, base: StoragePath, where: Any) -> dict[str, str] | None:
@@ -50,8 +50,5 @@ def parse_aux(value: Any, base: StoragePath, where: Any) -> dict[str, str] | Non
                 if scheme
                 else f"{spec!r}: unknown scheme; a local path, filesystem://DIR or a URL"
             )
-        if isinstance(base, RemotePath):
-            out[name] = scheme + str(base / rest)
-            continue
-        out[name] = scheme + str((base / rest).resolve())
+        out[name] = scheme + str((base / rest).resolve())  # a remote path resolves to itself
     return out

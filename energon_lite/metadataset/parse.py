@@ -44,8 +44,8 @@ from energon_lite.quotas import exact_repetitions
 from energon_lite.shards.meta import META_DIR, load_yaml
 from energon_lite.sources.kinds import open_source, resolve_path
 from energon_lite.sources.leaf import Leaf
-from energon_lite.storage import RemotePath, StoragePath, as_path, is_url
-from energon_lite.storage.dss import is_dss
+from energon_lite.storage import RemotePath, StoragePath, as_path
+from energon_lite.storage.path import join
 
 _MODULES = ("megatron.energon", "energon_lite")
 _TOP_KEYS = ("__module__", "__class__", "splits")
@@ -386,8 +386,7 @@ def _reference(
     raw = ref["path"]
     if not isinstance(raw, str) or not raw or "\0" in raw:
         raise (where / "path").error(f"{short_repr(raw)}; must be a path relative to {base}")
-    absolute_url = (is_url(raw) and not isinstance(base, RemotePath)) or is_dss(raw)
-    target = as_path(raw) if absolute_url else (base / raw).resolve()  # may be remote
+    target = join(base, raw)  # may be remote
     split_part = _string(ref, "split_part", where) or split_part
     subflavors = ref.get("subflavors")
     if subflavors is not None and not isinstance(subflavors, dict):

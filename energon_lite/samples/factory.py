@@ -36,6 +36,7 @@ from energon_lite.storage.ops import local_copy
 
 _INDEX = re.compile(r"\[([^\]]*)\]")
 CRUDE_CLASSES = ("CrudeWebdataset", "DefaultCrudeWebdataset")
+PART_TYPES = "__part_types__"  # a source's config: ``SampleDecoder.decode``'s ``types``
 
 
 def _load_function(
@@ -106,6 +107,9 @@ class SampleFactory:
         _check_top_level_class(config, where)
         self.root = str(meta_dir.parent)
         self.crude = config.get("__class__") in CRUDE_CLASSES
+        # what each part holds when its name is no extension (a table's columns; its source
+        # puts them in the config it hands over, never in a dataset.yaml)
+        self.types: dict[str, str] | None = config.get(PART_TYPES)
         self.sample_type: type | None = None
         self.fields: dict[str, tuple[str, list[str | int]]] = {}
         self.loader: Callable[[dict[str, Any]], dict[str, Any]] | None = None
@@ -155,7 +159,7 @@ class SampleFactory:
             return self._build_joined(raw, decoder, subflavors)
         if self.part_filter is not None:
             raw = {k: v for k, v in raw.items() if k.startswith("__") or self.part_filter(k)}
-        decoded = decoder.decode(raw, self.parts) if decoder is not None else raw
+        decoded = decoder.decode(raw, self.parts, self.types) if decoder is not None else raw
         restore_key = raw["__restore_key__"]
         source = SourceInfo(
             dataset_path=self._source_path,

@@ -20,25 +20,17 @@ import numpy as np
 
 from energon_lite.errors import DatasetFormatError, short_repr
 from energon_lite.samples.crude import CrudeSample
-from energon_lite.shards.meta import (
-    DatasetInfo,
-    SplitConfig,
-    load_dataset_config,
-    load_info,
-    load_split,
-)
+from energon_lite.shards.meta import DatasetInfo, SplitConfig
+from energon_lite.shards.metadata import dataset_metadata
 from energon_lite.shards.shard_record import (
     check_digest,
     check_local_shard,
     check_probe,
-    check_remote_shards,
     content_identity,
-    load_record,
-    remote_versions,
 )
 from energon_lite.shards.tar import first_member_name, parse_sample, split_name
 from energon_lite.shards.tar_index import open_index
-from energon_lite.storage import RemotePath, ShardFile, StoragePath, as_path, ops
+from energon_lite.storage import RemotePath, ShardFile, StoragePath, as_path, is_remote, ops
 from energon_lite.storage.prefetch import prefetch as prefetch_shards
 from energon_lite.storage.prefetch import process_cache
 
@@ -68,12 +60,12 @@ class PreparedDataset:
         self._indexes: dict[int, np.ndarray] = {}
         self._fingerprint: str | None = None
         self._versions: dict[str, str] = {}
-        if isinstance(self.root, RemotePath):
-            ops.forget_under(self.root)  # metadata and versions as they are now
-        info = load_info(self.root)
-        self.config: dict[str, Any] = load_dataset_config(self.root, dataset_config)
+        # read once per process, and again when the folder was prepared anew since
+        meta = dataset_metadata(self.root)
+        info = meta.info()
+        self.config: dict[str, Any] = meta.dataset_config(dataset_config)
         # a dataset.yaml may name its split file; as in Energon it wins over the argument
-        split = load_split(self.root, self.config.get("split_config") or split_config, info)
+        split = meta.split(self.config.get("split_config") or split_config)
         if split_part not in split.split_parts:
             raise DatasetFormatError(
                 f"{split.source}: no split {short_repr(split_part)}; it has "
@@ -169,21 +161,14 @@ class PreparedDataset:
         shard is checked against it when a process first reads it (``_verify``): opening a
         split stats no shard. A remote one is checked by size here, from the folder listing,
         and probed when a process first reads it (two ranged GETs)."""
-        record = load_record(self.root, info.shard_names)
-        self._record = record
+        meta = dataset_metadata(self.root, check=False)  # checked by __init__ just now
+        record = self._record = meta.record()
         self._content_digest = None if record is None else record.content_digest
         self._checked: set[int] = set()
         self._digest_checked = False
-        if not isinstance(self.root, RemotePath):
-            return
-        shard_id = {name: i for i, name in enumerate(info.shard_names)}
-        known = [name for name in dict.fromkeys(names) if name in shard_id]
-        if record is not None:
-            check_remote_shards(
-                self.root, record, [shard_id[name] for name in known], info.shard_counts
-            )
-        # a remote shard's ETag / Last-Modified now: every read is conditional on it
-        self._versions = remote_versions(self.root, record, known)
+        # a remote shard's ETag / Last-Modified, pinned once per process and dataset: every
+        # read is conditional on it ({} locally: a local shard is checked when first read)
+        self._versions = meta.shard_versions(names)
 
     def _verify(self, shard_id: int, file: ShardFile) -> None:
         """The shard against the record, once per process: a missing or changed one is
@@ -191,7 +176,7 @@ class PreparedDataset:
         record = self._record
         if record is None or shard_id in self._checked:
             return
-        if isinstance(self.root, RemotePath):
+        if is_remote(self.root):
             name = self.shard_names[shard_id]
             check_probe(self.root, name, record.probe(shard_id), record.where, file)
         elif check_local_shard(self.root, record, shard_id) and not self._digest_checked:
@@ -283,13 +268,13 @@ class PreparedDataset:
 
     def prefetch_enabled(self) -> bool:
         """Whether :meth:`prefetch` does anything: a remote dataset with a shard cache on."""
-        return isinstance(self.root, RemotePath) and process_cache() is not None
+        return is_remote(self.root) and process_cache() is not None
 
     def prefetch(self, shard_ids: list[int]) -> None:
         """The shards this worker reads next, in order: fetched into the node's shard cache
         ahead of use (bounded in bytes; ``energon_lite.storage.prefetch``)."""
         root = self.root
-        if not isinstance(root, RemotePath) or process_cache() is None:
+        if not is_remote(root) or process_cache() is None:
             return
         items = []
         for shard_id in shard_ids:

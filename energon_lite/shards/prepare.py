@@ -63,7 +63,7 @@ from energon_lite.shards.prepare_splits import (
 from energon_lite.shards.record_table import TABLE
 from energon_lite.shards.shard_record import RECORD, make_record, write_record
 from energon_lite.shards.tar_index import ShardScan, scan_shard, write_index
-from energon_lite.storage import RemotePath, StoragePath, as_path
+from energon_lite.storage import RemotePath, StoragePath, as_path, is_remote
 from energon_lite.storage.ops import downloaded, list_files, write_atomic
 from energon_lite.storage.stale import is_stale_temporary
 
@@ -92,15 +92,7 @@ class PrepareReport:
 
 def find_shards(root: StoragePath) -> list[str]:
     """Relative paths of the ``.tar`` files under ``root`` (``.nv-meta`` excluded), sorted."""
-    if isinstance(root, RemotePath):  # one listing of the prefix
-        return [n for n in list_files(root, ".tar") if not n.startswith(META_DIR)]
-    found = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith(META_DIR))
-        for name in filenames:
-            if name.endswith(".tar"):
-                found.append(Path(dirpath, name).relative_to(root).as_posix())
-    return sorted(found)
+    return list_files(root, ".tar", skip=META_DIR)  # remotely one listing of the prefix
 
 
 def _scan(args: tuple[StoragePath, str]) -> ShardScan:
@@ -231,7 +223,7 @@ def prepare_dataset(
     if "/" in dataset_yaml_name or not dataset_yaml_name.endswith((".yaml", ".yml")):
         raise ConfigError(f"{dataset_yaml_name=} must be a .yaml file name inside .nv-meta")
     root = as_path(root)
-    remote = isinstance(root, RemotePath)
+    remote = is_remote(root)
     if not root.is_dir():
         raise DatasetFormatError(f"{root}: not a directory")
     config = None
@@ -242,7 +234,7 @@ def prepare_dataset(
             if sample_type is None:
                 raise ConfigError("--field-map (or a sample_loader) needs --sample-type")
             config = dataset_yaml(sample_type, field_map, sample_loader, part_filter)
-    with contextlib.nullcontext() if isinstance(root, RemotePath) else prepare_lock(root):
+    with contextlib.nullcontext() if remote else prepare_lock(root):  # type: ignore[arg-type]
         if isinstance(root, Path):
             _recover_meta(root)
             clean_stale_temporaries(root)
@@ -355,7 +347,7 @@ def _write_meta(
     record: dict[str, Any],
     dataset_yaml_name: str = "dataset.yaml",
 ) -> None:
-    if isinstance(root, RemotePath):  # each object is one PUT; .info.json, read first, last
+    if is_remote(root):  # each object is one PUT; .info.json, read first, last
         write_split(root / META_DIR, report.split_parts, exclude)
         write_record(root / META_DIR, record)
         if config is not None:

@@ -25,7 +25,7 @@ import numpy as np
 
 from energon_lite.errors import DatasetFormatError
 from energon_lite.shards.tar_index import ShardScan
-from energon_lite.storage import RemotePath, StoragePath, ops
+from energon_lite.storage import StoragePath, ops
 
 JOURNAL_DIR = ".energon-lite-prepare"
 
@@ -106,8 +106,7 @@ class Journal:
     def __init__(self, root: StoragePath) -> None:
         self.root = root
         self.folder = root / JOURNAL_DIR
-        if isinstance(root, RemotePath):  # the shards' identities as they are now
-            ops.forget_under(root)
+        ops.forget_under(root)  # the shards' identities as they are now
         if isinstance(self.folder, Path):
             self._present = {p.name for p in self.folder.glob("batch-*.npz")}
         else:  # one listing of the prefix
@@ -119,7 +118,7 @@ class Journal:
         if name not in self._present:
             return None
         try:
-            saved_names, identities, scans = decode(ops.read_range_all(self.folder / name) if isinstance(self.folder, RemotePath) else (self.folder / name).read_bytes())  # fmt: skip
+            saved_names, identities, scans = decode(ops.read_range_all(self.folder / name))
         except (OSError, ValueError, KeyError, DatasetFormatError):
             return None  # a torn or foreign file: scan the batch again
         if saved_names != list(names):

@@ -52,7 +52,7 @@ from energon_lite.shards.tar_index import (
     probe_digest,
     probe_ranges,
 )
-from energon_lite.storage import RemotePath, ShardFile, StoragePath, ops
+from energon_lite.storage import RemotePath, ShardFile, StoragePath, is_remote, ops
 
 RECORD = "energon_lite.json"
 RECORD_VERSION = 1
@@ -90,7 +90,7 @@ def make_record(
     }
     if len(crcs) == len(shard_names):  # whole-shard CRC-32s: a key of its own, likewise
         record["crc32"] = crcs
-    if isinstance(root, RemotePath):  # not part of the digest: a copy has other ETags
+    if is_remote(root):  # not part of the digest: a copy has other ETags
         versions = {name: ops.version(root / name) for name in shard_names}
         record["remote_versions"] = {k: v for k, v in versions.items() if v}
     return record
@@ -114,17 +114,9 @@ def load_record(root: StoragePath, names: list[str]) -> ShardRecord | None:
     one matches the JSON bytes, else from the JSON; ``None`` for a dataset prepared without
     one."""
     path = root / META_DIR / RECORD
-    if isinstance(path, RemotePath):
-        try:
-            ops.stat(path)  # from the folder listing the metadata reads anyway
-        except DatasetFormatError:
-            return None
-    try:
-        raw = ops.read_bytes(path)
-    except DatasetFormatError:
-        if isinstance(path, Path) and not path.exists():
-            return None
-        raise
+    raw = ops.read_if_present(path)  # remotely: absent from the listing the metadata reads
+    if raw is None:
+        return None
     table = load_table(root / META_DIR, raw, names, path)
     if table is not None:
         return table
@@ -311,32 +303,6 @@ def content_identity(root: StoragePath, names: list[str]) -> str:
     (the same for a local folder and its remote copy)."""
     digest = hashlib.blake2b(digest_size=16)
     for name in names:
-        if isinstance(root, RemotePath):
-            for remote in (root / name, root / (name + IDX_SUFFIX)):
-                digest.update(_remote_edges(remote))
-            continue
-        for path in (root / name, Path(str(root / name) + IDX_SUFFIX)):
-            try:
-                with open(path, "rb") as file:
-                    size = os.fstat(file.fileno()).st_size
-                    digest.update(f"{size}:".encode())
-                    digest.update(file.read(_EDGE))
-                    if size > _EDGE:
-                        file.seek(max(_EDGE, size - _EDGE))
-                        digest.update(file.read(_EDGE))
-            except FileNotFoundError:
-                digest.update(b"missing")
+        for path in (root / name, root / (name + IDX_SUFFIX)):
+            digest.update(ops.edges(path, _EDGE) or b"missing")
     return digest.hexdigest()
-
-
-def _remote_edges(path: RemotePath) -> bytes:
-    """What ``content_identity`` hashes of a local file, read with ranged GETs."""
-    try:
-        size = ops.size(path)
-    except DatasetFormatError:
-        return b"missing"
-    data = f"{size}:".encode() + (ops.read_range(path, 0, _EDGE) if size else b"")
-    if size > _EDGE:
-        start = max(_EDGE, size - _EDGE)
-        data += ops.read_range(path, start, start + _EDGE)
-    return data

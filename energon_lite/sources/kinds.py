@@ -29,7 +29,7 @@ from typing import Any
 from energon_lite.errors import ConfigError, DatasetFormatError, logger
 from energon_lite.sources.base import Source
 from energon_lite.sources.leaf import Leaf
-from energon_lite.storage import RemotePath, StoragePath, as_path
+from energon_lite.storage import RemotePath, StoragePath, as_path, is_remote
 
 ENTRY_POINT_GROUP = "energon_lite.dataset_kinds"
 FLAVORS_PACKAGE = "energon_lite.flavors"
@@ -55,6 +55,9 @@ class DatasetKind:
     describe: Callable[[Path], list[str]] | None = None  # info lines
     preview: Callable[[Path, str, int], list[str]] | None = None  # (path, split, num) -> lines
     lint: Callable[[Path, bool], list[str]] | None = None  # (path, progress) -> problems
+    # the split names of a kind that keeps them in its own layout, not in .nv-meta/split.yaml
+    # (`info` and `lint` open each of them)
+    splits: Callable[[StoragePath], list[str]] | None = None
     # file-name suffixes of this kind: such a path on remote storage is refused by name
     # unless ``remote`` (its opener reads s3://, msc://, http(s):// paths too); the tar
     # folder is read from remote storage
@@ -96,7 +99,7 @@ def registered_kinds() -> list[DatasetKind]:
 def kind_of(path: str | os.PathLike[str] | RemotePath) -> DatasetKind:
     """The kind of the dataset at ``path`` (the tar folder when no other kind claims it)."""
     path = as_path(path)
-    if isinstance(path, RemotePath):  # by name: a remote store is a tar folder or a kind's file
+    if is_remote(path):  # by name: a remote store is a tar folder or a kind's file
         for kind in registered_kinds():
             if kind.suffixes and path.name.endswith(kind.suffixes):
                 if kind.remote:

@@ -53,7 +53,7 @@ from energon_lite.state.codec import check_level
 from energon_lite.task_encoder.chain_context import ChainContext
 
 if TYPE_CHECKING:
-    from energon_lite.stages.elastic import ElasticDeal
+    from energon_lite.stages.elastic_deal import ElasticDeal
 
 # class name -> the stage classes of that name (more than one only by accident: see stage_class)
 _CLASSES: dict[str, list[type[Stage]]] = {}
@@ -86,10 +86,10 @@ class Stage:
     # loader.mix(): it reports sample costs to the blend (samples held above it are costed)
     MIX_COSTS: ClassVar[bool] = False
     # a saved level's "sources" may hold None (that parent starts fresh; ``Phases``), and its
-    # parents' states travel from a worker as what changed (loader/state_delta.py)
+    # parents' states travel from a worker as what changed (resume/state_delta.py)
     LAZY_SOURCES: ClassVar[bool] = False
     # own state keys whose value may be a long list or a dict (a buffer's keys): a worker
-    # sends them as what changed since its last batch (loader/state_delta.py)
+    # sends them as what changed since its last batch (resume/state_delta.py)
     DELTA_KEYS: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -220,7 +220,7 @@ class Stage:
         """This stage's own fields, exactly ``STATE_KEYS``, in containers that are never changed
         afterwards: a new list for one that changes (the trainer keeps saved states, and a
         worker sends a list as the slots holding other objects than the list it sent before;
-        loader/state_delta.py). Default: none."""
+        resume/state_delta.py). Default: none."""
         return {}
 
     def _validate(self, state: dict[str, Any]) -> None:

@@ -34,7 +34,7 @@ from energon_lite.stages.routing import fetch_by_leaf
 from energon_lite.state.codec import state_count
 
 if TYPE_CHECKING:
-    from energon_lite.stages.elastic import ElasticDeal
+    from energon_lite.stages.elastic_deal import ElasticDeal
 
 
 class EpochizedBlend(Stage):

@@ -49,7 +49,7 @@ from energon_lite.stages.buffer import (
 from energon_lite.state.codec import state_count
 
 if TYPE_CHECKING:
-    from energon_lite.stages.elastic import ElasticDeal
+    from energon_lite.stages.elastic_deal import ElasticDeal
 
 
 class GroupBatch(Stage):

@@ -1,6 +1,6 @@
 """``Leftover``: the work a Reader owes after an elastic restore, before its own epochs.
 
-:func:`energon_lite.stages.elastic.redistribute` turns the states of an old layout (``G`` global
+:func:`energon_lite.resume.elastic.redistribute` turns the states of an old layout (``G`` global
 workers) into states of a new one (``W`` global workers). Per leaf, what the old layout had
 not delivered is described compactly and handed to *every* new reader, which computes its
 own share (no dataset is needed to redistribute, so ``energon-lite checkpoint redist``

@@ -22,7 +22,7 @@ maps and file handles are the process's, shared). A pipeline restores, or starts
 when its phase is first served, so a worker of hundreds of pipelines starts with one
 phase's; a save re-saves only the pipelines pulled since the last one and keeps the others'
 state objects, which the worker then does not send again, and sends what changed in the
-others (``loader/state_delta.py``).
+others (``resume/state_delta.py``).
 
 State: the index of the next phase, and each pipeline's own state under ``sources`` (None
 for a pipeline that starts fresh when its phase comes).
@@ -42,9 +42,8 @@ from energon_lite.errors import (
     StateError,
     current_restore_handler,
     restoring,
-    short_repr,
 )
-from energon_lite.stages.base import Stage, stage_class
+from energon_lite.stages.base import Stage
 from energon_lite.stages.batch import collate_or_skip
 from energon_lite.state.codec import check_level, state_count
 from energon_lite.task_encoder.chain_context import CostLedger
@@ -161,7 +160,7 @@ class Phases(Stage):
     def save_state(self) -> dict[str, Any]:
         """Only the pipelines pulled since the last save are saved again; the others keep
         the very state object saved before, so a worker sends the trainer only what changed
-        (:mod:`energon_lite.loader.state_delta`)."""
+        (:mod:`energon_lite.resume.state_delta`)."""
         self._start_if_fresh()
         for index in sorted(self._touched):
             self._enter(index)
@@ -188,48 +187,3 @@ def as_list(items: list[Any]) -> list[Any]:
     """The collate of a pipeline's batching stage under :class:`Phases`: the samples as a
     list, collated once the phase's lists are joined."""
     return items
-
-
-def stateless_removed(level: Any) -> Any:
-    """A saved chain without its top levels that hold no state of their own (``encode_batch``'s
-    map above the batching stage): the part a logical pipeline saves."""
-    while isinstance(level, dict) and "source" in level:
-        cls = stage_class(level.get("type"))
-        if cls is None or cls.STATE_KEYS or cls.OPTIONAL_KEYS:
-            break
-        level = level["source"]
-    return level
-
-
-def stateless_added(shape: dict[str, Any], level: Any) -> Any:
-    """``level`` under the stateless levels a chain's declared ``shape`` has above it."""
-    if level is None or shape["type"] == level.get("type"):
-        return level
-    if shape["keys"] or "source" not in shape:
-        raise StateError(
-            f"a {level.get('type')} state does not fit under {shape['type']} (a stage with "
-            "state of its own); the pipeline has another stage set"
-        )
-    return {"type": shape["type"], "source": stateless_added(shape["source"], level)}
-
-
-def phases_level(phase: int, sources: list[Any]) -> dict[str, Any]:
-    """A saved :class:`Phases` level: the next phase and its pipelines' states."""
-    return {"type": Phases.__name__, "phase": phase, "sources": sources}
-
-
-def read_phases_level(level: Any, where: str) -> tuple[list[Any], int]:
-    """(the pipelines' states, the next phase) of a saved :class:`Phases` level."""
-    if (
-        not isinstance(level, dict)
-        or level.get("type") != Phases.__name__
-        or not isinstance(level.get("sources"), list)
-    ):
-        raise StateError(
-            f"{where}: a state of a canonical layout holds its pipelines (Phases), got "
-            f"{short_repr(level)}"
-        )
-    phase = level.get("phase")
-    if isinstance(phase, bool) or not isinstance(phase, int):
-        raise StateError(f"{where}: Phases phase={short_repr(phase)} is corrupt")
-    return level["sources"], phase

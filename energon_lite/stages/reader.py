@@ -37,7 +37,7 @@ from energon_lite.state.codec import state_count
 from energon_lite.state.restore_key import SampleKey
 
 if TYPE_CHECKING:
-    from energon_lite.stages.elastic import ElasticDeal
+    from energon_lite.stages.elastic_deal import ElasticDeal
 
 _CHUNK = 16  # samples read per pread from an open slice
 _PREFETCH_SLICES = 8  # upcoming slices whose shards a source may fetch ahead (a hint)

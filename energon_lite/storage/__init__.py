@@ -3,7 +3,9 @@ MSC profiles (``msc://``), HTTP.
 
 The dataset code names files with ``as_path(...)`` (a ``pathlib.Path`` or a ``RemotePath``)
 and reads them through ``ops`` and ``ShardFile``; nothing above the dataset (the Reader, the
-stages, the loader) knows where the bytes come from. See docs/remote.md.
+stages, the loader) knows where the bytes come from. What the layer keeps in a process
+(clients, caches, threads) is one ``StorageSession``, reached through ``session()``; a forked
+child gets its own, and ``reset_session()`` starts afresh. See docs/remote.md.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from energon_lite.storage.path import (
 )
 from energon_lite.storage.ranged import RangedFile, ShardFile, open_binary
 from energon_lite.storage.retry import STATS, scrub
+from energon_lite.storage.session import StorageSession, reset_session, session
 
 __all__ = [
     "STATS",
@@ -27,10 +30,13 @@ __all__ = [
     "ShardCacheConfig",
     "ShardFile",
     "StoragePath",
+    "StorageSession",
     "as_path",
     "is_remote",
     "is_url",
     "local_only",
     "open_binary",
+    "reset_session",
     "scrub",
+    "session",
 ]

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from energon_lite.errors import ConfigError
+from energon_lite.storage.session import session
 
 logger = logging.getLogger("energon_lite.storage")
 LIMIT_ENV = "ENERGON_LITE_CACHE_LIMIT"
@@ -102,25 +103,19 @@ def from_environment() -> ShardCacheConfig | None:
     return ShardCacheConfig(default_folder() / "shards", limit, prefetch)
 
 
-_chosen: ShardCacheConfig | None = None
-_chosen_set = False
-
-
 def use(config: ShardCacheConfig | None) -> ShardCacheConfig | None:
-    """Make ``config`` this process's cache (a dataset given ``shard_cache=`` does while its
-    chain runs) and return the one chosen before; None returns to the environment's."""
-    global _chosen, _chosen_set
-    previous = _chosen
-    _chosen, _chosen_set = config, config is not None
+    """Make ``config`` this process's cache and return the one chosen before; None returns to
+    the environment's. (A loader's chain runs inside ``session().shard_cache(config)``,
+    which chooses it for that chain's reads only.)"""
+    held = session()
+    previous, held.chosen = held.chosen, config
     return previous
 
 
 def current() -> ShardCacheConfig | None:
     """The cache this process reads remote shards through, or None."""
-    return _chosen if _chosen_set else from_environment()
-
-
-_announced: set[tuple[str, int] | None] = set()
+    chosen = session().chosen
+    return chosen if chosen is not None else from_environment()
 
 
 def announce_shard_cache(config: ShardCacheConfig | None) -> None:
@@ -130,9 +125,10 @@ def announce_shard_cache(config: ShardCacheConfig | None) -> None:
     if chosen is not None:
         folder, limit, _ = chosen.resolved()
         key = (str(folder), limit)
-    if key in _announced:
+    announced = session().announced
+    if key in announced:
         return
-    _announced.add(key)
+    announced.add(key)
     if key is None:
         logger.info(
             "remote shards are read without a local cache (set ENERGON_LITE_CACHE_LIMIT, "

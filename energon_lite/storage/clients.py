@@ -1,9 +1,9 @@
 """One fsspec client per store and process: ``s3fs`` for ``s3://``/``msc://``, ``adlfs`` for
 ``az://``, ``gcsfs`` for ``gs://``, aiohttp for HTTP.
 
-Clients are opened lazily and keyed by the process id, so a DataLoader worker forked from a
-process that already held one opens its own (a client's connection pool and event loop must
-never be shared across ``fork``). Retries are ours (``retry.py``): botocore's and s3fs's own
+Clients are opened lazily and held by the process's storage session (``session.py``), so a
+DataLoader worker forked from a process that already held one opens its own (a client's
+connection pool and event loop must never be shared across ``fork``). Retries are ours (``retry.py``): botocore's and s3fs's own
 retry loops are set to a single attempt so every retry is counted and backed off in one place.
 
 Endpoint and credentials, for ``s3://``: ``storage_options`` given with the path (s3fs's
@@ -36,8 +36,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from energon_lite.errors import ConfigError
-from energon_lite.storage.msc import MscProfile, load_profile
+from energon_lite.storage.msc import load_profile
 from energon_lite.storage.path import RemotePath
+from energon_lite.storage.session import session
 
 DEFAULT_TIMEOUT = 30.0  # seconds per request (connect and read)
 
@@ -71,13 +72,6 @@ _SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID"
                "AZURE_STORAGE_ACCOUNT_KEY", "AZURE_STORAGE_SAS_TOKEN",
                "AZURE_STORAGE_CLIENT_SECRET")  # fmt: skip
 STORAGE_ENV = _ENV  # the variables that say where a store is and how to reach it
-_pid = os.getpid()
-_clients: dict[tuple[Any, ...], Any] = {}
-# a forked process keeps its parent's clients alive and unused: closing one there would take
-# the parent's sockets out of the event loop's epoll set, which the fork shares (the parent
-# would then wait out a request timeout for an answer that has arrived)
-_inherited: list[Any] = []
-_profiles: dict[tuple[str, ...], MscProfile] = {}
 
 
 @dataclass(frozen=True)
@@ -225,18 +219,14 @@ def _secrets(options: dict[str, Any]) -> tuple[str, ...]:
 
 def target(path: RemotePath) -> Target:
     """The client for ``path`` in this process (opened on first use after a fork)."""
-    global _pid
-    if os.getpid() != _pid:
-        _inherited.extend(_clients.values())
-        _clients.clear()
-        _pid = os.getpid()
+    held = session()
     options = dict(path.storage_options)
     if path.scheme == "msc":
         # read once per configuration: MSC_CONFIG, or the folders the MSC and rclone files are in
         named = (path.netloc, *(os.environ.get(k, "") for k in ("MSC_CONFIG", "XDG_CONFIG_HOME", "HOME")))  # fmt: skip
-        profile = _profiles.get(named)
+        profile = held.profiles.get(named)
         if profile is None:
-            profile = _profiles[named] = load_profile(path.netloc)
+            profile = held.profiles[named] = load_profile(path.netloc)
         if profile.kind == "file":
             from fsspec.implementations.local import LocalFileSystem
 
@@ -250,9 +240,9 @@ def target(path: RemotePath) -> Target:
         where, scheme = path.url, "http"
     env = tuple(os.environ.get(k) for k in _ENV)  # a changed environment gets a new client
     key = (scheme, _freeze(options), env)
-    fs = _clients.get(key)
+    fs = held.clients.get(key)
     if fs is None:
-        fs = _clients[key] = _OPEN[scheme](options)
+        fs = held.clients[key] = _OPEN[scheme](options)
     return Target(fs, where, _secrets(options))
 
 

@@ -35,9 +35,8 @@ from energon_lite.errors import DatasetFormatError
 from energon_lite.storage import retry
 from energon_lite.storage.clients import request_timeout, target
 from energon_lite.storage.path import RemotePath, StoragePath
+from energon_lite.storage.session import session
 
-_small: dict[RemotePath, bytes] = {}
-_listings: dict[RemotePath, dict[str, dict[str, Any]]] = {}
 _SMALL_LIMIT = 4 << 20  # files kept in memory are metadata, never shards
 
 
@@ -52,20 +51,28 @@ def cache_dir() -> Path:
     return Path(root)
 
 
-def forget(path: RemotePath) -> None:
+def forget(path: StoragePath) -> None:
     """Drop what this process remembers about ``path`` (after writing it)."""
-    _small.pop(path, None)
-    _listings.pop(path.parent, None)
+    if isinstance(path, Path):
+        return  # nothing of a local file is remembered
+    held = session()
+    held.small.pop(path, None)
+    held.listings.pop(path.parent, None)
 
 
-def forget_under(root: RemotePath) -> None:
-    """Drop what this process remembers of files and listings below ``root``: a dataset that
-    opens reads its metadata and pins its shards' versions as they are now, never from an
-    earlier open (the dataset may have been replaced and prepared again since)."""
+def forget_under(root: StoragePath, keep: StoragePath | None = None) -> None:
+    """Drop what this process remembers of files and listings below ``root`` (but ``keep``,
+    a folder below it): a dataset that opens pins its shards' versions as they are now, never
+    from an earlier open (the dataset may have been replaced and prepared again since)."""
+    if isinstance(root, Path):
+        return
     prefix = str(root).rstrip("/")
-    for cache in (_small, _listings):
+    kept = str(keep).rstrip("/") if keep is not None else None
+    held = session()
+    for cache in (held.small, held.listings):
         for key in [k for k in cache if str(k) == prefix or str(k).startswith(prefix + "/")]:
-            del cache[key]
+            if kept is None or not (str(key) == kept or str(key).startswith(kept + "/")):
+                del cache[key]
 
 
 def info(path: RemotePath) -> dict[str, Any] | None:
@@ -84,7 +91,7 @@ def _info(path: RemotePath) -> dict[str, Any] | None:
 def exists(path: StoragePath) -> bool:
     if isinstance(path, Path):
         return path.exists()
-    if path in _small or _info(path) is not None:
+    if path in session().small or _info(path) is not None:
         return True
     # HTTP has no folders: a prepared dataset folder exists when its metadata does
     return path.scheme in ("http", "https") and any(
@@ -95,7 +102,7 @@ def exists(path: StoragePath) -> bool:
 def is_file(path: StoragePath) -> bool:
     if isinstance(path, Path):
         return path.is_file()
-    if path in _small:
+    if path in session().small:
         return True
     info = _info(path)
     return info is not None and info.get("type") == "file"
@@ -143,13 +150,14 @@ def read_bytes(path: StoragePath) -> bytes:
             return path.read_bytes()
         except FileNotFoundError:
             raise DatasetFormatError(f"{path}: file not found") from None
-    data = _small.get(path)
+    small = session().small
+    data = small.get(path)
     if data is None:
         t = target(path)
         data = retry.call(lambda: t.fs.cat_file(t.path), "read", str(path), t.secrets)
         retry.STATS.add("bytes", len(data))
         if len(data) <= _SMALL_LIMIT:
-            _small[path] = data
+            small[path] = data
     return data
 
 
@@ -178,12 +186,15 @@ def read_range(path: RemotePath, start: int, end: int, version: str = "") -> byt
     return data
 
 
-def version(path: RemotePath) -> str:
+def version(path: StoragePath) -> str:
     """What names the content of a remote object now: ``"generation:<n>"`` on GCS, else
     ``"etag:<ETag>"``, else
-    ``"last-modified:<date>"`` (an HTTP server without ETags), else ``""`` (nothing to check)."""
+    ``"last-modified:<date>"`` (an HTTP server without ETags), else ``""`` (nothing to check,
+    and always for a local file: its reads are not conditional)."""
+    if isinstance(path, Path):
+        return ""
     _, _ = stat(path)  # fills the listing entry
-    info = _listings[path.parent].get(path.name) or {}
+    info = session().listings[path.parent].get(path.name) or {}
     if path.scheme == "gs" and info.get("generation"):
         return f"generation:{info['generation']}"  # GCS's own content version
     tag = info.get("ETag") or info.get("etag")
@@ -321,39 +332,110 @@ async def _gs_get(t: Any, start: int, end: int, expected: str) -> tuple[bytes, s
 _GETS = {"s3": _s3_get, "msc": _s3_get, "az": _az_get, "gs": _gs_get}
 
 
+def read_span(path: StoragePath, start: int, end: int) -> bytes:
+    """Bytes ``[start, end)`` of a file, cut at its end (remotely one ranged GET)."""
+    if isinstance(path, RemotePath):
+        return read_range(path, start, end)
+    with open(path, "rb") as file:
+        file.seek(start)
+        return file.read(max(0, end - start))
+
+
+def edges(path: StoragePath, edge: int) -> bytes | None:
+    """``b"<size>:"``, the first ``edge`` bytes and, past them, ``edge`` more from
+    ``max(edge, size - edge)`` (a cheap identity of a file's content); None if it is missing."""
+    try:
+        total = size(path)
+    except (FileNotFoundError, DatasetFormatError):
+        return None
+    data = f"{total}:".encode() + (read_span(path, 0, edge) if total else b"")
+    if total > edge:
+        start = max(edge, total - edge)
+        data += read_span(path, start, start + edge)
+    return data
+
+
+def read_if_present(path: StoragePath) -> bytes | None:
+    """The whole file (a remote one kept in memory as ``read_bytes``), None when it is absent
+    (a remote one known absent from its folder's listing, without a failing GET)."""
+    if isinstance(path, RemotePath):
+        try:
+            stat(path)
+        except DatasetFormatError:
+            return None
+    try:
+        return read_bytes(path)
+    except DatasetFormatError:
+        if isinstance(path, Path) and not path.exists():
+            return None
+        raise
+
+
 def size(path: StoragePath) -> int:
     if isinstance(path, Path):
         return path.stat().st_size
     return stat(path)[1]
 
 
-def list_files(root: StoragePath, suffix: str) -> list[str]:
-    """Names relative to ``root`` of the files ending in ``suffix`` below it (recursive)."""
+def list_files(root: StoragePath, suffix: str, skip: str = "") -> list[str]:
+    """Names relative to ``root`` of the files ending in ``suffix`` below it (recursive),
+    sorted; ``skip``: leave out folders whose name starts with it (and what is in them)."""
     if isinstance(root, Path):
-        return sorted(p.relative_to(root).as_posix() for p in root.rglob("*" + suffix))
+        if not skip:
+            return sorted(p.relative_to(root).as_posix() for p in root.rglob("*" + suffix))
+        found = []
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith(skip))
+            found += [
+                Path(dirpath, n).relative_to(root).as_posix()
+                for n in filenames
+                if n.endswith(suffix)
+            ]
+        return sorted(found)
     if root.scheme in ("http", "https"):
         raise DatasetFormatError(f"{root}: an HTTP server cannot be listed; it is read-only")
     t = target(root)
     found = retry.call(lambda: t.fs.find(t.path), "list", str(root), t.secrets)
     prefix = t.path.rstrip("/") + "/"
-    return sorted(f[len(prefix) :] for f in found if f.startswith(prefix) and f.endswith(suffix))
+    names = [f[len(prefix) :] for f in found if f.startswith(prefix) and f.endswith(suffix)]
+    if skip:
+        names = [n for n in names if not any(p.startswith(skip) for p in n.split("/")[:-1])]
+    return sorted(names)
+
+
+def fresh_listing(folder: RemotePath) -> dict[str, tuple[str, int]] | None:
+    """``{name: (ETag, size)}`` of the objects in ``folder`` now (one listing, which the
+    process then remembers for ``stat``); None over HTTP, which cannot list."""
+    if folder.scheme in ("http", "https"):
+        return None
+    entries = _list(folder)
+    return {
+        name: (str(e.get("ETag") or e.get("etag") or ""), int(e.get("size") or 0))
+        for name, e in entries.items()
+    }
+
+
+def _list(folder: RemotePath) -> dict[str, dict[str, Any]]:
+    t = target(folder)
+    try:
+        listed = retry.call(
+            lambda: t.fs.ls(t.path, detail=True, refresh=True), "list", str(folder), t.secrets
+        )
+    except DatasetFormatError:
+        listed = []
+    entries = session().listings[folder] = {e["name"].rsplit("/", 1)[-1]: e for e in listed}
+    return entries
 
 
 def stat(path: RemotePath) -> tuple[str, int]:
     """``(ETag, size)`` of an object, from one listing of its folder per process (or a HEAD)."""
     folder = path.parent
-    entries = _listings.get(folder)
+    listings = session().listings
+    entries = listings.get(folder)
     if entries is None and path.scheme not in ("http", "https"):
-        t = target(folder)
-        try:
-            listed = retry.call(
-                lambda: t.fs.ls(t.path, detail=True, refresh=True), "list", str(folder), t.secrets
-            )
-        except DatasetFormatError:
-            listed = []
-        entries = _listings[folder] = {e["name"].rsplit("/", 1)[-1]: e for e in listed}
+        entries = _list(folder)
     if entries is None:
-        entries = _listings[folder] = {}
+        entries = listings[folder] = {}
     info = entries.get(path.name)
     if info is None:
         info = _info(path)
@@ -387,7 +469,10 @@ def local_copy(path: StoragePath) -> Path:
     return local
 
 
-def read_range_all(path: RemotePath) -> bytes:
+def read_range_all(path: StoragePath) -> bytes:
+    """The whole file, read now (never from or into the small-file memory)."""
+    if isinstance(path, Path):
+        return path.read_bytes()
     t = target(path)
     data = retry.call(lambda: t.fs.cat_file(t.path), "read", str(path), t.secrets)
     retry.STATS.add("bytes", len(data))

@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import os
 import posixpath
-from collections.abc import Mapping
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable, Mapping
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from energon_lite.errors import ConfigError
+from energon_lite.errors import ConfigError, DatasetFormatError
 from energon_lite.storage.dss import dss_target, is_dss
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeIs
 
 SCHEMES = ("s3", "az", "gs", "msc", "http", "https")
 
@@ -186,8 +189,52 @@ def as_path(
     return Path(value)
 
 
-def is_remote(path: object) -> bool:
+def is_remote(path: object) -> TypeIs[RemotePath]:
+    """Whether ``path`` names an object in a remote store (reading it costs requests)."""
     return isinstance(path, RemotePath)
+
+
+def join(base: StoragePath, name: str) -> StoragePath:
+    """``name`` as a path written in a file under ``base`` (a metadataset's ``path:``): a URL
+    stays that URL (under a remote ``base`` with its storage options), a ``dss://`` path is
+    resolved, anything else is relative to ``base`` with ``..`` resolved."""
+    if is_dss(name) or (is_url(name) and not isinstance(base, RemotePath)):
+        return as_path(name)
+    return (base / name).resolve()
+
+
+def inside(folder: StoragePath, name: str) -> StoragePath:
+    """The file ``name`` inside ``folder``; a name that leaves it (``..``, an absolute path, a
+    link pointing out, a URL) is refused, naming both."""
+    if isinstance(folder, RemotePath):
+        parts = PurePosixPath(name).parts
+        if not name or name.startswith("/") or ".." in parts or "://" in name:
+            raise DatasetFormatError(f"{folder}: file name {name!r} leaves the folder")
+        return folder / name
+    path = (folder / name).resolve()
+    if not path.is_relative_to(folder):
+        raise DatasetFormatError(f"{folder}: file name {name!r} leaves the folder")
+    return path
+
+
+def relative(path: StoragePath, base: StoragePath) -> str:
+    """``path`` relative to ``base``, as a POSIX string (both local or both remote)."""
+    if isinstance(path, RemotePath) and isinstance(base, RemotePath):
+        return path.relative_to(base)
+    return str(PurePosixPath(str(path)).relative_to(str(base)))
+
+
+def url_joiner(base: StoragePath) -> Callable[[str, str], str]:
+    """How to join a folder's text and a file name under ``base``, as strings, fast (no
+    pathlib per call): ``os.path.join`` locally; under a URL a URL or absolute path is kept."""
+    return _join_url if isinstance(base, RemotePath) else os.path.join
+
+
+def _join_url(base: str, path: str) -> str:
+    if is_url(path) or path.startswith("/"):
+        return path
+    scheme, _, rest = base.partition("://")
+    return f"{scheme}://{posixpath.normpath(posixpath.join(rest, path))}"
 
 
 def local_only(path: StoragePath, what: str) -> Path:

@@ -8,7 +8,8 @@ A remote ``pread(n, offset)`` that misses the windows already fetched issues one
 of ``max(n, READAHEAD)`` bytes from ``offset``: the Reader asks for a chunk of consecutive
 samples at a time, and the window covers the chunks that follow, so a slice of a shard costs
 one or two requests, never one per sample. Windows are kept in a small per-process LRU
-(``READAHEAD * WINDOWS`` bytes at most), dropped after a fork with the rest of the client.
+(``READAHEAD * WINDOWS`` bytes at most, in the storage session), dropped after a fork with
+the rest of the client.
 Once a read passes the middle of a window, the next window is fetched by a background
 thread (sequential read-ahead, at most two in flight), so a long slice does not wait for
 its second request; a failed background fetch is simply done again in the foreground.
@@ -28,8 +29,7 @@ from __future__ import annotations
 import io
 import logging
 import os
-from collections import OrderedDict
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -37,17 +37,13 @@ from energon_lite.errors import DatasetFormatError
 from energon_lite.storage import ops, prefetch
 from energon_lite.storage.path import RemotePath, StoragePath
 from energon_lite.storage.prefetch import process_cache
-from energon_lite.storage.shard_cache import CachedShard, CorruptEntry, EvictedEntry
+from energon_lite.storage.session import session
+from energon_lite.storage.shard_cache import CachedShard, CorruptEntry, EvictedEntry, ShardCache
 
 logger = logging.getLogger("energon_lite.storage")
 
 READAHEAD = int(os.environ.get("ENERGON_LITE_READAHEAD_BYTES", str(1 << 20)))
 WINDOWS = 8
-
-_windows: OrderedDict[tuple[RemotePath, int], bytes] = OrderedDict()
-_pending: dict[tuple[RemotePath, int], Future[bytes]] = {}
-_pool: ThreadPoolExecutor | None = None
-_pid = os.getpid()
 
 
 class ShardFile:
@@ -60,6 +56,7 @@ class ShardFile:
         self._fd: int | None = None
         self._size: int | None = None
         self._cached: CachedShard | None = None
+        self._cache: ShardCache | None = None  # the cache _cached came from
         self._cache_checked = False
         self._evicted = False  # its entry was evicted during the current pass
         self._last_offset = 0
@@ -102,9 +99,8 @@ class ShardFile:
             return _remote_pread(self.path, size, offset, self.version)
         except CorruptEntry as exc:  # removed, fetched again, read again: no sample lost
             logger.warning("%s; fetching %s again", exc, self.path)
-            cache = process_cache()
-            assert cache is not None
-            cache.discard(self._cached)
+            assert self._cache is not None  # the cache that opened the entry
+            self._cache.discard(self._cached)
             self._cached = None
             self._open_cached()
             if self._cached is None:
@@ -120,7 +116,7 @@ class ShardFile:
     def _open_cached(self) -> None:
         """Read through the node's shard cache when one is on (see ``shard_cache.py``)."""
         self._cache_checked = True
-        cache = process_cache()
+        cache = self._cache = process_cache()
         assert isinstance(self.path, RemotePath)
         if cache is None or not cache.cacheable(self.version, self.size):
             return
@@ -137,15 +133,11 @@ class ShardFile:
 
 
 def _remote_pread(path: RemotePath, size: int, offset: int, version: str = "") -> bytes:
-    global _pid, _pool
-    if os.getpid() != _pid:  # a forked worker: its own windows, requests and thread
-        _windows.clear()
-        _pending.clear()
-        _pool, _pid = None, os.getpid()
-    for (win_path, start), data in reversed(_windows.items()):
+    windows = session().windows  # a forked worker's session has its own, and its own thread
+    for (win_path, start), data in reversed(windows.items()):
         if win_path != path or not start <= offset < start + len(data):
             continue
-        _windows.move_to_end((win_path, start))
+        windows.move_to_end((win_path, start))
         end = start + len(data)
         if offset + size - start > len(data) // 2:
             _prefetch(path, end, len(data), version)
@@ -164,29 +156,35 @@ def _remote_pread(path: RemotePath, size: int, offset: int, version: str = "") -
 
 
 def _keep(path: RemotePath, start: int, data: bytes) -> None:
-    _windows[(path, start)] = data
-    while len(_windows) > WINDOWS:
-        _windows.popitem(last=False)
+    windows = session().windows
+    windows[(path, start)] = data
+    while len(windows) > WINDOWS:
+        windows.popitem(last=False)
 
 
 def _prefetch(path: RemotePath, start: int, previous: int, version: str) -> None:
     """Fetch the window after a half-read one in the background (sequential read-ahead)."""
-    global _pool
-    if previous < READAHEAD or (path, start) in _windows or (path, start) in _pending:
+    held = session()
+    if previous < READAHEAD or (path, start) in held.windows or (path, start) in held.pending:
         return  # the object ended within the last window, or it is on its way
-    if len(_pending) >= 2:
+    if len(held.pending) >= 2:
         return
-    if _pool is None:
-        _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="energon-lite-readahead")
-    _pending[(path, start)] = _pool.submit(ops.read_range, path, start, start + READAHEAD, version)
+    if held.readahead is None:
+        held.readahead = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="energon-lite-readahead"
+        )
+    held.pending[(path, start)] = held.readahead.submit(
+        ops.read_range, path, start, start + READAHEAD, version
+    )
 
 
 def _take_pending(path: RemotePath, offset: int, size: int) -> tuple[int, bytes] | None:
     """The background window that holds ``[offset, offset + size)``, once it arrived."""
-    for (win_path, start), future in list(_pending.items()):
+    pending = session().pending
+    for (win_path, start), future in list(pending.items()):
         if win_path != path or not start <= offset < start + READAHEAD:
             continue
-        del _pending[(win_path, start)]
+        del pending[(win_path, start)]
         try:
             data = future.result()
         except Exception:  # fetched again in the foreground, with its own retries

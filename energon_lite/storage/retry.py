@@ -14,15 +14,14 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import random
 import re
-import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from energon_lite.errors import DatasetFormatError, RemoteStorageError
+from energon_lite.storage.session import RetryStats, session
 
 logger = logging.getLogger("energon_lite.storage")
 T = TypeVar("T")
@@ -35,38 +34,18 @@ _TRANSIENT_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestTim
 _MISSING_CODES = {"NoSuchKey", "NoSuchBucket", "404", "NotFound"}
 
 
-@dataclass
-class RetryStats:
-    """Counters of this process (a forked worker starts from its parent's values); the
-    read-ahead thread counts too, hence ``add`` under a lock."""
+class _SessionStats:
+    """``STATS``: the counters of this process's storage session (``session.RetryStats``),
+    looked up at each use, so a forked worker or a reset session counts in its own."""
 
-    requests: int = 0
-    retries: int = 0
-    failures: int = 0
-    bytes: int = 0
+    def __getattr__(self, name: str) -> Any:
+        return getattr(session().stats, name)
 
-    def add(self, name: str, value: int = 1) -> None:
-        with _lock:
-            setattr(self, name, getattr(self, name) + value)
-
-    def snapshot(self) -> dict[str, int]:
-        with _lock:
-            return dict(vars(self))
+    def __repr__(self) -> str:
+        return repr(session().stats)
 
 
-_lock = threading.Lock()
-
-
-def _new_lock_in_child() -> None:
-    """A forked process gets a lock of its own: a thread of the parent (a shard prefetch)
-    may have held this one at the fork, and nobody would ever release the child's copy."""
-    global _lock
-    _lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_new_lock_in_child)
-STATS = RetryStats()
-_jitter = random.Random()  # timing only, never data order
+STATS = cast(RetryStats, _SessionStats())
 
 
 @dataclass(frozen=True)
@@ -190,7 +169,7 @@ def call(
                 raise RemoteStorageError(f"{where}: {what} failed{tries}: {detail}") from None
             STATS.add("retries")
             delay = min(policy.max_delay, policy.base_delay * 2 ** (attempt - 1))
-            delay *= 0.5 + _jitter.random()  # workers do not retry in lockstep
+            delay *= 0.5 + session().jitter.random()  # workers do not retry in lockstep
             logger.info("retrying %s of %s (attempt %d): %s", what, where, attempt, detail)
             time.sleep(delay)
     raise AssertionError("unreachable")  # the loop returns or raises

@@ -7,7 +7,8 @@ with no version is not cached at all. ``<id>.data`` holds the bytes and ``<id>.c
 of each 1 MiB block. Reads check every block the first time an open entry reads it, so a
 corrupt, truncated or half-deleted entry is removed and fetched again, never a lost sample.
 The span read to check a block serves the reads that follow inside it (the last ``SPANS``
-spans of a process are kept), so checking costs no second read of the bytes.
+spans of a process are kept, in its storage session), so checking costs no second read of the
+bytes.
 
 Concurrency. A fetch writes ``<id>.data.tmp-<pid>`` and renames it into place after the
 ``.crc`` (atomic: readers see a whole entry or none); 256 lock files (``.locks/``, by the
@@ -42,12 +43,10 @@ import contextlib
 import errno
 import fcntl
 import hashlib
-import itertools
 import logging
 import os
 import time
 import zlib
-from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -56,6 +55,7 @@ from energon_lite.errors import DatasetFormatError
 from energon_lite.storage import ops
 from energon_lite.storage.path import RemotePath
 from energon_lite.storage.private import create_new, private_folder, write_new
+from energon_lite.storage.session import session
 from energon_lite.storage.stale import is_stale_temporary
 
 if TYPE_CHECKING:
@@ -66,8 +66,6 @@ FETCH_CHUNK = 16 << 20  # bytes per GET while filling an entry
 SPANS = 4  # checked spans a process keeps: a read verifies a span and serves the next ones
 TOUCH_EVERY = 1.0  # seconds between two marks of an entry being read (its mtime)
 logger = logging.getLogger("energon_lite.storage")
-_spans: OrderedDict[tuple[int, int], bytes] = OrderedDict()
-_tokens = itertools.count()
 
 
 class CorruptEntry(Exception):
@@ -96,7 +94,8 @@ class CachedShard:
         self.fd, self.crcs, self.size, self.where = fd, crcs, size, where
         self._checked = np.zeros(len(crcs), dtype=bool)
         self._touched = time.monotonic()
-        self._token = next(_tokens)  # names its spans (an id() could be reused)
+        self._spans = session().spans  # of this process (a forked child has its own)
+        self._token = next(session().tokens)  # names its spans (an id() could be reused)
 
     def pread(self, size: int, offset: int) -> bytes:
         end = min(offset + size, self.size)
@@ -110,7 +109,7 @@ class CachedShard:
                 os.utime(self.fd)
             self._touched = now
         first, last = offset // BLOCK, (end - 1) // BLOCK
-        for (entry, start), span in reversed(_spans.items()):
+        for (entry, start), span in reversed(self._spans.items()):
             if entry == self._token and start <= offset and end <= start + len(span):
                 return span[offset - start : end - start]  # read (and checked) just now
         if self._checked[first : last + 1].all():
@@ -125,14 +124,14 @@ class CachedShard:
             if len(piece) != expected or zlib.crc32(piece) != int(self.crcs[block]):
                 raise CorruptEntry(f"{self.where}: block {block} does not match its checksum")
             self._checked[block] = True
-        _spans[(self._token, start)] = span  # the next chunks of a sequential read are in it
-        while len(_spans) > SPANS:
-            _spans.popitem(last=False)
+        self._spans[(self._token, start)] = span  # the next chunks of a sequential read are in it
+        while len(self._spans) > SPANS:
+            self._spans.popitem(last=False)
         return span[offset - start : end - start]
 
     def close(self) -> None:
-        for key in [k for k in _spans if k[0] == self._token]:
-            del _spans[key]
+        for key in [k for k in self._spans if k[0] == self._token]:
+            del self._spans[key]
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1

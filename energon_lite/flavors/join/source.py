@@ -36,7 +36,7 @@ from energon_lite.cache.key_index import load_key_index
 from energon_lite.errors import ConfigError, DatasetFormatError
 from energon_lite.metadataset.join import INDEX_FOLDER, joins_being_prepared
 from energon_lite.shards.dataset import PreparedDataset
-from energon_lite.shards.meta import load_info
+from energon_lite.shards.metadata import dataset_metadata
 from energon_lite.storage import local_only
 
 _SHIFT = 40
@@ -70,7 +70,7 @@ class JoinedSource:
         ]
         primary = self.datasets[0]
         self.shard_names = primary.shard_names
-        counts = np.asarray(load_info(primary.root).shard_counts, dtype=np.int64)
+        counts = np.asarray(dataset_metadata(primary.root).info().shard_counts, dtype=np.int64)
         self._shard_base = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self.matches = self._load_matches()
         self.config: dict[str, Any] = {

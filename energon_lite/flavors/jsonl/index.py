@@ -217,9 +217,7 @@ def write_info(info: LineIndexInfo) -> None:
 
 def sidecar(path: StoragePath, suffix: str) -> StoragePath:
     """``path`` with ``suffix`` appended to its name (a local path or a remote URL)."""
-    if isinstance(path, RemotePath):
-        return path.with_name(path.name + suffix)
-    return Path(str(path) + suffix)
+    return path.with_name(path.name + suffix)
 
 
 def read_info(path: StoragePath) -> dict[str, Any]:

@@ -223,7 +223,7 @@ class JsonlSource:
 
 def _version(path: StoragePath) -> str:
     """A remote line file's version (ETag), so that every read sees the same object."""
-    return ops.version(path) if isinstance(path, RemotePath) else ""
+    return ops.version(path)  # "" for a local file
 
 
 LINE_SUFFIXES = (".jsonl", ".ndjson", ".txt", ".lst", ".list", ".meta")

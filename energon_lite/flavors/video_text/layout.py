@@ -46,16 +46,9 @@ def is_video_text(path: str | os.PathLike[str] | RemotePath) -> bool:
 def quick_fingerprint(csv_path: StoragePath) -> dict[str, Any]:
     """Size and a hash of the first and last 64 KiB: survives a copy, catches an edit."""
     digest = hashlib.blake2b(digest_size=8)
-    if isinstance(csv_path, RemotePath):
-        size = ops.size(csv_path)
-        digest.update(ops.read_range(csv_path, 0, _EDGE))
-        digest.update(ops.read_range(csv_path, max(0, size - _EDGE), size))
-        return {"size": size, "edges": digest.hexdigest()}
-    size = csv_path.stat().st_size
-    with open(csv_path, "rb") as file:
-        digest.update(file.read(_EDGE))
-        file.seek(max(0, size - _EDGE))
-        digest.update(file.read(_EDGE))
+    size = ops.size(csv_path)
+    digest.update(ops.read_span(csv_path, 0, _EDGE))
+    digest.update(ops.read_span(csv_path, max(0, size - _EDGE), size))
     return {"size": size, "edges": digest.hexdigest()}
 
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import posixpath
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +29,8 @@ from energon_lite.errors import DatasetFormatError
 from energon_lite.flavors.video_text.layout import load_marker, meta_file, resolve_prepared
 from energon_lite.shards.dataset import PreparedDataset
 from energon_lite.shards.meta import DatasetInfo
-from energon_lite.storage import RemotePath, is_url
+from energon_lite.storage import RemotePath
+from energon_lite.storage.path import url_joiner
 
 # Columns whose values are file paths, resolved like ``path`` (relative to the CSV).
 PATH_SUFFIX = "_path"
@@ -62,7 +62,7 @@ class VideoTextSource(PreparedDataset):
         # os.path.join, not pathlib, per row: pathlib interns every path part it parses,
         # which grows without bound over a table of unique paths.
         self._base = str(self.media_base)
-        self._join = _join_url if isinstance(self.media_base, RemotePath) else os.path.join
+        self._join = url_joiner(self.media_base)
         self.stem = Path(info["csv"]).stem
         self._rows_files = {s["shard"]: s["rows"] for s in info["splits"].values()}
         self._arrays: dict[str, np.ndarray] | None = None
@@ -150,11 +150,3 @@ class VideoTextSource(PreparedDataset):
         state = super().__getstate__()
         state["_arrays"] = None
         return state
-
-
-def _join_url(base: str, path: str) -> str:
-    """A CSV path under a remote media folder: a URL or an absolute path stays as it is."""
-    if is_url(path) or path.startswith("/"):
-        return path
-    scheme, _, rest = base.partition("://")
-    return f"{scheme}://{posixpath.normpath(posixpath.join(rest, path))}"

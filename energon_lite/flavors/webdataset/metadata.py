@@ -8,7 +8,7 @@ from typing import Any
 from energon_lite.edataclass import edataclass
 from energon_lite.epathlib import EPath
 from energon_lite.flavors.webdataset.empty_dataset_error import EmptyDatasetError
-from energon_lite.shards.meta import load_info, load_split
+from energon_lite.shards.metadata import dataset_metadata
 
 
 @edataclass
@@ -37,8 +37,9 @@ class WebdatasetMeta:
         """Read ``split_config`` (default ``split.yaml``, or ``split.json``) and the info file.
         An unknown part is a KeyError naming it; a part without shards an EmptyDatasetError."""
         root = EPath(path)
-        info = load_info(root)
-        split = load_split(root, split_config or "split.yaml")
+        meta = dataset_metadata(root)  # read once per process
+        info = meta.info()
+        split = meta.split(split_config or "split.yaml")
         if split_part not in split.split_parts:
             raise KeyError(
                 f"{split.source}: no split part {split_part!r}; it has {sorted(split.split_parts)}"

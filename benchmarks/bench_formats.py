@@ -1,0 +1,199 @@
+"""energon_lite reading Parquet, save_to_disk, MDS and LitData folders in place, against each
+format's own library and against energon_lite on the same data as tar, in one run.
+
+The W1 data (256x256 JPEG + caption, ``bench_pipeline.build_dataset``) is written once in
+each format by its own library: Hugging Face ``datasets`` (an ``Image`` feature;
+``to_parquet`` in the Hub layout, 100-row row groups, and ``save_to_disk``), Streaming's
+``MDSWriter`` and ``litdata.optimize`` (``bench_peers.convert_streaming`` /
+``convert_litdata``). energon_lite reads each folder in place after ``prepare`` wrote its
+``.nv-meta`` (CaptioningSample); the peers read them with their own loaders: ``datasets``
+(``Dataset.from_parquet`` or ``load_from_disk``, a transform decoding the image, a torch
+``DataLoader``), Streaming's
+``StreamingDataset`` + ``StreamingDataLoader``, LitData's ``StreamingDataset`` +
+``StreamingDataLoader``. Every loader decodes with energon_lite's ``decode_image(jpg,
+"torchrgb")``, batch 32, shuffled; each measurement runs in a fresh child process
+(imports outside the timing), ``--warmup`` batches first, then ``--batches`` timed.
+
+A library that is not installed is left out (MosaicML Streaming cannot be installed beside
+``datasets`` 5: run the script again in an environment with Streaming, ``--libs streaming``)::
+
+    python benchmarks/bench_formats.py [--samples 20000] [--workers 0 2] [--libs ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib.util
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import bench_peers as peers
+import bench_pipeline as bp
+
+FORMATS = {  # format -> (the library that writes and reads it, energon_lite's field map)
+    "tar": ("energon_lite", {"image": "jpg", "caption": "txt"}),
+    "parquet": ("datasets", {"image": "image", "caption": "caption"}),
+    "arrow": ("datasets", {"image": "image", "caption": "caption"}),
+    "mds": ("streaming", {"image": "jpg", "caption": "txt"}),
+    "litdata": ("litdata", {"image": "jpg", "caption": "txt"}),
+}
+
+
+def folder(root: Path, fmt: str) -> Path:
+    return {
+        "tar": root,
+        "parquet": root.with_name(root.name + "_parquet"),
+        "arrow": root.with_name(root.name + "_arrow"),
+        "mds": root.with_name(root.name + "_mds"),
+        "litdata": root.with_name(root.name + "_litdata"),
+    }[fmt]
+
+
+def w1_item(root: str, index: int) -> dict[str, Any]:
+    """Sample ``index`` of the W1 tar shards as LitData's item (run in its worker)."""
+    parts = bp.PlainTarDataset(Path(root)).read_parts(index)
+    return {"jpg": parts["jpg"], "txt": parts["txt"].decode("utf-8")}
+
+
+def convert(root: Path, fmt: str) -> float | None:
+    """Write the W1 samples in ``fmt`` once (its library), prepare it; seconds or None."""
+    out = folder(root, fmt)
+    if fmt == "tar" or (out / ".nv-meta" / "dataset.yaml").is_file():
+        return None
+    start = time.perf_counter()
+    if fmt == "mds":
+        peers.convert_streaming(root)
+    elif fmt == "litdata":
+        from energon_lite.synth.tables import optimize_litdata
+
+        count = len(bp.PlainTarDataset(root))
+        optimize_litdata(out, functools.partial(w1_item, str(root)), count)
+    else:
+        from energon_lite.synth.tables import write_hf_parquet, write_save_to_disk
+
+        rows = list(peers._samples(root))
+        if fmt == "parquet":
+            write_hf_parquet(out, rows, files=max(1, len(rows) // 1000), rows_per_group=100)
+        else:
+            write_save_to_disk(out, rows, shards=max(1, len(rows) // 1000))
+    field_map = json.dumps(FORMATS[fmt][1])
+    subprocess.run(
+        [sys.executable, "-m", "energon_lite.cli", "prepare", "--sample-type",
+         "CaptioningSample", "--field-map", field_map, "--force-overwrite", str(out)],
+        check=True, stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    return time.perf_counter() - start
+
+
+def _hf_loader(path: Path, workers: int) -> Any:
+    import datasets
+    from torch.utils.data import DataLoader
+
+    if path.name.endswith("_parquet"):  # datasets reads Parquet into its Arrow cache first
+        files = sorted(str(f) for f in path.glob("data/*.parquet"))
+        dataset = datasets.Dataset.from_parquet(files, cache_dir=str(path.parent / "hf_cache"))
+    else:
+        dataset = datasets.load_from_disk(str(path))
+    dataset = dataset.cast_column("image", datasets.Image(decode=False))
+
+    def transform(batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        return {
+            "image": [peers.decode(image["bytes"]) for image in batch["image"]],
+            "caption": batch["caption"],
+        }
+
+    dataset.set_transform(transform)
+    return DataLoader(
+        dataset, batch_size=bp.BATCH_SIZE, shuffle=True, num_workers=workers, drop_last=True,
+        prefetch_factor=2 if workers else None,
+    )  # fmt: skip
+
+
+def _loader(lib: str, fmt: str, root: Path, workers: int) -> Any:
+    if lib == "energon_lite":
+        from energon_lite import WorkerConfig, get_savable_loader, get_train_dataset
+
+        dataset = get_train_dataset(
+            folder(root, fmt),
+            worker_config=WorkerConfig(rank=0, world_size=1, num_workers=workers),
+            batch_size=bp.BATCH_SIZE,
+            shuffle_buffer_size=bp.SHUFFLE_BUFFER,
+            max_samples_per_sequence=bp.MAX_SAMPLES_PER_SEQUENCE,
+        )
+        return get_savable_loader(dataset)
+    if lib == "datasets":
+        return _hf_loader(folder(root, fmt), workers)
+    return peers.NewPeer(lib, root, workers).loader()
+
+
+def child(lib: str, fmt: str, root: Path, workers: int, warmup: int, batches: int) -> None:
+    """One measurement: samples/s of ``batches`` batches after ``warmup`` ones."""
+    loader = _loader(lib, fmt, root, workers)
+    iterator = iter(loader)
+    for _ in range(warmup):
+        first = next(iterator)
+    images = first["image"] if isinstance(first, dict) else first.image
+    if tuple(images.shape) != (bp.BATCH_SIZE, 3, 256, 256):
+        raise SystemExit(f"{lib} on {fmt}: a batch of {tuple(images.shape)}")
+    start = time.perf_counter()
+    for _ in range(batches):
+        next(iterator)
+    seconds = time.perf_counter() - start
+    print(bp.RESULT + json.dumps({"samples_per_s": batches * bp.BATCH_SIZE / seconds}))
+
+
+def measure(lib: str, fmt: str, root: Path, workers: int, args: argparse.Namespace) -> float:
+    run = subprocess.run(
+        [sys.executable, __file__, "--child", lib, fmt, str(root), str(workers),
+         str(args.warmup), str(args.batches)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    for line in run.stdout.splitlines():
+        if line.startswith(bp.RESULT):
+            return float(json.loads(line[len(bp.RESULT) :])["samples_per_s"])
+    raise SystemExit(f"{lib} on {fmt} with {workers} workers failed:\n{run.stderr[-3000:]}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--samples", type=int, default=20000)
+    parser.add_argument("--workers", type=int, nargs="+", default=[0, 2])
+    parser.add_argument("--libs", nargs="+", default=["datasets", "streaming", "litdata"])
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--batches", type=int, default=60)
+    parser.add_argument("--child", nargs=6, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        lib, fmt, root, workers, warmup, batches = args.child
+        child(lib, fmt, Path(root), int(workers), int(warmup), int(batches))
+        return
+    root = bp.build_dataset(args.samples)
+    formats = [f for f, (lib, _) in FORMATS.items() if f == "tar" or lib in args.libs]
+    formats = [f for f in formats if importlib.util.find_spec(FORMATS[f][0]) is not None]
+    for fmt in formats:
+        seconds = convert(root, fmt)
+        if seconds is not None:
+            print(f"wrote {fmt} in {seconds:.0f} s", file=sys.stderr)
+    print("| format | workers | energon_lite samples/s | its library samples/s | "
+          "energon_lite / library | energon_lite / energon_lite on tar |")  # fmt: skip
+    print("| --- | --- | --- | --- | --- | --- |")
+    for workers in args.workers:
+        tar = measure("energon_lite", "tar", root, workers, args)
+        print(f"| tar | {workers} | {tar:,.0f} | | | 1.00 |", flush=True)
+        for fmt in formats[1:]:
+            ours = measure("energon_lite", fmt, root, workers, args)
+            theirs = measure(FORMATS[fmt][0], fmt, root, workers, args)
+            print(
+                f"| {fmt} | {workers} | {ours:,.0f} | {theirs:,.0f} ({FORMATS[fmt][0]}) | "
+                f"{ours / theirs:.2f} | {ours / tar:.2f} |",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,34 @@
+"""What a saved state must match in the loader that restores it.
+
+The loader describes itself once per restore as a :class:`RestoreTarget`; everything in
+:mod:`energon_lite.resume` that compares a state with a loader reads it from there, so no
+module here needs the loader (which sits above) or builds a chain.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from energon_lite.resume.ownership import LeafPlan
+from energon_lite.worker import CanonicalLayout, WorkerConfig, WorkerSlot
+
+
+def _no_leaves() -> list[LeafPlan] | None:
+    return None
+
+
+@dataclass(frozen=True)
+class RestoreTarget:
+    """The loader a state is restored into."""
+
+    worker_config: WorkerConfig
+    config: dict[str, Any]  # its dataset.config(): what a state must match
+    shape: Callable[[WorkerSlot], dict[str, Any]]  # a worker chain's declared state shape
+    paths: list[str]  # the datasets it reads (messages only)
+    batches_per_pass: int | None = None  # virtual_epoch_length: in_pass may not exceed it
+    canonical: CanonicalLayout | None = None  # the canonical layout its layout reproduces
+    # each leaf's plan (:func:`energon_lite.resume.ownership.check_ownership`), None for a
+    # chain composed by hand; asked only when states of a whole run are restored
+    leaves: Callable[[], list[LeafPlan] | None] = _no_leaves
