@@ -143,6 +143,12 @@ def run(data, chain, layout, steps, states=None, **over):
     rank's state after the last step."""
     world, workers = layout
     loaders = [loader(data, chain, rank, world, workers, **over) for rank in range(world)]
+    return global_steps(loaders, steps, states)
+
+
+def global_steps(loaders, steps, states=None):
+    """Restore every rank's loader from ``states`` (if given), take ``steps`` batches: each
+    step's items over all ranks, sorted, and every rank's state after the last step."""
     if states is not None:
         for one in loaders:
             one.restore_state_global(states)
@@ -419,14 +425,7 @@ def blend_run(data, blend, layout, steps, states=None, canonical=SMALL):
             canonical_layout=canonical,
         )
         loaders.append(get_savable_loader(dataset))
-    if states is not None:
-        for one in loaders:
-            one.restore_state_global(states)
-    per_rank = [[b["items"] for b in take(one, steps)] for one in loaders]
-    saved = [one.save_state_rank() for one in loaders]
-    for one in loaders:
-        one.close()
-    return [sorted(k for rank in per_rank for k in rank[step]) for step in range(steps)], saved
+    return global_steps(loaders, steps, states)
 
 
 @pytest.mark.parametrize("layout", [(1, 0), (1, 2), (2, 1)], ids=lambda x: f"{x[0]}x{x[1]}")
