@@ -143,6 +143,12 @@ def run(data, chain, layout, steps, states=None, **over):
     rank's state after the last step."""
     world, workers = layout
     loaders = [loader(data, chain, rank, world, workers, **over) for rank in range(world)]
+    return global_steps(loaders, steps, states)
+
+
+def global_steps(loaders, steps, states=None):
+    """Restore every rank's loader from ``states`` (if given), take ``steps`` batches: each
+    step's items over all ranks, sorted, and every rank's state after the last step."""
     if states is not None:
         for one in loaders:
             one.restore_state_global(states)
@@ -362,3 +368,74 @@ def test_checkpoint_redist_sends_canonical_states_to_the_trainer(data, tmp_path,
     assert "canonical_layout=[4, 4]; pass them to loader.restore_state_global" in (
         capsys.readouterr().err
     )
+
+
+# every blend kind, schedule and composition on every dividing layout -------------------------
+
+RAMP = "{schedule: [[0, 9], [6, 1]], interpolate: linear}"
+RAMP_BACK = "{schedule: [[0, 1], [6, 9]], interpolate: linear}"
+BLENDS = {  # metadatasets over a and b: the blend kinds, schedules and compositions
+    "weighted": None,
+    "epochized": None,
+    "scheduled": f"    blend:\n      - {{path: a, weight: {RAMP}}}\n"
+    f"      - {{path: b, weight: {RAMP_BACK}}}\n",
+    "stratified": "    batch_composition: stratified\n    blend:\n"
+    "      - {path: a, weight: 2}\n      - {path: b, weight: 1}\n",
+    "scheduled_stratified": f"    batch_composition: stratified\n    blend:\n"
+    f"      - {{path: a, weight: {RAMP}}}\n      - {{path: b, weight: {RAMP_BACK}}}\n",
+    "scheduled_per_source": f"    batch_composition: per_source\n    blend:\n"
+    f"      - {{path: a, weight: {RAMP}}}\n      - {{path: b, weight: {RAMP_BACK}}}\n",
+    "tokens": "    weight_unit: tokens\n    blend:\n"
+    "      - {path: a, weight: 1}\n      - {path: b, weight: 1}\n",
+}
+SMALL = (2, 2)  # the canonical layout of these runs: global batch 8, 4 per pipeline
+
+
+class CostEncoder(NoisyEncoder):
+    """A sample's cost varies with its key (1 to 5 "tokens"), for ``weight_unit: tokens``;
+    the payload is the batch index ``encode_sample`` sees (Energon's, the canonical run's)."""
+
+    def encode_sample(self, sample: Any) -> Noisy:
+        return Noisy.derive_from(
+            sample, members=[sample.__key__], noise=float(self.current_batch_index)
+        )
+
+    def sample_cost(self, sample: Noisy) -> float:
+        return 1.0 + int(sample.members[0][1:]) % 5
+
+
+def blend_run(data, blend, layout, steps, states=None, canonical=SMALL):
+    """Global steps' items (sorted over the ranks) of a blend on ``layout``, and the states."""
+    path = data["a"].parent / f"{blend}.yaml"
+    if BLENDS[blend] is not None and not path.exists():
+        path.write_text(
+            "__module__: energon_lite\n__class__: MetadatasetV2\nsplits:\n  train:\n"
+            + BLENDS[blend]
+        )
+    world, workers = layout
+    loaders = []
+    for rank in range(world):
+        dataset = get_train_dataset(
+            path,
+            worker_config=WorkerConfig(rank, world, workers),
+            batch_size=G // world,
+            shuffle_buffer_size=4,
+            max_samples_per_sequence=5,
+            task_encoder=CostEncoder(),
+            canonical_layout=canonical,
+        )
+        loaders.append(get_savable_loader(dataset))
+    return global_steps(loaders, steps, states)
+
+
+@pytest.mark.parametrize("layout", [(1, 0), (1, 2), (2, 1)], ids=lambda x: f"{x[0]}x{x[1]}")
+@pytest.mark.parametrize("blend", sorted(BLENDS))
+def test_every_blend_keeps_the_canonical_batches_fresh_and_restored(data, blend, layout):
+    """Today's 2 x 2 run is what every layout dividing (2, 2) gives, from the start and
+    after a restore from 2 x 2 (and back)."""
+    expected, _ = blend_run(data, blend, SMALL, 10, canonical=None)
+    assert blend_run(data, blend, layout, 10)[0] == expected
+    first, states = blend_run(data, blend, SMALL, 3)
+    second, states = blend_run(data, blend, layout, 4, states)
+    third, _ = blend_run(data, blend, SMALL, 3, states)
+    assert first + second + third == expected

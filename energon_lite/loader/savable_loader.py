@@ -31,7 +31,7 @@ from energon_lite.loader.stats import LoaderStats
 from energon_lite.loader.stream import StreamSettings, shut_down, stream
 from energon_lite.resume.ownership import LeafPlan
 from energon_lite.resume.rank_state import RankState
-from energon_lite.resume.restore import for_this_layout, restore_rank, restore_run
+from energon_lite.resume.restore import check_owned, for_this_layout, restore_rank, restore_run
 from energon_lite.resume.state_delta import with_unchanged
 from energon_lite.resume.target import RestoreTarget
 
@@ -308,6 +308,12 @@ class SavableLoader(StatefulLoader):
             canonical=pipeline.canonical(wc.slot(0)),
             leaves=leaves,
         )
+
+    def _check_owned(self, workers: list[Any]) -> None:
+        """The worker states received so far own their work once (before healing restarts
+        workers from them), checked as every restore checks a rank."""
+        state = RankState(self.dataset.config(), self._epoch, self._next_worker, workers, 0)
+        check_owned(state, self._target())
 
     def _continue_from(self, state: RankState | None) -> None:
         """Continue from a checked ``state`` (None: the start). A pass that is running

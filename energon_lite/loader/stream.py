@@ -60,6 +60,10 @@ class StreamOwner(Protocol):
         """(per worker, the state of the last batch received; the next worker; the epoch)."""
         ...
 
+    def _check_owned(self, workers: list[Any]) -> None:
+        """StateError unless the worker states together own their work once."""
+        ...
+
     def _iter_started(self) -> int:
         """A pass starts: its ``iter_id`` in the debug sample log."""
         ...
@@ -217,6 +221,7 @@ def stream(
                             loss, batches, wc.rank, rotation, owner._resume_point()[0], timeout
                         )
                         shut_down(running)
+                        owner._check_owned(owner._resume_point()[0])  # as a restore does
                         batches, rotation = start()
                         notice = notices[0]
                         continue

@@ -306,7 +306,7 @@ class DatasetPipeline:
                 for i, reader in enumerate(readers)
             ]
         by_cost = self.weight_unit == "tokens" and not single
-        node = readers[0] if single else self._blend(readers, slot, by_cost)
+        node = readers[0] if single else self._blend(readers, slot, by_cost, per_phase)
 
         def then(cls: type[Stage], make: Callable[[Stage], Stage], **settings: Any) -> None:
             nonlocal node
@@ -413,9 +413,10 @@ class DatasetPipeline:
             pipelines = [self.plan(slots[0], per_phase)] * len(slots)
         else:
             pipelines = [self.plan(logical, per_phase) for logical in slots]
+        spreads = [(logical.worker_id, logical.num_workers) for logical in slots]
         node = Node(
             Phases,
-            lambda ps: Phases(ps, per_phase, te.batch, failures(te.batch), rows),
+            lambda ps: Phases(ps, per_phase, te.batch, failures(te.batch), rows, spreads),
             pipelines,
             several=True,
             settings={"batch_size": self.options.batch_size, "collate": te.batch},
@@ -440,7 +441,9 @@ class DatasetPipeline:
             return self._phases(slot, layout, shape_only=True).shape()
         return self.plan(slot).shape()
 
-    def _blend(self, readers: list[Node], slot: WorkerSlot, by_cost: bool) -> Node:
+    def _blend(self, readers: list[Node], slot: WorkerSlot, by_cost: bool, per_phase: int) -> Node:
+        """The blend of ``slot``'s pipeline; a canonical layout's logical pipeline
+        (``per_phase`` > 0) plans its composed batches for its own share of the batch."""
         if self.blend_mode == "concat":
             return Node(Concat, Concat, readers, several=True)
         if self.blend_mode == "epochized":
@@ -462,6 +465,9 @@ class DatasetPipeline:
         grouped = self.task_encoder.overrides("batch_group_criterion")
         # grouped per_source: the groups are made per source (by_source), the draws by weight
         composition = "random" if grouped else self.composition
+        size = self.options.batch_size
+        if size is not None and per_phase:
+            size //= per_phase
         return Node(
             WeightedBlend,
             lambda rs: WeightedBlend(
@@ -470,7 +476,7 @@ class DatasetPipeline:
                 slot.seed,
                 slot.global_worker_id,
                 composition=composition,
-                batch_size=self.options.batch_size,
+                batch_size=size,
                 by_cost=by_cost,
                 stream=self.options.blend_stream,
             ),

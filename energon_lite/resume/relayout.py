@@ -277,3 +277,23 @@ def read_phases_level(level: Any, where: str) -> tuple[list[Any], int]:
     if isinstance(phase, bool) or not isinstance(phase, int):
         raise StateError(f"{where}: Phases phase={short_repr(phase)} is corrupt")
     return level["sources"], phase
+
+
+def pipeline_trees(
+    workers: list[Any], wc: WorkerConfig, layout: CanonicalLayout
+) -> list[RankState]:
+    """A rank's worker states as the canonical layout's K ranks of Q pipelines (what the
+    ownership check reads: pipeline k * Q + q is worker q of rank k, at its canonical global
+    worker), this rank's pipelines in their places and None elsewhere."""
+    pipelines: list[Any] = [None] * (layout.ranks * layout.workers)
+    for worker, level in enumerate(workers):
+        if level is None:
+            continue
+        sources, _ = read_phases_level(stateless_removed(level), f"worker {worker}")
+        slots = layout.slots(WorkerSlot(wc.rank, wc.world_size, worker, wc.workers_per_rank, 0))
+        for slot, source in zip(slots, sources):
+            pipelines[slot.rank * layout.workers + slot.worker_id] = source
+    q = layout.workers
+    return [
+        RankState({"rank": k}, 0, 0, pipelines[k * q : (k + 1) * q], 0) for k in range(layout.ranks)
+    ]

@@ -2,7 +2,8 @@
 
 ``SavableLoader.restore_state_rank(state)`` is :func:`restore_rank`: the record checked on
 its own (:meth:`RankState.read`) and against the loader (:func:`checked_for`: the same
-configuration, every worker chain of the declared shape, a batch count inside the pass).
+configuration, every worker chain of the declared shape, a batch count inside the pass, the
+workers owning their work once, :func:`check_owned`).
 ``restore_state_global(states)`` is :func:`restore_run`: every rank's state read together
 (:func:`read_run`) and, where they were saved on another layout, moved to this one
 (:func:`for_this_layout`: canonical relayout or elastic redistribution), then this rank's
@@ -18,7 +19,7 @@ from energon_lite.errors import StateError
 from energon_lite.resume.elastic import redistributed
 from energon_lite.resume.ownership import check_ownership
 from energon_lite.resume.rank_state import RankState, SavedRun, read_run
-from energon_lite.resume.relayout import relayout
+from energon_lite.resume.relayout import pipeline_trees, relayout
 from energon_lite.resume.target import RestoreTarget
 from energon_lite.state.codec import check_same_config, check_state_shape
 
@@ -75,7 +76,26 @@ def checked_for(state: RankState, target: RestoreTarget) -> RankState:
     limit = target.batches_per_pass
     if limit is not None and state.in_pass > limit:
         raise StateError(f"loader state in_pass={state.in_pass} is not a batch count")
+    check_owned(state, target)
     return state
+
+
+def check_owned(state: RankState, target: RestoreTarget) -> None:
+    """StateError unless the rank's workers together own their work once (no sample
+    buffered twice, in one buffer or two workers', no slice open twice, every reader
+    position inside the plan): what every restore of a rank checks last, and what healing
+    checks of the states received before it restarts workers. A canonical layout's rank is
+    read as its logical pipelines, each at its canonical global worker."""
+    wc, layout = target.worker_config, target.canonical
+    if layout is not None:
+        ranks = pipeline_trees(state.workers, wc, layout)
+    else:  # the other ranks' places empty: each worker is checked as its global worker
+        empty = [None] * wc.workers_per_rank
+        ranks = [
+            RankState({"rank": k}, 0, 0, state.workers if k == wc.rank else empty, 0)
+            for k in range(wc.world_size)
+        ]
+    check_ownership(ranks, target.leaves())
 
 
 def _saved_on(run: SavedRun, world_size: int, num_workers: int) -> bool:

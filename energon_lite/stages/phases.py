@@ -8,7 +8,11 @@ phase by phase (``per_phase`` canonical ranks each). Each pipeline ends in a bat
 that hands out its batch as a plain list of samples; ``next()`` takes one list from each
 pipeline of the current phase, joins them in canonical rank order, collates them once and
 moves on to the next phase. So the rank's batch holds exactly the samples its canonical
-ranks' batches would hold, whatever the physical layout.
+ranks' batches would hold, whatever the physical layout. While a pipeline works, the batch
+and sample indices (``current_batch_index``, a blend's schedule step) are spread by its
+canonical worker and the canonical workers (``spreads``), as in the canonical run, not by
+the loader worker that runs it, and the sample costs its ``Cost`` stage reports reach its
+own blend only (each pipeline has its own ledger in the chain's context).
 
 A pipeline that has ended (a finite stream) gives nothing to its phase; a phase whose
 pipelines all ended is skipped, and the stream ends when every pipeline has.
@@ -42,6 +46,7 @@ from energon_lite.errors import (
 from energon_lite.stages.base import Stage
 from energon_lite.stages.batch import collate_or_skip
 from energon_lite.state.codec import check_level, state_count
+from energon_lite.task_encoder.chain_context import CostLedger
 
 
 class Phases(Stage):
@@ -63,10 +68,17 @@ class Phases(Stage):
         collate: Callable[[list[Any]], Any],
         failures: FailureTracker | None = None,
         rows: int | None = None,
+        spreads: list[tuple[int, int]] | None = None,
     ) -> None:
         if per_phase < 1 or not sources or len(sources) % per_phase:
             raise ConfigError(f"Phases: {len(sources)} pipelines are not phases of {per_phase=}")
+        if spreads is not None and len(spreads) != len(sources):
+            raise ConfigError(f"Phases: {len(spreads)} spreads for {len(sources)} pipelines")
         self.sources = sources
+        # per pipeline (canonical worker, canonical workers): how its indices spread
+        self.spreads = spreads
+        # per pipeline, the costs its Cost stage reports to its blend (weight_unit: tokens)
+        self._costs = [CostLedger() for _ in sources]
         self.per_phase = per_phase
         self.phases = len(sources) // per_phase
         self.collate = collate
@@ -88,6 +100,7 @@ class Phases(Stage):
                 for index in range(first, first + self.per_phase):
                     if index in self._ended:
                         continue
+                    self._enter(index)
                     self._ready(index)
                     self._touched.add(index)
                     try:
@@ -102,6 +115,7 @@ class Phases(Stage):
     def fetch(self, restore_key: Any) -> Any:
         """A batch again from its items' keys (any pipeline fetches any key: keys route by
         leaf, not by pipeline); a single item's key gives that item."""
+        self._enter(0)
         self._ready(0)
         if isinstance(restore_key, list):
             return self.collate([self.sources[0].fetch(key) for key in restore_key])
@@ -128,6 +142,14 @@ class Phases(Stage):
         self._handler = current_restore_handler()
         self._started = True
 
+    def _enter(self, index: int) -> None:
+        """Pipeline ``index`` works next: the chain's indices spread as its canonical
+        worker's, and its costs reach its own blend only."""
+        context = self.context
+        if self.spreads is not None:
+            context.index.worker, context.index.workers = self.spreads[index]
+        context.costs = self._costs[index]
+
     def _ready(self, index: int) -> None:
         """Restore pipeline ``index`` if it has not been yet."""
         if index in self._pending:
@@ -141,6 +163,7 @@ class Phases(Stage):
         (:mod:`energon_lite.resume.state_delta`)."""
         self._start_if_fresh()
         for index in sorted(self._touched):
+            self._enter(index)
             self._saved[index] = self.sources[index].save_state()
         self._touched.clear()
         return {"type": type(self).__name__, **self._save(), "sources": list(self._saved)}

@@ -31,20 +31,72 @@ def decode_state(data: bytes) -> Any:
         raise StateError(f"loader state bytes are corrupt or truncated: {exc}") from None
 
 
+# what a state may hold: every restore reads a state through its digest first, so these
+# bounds hold on every path (a deeper or larger value would end in Python's RecursionError or
+# msgpack's OverflowError instead of a StateError naming the field)
+MAX_STATE_DEPTH = 100  # nesting of dicts and lists; a real chain's state nests about 20 deep
+_INT_RANGE = (-(2**63), 2**64 - 1)  # msgpack's integers
+
+
+class _Unfit(Exception):
+    """A value a state may not hold (:func:`_unfit_path` finds where)."""
+
+
 def state_digest(state: dict[str, Any]) -> str:
     """A digest of a loader state's content (everything but its ``digest`` field), stable
-    across msgpack, pickle, ``torch.save`` and JSON round trips (keys are sorted)."""
+    across msgpack, pickle, ``torch.save`` and JSON round trips (keys are sorted).
+    StateError naming the field for a state nested deeper than :data:`MAX_STATE_DEPTH` or
+    holding an integer outside 64 bits."""
     body = {key: value for key, value in state.items() if key != "digest"}
-    payload = msgpack.packb(_canonical(body), use_bin_type=True)
+    try:
+        payload = msgpack.packb(_canonical(body, 0), use_bin_type=True)
+    except (_Unfit, OverflowError):  # msgpack refuses integers outside 64 bits
+        where, problem = _unfit_path(body)
+        raise StateError(f"loader state field {where}: {problem}; it is corrupt") from None
     return hashlib.blake2b(payload, digest_size=16).hexdigest()
 
 
-def _canonical(value: Any) -> Any:
+def _canonical(value: Any, depth: int) -> Any:
     if isinstance(value, dict):
-        return [[str(key), _canonical(value[key])] for key in sorted(value, key=str)]
+        if depth >= MAX_STATE_DEPTH:
+            raise _Unfit
+        return [[str(key), _canonical(value[key], depth + 1)] for key in sorted(value, key=str)]
     if isinstance(value, (list, tuple)):
-        return [_canonical(v) for v in value]
+        if depth >= MAX_STATE_DEPTH:
+            raise _Unfit
+        return [_canonical(v, depth + 1) for v in value]
     return value
+
+
+def _unfit_path(body: dict[str, Any]) -> tuple[str, str]:
+    """Where the first value :func:`_canonical` refused sits (``workers[1].source.rng``), and
+    why; searched without recursion, in the digest's order, only once a state is refused."""
+    stack: list[tuple[Any, str, int]] = [(body, "", 0)]
+    while stack:
+        value, path, depth = stack.pop()
+        if isinstance(value, (dict, list, tuple)):
+            if depth >= MAX_STATE_DEPTH:
+                return _short_path(path), f"nested deeper than {MAX_STATE_DEPTH} levels"
+            if isinstance(value, dict):
+                children = [(value[k], f"{path}.{_name(k)}") for k in sorted(value, key=str)]
+            else:
+                children = [(v, f"{path}[{i}]") for i, v in enumerate(value)]
+            stack.extend((child, where, depth + 1) for child, where in reversed(children))
+        elif isinstance(value, int) and not _INT_RANGE[0] <= value <= _INT_RANGE[1]:
+            return _short_path(
+                path
+            ), f"{short_repr(value)} is outside the 64-bit integers a state holds"
+    return "the state", "it cannot be encoded"
+
+
+def _name(key: Any) -> str:
+    return key if isinstance(key, str) and len(key) <= 40 else short_repr(key, 40)
+
+
+def _short_path(path: str) -> str:
+    """A path of a crafted nesting, shortened: where it starts is what names it."""
+    path = path.lstrip(".")
+    return path if len(path) <= 120 else path[:100] + "..."
 
 
 def check_same_config(saved: Any, current: dict[str, Any]) -> None:
