@@ -224,7 +224,7 @@ class StopsTwice(CaptionEncoder):
         return super().encode_sample(sample)
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(600)  # a hang guard only: subprocesses and pools on a loaded machine
 def test_two_kills_in_one_epoch_are_two_restarts(train_ds: Path, tmp_path: Path) -> None:
     never = tmp_path / "never"
     never.touch()
@@ -263,7 +263,7 @@ def _dying(path: Path, **loader_options: Any) -> Any:
     return get_savable_loader(dataset, **loader_options)
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(600)  # a hang guard only: subprocesses and pools on a loaded machine
 def test_a_worker_that_dies_on_every_start_stops_the_run_after_the_budget(train_ds: Path) -> None:
     loader = _dying(train_ds, max_worker_restarts=2, worker_restart_window_seconds=600)
     with pytest.raises(WorkerRestartError) as caught:
@@ -368,7 +368,7 @@ class KillsAtRegistration:
             signal.raise_signal(signal.SIGCHLD)
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(600)  # a hang guard only: subprocesses and pools on a loaded machine
 def test_a_worker_killed_while_its_pool_starts_is_replaced(train_ds: Path, tmp_path: Path) -> None:
     """The first pool and the replacement pool each lose a worker while torch starts them
     (torch's SIGCHLD handler would raise in the trainer then): both are healed."""
@@ -406,7 +406,7 @@ sys.stdin.read()  # until killed
 """
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(600)  # a hang guard only: subprocesses and pools on a loaded machine
 def test_a_killed_trainer_leaves_nothing_in_the_temp_directory(
     train_ds: Path, tmp_path: Path
 ) -> None:

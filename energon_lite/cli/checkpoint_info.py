@@ -58,6 +58,14 @@ def _weight_text(weight: Any) -> str:
     return short_repr(weight)
 
 
+def _path_text(name: Any) -> str:
+    """A dataset's path in full (a user reads it to find the data); only an oversized or
+    non-string value from a crafted state is shortened."""
+    if isinstance(name, str) and len(name) <= 1024:
+        return repr(name)
+    return short_repr(name)
+
+
 def describe_config(state: dict[str, Any], config: dict[str, Any]) -> list[str]:
     """The loader's settings, one per line; its datasets by the paths the state names (with
     each one's content digest), the blend's weights or schedules in words, and the step."""
@@ -70,7 +78,7 @@ def describe_config(state: dict[str, Any], config: dict[str, Any]) -> list[str]:
         for i, (name, digest) in enumerate(zip(names, datasets)):
             weight = weights[i] if isinstance(weights, list) and i < len(weights) else None
             how = "" if weight is None else f", weight {_weight_text(weight)}"
-            lines.append(f"    {short_repr(name)} (content {short_repr(digest)}){how}")
+            lines.append(f"    {_path_text(name)} (content {short_repr(digest)}){how}")
     shown = ("datasets", "weights") if lines else ()
     lines += [f"  {k}: {short_repr(v)}" for k, v in config.items() if k not in shown]
     if isinstance(state.get("in_pass"), int):
