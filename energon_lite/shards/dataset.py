@@ -229,22 +229,8 @@ class PreparedDataset:
 
     def _apply_subset(self, subset: tuple[int | str, int | str]) -> None:
         """Keep samples ``[start, end)`` of the split; bounds are ints, ``"N%"`` or ``"end"``."""
-        lengths = self.run_end - self.run_start
-        offsets = np.concatenate([[0], np.cumsum(lengths)])
-        total = int(offsets[-1])
-        start, end = (_resolve_bound(b, total, self.root) for b in subset)
-        if not 0 <= start <= end <= total:
-            raise DatasetFormatError(
-                f"{self.root}: subset range {list(subset)} -> [{start}, {end}) is outside "
-                f"the split's [0, {total}) samples"
-            )
-        new_start = np.clip(start - offsets[:-1], 0, lengths) + self.run_start
-        new_end = np.clip(end - offsets[:-1], 0, lengths) + self.run_start
-        keep = new_end > new_start
-        self.run_shard, self.run_start, self.run_end = (
-            self.run_shard[keep],
-            new_start[keep],
-            new_end[keep],
+        self.run_shard, self.run_start, self.run_end = subset_runs(
+            self.root, self.run_shard, self.run_start, self.run_end, subset
         )
 
     # I/O ------------------------------------------------------------------------------
@@ -370,6 +356,30 @@ def _whole_shards(
         return None
     ids = ids[counts[ids] > 0]
     return ids, np.zeros(len(ids), dtype=np.int64), counts[ids]
+
+
+def subset_runs(
+    root: StoragePath,
+    run_shard: np.ndarray,
+    run_start: np.ndarray,
+    run_end: np.ndarray,
+    subset: tuple[int | str, int | str],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The runs cut to samples ``[start, end)`` of the whole split (bounds are ints, ``"N%"``
+    or ``"end"``); a range outside the split is a DatasetFormatError naming ``root``."""
+    lengths = run_end - run_start
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    total = int(offsets[-1])
+    start, end = (_resolve_bound(b, total, root) for b in subset)
+    if not 0 <= start <= end <= total:
+        raise DatasetFormatError(
+            f"{root}: subset range {short_repr(list(subset))} -> [{start}, {end}) is outside "
+            f"the split's [0, {total}) samples"
+        )
+    new_start = np.clip(start - offsets[:-1], 0, lengths) + run_start
+    new_end = np.clip(end - offsets[:-1], 0, lengths) + run_start
+    keep = new_end > new_start
+    return run_shard[keep], new_start[keep], new_end[keep]
 
 
 def _resolve_bound(bound: int | str, total: int, root: StoragePath) -> int:

@@ -21,10 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from energon_lite.errors import DatasetFormatError, short_repr
 from energon_lite.flavors.tables.format import TableFormat, open_format
 from energon_lite.samples.factory import PART_TYPES
-from energon_lite.shards.dataset import _resolve_bound
+from energon_lite.shards.dataset import subset_runs
 from energon_lite.shards.meta import META_DIR, load_dataset_config
 from energon_lite.storage import RemotePath, StoragePath, as_path
 
@@ -62,20 +61,9 @@ class TableSource:
 
     def _apply_subset(self, subset: tuple[int | str, int | str]) -> None:
         """Keep samples ``[start, end)`` of the split; bounds are ints, ``"N%"`` or ``"end"``."""
-        lengths = self.run_end - self.run_start
-        offsets = np.concatenate([[0], np.cumsum(lengths)])
-        total = int(offsets[-1])
-        start, end = (_resolve_bound(b, total, self.root) for b in subset)
-        if not 0 <= start <= end <= total:
-            raise DatasetFormatError(
-                f"{self.root}: subset {short_repr(list(subset))} -> [{start}, {end}) is outside "
-                f"the split's [0, {total}) samples"
-            )
-        new_start = np.clip(start - offsets[:-1], 0, lengths) + self.run_start
-        new_end = np.clip(end - offsets[:-1], 0, lengths) + self.run_start
-        keep = new_end > new_start
-        self.run_shard = self.run_shard[keep]
-        self.run_start, self.run_end = new_start[keep], new_end[keep]
+        self.run_shard, self.run_start, self.run_end = subset_runs(
+            self.root, self.run_shard, self.run_start, self.run_end, subset
+        )
 
     def __len__(self) -> int:
         return int((self.run_end - self.run_start).sum())
