@@ -321,27 +321,50 @@ def test_a_cache_folder_deleted_during_a_fetch_is_made_again(s3, local_ds, env, 
     assert deleted and len(list(env.glob("*.data"))) == 6
 
 
-def test_fetches_in_flight_count_against_the_limit(s3, local_ds, env, monkeypatch):
-    """4 processes with a 250 KB limit left 327,680 bytes: a fetch did not count the others
-    in flight. With one fetch in flight (its GET held by the proxy) a second object that
-    would not fit beside it is read without the cache, and the folder stays in its limit."""
-    url = _upload(s3, local_ds, "inflight")
-    first, version, size, _ = _entry_of(url, "parts/data-0.tar", env)
-    second, version2, size2, _ = _entry_of(url, "parts/data-1.tar", env)
+def _fetch_first(env: Path, limit: int, url: str, done: multiprocessing.Queue) -> None:
     from energon_lite.storage.shard_cache import ShardCache
 
-    limit = size + size2 - 1  # both together do not fit
-    seen: list[object] = []
+    path, version, size, _ = _entry_of(url, "parts/data-0.tar", env)
+    entry = ShardCache(env, limit).open(path, version, size)
+    done.put(entry is not None)
 
-    def second_fetch_during_the_first(number: int, request: str) -> None:
-        if not seen and request.split("?", 1)[0].endswith("data-0.tar"):
-            seen.append(ShardCache(env, limit).open(second, version2, size2))
 
-    with FaultProxy(s3.endpoint, schedule=second_fetch_during_the_first) as holding:
+def test_fetches_in_flight_count_against_the_limit(s3, local_ds, env, monkeypatch):
+    """4 processes with a 250 KB limit left 327,680 bytes: a fetch did not count the others
+    in flight. While another process's fetch is in flight (the proxy holds its GET until the
+    test releases it, a condition, not a timing), a second object that would not fit beside
+    it is read without the cache, and the folder stays in its limit."""
+    import threading
+
+    from energon_lite.storage.shard_cache import ShardCache
+
+    url = _upload(s3, local_ds, "inflight")
+    released = threading.Event()
+
+    def hold_the_first(number: int, request: str) -> None:
+        if request.split("?", 1)[0].endswith("data-0.tar") and "HEAD" not in request:
+            released.wait(300)  # a hang guard only: the test sets it
+
+    with FaultProxy(s3.endpoint, schedule=hold_the_first) as holding:
         monkeypatch.setenv("AWS_ENDPOINT_URL", holding.endpoint)
-        entry = ShardCache(env, limit).open(first, version, size)
-    assert entry is not None and seen == [None]  # the second went without the cache
-    entry.close()
+        _, _, size, _ = _entry_of(url, "parts/data-0.tar", env)
+        second, version2, size2, _ = _entry_of(url, "parts/data-1.tar", env)
+        limit = size + size2 - 1  # both together do not fit
+        ctx = multiprocessing.get_context("spawn")
+        done: multiprocessing.Queue = ctx.Queue()
+        other = ctx.Process(target=_fetch_first, args=(env, limit, url, done))
+        other.start()
+        try:
+            for _ in range(3000):  # until the other process's fetch is in flight (bounded)
+                if env.is_dir() and any(".tmp-" in p.name for p in env.glob("*.data.tmp-*")):
+                    break
+                other.join(0.1)
+            assert any(env.glob("*.data.tmp-*")), "the other process never started its fetch"
+            assert ShardCache(env, limit).open(second, version2, size2) is None
+        finally:
+            released.set()
+        assert done.get(timeout=300) is True
+        other.join(300)
     used = sum(p.stat().st_size for p in env.iterdir() if p.is_file())
     assert used <= limit and len(list(env.glob("*.data"))) == 1
 

@@ -41,6 +41,10 @@ class _TaskEncoderDecoder:
     def __repr__(self) -> str:
         return "TASK_ENCODER_DECODER"
 
+    def __reduce__(self) -> str:
+        # pickled by name, so a spawned worker's copy is the same object (callers test `is`)
+        return "TASK_ENCODER_DECODER"
+
 
 TASK_ENCODER_DECODER = _TaskEncoderDecoder()
 _allowed: set[str] = set()
