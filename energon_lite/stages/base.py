@@ -9,7 +9,11 @@ A stage produces items one at a time from its parent(s) and can say where it is:
 * ``restore_state(None)`` starts fresh, ``restore_state(state)`` continues exactly after the
   last item handed out when ``state`` was saved. There is no separate initialisation path;
 * ``fetch(restore_key)`` returns the item with that ``__restore_key__`` again by random
-  access, re-running this stage's deterministic work. Buffers use it on restore.
+  access, re-running this stage's deterministic work. Buffers use it on restore;
+* ``key_of(item)``, asked right after ``next()`` returned ``item``, is its restore key, so a
+  buffer above keeps the key beside the item: a hook's plain dict carries none of its own,
+  and none is written into it. By default the key the item carries; a stage that makes
+  items (``Encode``, ``Pack``) knows it, and one that passes items through asks its parent.
 
 Constructors only store settings: no I/O, no epoch planning. A stage starts on
 ``restore_state`` (the loader always calls it) or, when nobody did, on its first
@@ -50,6 +54,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from energon_lite.errors import StateError, short_repr
 from energon_lite.state.codec import check_level
+from energon_lite.state.restore_key import RestoreKey, key_in
 from energon_lite.task_encoder.chain_context import ChainContext
 
 if TYPE_CHECKING:
@@ -151,6 +156,11 @@ class Stage:
 
     def next(self) -> Any:
         raise NotImplementedError
+
+    def key_of(self, item: Any) -> RestoreKey | None:
+        """The restore key of ``item``, which ``next()`` has just returned (module
+        docstring); None when nobody knows it. Default: the key the item carries."""
+        return key_in(item)
 
     # the chain's context -------------------------------------------------------------------
 

@@ -1,9 +1,11 @@
 """``KeyedBuffer``: the items a stage holds between ``next()`` calls, saved as restore keys.
 
 Shuffle, packing and bucketing buffers all keep samples across items. Their state must not
-hold sample data, so a buffer saves the ``__restore_key__`` of each item (plain data,
+hold sample data, so a buffer saves the restore key of each item (plain data,
 :func:`energon_lite.state.restore_key.to_plain`) and a restore fetches the items again through the
 parent stage (random access by key, re-running the deterministic stages above the reader).
+The key is the one the parent names for the item (``Stage.key_of``), kept beside it: a
+hook's plain dict has none of its own, and the buffer writes none into it.
 """
 
 from __future__ import annotations
@@ -20,30 +22,18 @@ from energon_lite.errors import (
     short_repr,
 )
 from energon_lite.stages.base import Stage
-from energon_lite.state.restore_key import RestoreKey, from_plain, to_plain
+from energon_lite.state.restore_key import RestoreKey, from_plain, key_in, to_plain
 
 
 def restore_key_of(item: Any, what: str) -> RestoreKey:
     """The item's restore key; a ConfigError when a hook dropped it (it cannot be saved)."""
-    # raw samples are dicts (the common case in a shuffle buffer): one lookup
-    key = (
-        item.get("__restore_key__")
-        if type(item) is dict
-        else getattr(item, "__restore_key__", None)
-    )
+    key = key_in(item)
     if key is None:
         raise ConfigError(
             f"{what}: a {type(item).__name__} item has no __restore_key__, so it cannot be "
             "saved in a loader state; keep it in your hooks (e.g. MySample.derive_from(sample, ...))"
         )
     return key
-
-
-def key_or_none(item: Any) -> RestoreKey | None:
-    """The item's restore key, or None when a hook left it out (a plain dict, as Energon allows)."""
-    if type(item) is dict:
-        return item.get("__restore_key__")
-    return getattr(item, "__restore_key__", None)
 
 
 def _keyless_fix(what: str, hook: str, item: Any) -> str:
@@ -72,7 +62,7 @@ def keys_of(items: Iterable[Any], what: str, hook: str = "encode_sample") -> lis
     """Plain restore keys of ``items``, for a state; UnsavableStateError for a keyless item."""
     keys = []
     for item in items:
-        key = key_or_none(item)
+        key = key_in(item)
         if key is None:
             raise unsavable(what, hook, item)
         keys.append(to_plain(key))
@@ -129,10 +119,12 @@ def fetch_kept(
 class KeyedBuffer:
     """A list of items filled from a source; saves and restores as restore keys.
 
-    Each item's plain key is computed once, when the item enters the buffer, and kept in a
-    parallel list: a state is taken after every batch, so saving must not walk the items.
-    An item that ``hook`` left without a key is held with the key None (Energon trains with
-    such items): the first one logs a warning, and from then on saving raises
+    Each item's plain key (``source.key_of``) is computed once, when the item enters the
+    buffer, and kept in a parallel list: a state is taken after every batch, so saving must
+    not walk the items, and a plain dict from a hook is saved and restored by the key its
+    parent knows. An item whose key nobody knows (a wrapper's function returned a dict
+    without one) is held with the key None (Energon trains with such items): the first one
+    logs a warning, and from then on saving raises
     UnsavableStateError (every time, not only while such an item happens to be held: a
     checkpoint that works or fails by chance is worse than one that fails at once).
     """
@@ -159,7 +151,7 @@ class KeyedBuffer:
             except StopIteration:
                 self.source_done = True
                 return
-            key = key_or_none(item)
+            key = source.key_of(item)
             if key is None:
                 if self.keyless is None:
                     warn_keyless(self.what, self.hook, item)

@@ -18,6 +18,7 @@ from typing import Any
 from energon_lite.errors import ConfigError, short_repr
 from energon_lite.stages.base import Stage
 from energon_lite.stages.routing import leaf_of
+from energon_lite.state.restore_key import RestoreKey
 
 
 class Cost(Stage):
@@ -40,11 +41,7 @@ class Cost(Stage):
     def next(self) -> Any:
         self._start_if_fresh()
         item = self.source.next()
-        leaf = leaf_of(
-            item.get("__restore_key__")
-            if isinstance(item, dict)
-            else getattr(item, "__restore_key__", None)
-        )
+        leaf = leaf_of(self.source.key_of(item))  # a plain dict's key is known beside it
         cost = self.cost(item)
         if (
             isinstance(cost, bool)
@@ -61,6 +58,9 @@ class Cost(Stage):
         if leaf is not None:
             self.context.costs.add(leaf, float(cost))
         return item
+
+    def key_of(self, item: Any) -> RestoreKey | None:
+        return self.source.key_of(item)  # items pass through unchanged
 
     def _entry(self, leaf: int | None) -> str:
         """The blend entry a leaf id stands for, as the metadataset names it."""

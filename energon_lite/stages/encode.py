@@ -5,7 +5,9 @@ parts the factory needs, build the typed sample (or the crude dict, then cook it
 the leaf's subflavors, and call ``encode_sample`` (or ``preencode_sample`` when packing)
 with the sample's derived generator in place. A sample that fails anywhere is logged with
 its key and shard and skipped; ``SkipSample`` skips silently. Deterministic for a given
-restore key, so ``fetch`` re-encodes a buffered sample identically.
+restore key, so ``fetch`` re-encodes a buffered sample identically. The key of each output
+is the one it was made from (``key_of``): a stage above keeps it beside a plain dict the
+hook returned, which gets no ``__restore_key__`` entry written into it.
 
 A hook may be a generator yielding several samples per input (Energon allows it): output
 ``n`` gets the restore key ``SubKey(input key, n)``, and ``fetch`` of such a key runs the
@@ -71,6 +73,7 @@ class Encode(Stage):
     _seeds = SEEDS_LATEST  # until restored: the form a fresh run uses
     _indexed = False  # whether the running generator hook read an index
     _subject: Any  # what an error handler gets while a sample is encoded (None after)
+    _key: RestoreKey | None = None  # the restore key of the output handed out last
 
     def __init__(
         self,
@@ -167,12 +170,20 @@ class Encode(Stage):
             index.global_worker = self.worker
 
     def _indexed_output(self, out: Any, key: RestoreKey) -> Any:
-        """``out`` with an IndexKey when its hook read an index (not in a seeds-1 run)."""
+        """``out`` with an IndexKey when its hook read an index (not in a seeds-1 run); the
+        key is what ``key_of`` names for it."""
         index = self.context.index
         if index.read and self._seeds != SEEDS_BY_KEY:
             batch, sample = index.seen()
-            return _with_restore_key(out, IndexKey(key, self.worker, batch, sample))
+            key = IndexKey(key, self.worker, batch, sample)
+            out = _with_restore_key(out, key)
+        self._key = key
         return out
+
+    def key_of(self, item: Any) -> RestoreKey | None:
+        """The key of the output just handed out: the one this stage made it from, whether
+        or not the hook's output carries it (a plain dict does not)."""
+        return self._key
 
     def _failed(self) -> Any:
         """The sample an error handler is given: the typed sample the hook was called with."""
@@ -232,6 +243,7 @@ class Encode(Stage):
         self._calls = 0
         self._indexed = False
         self._seeds = SEEDS_LATEST
+        self._key = None
 
     def _save(self) -> dict[str, Any]:
         counters = {"calls": self._calls, "seeds": self._seeds}
@@ -299,8 +311,11 @@ _END = _Ended()
 
 
 def _with_restore_key(sample: Any, key: RestoreKey) -> Any:
+    """``sample`` carrying ``key`` where it has the field: a dict only when it has the entry
+    already (as Energon does; a stage above keeps the key beside a plain dict, ``key_of``)."""
     if isinstance(sample, dict):
-        sample["__restore_key__"] = key
+        if "__restore_key__" in sample:
+            sample["__restore_key__"] = key
     elif hasattr(sample, "__restore_key__"):
         sample.__restore_key__ = key
     return sample

@@ -13,6 +13,7 @@ from typing import Any
 from energon_lite.errors import SKIPPED, FailureTracker, guarded
 from energon_lite.samples.types import basic_sample_keys
 from energon_lite.stages.base import Stage
+from energon_lite.state.restore_key import RestoreKey
 
 
 class Filter(Stage):
@@ -34,6 +35,9 @@ class Filter(Stage):
             keep = guarded(self.failures, "filter_fn", _where, self.predicate, item)
             if keep is not SKIPPED and keep:
                 return item
+
+    def key_of(self, item: Any) -> RestoreKey | None:
+        return self.source.key_of(item)  # items pass through unchanged
 
 
 def _where(item: Any) -> dict[str, Any]:

@@ -15,6 +15,9 @@ as above. Keys with weight 0 are dropped (they would never be chosen); a key wit
 weight is an error; more than ``max_buffered`` waiting samples means the weights do not
 match the data, and is an error rather than a silent memory leak.
 
+Each sample's restore key is the one the source names for it (``key_of``), kept beside it in
+its bucket (a hook's plain dict carries none, and none is written into it).
+
 State: the restore keys of each bucket's samples (at most ``sum(batch_size - 1)`` samples,
 more in synchronised mode), and the count of emitted batches (the step counter). Bucket keys
 are not saved: restore fetches the samples and asks the criterion again, so keys need not
@@ -38,15 +41,9 @@ from energon_lite.samples.types import basic_sample_keys
 from energon_lite.stages.base import Stage
 from energon_lite.stages.batch import Batch, collate_or_skip, fetch_batch
 from energon_lite.stages.bucket_sync import BucketSync, choose_bucket
-from energon_lite.stages.buffer import (
-    check_held,
-    fetch_keys,
-    key_or_none,
-    keys_of,
-    unsavable,
-    warn_keyless,
-)
+from energon_lite.stages.buffer import check_held, fetch_kept, unsavable, warn_keyless
 from energon_lite.state.codec import state_count
+from energon_lite.state.restore_key import to_plain
 
 if TYPE_CHECKING:
     from energon_lite.stages.elastic_deal import ElasticDeal
@@ -60,7 +57,7 @@ class GroupBatch(Stage):
     source: Stage  # always set: this stage has one parent
     _source_done: bool
     _keyless: UnsavableStateError | None  # set when a keyless item enters a bucket
-    _buckets: dict[Hashable, tuple[int, list[Any]]]
+    _buckets: dict[Hashable, tuple[int, list[Any], list[Any]]]  # batch size, samples, plain keys
 
     def __init__(
         self,
@@ -84,7 +81,7 @@ class GroupBatch(Stage):
         """The samples waiting in the buckets (no fixed capacity)."""
         if not self._started:
             return None
-        return sum(len(waiting) for _, waiting in self._buckets.values()), None
+        return sum(len(waiting) for _, waiting, _ in self._buckets.values()), None
 
     @classmethod
     def held_keys(cls, level: dict[str, Any]) -> list[Any]:
@@ -106,11 +103,11 @@ class GroupBatch(Stage):
                 if self.drop_last or not self._buckets:
                     raise StopIteration
                 full = next(iter(self._buckets))
-            batch_size, waiting = self._buckets[full]
+            batch_size, waiting, keys = self._buckets[full]
             # In synchronised mode a bucket may hold more than one batch while it waits.
             items, rest = waiting[:batch_size], waiting[batch_size:]
             if rest:
-                self._buckets[full] = (batch_size, rest)
+                self._buckets[full] = (batch_size, rest, keys[batch_size:])
             else:
                 del self._buckets[full]
             index.batch = index.sample = self._emitted
@@ -138,7 +135,8 @@ class GroupBatch(Stage):
             except StopIteration:
                 self._source_done = True
                 break
-            key = self._add(sample)
+            known = self.source.key_of(sample)
+            key = self._add(sample, None if known is None else to_plain(known))
             if key is not None and self._is_full(key) and target in (None, key):
                 return key
         return None
@@ -147,8 +145,9 @@ class GroupBatch(Stage):
         bucket = self._buckets.get(key)
         return bucket is not None and len(bucket[1]) >= bucket[0]
 
-    def _add(self, sample: Any, strict: bool = False) -> Hashable | None:
-        """Put ``sample`` in its bucket; return the key (None if dropped)."""
+    def _add(self, sample: Any, plain_key: Any, strict: bool = False) -> Hashable | None:
+        """Put ``sample`` in its bucket with its plain restore key (None where the source
+        knows none); return the bucket key (None if dropped)."""
         if strict:  # a restore: a sample that had a bucket must get one again
             key, batch_size = self.criterion(sample)
         else:
@@ -171,7 +170,7 @@ class GroupBatch(Stage):
                 )
             if weight == 0:
                 return None
-        bucket = self._buckets.setdefault(key, (batch_size, []))
+        bucket = self._buckets.setdefault(key, (batch_size, [], []))
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ConfigError(f"batch_group_criterion gave bucket {key!r} {batch_size=}; need >= 1")
         if bucket[0] != batch_size:
@@ -180,12 +179,13 @@ class GroupBatch(Stage):
                 f"{batch_size}; one key must always have one batch size"
             )
         bucket[1].append(sample)
-        if self._keyless is None and key_or_none(sample) is None:
+        bucket[2].append(plain_key)
+        if self._keyless is None and plain_key is None:
             # trains as in Energon; saving is refused from now on (see KeyedBuffer)
             warn_keyless("GroupBatch", self.hook, sample)
             self._keyless = unsavable("GroupBatch", self.hook, sample)
         if self.sync is not None:
-            waiting = sum(len(items) for _, items in self._buckets.values())
+            waiting = sum(len(items) for _, items, _ in self._buckets.values())
             if waiting > self.sync.max_buffered:
                 raise ConfigError(
                     f"bucket_sync: {waiting} samples wait in {len(self._buckets)} buckets "
@@ -203,7 +203,7 @@ class GroupBatch(Stage):
     def _save(self) -> dict[str, Any]:
         if self._keyless is not None:
             raise self._keyless
-        buckets = [keys_of(items, "GroupBatch", self.hook) for _, items in self._buckets.values()]
+        buckets = [list(keys) for _, _, keys in self._buckets.values()]
         return {"buckets": buckets, "emitted": self._emitted, "sync": self.sync is not None}
 
     def _validate(self, state: dict[str, Any]) -> None:
@@ -221,8 +221,8 @@ class GroupBatch(Stage):
         self._emitted = state_count(state["emitted"], "GroupBatch emitted")
         for saved in state["buckets"]:
             before = len(self._buckets)
-            samples = fetch_keys(saved, self.source.fetch, "GroupBatch")
-            found = {self._add(sample, strict=True) for sample in samples}
+            samples, kept = fetch_kept(saved, self.source.fetch, "GroupBatch")
+            found = {self._add(s, k, strict=True) for s, k in zip(samples, kept)}
             if len(found) != 1 or len(self._buckets) != before + 1:
                 raise StateError(
                     f"GroupBatch: a saved bucket's samples now fall into buckets {found!r}; "

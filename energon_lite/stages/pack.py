@@ -14,8 +14,12 @@ change); at the end of a finite source the last leftovers are selected once more
 dropped with a warning if still unselected. ``SkipSample`` from the selector drops the
 whole buffer (Energon's behaviour); from a postencode, that member; from the packer, the pack.
 
-The packed sample's ``__restore_key__`` is a :class:`~energon_lite.state.restore_key.PackKey` of
-its members' keys, so ``fetch`` rebuilds it: fetch each member, postencode, pack again.
+Each buffered sample's restore key is the one its source names for it (``key_of``), kept
+beside it in the buffer and in the queued groups, never read from nor written into the
+sample: a hook's plain dicts pack, save and restore like typed samples. The packed sample's
+key is a :class:`~energon_lite.state.restore_key.PackKey` of its members' keys (in its
+``__restore_key__`` where it has that field, and ``key_of`` for a stage above), so ``fetch``
+rebuilds it: fetch each member, postencode, pack again.
 
 State: the restore keys of the buffered samples and of the queued groups (``size`` keys at
 most), nothing else. Restore fetches them again through the source.
@@ -29,8 +33,8 @@ from typing import Any
 from energon_lite.errors import SKIPPED, ConfigError, FailureTracker, StateError, guarded, logger
 from energon_lite.samples.types import basic_sample_keys
 from energon_lite.stages.base import Stage
-from energon_lite.stages.buffer import KeyedBuffer, check_held, fetch_keys, key_or_none, keys_of
-from energon_lite.state.restore_key import PackKey
+from energon_lite.stages.buffer import KeyedBuffer, check_held, fetch_kept
+from energon_lite.state.restore_key import PackKey, RestoreKey, from_plain, to_plain
 from energon_lite.task_encoder.base import TaskEncoder
 
 
@@ -44,7 +48,8 @@ class Pack(Stage):
     ELASTIC_FRESH = {"buffer": [], "pending": []}  # its samples are dealt to the new readers
     source: Stage  # always set: this stage has one parent
     _buffer: KeyedBuffer
-    _pending: list[list[Any]]
+    _pending: list[tuple[list[Any], list[Any]]]  # selected groups: (samples, plain keys)
+    _key: RestoreKey | None = None  # the key of the pack handed out last
 
     def __init__(
         self,
@@ -68,7 +73,7 @@ class Pack(Stage):
         """The buffer and the selected groups not yet packed."""
         if not self._started:
             return None
-        return len(self._buffer) + sum(len(group) for group in self._pending), self.size
+        return len(self._buffer) + sum(len(group) for group, _ in self._pending), self.size
 
     @classmethod
     def held_keys(cls, level: dict[str, Any]) -> list[Any]:
@@ -81,9 +86,12 @@ class Pack(Stage):
             if not self._pending:
                 self._select()
                 continue
-            packed = self._pack(self._pending.pop(0), strict=False)
+            packed = self._pack(*self._pending.pop(0), strict=False)
             if packed is not SKIPPED:
                 return packed
+
+    def key_of(self, item: Any) -> RestoreKey | None:
+        return self._key
 
     def _select(self) -> None:
         """Refill the buffer and queue the selected groups; StopIteration when all is done."""
@@ -102,7 +110,7 @@ class Pack(Stage):
             buffer.clear()
             return
         groups = [list(group) for group in selected if group]
-        taken = self._check_groups(groups)
+        slots = self._check_groups(groups)
         if not groups:
             if not buffer.source_done:
                 raise ConfigError(
@@ -113,13 +121,14 @@ class Pack(Stage):
             logger.warning("packing: %d samples left unselected at the end", len(buffer))
             buffer.clear()
             return
-        buffer.remove(taken)
-        self._pending = groups
+        self._pending = [(group, [buffer.keys[i] for i in at]) for group, at in zip(groups, slots)]
+        buffer.remove({i for at in slots for i in at})
 
-    def _check_groups(self, groups: list[list[Any]]) -> set[int]:
-        """Buffer slots of the selected samples; each must be in the buffer, at most once."""
+    def _check_groups(self, groups: list[list[Any]]) -> list[list[int]]:
+        """Buffer slots of each group's samples; each must be in the buffer, at most once."""
         slot_of = {id(sample): i for i, sample in enumerate(self._buffer.items)}
         taken: set[int] = set()
+        slots = []
         for group in groups:
             for sample in group:
                 slot = slot_of.get(id(sample))
@@ -130,14 +139,16 @@ class Pack(Stage):
                         "groups of the samples passed in, each at most once"
                     )
                 taken.add(slot)
-        return taken
+            slots.append([slot_of[id(sample)] for sample in group])
+        return slots
 
-    def _pack(self, group: list[Any], strict: bool) -> Any:
-        """postencode each member and pack them; SKIPPED when skipped (``strict`` re-raises)."""
+    def _pack(self, group: list[Any], plain_keys: list[Any], strict: bool) -> Any:
+        """postencode each member and pack them; SKIPPED when skipped (``strict`` re-raises).
+        ``plain_keys``: the members' keys (None where the source knew none)."""
         te = self.task_encoder
         members, keys = [], []
-        for sample in group:
-            key = key_or_none(sample)  # None: a keyless dict, packed as Energon does
+        for sample, plain in zip(group, plain_keys):
+            key = None if plain is None else from_plain(plain)  # None: packed as Energon does
             te._set_sample_context(self.seed, key)
             member = self._call(
                 "postencode_sample", {"key": key}, te.postencode_sample, sample, strict
@@ -159,10 +170,12 @@ class Pack(Stage):
                 "pack_selected_samples returned a generator: yielding several packs per group is "
                 "not supported; return one packed sample"
             )
+        self._key = pack_key
         if pack_key is None:
             return packed
-        if isinstance(packed, dict):
-            packed["__restore_key__"] = pack_key
+        if isinstance(packed, dict):  # as Energon: a dict's own entry only, none is added
+            if "__restore_key__" in packed:
+                packed["__restore_key__"] = pack_key
         elif packed is not SKIPPED and hasattr(packed, "__restore_key__"):
             packed.__restore_key__ = pack_key
         return packed
@@ -175,17 +188,21 @@ class Pack(Stage):
     def fetch(self, restore_key: Any) -> Any:
         if not isinstance(restore_key, PackKey):
             raise StateError(f"Pack: not a restore key of a pack: {restore_key!r}")
-        return self._pack([self.source.fetch(key) for key in restore_key.members], strict=True)
+        members = restore_key.members
+        return self._pack(
+            [self.source.fetch(key) for key in members],
+            [to_plain(key) for key in members],
+            strict=True,
+        )
 
     def _reset(self) -> None:
         self._buffer = KeyedBuffer("Pack", self.hook)
         self._pending = []
+        self._key = None
 
     def _save(self) -> dict[str, Any]:
-        return {
-            "buffer": self._buffer.save(),
-            "pending": [keys_of(group, "Pack", self.hook) for group in self._pending],
-        }
+        # the buffer refuses while it ever held an item of unknown key (every group came from it)
+        return {"buffer": self._buffer.save(), "pending": [list(keys) for _, keys in self._pending]}
 
     def _validate(self, state: dict[str, Any]) -> None:
         pending = state["pending"]
@@ -196,4 +213,4 @@ class Pack(Stage):
     def _restore(self, state: dict[str, Any]) -> None:
         self._reset()
         self._buffer.restore(state["buffer"], self.source.fetch)
-        self._pending = [fetch_keys(group, self.source.fetch, "Pack") for group in state["pending"]]
+        self._pending = [fetch_kept(group, self.source.fetch, "Pack") for group in state["pending"]]

@@ -1,7 +1,9 @@
 """Restore keys: where an item came from, enough to build it again by random access.
 
-Every item in the pipeline carries ``__restore_key__``. The Reader makes a
-:class:`SampleKey`; a stage that makes new items from old ones wraps its inputs' keys
+Every item in the pipeline has a restore key: in its ``__restore_key__`` (a sample's field, a
+raw sample's entry), or beside it, where a hook returned a plain dict without one (the stage
+that made the item knows its key, and the buffers above keep it next to the item:
+``Stage.key_of``). The Reader makes a :class:`SampleKey`; a stage that makes new items from old ones wraps its inputs' keys
 (:class:`PackKey` for a pack of samples, :class:`SubKey` for the n-th output of a hook that
 yields several, :class:`IndexKey` for an item whose hook read Energon's hook indices).
 Stages route a key by its type, never by position in a tuple, and buffers save keys with
@@ -86,6 +88,14 @@ def from_plain(data: Any) -> RestoreKey:
         if tag == "ix" and len(rest) == 4 and all(_is_int(x) for x in rest[1:]):
             return IndexKey(from_plain(rest[0]), *(int(x) for x in rest[1:]))
     raise StateError(f"not a restore key: {short_repr(data)}; the state is corrupt")
+
+
+def key_in(item: Any) -> RestoreKey | None:
+    """The restore key ``item`` carries itself (a dict's ``__restore_key__`` entry, a
+    sample's attribute), or None when it carries none (a plain dict from a hook)."""
+    if type(item) is dict:  # raw samples are dicts (the common case in a shuffle buffer)
+        return item.get("__restore_key__")
+    return getattr(item, "__restore_key__", None)
 
 
 def sample_keys(key: RestoreKey) -> list[SampleKey]:
