@@ -44,6 +44,10 @@ class Joined(Sample):
         )
 
 
+class Merged(TextSample):
+    """A joiner class with no from_joined of its own: Energon's default joins the fields."""
+
+
 def joiner(text1: TextSample, text2: TextSample | None) -> Joined:
     return Joined.derive_from(text1, text1=f"j{text1.text}", text2=text2 and f"j{text2.text}")
 
@@ -82,6 +86,8 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
         f"    joiner: {{__module__: {__name__}, __function__: joiner}}\n",
         "error.yaml": "    join:\n      - {path: ds1}\n      - {path: half}\n"
         f"    joiner: {{__module__: {__name__}, __function__: joiner}}\n",
+        "default.yaml": "    join:\n      - {path: ds1}\n      - {path: ds1b}\n"
+        f"    joiner: {{__module__: {__name__}, __class__: Merged}}\n",
         "blend.yaml": "    blend:\n      - weight: 1\n        path: half\n"
         "      - weight: 1\n        join:\n          - {path: ds1}\n          - {path: ds1b}\n"
         f"        joiner: {{__module__: {__name__}, __class__: Joined}}\n",
@@ -123,6 +129,15 @@ def test_inner_join_every_sample_has_its_partner(data: Path) -> None:
     key, parts = source.read(0, 3)
     (first, second) = parts["__join__"]
     assert first[0] == second[0] == key == "000003" and second[1]["txt"] == b"B3"
+
+
+def test_a_sample_class_joins_by_the_default_from_joined(data: Path) -> None:
+    batches = [b for _, b in zip(range(55), get_loader(_train(data / "default.yaml")))]
+    # the primary's key, the partner's text over the primary's, both datasets' files
+    assert all(b.text[0] == f"B{int(b.__key__[0])}" for b in batches)
+    assert Counter(b.__key__[0] for b in batches) == {f"{i:06d}": 1 for i in range(55)}
+    names = [Path(s.dataset_path).name for s in batches[0].__sources__]
+    assert names == ["ds1", "ds1b"]
 
 
 def test_nonmatch_skip_none_and_error(data: Path) -> None:

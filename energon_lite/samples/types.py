@@ -54,9 +54,39 @@ class Sample:
     __sources__: tuple[SourceInfo, ...] | None = None
 
     @classmethod
-    def derive_from(cls: type[T], base: Any, **fields: Any) -> T:
-        """A new ``cls`` that keeps ``base``'s key fields (sample or crude dict) plus ``fields``."""
-        return cls(**basic_sample_keys(base), **fields)
+    def derive_from(cls: type[T], base_sample: Any, **fields: Any) -> T:
+        """A new ``cls`` with ``fields``, and ``base_sample``'s key fields (a sample or a crude
+        dict: ``__key__``, ``__restore_key__``, ``__subflavors__``, ``__sources__``) where
+        ``fields`` does not give them."""
+        return cls(**{**basic_sample_keys(base_sample), **fields})
+
+    @classmethod
+    def from_joined(cls: type[T], *args: Sample | None, **kwargs: Sample | None) -> T:
+        """A ``cls`` from the samples of a join (Energon's default joiner, used when a join
+        names a Sample class): the first, primary sample's fields, then each later sample's
+        own fields over them (its key fields aside; a None, a partner left out, adds
+        nothing), and every sample's ``__sources__`` in join order. The loader sets the
+        restore key. Samples joined by name (keyword arguments) need a ``from_joined`` of
+        your own: the default would drop the names."""
+        if kwargs:
+            raise TypeError(
+                f"{cls.__name__}.from_joined joins samples given by position; got them by name "
+                f"({', '.join(sorted(kwargs))}): join a list, or override from_joined"
+            )
+        if not args or args[0] is None:
+            raise ValueError(f"{cls.__name__}.from_joined needs the primary sample first, not None")
+        keys = {f.name for f in dataclasses.fields(Sample)}
+        fields = _init_fields(args[0])
+        for joined in args[1:]:
+            if joined is not None:
+                fields.update(
+                    (name, value)
+                    for name, value in _init_fields(joined).items()
+                    if name not in keys
+                )
+        sources = [info for s in args if s is not None for info in (s.__sources__ or ())]
+        fields["__sources__"] = tuple(sources) if sources else None
+        return cls(**fields)
 
     @classmethod
     def extend(cls: type[T], src: Any, **fields: Any) -> T:
@@ -69,30 +99,44 @@ class Sample:
         return _pinned(self)
 
 
+def _init_fields(src: Any) -> dict[str, Any]:
+    """``src``'s fields that its constructor takes, by name."""
+    return {
+        f.name: getattr(src, f.name)
+        for f in dataclasses.fields(src)
+        if f.init and typing.get_origin(f.type) is not ClassVar and f.type is not ClassVar
+    }
+
+
 def _extend(cls: type[Any], src: Any, fields: dict[str, Any]) -> Any:
     if not issubclass(cls, type(src)):
         raise TypeError(f"{cls.__name__}.extend: {type(src).__name__} is not a base of it")
-    for f in dataclasses.fields(src):
-        if f.init and typing.get_origin(f.type) is not ClassVar and f.type is not ClassVar:
-            fields.setdefault(f.name, getattr(src, f.name))
-    return cls(**fields)
+    return cls(**{**_init_fields(src), **fields})
 
 
-def basic_sample_keys(sample: Any) -> dict[str, Any]:
-    """``__key__``, ``__restore_key__`` and ``__subflavors__`` of a sample or crude dict."""
-    if isinstance(sample, dict):
-        get = sample.get
+def basic_sample_keys(
+    crude_sample: Any, additional_source_info: tuple[SourceInfo, ...] = ()
+) -> dict[str, Any]:
+    """``__key__``, ``__restore_key__``, ``__subflavors__`` and ``__sources__`` of a crude dict
+    (or a sample; None where it has none): what a cooker forwards to the cooked sample.
+    ``additional_source_info`` (the files a cooker read besides the sample's) is added to
+    ``__sources__``."""
+    if isinstance(crude_sample, dict):
+        get = crude_sample.get
     else:
 
         def get(name: str, default: Any = None) -> Any:
-            return getattr(sample, name, default)
+            return getattr(crude_sample, name, default)
 
-    return {
+    keys = {
         "__key__": get("__key__"),
         "__restore_key__": get("__restore_key__"),
         "__subflavors__": get("__subflavors__"),
         "__sources__": get("__sources__"),
     }
+    if additional_source_info:
+        keys["__sources__"] = (*(keys["__sources__"] or ()), *additional_source_info)
+    return keys
 
 
 # The same layout as Sample (Energon's): a subclass may re-declare the key fields without
@@ -128,9 +172,10 @@ class Batch:
         )
 
     @classmethod
-    def derive_from(cls: type[Any], base: Any, **fields: Any) -> Any:
-        """A new ``cls`` batch with ``base``'s key lists plus ``fields``."""
-        return cls(**basic_sample_keys(base), **fields)
+    def derive_from(cls: type[Any], base_batch: Any, **fields: Any) -> Any:
+        """A new ``cls`` batch with ``fields``, and ``base_batch``'s key lists where ``fields``
+        does not give them."""
+        return cls(**{**basic_sample_keys(base_batch), **fields})
 
     @classmethod
     def extend(cls: type[Any], src: Any, **fields: Any) -> Any:
