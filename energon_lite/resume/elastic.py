@@ -46,6 +46,7 @@ from typing import Any
 from energon_lite.errors import StateError, short_repr
 from energon_lite.quotas import PER_WORKER, exact_repetitions, passes
 from energon_lite.resume.levels import holds_sub_key, walk_states
+from energon_lite.resume.micro_batch import comparable_config
 from energon_lite.resume.ownership import LeafPlan, check_ownership
 from energon_lite.resume.rank_state import RankState, SavedRun, read_run
 from energon_lite.stages.base import Stage, stage_class
@@ -90,7 +91,8 @@ def redistributed(
     refuse_unmovable(config)
     check_ownership(run.ranks, leaves)
     if current_config is not None:
-        check_same_config({**config, **{k: current_config[k] for k in LAYOUT}}, current_config)
+        moved = {**config, **{k: current_config[k] for k in LAYOUT}}
+        check_same_config(moved, comparable_config(moved, current_config))
     if world_size < 1 or num_workers < 0:
         raise StateError(f"new layout {world_size=}, {num_workers=} is not a layout")
     old = [w for s in run.ranks for w in s.workers]  # by old global worker id

@@ -2,7 +2,7 @@
 
 ``SavableLoader.restore_state_rank(state)`` is :func:`restore_rank`: the record checked on
 its own (:meth:`RankState.read`) and against the loader (:func:`checked_for`: the same
-configuration, every worker chain of the declared shape, a batch count inside the pass, the
+configuration, the micro-batch size aside where it may change (:mod:`.micro_batch`), every worker chain of the declared shape, a batch count inside the pass, the
 workers owning their work once, :func:`check_owned`).
 ``restore_state_global(states)`` is :func:`restore_run`: every rank's state read together
 (:func:`read_run`) and, where they were saved on another layout, moved to this one
@@ -17,6 +17,7 @@ from typing import Any
 
 from energon_lite.errors import StateError
 from energon_lite.resume.elastic import redistributed
+from energon_lite.resume.micro_batch import comparable_config
 from energon_lite.resume.ownership import check_ownership
 from energon_lite.resume.rank_state import RankState, SavedRun, read_run
 from energon_lite.resume.relayout import pipeline_trees, relayout
@@ -66,7 +67,7 @@ def checked_for(state: RankState, target: RestoreTarget) -> RankState:
     """``state`` if the ``target`` loader can continue it: the same configuration, every
     worker chain of the declared shape (the values are checked when a worker restores)."""
     try:
-        check_same_config(state.config, target.config)
+        check_same_config(state.config, comparable_config(state.config, target.config))
     except StateError as exc:
         raise StateError(f"{exc}{_mismatch_hint(state, target)}") from None
     for worker, chain in enumerate(state.workers):
