@@ -21,7 +21,7 @@ from energon_lite.errors import DatasetFormatError
 from energon_lite.media.extractor import MediaFilterConfig, MediaFilterStrategy
 from energon_lite.media_records.table import DB_NAME, lookup_media
 from energon_lite.media_records.table import write_media_table as _write
-from energon_lite.storage import RemotePath, StoragePath, as_path, is_remote, local_only, ops
+from energon_lite.storage import RemotePath, StoragePath, as_path, is_remote, ops
 
 __all__ = ["DB_NAME", "lookup", "prepare_media"]
 
@@ -33,8 +33,8 @@ def lookup(root: Path, key: str) -> Any:
 
 
 def _entries(root: StoragePath) -> Iterator[tuple[str, Any]]:
-    """``(entry key, reader of its bytes)`` of every file of a folder or tar dataset (a
-    remote one only as a prepared tar dataset)."""
+    """``(entry key, its bytes or its path)`` of every file of a folder (local or on object
+    storage, ``.nv-meta`` left out) or of a prepared tar dataset."""
     if (root / ".nv-meta" / ".info.json").is_file() or (root / ".nv-meta" / ".info.yaml").is_file():
         from energon_lite.shards.dataset import PreparedDataset
         from energon_lite.shards.meta import load_info, load_split
@@ -47,10 +47,8 @@ def _entries(root: StoragePath) -> Iterator[tuple[str, Any]]:
                     for part, data in parts.items():
                         yield f"{key}.{part}", data
         return
-    root = local_only(root, "media metadata of a folder that is not a prepared dataset")
-    for path in sorted(root.rglob("*")):
-        if path.is_file() and ".nv-meta" not in path.relative_to(root).parts:
-            yield path.relative_to(root).as_posix(), path
+    for name in ops.list_files(root, "", skip=".nv-meta"):
+        yield name, root / name
 
 
 def prepare_media(
@@ -60,8 +58,8 @@ def prepare_media(
     media_filter: MediaFilterConfig | None = None,
 ) -> int:
     """Record the metadata of every media file under ``root`` (by extension unless
-    ``media_filter`` says otherwise); returns how many. ``root`` is a local folder or
-    prepared dataset, or a prepared dataset on s3:// or msc://."""
+    ``media_filter`` says otherwise); returns how many. ``root`` is a folder or a prepared
+    dataset, local or on object storage (``s3://``, ``msc://`` ...)."""
     root = as_path(root)
     if not root.is_dir():
         raise DatasetFormatError(f"{root}: not a folder or prepared dataset")
@@ -71,7 +69,7 @@ def prepare_media(
     for key, data in tqdm(_entries(root), desc="media metadata", unit="file", disable=not progress):
         if not consider_all and not media_filter.should_consider_media(key):
             continue
-        raw = data.read_bytes() if isinstance(data, Path) else data
+        raw = data if isinstance(data, bytes) else ops.read_bytes(data)
         try:
             found = media_filter.extract_metadata(raw, filename=key)
         except Exception as exc:
