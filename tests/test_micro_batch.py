@@ -80,7 +80,9 @@ def test_a_larger_or_not_dividing_micro_batch_size_is_refused(
 ) -> None:
     old = _loader(text_ds, 0, 1, 0, saved)
     take(old, 3)
-    with pytest.raises(StateError, match=f"batch_size={micro}: .* divides the saved one"):
+    with pytest.raises(
+        StateError, match=rf"state has {saved}, this loader has {micro}\. .* divides"
+    ):
         _loader(text_ds, 0, 1, 0, micro).restore_state_rank(old.save_state_rank())
 
 
@@ -103,7 +105,9 @@ def test_a_state_of_another_micro_batch_size_moves_elastically(text_ds: Path) ->
 def test_batching_turned_off_is_refused(text_ds: Path) -> None:
     old = _loader(text_ds, 0, 1, 0, 2)
     take(old, 3)
-    with pytest.raises(StateError, match=r"batch_size=2, this loader has batch_size=None: .* off"):
+    with pytest.raises(
+        StateError, match=r"state has 2, this loader has None\. .* turned on or off"
+    ):
         _loader(text_ds, 0, 1, 0, None).restore_state_rank(old.save_state_rank())
 
 
@@ -117,5 +121,7 @@ def test_a_limit_counted_in_batches_is_refused(text_ds: Path) -> None:
 
     old = val(2)
     take(old, 3)
-    with pytest.raises(StateError, match="batch_size=1: limit=40 counts batches"):
+    with pytest.raises(
+        StateError, match=r"state has 2, this loader has 1\. .*limit=40 counts batches"
+    ):
         val(1).restore_state_rank(old.save_state_rank())

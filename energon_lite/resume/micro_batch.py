@@ -22,29 +22,29 @@ from __future__ import annotations
 
 from typing import Any
 
-from energon_lite.errors import StateError
-
 _SIZE = "batch_size"
 
 
 def comparable_config(saved: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
     """``current`` (a loader's ``dataset.config()``) as a state saved with ``saved`` must match
-    it: with the saved ``batch_size`` where the loader may continue it in batches of its own
-    size; StateError naming why not where the size differs and it may not."""
+    it: with the saved ``batch_size`` where the loader may continue the state in batches of
+    its own size (else as it is, so that the size is named with every other difference)."""
+    if _SIZE in saved and _SIZE in current and refusal(saved, current) is None:
+        return {**current, _SIZE: saved[_SIZE]}
+    return current
+
+
+def refusal(saved: dict[str, Any], current: dict[str, Any]) -> str | None:
+    """Why a state saved with ``saved`` may not continue in ``current``'s batch size; None
+    when the sizes are equal or it may."""
     old, new = saved.get(_SIZE), current.get(_SIZE)
-    if old == new or _SIZE not in saved or _SIZE not in current:
-        return current
+    if old == new:
+        return None
     if "canonical_layout" in current or "canonical_layout" in saved:
-        return current  # the global batch is checked there, with what to do (relayout)
-    why = _refusal(saved, current, old, new)
-    if why is not None:
-        raise StateError(
-            f"loader state was saved with batch_size={old}, this loader has batch_size={new}: {why}"
+        return (
+            "under a canonical layout the per-rank batch size changes with the number of "
+            "ranks, through restore_state_global (the global batch stays the same)"
         )
-    return {**current, _SIZE: old}
-
-
-def _refusal(saved: dict[str, Any], current: dict[str, Any], old: Any, new: Any) -> str | None:
     if old is None or new is None:
         return "a state continues in another batch size, not with batching turned on or off"
     if new > old or old % new:

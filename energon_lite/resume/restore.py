@@ -17,7 +17,7 @@ from typing import Any
 
 from energon_lite.errors import StateError
 from energon_lite.resume.elastic import redistributed
-from energon_lite.resume.micro_batch import comparable_config
+from energon_lite.resume.micro_batch import comparable_config, refusal
 from energon_lite.resume.ownership import check_ownership
 from energon_lite.resume.rank_state import RankState, SavedRun, read_run
 from energon_lite.resume.relayout import pipeline_trees, relayout
@@ -120,6 +120,9 @@ def _mismatch_hint(state: RankState, target: RestoreTarget) -> str:
             f"the state was saved reading {where}; this loader reads "
             f"{', '.join(target.paths)}, whose content differs"
         )
+    why = refusal(saved, current)
+    if why is not None:
+        hints.append(f"the batch size cannot change here: {why}")
     if any(saved.get(k) != current.get(k) for k in ("num_workers", "world_size")):
         hints.append(
             "to resume on another number of ranks or workers, give every rank's state to "
