@@ -26,10 +26,18 @@ from energon_lite.storage import RemotePath, StoragePath, as_path, is_remote, op
 __all__ = ["DB_NAME", "lookup", "prepare_media"]
 
 
-def lookup(root: Path, key: str) -> Any:
+def lookup(root: StoragePath, key: str) -> Any:
     """The recorded metadata of ``key`` in the dataset or folder at ``root``: an
-    ``ImageMetadata`` or ``AVMetadata`` (``energon_lite.media``)."""
-    return lookup_media(root, key)
+    ``ImageMetadata`` or ``AVMetadata`` (``energon_lite.media``). On object storage the
+    table is read from a local copy (made once per version of it, in the index cache)."""
+    if not is_remote(root):
+        return lookup_media(as_path(root), key)
+    table = root / ".nv-meta" / DB_NAME
+    if not ops.is_file(table):
+        raise DatasetFormatError(
+            f"{root}: no media metadata; run `energon-lite prepare-media {root}`"
+        )
+    return lookup_media(root, key, ops.local_copy(table))
 
 
 def _entries(root: StoragePath) -> Iterator[tuple[str, Any]]:

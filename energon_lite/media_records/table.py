@@ -55,10 +55,11 @@ def write_media_table(root: Path, entries: Iterable[tuple[str, MediaMetadataBase
     return len(rows)
 
 
-def lookup_media(root: Path, key: str) -> MediaMetadataBase:
-    """The recorded metadata of ``key`` in the dataset or folder at ``root``
-    (``KeyError`` when the table has no such entry)."""
-    db = root / META_FOLDER / DB_NAME
+def lookup_media(root: object, key: str, db: Path | None = None) -> MediaMetadataBase:
+    """The recorded metadata of ``key`` in the dataset or folder at ``root`` (a local path, or
+    the name of a remote one whose table ``db`` is a local copy); ``KeyError`` when the
+    table has no such entry."""
+    db = db or Path(str(root)) / META_FOLDER / DB_NAME
     if not db.is_file():
         raise DatasetFormatError(
             f"{root}: no media metadata; run `energon-lite prepare-media {root}`"
