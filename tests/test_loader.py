@@ -152,7 +152,7 @@ def test_foreign_and_corrupt_states_are_refused(train_ds: Path, split_ds: Path) 
     take(loader, 3)
     state = loader.save_state_rank()
     cases = {
-        "batch_size: state has 8, this loader has 4": _train(train_ds, 2, batch_size=4),
+        "batch_size: state has 8, this loader has 16": _train(train_ds, 2, batch_size=16),
         "num_workers: state has 2, this loader has 1": _train(train_ds, 1),
         "shuffle_buffer_size: state has 20, this loader has 30": _train(
             train_ds, 2, shuffle_buffer_size=30
