@@ -33,8 +33,9 @@ class StateError(EnergonLiteError, ValueError):
 
 
 class UnsavableStateError(StateError):
-    """A state was asked for while a buffer holds items that a hook left without
-    ``__restore_key__``: training runs (as in Energon), saving is refused."""
+    """A state was asked for while a buffer holds items whose restore key no stage knows (a
+    wrapper's function returned a dict without ``__restore_key__``): training runs (as in
+    Energon), saving is refused."""
 
 
 class ConfigError(EnergonLiteError, ValueError):
