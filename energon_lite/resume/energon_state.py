@@ -1,0 +1,420 @@
+"""A Megatron-Energon 7.x state continued here: the rest of its epoch, each sample once.
+
+A job that moves from Energon to energon_lite mid-run restores its last Energon checkpoint
+with ``restore_state_rank`` / ``restore_state_global`` as it would one of ours. The state is
+first read as plain data (:mod:`energon_lite.state.energon_import`); this module turns it
+into this loader's rank state. Nothing of Energon's order is replayed: what Energon still
+owed in its epoch is worked out from its saved positions, and this loader delivers exactly
+that, in an order of its own, before going on with its own epochs.
+
+What Energon still owed, per dataset (leaf) and per Energon worker ``g`` of ``G`` (ranks x
+workers; a rank without worker processes counts one):
+
+* the samples its reader had not read: Energon deals each global worker a contiguous range
+  of the split (:func:`energon_lite.stages.dealing.worker_bounds`, the same numbers), cuts
+  it at shard boundaries and into sequences of about ``max_samples_per_sequence``
+  (:func:`energon_slices`); its state names the slices it had not opened
+  (``_pending_slice_indexes``) and how far it had read the open ones
+  (``_active_slice_state``). The samples it read must add up to its count of the epoch
+  (``_epoch_sample_count``), which checks that the dataset, the layout and
+  ``max_samples_per_sequence`` are the Energon run's;
+* the samples held in its buffers (a shuffle buffer, a packing buffer's reading and
+  pre-packing buffers): their restore keys end in ``"Webdataset", <sample number>``, and a
+  blend's ``"BlendDataset", <branch>`` says which dataset below it.
+
+Those samples (as :class:`~energon_lite.state.restore_key.SampleKey`) are shuffled with this
+loader's seed and dealt round robin to this rank's workers, which deliver them first (a
+Reader's leftover, :mod:`energon_lite.stages.leftover`), then start the next epoch. Every
+other stage starts as after an elastic restore (``Stage.elastic_state``).
+
+Refused, naming the part: a worker snapshot taken before batches it then delivered (with
+worker processes Energon keeps a snapshot every ``checkpoint_every_sec`` and counts the
+batches since, ``offset``; which samples those were is Energon's random order, not in the
+state), a wrapper this module does not know, a generator hook part-way through its
+outputs, a blend epochized here, a canonical layout, a chain composed by hand, and a state
+whose positions do not fit this loader's dataset. The state holds the remaining keys until
+they are delivered (O(samples left in the epoch)).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from itertools import pairwise
+from typing import Any
+
+import numpy as np
+
+from energon_lite.errors import StateError, short_repr
+from energon_lite.resume.elastic import dealt_chain
+from energon_lite.resume.rank_state import RankState
+from energon_lite.resume.target import RestoreTarget
+from energon_lite.rng import derive_seed
+from energon_lite.stages.dealing import worker_bounds
+from energon_lite.stages.elastic_deal import ElasticDeal, LeafWork
+from energon_lite.stages.reader import Reader
+from energon_lite.state.energon_import import read_energon_state
+from energon_lite.state.restore_key import SampleKey
+
+_LOADER = "WebdatasetSampleLoaderDataset"
+_BLEND = "BlendDataset"
+# wrappers that hold no sample between batches: their state is counters only
+_PASS = frozenset(
+    {
+        "SimpleSavableDatasetWrapper",
+        "GcDataset",
+        "WatchdogDataset",
+        "MapDataset",
+        "BatchDataset",
+        "RepeatDataset",
+        "LogSampleDataset",
+        "FilterDataset",
+        "EpochizeDataset",
+        "IterMapDataset",
+    }
+)
+# wrappers that hold samples, by the fields their buffers are saved in
+_BUFFERS = {
+    "ShuffleBufferDataset": ("_active_buffer",),
+    "PackingDataset": ("_reading_buffer", "_pre_packing_buffer"),
+}
+_GENERATOR_FIELDS = ("_generator_sample_key", "_generator_sample_keys", "_generator_offset")
+
+
+def energon_rank_states(states: Any, target: RestoreTarget) -> list[RankState]:
+    """Every rank's state for the ``target`` loader from Energon's ``save_state_global()``
+    list (or one rank's ``save_state_rank()``: a list of one, for this rank)."""
+    plain = read_energon_state(states)
+    wc = target.worker_config
+    if isinstance(plain, dict):
+        ranks: list[Any] = [None] * wc.world_size
+        ranks[wc.rank] = plain
+    else:
+        if len(plain) != wc.world_size:
+            raise StateError(
+                f"Energon state: {len(plain)} ranks' states for a loader of world_size "
+                f"{wc.world_size}; restore an Energon run on its own number of ranks"
+            )
+        ranks = plain
+    return [
+        _rank_state(state, rank, target) if state is not None else _fresh_rank(rank, target)
+        for rank, state in enumerate(ranks)
+    ]
+
+
+def energon_slices(cum: np.ndarray, first: int, last: int, per_slice: int | None) -> list[int]:
+    """Energon's slice offsets of the samples ``[first, last)``: cut at the shard boundaries
+    ``cum`` (each run's first sample number), each piece longer than 1.5 x ``per_slice`` cut
+    into ``round(length / per_slice)`` near-equal slices; the last offset is ``last``."""
+    cuts = [first, *(int(c) for c in cum if first < c < last), last]
+    starts: list[int] = []
+    for a, b in pairwise(cuts):
+        if b <= a:
+            continue
+        if per_slice is not None and b - a > per_slice * 1.5:
+            count = max(round((b - a) / per_slice), 1)
+            step = (b - a) / count
+            starts += [a + int(i * step) for i in range(count)]
+        else:
+            starts.append(a)
+    ends = [*starts[1:], last]
+    starts = [s for s, e in zip(starts, ends) if s < e]  # no empty slice
+    return [*starts, last]
+
+
+class _Leaf:
+    """One dataset of this loader: its sample numbering (the runs laid end to end)."""
+
+    def __init__(self, reader: Reader, workers: int) -> None:
+        source = reader.dataset
+        self.id = reader.leaf_id
+        self.shard = np.asarray(source.run_shard, dtype=np.int64)
+        self.start = np.asarray(source.run_start, dtype=np.int64)
+        lengths = np.asarray(source.run_end, dtype=np.int64) - self.start
+        self.cum = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        self.total = int(self.cum[-1])
+        self.per_slice = reader.max_samples_per_sequence
+        self.bounds = worker_bounds(self.total, workers, reader.samples_before % workers)
+
+    def key(self, number: int, epoch: int, where: str) -> SampleKey:
+        if not 0 <= number < self.total:
+            raise StateError(
+                f"{where}: sample {number} is not in this loader's dataset {self.id} "
+                f"({self.total} samples); restore with the Energon run's datasets"
+            )
+        run = int(np.searchsorted(self.cum, number, side="right")) - 1
+        index = int(self.start[run] + number - self.cum[run])
+        return SampleKey(self.id, int(self.shard[run]), index, epoch)
+
+    def slices(self, g: int) -> list[int]:
+        return energon_slices(
+            self.cum, int(self.bounds[g]), int(self.bounds[g + 1]), self.per_slice
+        )
+
+
+def _rank_state(state: dict[str, Any], rank: int, target: RestoreTarget) -> RankState:
+    readers = target.readers()
+    if readers is None:
+        raise StateError(
+            "an Energon state restores into a loader of a dataset, not a chain composed by hand"
+        )
+    config = target.config
+    if target.canonical is not None:
+        raise StateError("an Energon state does not restore into a canonical_layout loader")
+    if config.get("blend_mode") == "epochized":
+        raise StateError(
+            "an Energon state does not restore into a blend_epochized loader (Energon's "
+            "weighted blend draws by weight; restore it into a weighted blend)"
+        )
+    workers = state.get("workers")
+    if not isinstance(workers, list) or not workers:
+        raise StateError(f"Energon state: workers={short_repr(workers)} is not a list")
+    G = target.worker_config.world_size * len(workers)
+    leaves = [_Leaf(reader, G) for reader in readers]
+    owed: list[dict[SampleKey, None]] = [{} for _ in leaves]  # ordered sets
+    epochs = [0] * len(leaves)
+    delivered = 0
+    for w, worker in enumerate(workers):
+        g = rank * len(workers) + w
+        where = f"Energon rank {rank} worker {w}"
+        walk = _Walk(leaves, g, where)
+        walk.worker(worker)
+        delivered += walk.batches
+        for leaf, keys in enumerate(walk.owed):
+            for key in keys:
+                if key in owed[leaf]:
+                    raise StateError(
+                        f"{where}: {short_repr(key)} is owed twice; the state is corrupt"
+                    )
+                owed[leaf][key] = None
+            epochs[leaf] = max(epochs[leaf], walk.epochs[leaf])
+    return _dealt(owed, epochs, rank, G, delivered, target)
+
+
+def _fresh_rank(rank: int, target: RestoreTarget) -> RankState:
+    return RankState(
+        {**target.config, "rank": rank}, 0, 0, [None] * target.worker_config.workers_per_rank, 0
+    )
+
+
+def _dealt(
+    owed: list[dict[SampleKey, None]],
+    epochs: list[int],
+    rank: int,
+    old_workers: int,
+    delivered: int,
+    target: RestoreTarget,
+) -> RankState:
+    wc = target.worker_config
+    per_rank = wc.workers_per_rank
+    new_workers = wc.world_size * per_rank
+    rng = np.random.default_rng(derive_seed(int(target.config.get("seed") or 0), "energon", rank))
+    shares: list[list[list[list[Any]]]] = [[[] for _ in owed] for _ in range(per_rank)]
+    for leaf, keys in enumerate(owed):
+        ordered = list(keys)
+        for n, i in enumerate(rng.permutation(len(ordered))):
+            shares[n % per_rank][leaf].append(["s", *ordered[int(i)]])
+    repeat = bool(target.config.get("repeat"))
+    chains = []
+    for j in range(per_rank):
+        template = target.fresh(wc.slot(j))
+        if template is None:
+            raise StateError("an Energon state restores into a loader of a dataset only")
+        deal = ElasticDeal(
+            worker=rank * per_rank + j,
+            workers=new_workers,
+            old_workers=old_workers,
+            epoch=0,
+            blend_epoch=0,
+            reader_repeat=repeat,
+            delivered=delivered,
+            leaves=_work(shares[j], epochs),
+        )
+        chains.append(dealt_chain(template, deal))
+    return RankState({**target.config, "rank": rank}, 0, 0, chains, 0)
+
+
+def _work(keys: list[list[list[Any]]], epochs: list[int]) -> Iterator[LeafWork]:
+    return iter(LeafWork(k, [], e) for k, e in zip(keys, epochs))
+
+
+class _Walk:
+    """One Energon worker's dataset tree: the samples it owed, per leaf."""
+
+    def __init__(self, leaves: list[_Leaf], g: int, where: str) -> None:
+        self.leaves, self.g, self.where = leaves, g, where
+        self.owed: list[list[SampleKey]] = [[] for _ in leaves]
+        self.epochs = [0] * len(leaves)
+        self.batches = 0
+        self._next_leaf = 0
+        self._leaf_of: dict[int, int] = {}  # id(loader level) -> leaf
+
+    def worker(self, worker: Any) -> None:
+        if not isinstance(worker, dict):
+            raise StateError(f"{self.where}: {short_repr(worker)} is not a worker state")
+        offset, tree = worker.get("offset"), worker.get("dataset")
+        if offset:
+            raise StateError(
+                f"{self.where}: its snapshot is {offset} batch(es) older than what it delivered "
+                "(Energon's worker snapshot plus an offset); which samples those were is "
+                "Energon's random order, which the state does not hold. Save the Energon run "
+                "with get_savable_loader(..., checkpoint_every_sec=0, "
+                "checkpoint_every_min_n_samples=1) so that every snapshot is current"
+            )
+        if tree is None:  # no snapshot and nothing delivered: its whole share is owed
+            for leaf in self.leaves:
+                self._unread(leaf, None)
+            return
+        self._number(tree)
+        if self._next_leaf != len(self.leaves):
+            raise StateError(
+                f"{self.where}: the state reads {self._next_leaf} dataset(s), this loader "
+                f"{len(self.leaves)}; restore with the Energon run's dataset or metadataset"
+            )
+        self._visit(tree)
+
+    def _number(self, level: Any) -> None:
+        """Leaves by the order Energon's loaders appear in (depth first), as ours."""
+        if not isinstance(level, dict):
+            raise StateError(f"{self.where}: {short_repr(level)} is not a dataset level")
+        if level.get("__class__") == _LOADER:
+            self._leaf_of[id(level)] = self._next_leaf
+            self._next_leaf += 1
+        for child in level.get("datasets") or []:
+            self._number(child)
+
+    def _visit(self, level: dict[str, Any]) -> None:
+        name = level.get("__class__")
+        children = level.get("datasets") or []
+        if name == _LOADER:
+            leaf = self._leaf_of[id(level)]
+            if leaf < len(self.leaves):
+                self._unread(self.leaves[leaf], level)
+            return
+        if name == "BatchDataset" and not self.batches:
+            self.batches = int(level.get("_sample_index") or 0)
+        if name in _BUFFERS:
+            for field in _BUFFERS[name]:
+                buffer = level.get(field)
+                keys = buffer.get("_restore_keys") if isinstance(buffer, dict) else None
+                if not isinstance(keys, list):
+                    raise StateError(
+                        f"{self.where}: {name}.{field}={short_repr(buffer)} is not a buffer"
+                    )
+                for key in keys:
+                    self._held(level, key)
+        elif name not in _PASS and name != _BLEND:
+            raise StateError(
+                f"{self.where}: Energon's {name!r} is not a wrapper this import knows (it knows "
+                f"{', '.join(sorted(_PASS | set(_BUFFERS) | {_BLEND, _LOADER}))}); its samples "
+                "cannot be accounted for"
+            )
+        for field in _GENERATOR_FIELDS:
+            if level.get(field) is not None:
+                raise StateError(
+                    f"{self.where}: its {name} is part-way through a generator's outputs "
+                    f"({field}={short_repr(level[field])}); the rest of them cannot be delivered alone"
+                )
+        for child in children:
+            self._visit(child)
+
+    def _held(self, level: dict[str, Any], key: Any) -> None:
+        """A buffered sample: its dataset below ``level`` (a blend's branch) and number."""
+        flat = list(_flat(key))
+        branches = [flat[i + 1] for i, part in enumerate(flat[:-1]) if part == _BLEND]
+        numbers = [flat[i + 1] for i, part in enumerate(flat[:-1]) if part == "Webdataset"]
+        if len(numbers) != 1 or not isinstance(numbers[0], int):
+            raise StateError(
+                f"{self.where}: buffered restore key {short_repr(key)} names no one sample"
+            )
+        node = level
+        while node.get("__class__") != _LOADER:
+            children = node.get("datasets") or []
+            if node.get("__class__") == _BLEND:
+                if not branches or not 0 <= branches[0] < len(children):
+                    raise StateError(
+                        f"{self.where}: buffered key {short_repr(key)} names no blend branch"
+                    )
+                node = children[branches.pop(0)]
+            elif len(children) == 1:
+                node = children[0]
+            else:
+                raise StateError(f"{self.where}: buffered key {short_repr(key)} names no dataset")
+        leaf = self._leaf_of[id(node)]
+        epoch = self._epoch(node)
+        self.owed[leaf].append(self.leaves[leaf].key(numbers[0], epoch, self.where))
+
+    def _epoch(self, loader: dict[str, Any]) -> int:
+        return int(loader.get("_epoch_count") or 0)
+
+    def _unread(self, leaf: _Leaf, loader: dict[str, Any] | None) -> None:
+        """The samples of ``leaf`` that worker ``g`` had not read in its epoch."""
+        offsets = leaf.slices(self.g)
+        share = offsets[-1] - offsets[0]
+        if loader is None:
+            ranges = [(offsets[0], offsets[-1])]
+            epoch = 0
+        else:
+            epoch = self._epoch(loader)
+            self.epochs[leaf.id] = max(self.epochs[leaf.id], epoch)
+            ranges = self._positions(leaf, loader, offsets)
+            read = share - sum(b - a for a, b in ranges)
+            counted = loader.get("_epoch_sample_count")
+            if ranges and read != counted:
+                raise StateError(
+                    f"{self.where}: dataset {leaf.id}'s positions leave {share - read} of its "
+                    f"{share} samples unread, but it counted {short_repr(counted)} read: the "
+                    "dataset, the number of ranks or workers, or max_samples_per_sequence "
+                    "differ from the Energon run's"
+                )
+        for a, b in ranges:
+            for number in range(a, b):
+                self.owed[leaf.id].append(leaf.key(number, epoch, self.where))
+
+    def _positions(
+        self, leaf: _Leaf, loader: dict[str, Any], offsets: list[int]
+    ) -> list[tuple[int, int]]:
+        pending = loader.get("_pending_slice_indexes")
+        active = loader.get("_active_slice_state") or []
+        count = len(offsets) - 1
+        if pending is None:
+            if (
+                any(a is not None for a in active)
+                or loader.get("_pending_slices_offset") is not None
+            ):
+                raise StateError(
+                    f"{self.where}: dataset {leaf.id}'s reader has open slices but no pending list"
+                )
+            if int(loader.get("_sample_count") or 0) == 0:  # not started: its share is owed
+                return [(offsets[0], offsets[-1])]
+            return []  # between epochs: its epoch is read
+        ranges = []
+        for index in pending:
+            if not isinstance(index, int) or not 0 <= index < count:
+                raise StateError(
+                    f"{self.where}: dataset {leaf.id}'s pending slice {short_repr(index)} is not "
+                    f"one of its {count} slices here: the dataset, the layout or "
+                    "max_samples_per_sequence differ from the Energon run's"
+                )
+            ranges.append((offsets[index], offsets[index + 1]))
+        for slot in active:
+            if slot is None:
+                continue
+            index, current = slot.get("index"), slot.get("current")
+            if not (
+                isinstance(index, int) and 0 <= index < count and isinstance(current, int)
+            ) or not (offsets[index] <= current <= offsets[index + 1]):
+                raise StateError(
+                    f"{self.where}: dataset {leaf.id}'s open slice {short_repr(slot)} is not "
+                    "inside its slices here: the dataset, the layout or "
+                    "max_samples_per_sequence differ from the Energon run's"
+                )
+            ranges.append((current, offsets[index + 1]))
+        return ranges
+
+
+def _flat(key: Any) -> Iterator[Any]:
+    if isinstance(key, (list, tuple)):
+        for part in key:
+            yield from _flat(part)
+    else:
+        yield key

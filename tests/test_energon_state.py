@@ -1,0 +1,226 @@
+"""A state saved by megatron-energon 7.x restores here, exactly once for the rest of its epoch.
+
+megatron-energon (the `bench` extra) saves the state in each test, as its users do
+(``torch.save(loader.save_state_rank())``); the bytes are read back with every
+``megatron`` module made unimportable, so nothing of Energon runs, and the loader here
+delivers the samples of Energon's epoch that Energon had not delivered: each once, none of
+those Energon delivered. Then it goes on with its own next epoch.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import energon_lite as el
+from energon_lite.errors import StateError
+from energon_lite.state.energon_import import read_energon_state
+from energon_lite.state.restore_key import PackKey, SampleKey
+from energon_lite.synth.shards import write_captioning_shards
+
+energon = pytest.importorskip(
+    "megatron.energon", reason="megatron-energon (the bench extra) saves the states here"
+)
+
+PER_SLICE = 5
+BATCH = 4
+
+
+@pytest.fixture(scope="module")
+def roots(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    out = {}
+    for name, count, per_shard in (("a", 60, 20), ("b", 36, 12)):
+        root = tmp_path_factory.mktemp(name)
+        write_captioning_shards(root, count, per_shard, image_size=(8, 8), key_format=name + "{:04d}")
+        el.prepare_dataset(
+            root,
+            split_ratio=[("train", 1)],
+            sample_type="CaptioningSample",
+            field_map={"image": "jpg", "caption": "txt"},
+            progress=False,
+        )
+        out[name] = root
+    blend = tmp_path_factory.mktemp("blend") / "blend.yaml"
+    blend.write_text(
+        "__module__: megatron.energon\n__class__: MetadatasetV2\nsplits:\n  train:\n    blend:\n"
+        f"      - weight: 3\n        path: {out['a']}\n"
+        f"      - weight: 1\n        path: {out['b']}\n"
+    )
+    out["blend"] = blend
+    return out
+
+
+def _packing_encoder(lib: Any) -> Any:
+    class Pairs(lib.DefaultTaskEncoder):
+        """Packs samples two by two (a packing chain: reading and pre-packing buffers)."""
+
+        def select_samples_to_pack(self, samples: list[Any]) -> list[list[Any]]:
+            return [samples[i : i + 2] for i in range(0, len(samples), 2)]
+
+        def pack_selected_samples(self, samples: list[Any]) -> Any:
+            return lib.TextSample(
+                __key__="+".join(s.__key__ for s in samples),
+                __restore_key__=(),
+                __subflavors__=None,
+                text=" | ".join(s.caption for s in samples),
+            )
+
+    return Pairs()
+
+
+def _dataset(lib: Any, path: Path, workers: int, packing: bool) -> Any:
+    extra: dict[str, Any] = {}
+    if packing:
+        extra = {"task_encoder": _packing_encoder(lib), "packing_buffer_size": 6}
+    return lib.get_train_dataset(
+        path,
+        worker_config=lib.WorkerConfig(rank=0, world_size=1, num_workers=workers),
+        batch_size=BATCH,
+        shuffle_buffer_size=8,
+        max_samples_per_sequence=PER_SLICE,
+        **extra,
+    )
+
+
+def _samples(batch: Any) -> list[str]:
+    return [k for key in batch.__key__ for k in key.split("+")]
+
+
+def _energon_saved(path: Path, workers: int, batches: int, packing: bool) -> tuple[bytes, list[str]]:
+    """Energon delivers ``batches`` batches and saves; its state as torch.save bytes."""
+    loader = energon.get_savable_loader(
+        _dataset(energon, path, workers, packing),
+        # every worker snapshot current (offset 0): see energon_lite.resume.energon_state
+        checkpoint_every_sec=0,
+        checkpoint_every_min_n_samples=1,
+    )
+    it = iter(loader)
+    delivered = [k for _ in range(batches) for k in _samples(next(it))]
+    buffer = io.BytesIO()
+    torch.save(loader.save_state_rank(), buffer)
+    return buffer.getvalue(), delivered
+
+
+def _without_energon(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every megatron module unimportable, as where megatron-energon is not installed."""
+    for name in [n for n in sys.modules if n == "megatron" or n.startswith("megatron.")]:
+        monkeypatch.setitem(sys.modules, name, None)
+
+
+@pytest.mark.parametrize(
+    "kind, workers",
+    [
+        ("plain", 0),
+        ("plain", 2),
+        ("blend", 0),
+        ("blend", 2),
+        ("packing", 0),
+        ("packing", 2),
+    ],
+)
+def test_energon_state_restores_exactly_once(
+    roots: dict[str, Path], kind: str, workers: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = roots["blend" if kind == "blend" else "a"]
+    epoch = {f"a{i:04d}" for i in range(60)} | (
+        {f"b{i:04d}" for i in range(36)} if kind == "blend" else set()
+    )
+    data, theirs = _energon_saved(path, workers, 3, packing=kind == "packing")
+    assert theirs and set(theirs) <= epoch and len(set(theirs)) == len(theirs)
+
+    _without_energon(monkeypatch)
+    state = read_energon_state(data)
+    loader = el.get_savable_loader(_dataset(el, path, 1, packing=kind == "packing"))
+    loader.restore_state_rank(state)
+    ours: list[str] = []
+    later: list[str] = []  # the next epoch's
+    it = iter(loader)
+    for _ in range(200):  # bounded: the rest of the epoch is at most 96 samples
+        batch = next(it)
+        for key, drawn in zip(_samples(batch), _epochs(batch)):
+            (later if drawn > 0 else ours).append(key)
+        if len(later) > len(epoch):
+            break
+    overlap = set(ours) & set(theirs)
+    missing = epoch - set(ours) - set(theirs)
+    repeated = [k for k, n in Counter(ours).items() if n > 1]
+    print(
+        f"{kind}, {workers} Energon workers: Energon delivered {len(theirs)}, we delivered "
+        f"{len(ours)} of its epoch; overlap {len(overlap)}, missing {len(missing)}, "
+        f"repeated {len(repeated)}"
+    )
+    assert (overlap, missing, repeated) == (set(), set(), [])
+    assert len(ours) + len(theirs) == len(epoch)
+
+
+def _epochs(batch: Any) -> list[int]:
+    """The reader epoch of each sample of ``batch`` (a pack's members one by one)."""
+    return [epoch for key in batch.__restore_key__ for epoch in _epochs_of(key)]
+
+
+def _epochs_of(key: Any) -> list[int]:
+    if isinstance(key, SampleKey):
+        return [key.epoch]
+    if isinstance(key, PackKey):
+        return [epoch for member in key.members for epoch in _epochs_of(member)]
+    raise AssertionError(f"no sample key in {key!r}")
+
+
+def test_plain_pickle_and_objects_read_alike(roots: dict[str, Path]) -> None:
+    data, _ = _energon_saved(roots["a"], 2, 2, packing=False)
+    restored = torch.load(io.BytesIO(data), weights_only=False)  # with Energon installed
+    plain = read_energon_state(data)
+    assert read_energon_state(pickle.dumps(restored)) == plain == read_energon_state(restored)
+    assert plain["type"] == "EnergonState" and len(plain["workers"]) == 2
+    global_list = read_energon_state(pickle.dumps([restored]))
+    assert global_list == [plain]
+
+
+class Planted:
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (print, ("code ran",))
+
+
+def test_a_planted_class_is_refused_without_running(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(StateError, match=r"names builtins\.print, which is not part of a state"):
+        read_energon_state(pickle.dumps({"worker_states": [Planted()]}))
+    assert "code ran" not in capsys.readouterr().out
+
+
+def test_a_stale_worker_snapshot_is_refused_naming_it(
+    roots: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Energon's default snapshots (every 60 s) lie batches behind; which samples came
+    after is Energon's random order: refused, naming the worker and the offset."""
+    loader = energon.get_savable_loader(_dataset(energon, roots["a"], 2, False))
+    it = iter(loader)
+    for _ in range(5):
+        next(it)
+    data = pickle.dumps(loader.save_state_rank())
+    _without_energon(monkeypatch)
+    ours = el.get_savable_loader(_dataset(el, roots["a"], 1, False))
+    with pytest.raises(StateError, match=r"Energon rank 0 worker \d: its snapshot is \d+ batch"):
+        ours.restore_state_rank(read_energon_state(data))
+
+
+def test_another_dataset_layout_is_refused(
+    roots: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data, _ = _energon_saved(roots["a"], 0, 2, packing=False)
+    _without_energon(monkeypatch)
+    other = el.get_train_dataset(
+        roots["a"],
+        worker_config=el.WorkerConfig(rank=0, world_size=1, num_workers=0),
+        batch_size=BATCH,
+        shuffle_buffer_size=8,
+        max_samples_per_sequence=7,  # Energon's run cut slices of 5
+    )
+    with pytest.raises(StateError, match="max_samples_per_sequence differ"):
+        el.get_savable_loader(other).restore_state_rank(read_energon_state(data))
