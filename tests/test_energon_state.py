@@ -38,7 +38,9 @@ def roots(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out = {}
     for name, count, per_shard in (("a", 60, 20), ("b", 36, 12)):
         root = tmp_path_factory.mktemp(name)
-        write_captioning_shards(root, count, per_shard, image_size=(8, 8), key_format=name + "{:04d}")
+        write_captioning_shards(
+            root, count, per_shard, image_size=(8, 8), key_format=name + "{:04d}"
+        )
         el.prepare_dataset(
             root,
             split_ratio=[("train", 1)],
@@ -93,18 +95,23 @@ def _samples(batch: Any) -> list[str]:
     return [k for key in batch.__key__ for k in key.split("+")]
 
 
-def _energon_saved(path: Path, workers: int, batches: int, packing: bool) -> tuple[bytes, list[str]]:
-    """Energon delivers ``batches`` batches and saves; its state as torch.save bytes."""
-    loader = energon.get_savable_loader(
-        _dataset(energon, path, workers, packing),
-        # every worker snapshot current (offset 0): see energon_lite.resume.energon_state
-        checkpoint_every_sec=0,
-        checkpoint_every_min_n_samples=1,
-    )
+def _energon_saved(
+    path: Path, workers: int, batches: int, packing: bool, current: bool = True
+) -> tuple[bytes, list[str]]:
+    """Energon delivers ``batches`` batches and saves; its state as torch.save bytes. With
+    ``current`` every worker snapshot is current (offset 0); else Energon's default
+    snapshots (every 60 s) lie behind by the batches delivered since (offset > 0)."""
+    every: dict[str, Any] = {}
+    if current:
+        every = {"checkpoint_every_sec": 0, "checkpoint_every_min_n_samples": 1}
+    loader = energon.get_savable_loader(_dataset(energon, path, workers, packing), **every)
     it = iter(loader)
     delivered = [k for _ in range(batches) for k in _samples(next(it))]
+    state = loader.save_state_rank()
+    offsets = [getattr(w, "offset", 0) for w in state.worker_states]
+    assert (max(offsets) == 0) == (current or workers == 0), offsets
     buffer = io.BytesIO()
-    torch.save(loader.save_state_rank(), buffer)
+    torch.save(state, buffer)
     return buffer.getvalue(), delivered
 
 
@@ -115,24 +122,26 @@ def _without_energon(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.parametrize(
-    "kind, workers",
+    "kind, workers, current",
     [
-        ("plain", 0),
-        ("plain", 2),
-        ("blend", 0),
-        ("blend", 2),
-        ("packing", 0),
-        ("packing", 2),
+        ("plain", 0, True),
+        ("plain", 2, True),
+        ("plain", 2, False),  # Energon's default snapshots: replayed
+        ("blend", 0, True),
+        ("blend", 2, True),
+        ("blend", 2, False),
+        ("packing", 0, True),
+        ("packing", 2, True),
     ],
 )
 def test_energon_state_restores_exactly_once(
-    roots: dict[str, Path], kind: str, workers: int, monkeypatch: pytest.MonkeyPatch
+    roots: dict[str, Path], kind: str, workers: int, current: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = roots["blend" if kind == "blend" else "a"]
     epoch = {f"a{i:04d}" for i in range(60)} | (
         {f"b{i:04d}" for i in range(36)} if kind == "blend" else set()
     )
-    data, theirs = _energon_saved(path, workers, 3, packing=kind == "packing")
+    data, theirs = _energon_saved(path, workers, 5, packing=kind == "packing", current=current)
     assert theirs and set(theirs) <= epoch and len(set(theirs)) == len(theirs)
 
     _without_energon(monkeypatch)
@@ -152,7 +161,7 @@ def test_energon_state_restores_exactly_once(
     missing = epoch - set(ours) - set(theirs)
     repeated = [k for k, n in Counter(ours).items() if n > 1]
     print(
-        f"{kind}, {workers} Energon workers: Energon delivered {len(theirs)}, we delivered "
+        f"{kind}, {workers} Energon workers, current={current}: Energon delivered {len(theirs)}, we delivered "
         f"{len(ours)} of its epoch; overlap {len(overlap)}, missing {len(missing)}, "
         f"repeated {len(repeated)}"
     )
@@ -194,26 +203,22 @@ def test_a_planted_class_is_refused_without_running(capsys: pytest.CaptureFixtur
     assert "code ran" not in capsys.readouterr().out
 
 
-def test_a_stale_worker_snapshot_is_refused_naming_it(
+def test_a_packing_chain_behind_its_snapshot_is_refused_naming_it(
     roots: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Energon's default snapshots (every 60 s) lie batches behind; which samples came
-    after is Energon's random order: refused, naming the worker and the offset."""
-    loader = energon.get_savable_loader(_dataset(energon, roots["a"], 2, False))
-    it = iter(loader)
-    for _ in range(5):
-        next(it)
-    data = pickle.dumps(loader.save_state_rank())
+    """Energon's default snapshots lie batches behind; a packing chain's batches after one
+    are the user's groups of decoded samples, not replayed: refused, naming the part."""
+    data, _ = _energon_saved(roots["a"], 2, 5, packing=True, current=False)
     _without_energon(monkeypatch)
-    ours = el.get_savable_loader(_dataset(el, roots["a"], 1, False))
-    with pytest.raises(StateError, match=r"Energon rank 0 worker \d: its snapshot is \d+ batch"):
+    ours = el.get_savable_loader(_dataset(el, roots["a"], 1, True))
+    with pytest.raises(StateError, match=r"worker \d: Energon's 'PackingDataset' is not replayed"):
         ours.restore_state_rank(read_energon_state(data))
 
 
 def test_another_dataset_layout_is_refused(
     roots: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    data, _ = _energon_saved(roots["a"], 0, 2, packing=False)
+    data, _ = _energon_saved(roots["a"], 0, 3, packing=False)
     _without_energon(monkeypatch)
     other = el.get_train_dataset(
         roots["a"],

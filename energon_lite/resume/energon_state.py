@@ -27,25 +27,30 @@ loader's seed and dealt round robin to this rank's workers, which deliver them f
 Reader's leftover, :mod:`energon_lite.stages.leftover`), then start the next epoch. Every
 other stage starts as after an elastic restore (``Stage.elastic_state``).
 
-Refused, naming the part: a worker snapshot taken before batches it then delivered (with
-worker processes Energon keeps a snapshot every ``checkpoint_every_sec`` and counts the
-batches since, ``offset``; which samples those were is Energon's random order, not in the
-state), a wrapper this module does not know, a generator hook part-way through its
-outputs, a blend epochized here, a canonical layout, a chain composed by hand, and a state
-whose positions do not fit this loader's dataset. The state holds the remaining keys until
-they are delivered (O(samples left in the epoch)).
+With worker processes Energon saves each worker's last snapshot (every
+``checkpoint_every_sec``) and the batches it delivered since (``offset``): those batches'
+samples are found by replaying Energon's draws from the snapshot
+(:mod:`energon_lite.resume.energon_replay`), then accounted for as above.
+
+Refused, naming the part: a replay it cannot make (a packing chain's batches after a
+snapshot, a replay past the end of an epoch), a wrapper this module does not know, a
+generator hook part-way through its outputs, a blend epochized here, a canonical layout, a
+chain composed by hand, and a state whose positions do not fit this loader's dataset. The
+restored state holds the remaining keys until they are delivered (O(samples left in the
+epoch)).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from itertools import pairwise
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from energon_lite.errors import StateError, short_repr
 from energon_lite.resume.elastic import dealt_chain
+from energon_lite.resume.energon_replay import replayed
 from energon_lite.resume.rank_state import RankState
 from energon_lite.resume.target import RestoreTarget
 from energon_lite.rng import derive_seed
@@ -170,13 +175,15 @@ def _rank_state(state: dict[str, Any], rank: int, target: RestoreTarget) -> Rank
         raise StateError(f"Energon state: workers={short_repr(workers)} is not a list")
     G = target.worker_config.world_size * len(workers)
     leaves = [_Leaf(reader, G) for reader in readers]
+    weights = config.get("weights") if config.get("blend_mode") == "weights" else None
+    replay = _Replay(state.get("micro_batch_size"), weights, config.get("shuffle_buffer_size"))
     owed: list[dict[SampleKey, None]] = [{} for _ in leaves]  # ordered sets
     epochs = [0] * len(leaves)
     delivered = 0
     for w, worker in enumerate(workers):
         g = rank * len(workers) + w
         where = f"Energon rank {rank} worker {w}"
-        walk = _Walk(leaves, g, where)
+        walk = _Walk(leaves, g, where, replay)
         walk.worker(worker)
         delivered += walk.batches
         for leaf, keys in enumerate(walk.owed):
@@ -237,14 +244,24 @@ def _work(keys: list[list[list[Any]]], epochs: list[int]) -> Iterator[LeafWork]:
     return iter(LeafWork(k, [], e) for k, e in zip(keys, epochs))
 
 
+class _Replay(NamedTuple):
+    """What replaying a worker's batches after its snapshot needs of this loader."""
+
+    batch_size: int | None  # Energon's micro_batch_size
+    weights: list[float] | None  # a blend's weights per dataset
+    shuffle: int | None  # the shuffle buffers' size
+
+
 class _Walk:
     """One Energon worker's dataset tree: the samples it owed, per leaf."""
 
-    def __init__(self, leaves: list[_Leaf], g: int, where: str) -> None:
+    def __init__(self, leaves: list[_Leaf], g: int, where: str, replay: _Replay) -> None:
         self.leaves, self.g, self.where = leaves, g, where
+        self.batch_size, self.weights, self.shuffle = replay
         self.owed: list[list[SampleKey]] = [[] for _ in leaves]
         self.epochs = [0] * len(leaves)
-        self.batches = 0
+        self.batches = 0  # batches it delivered
+        self._batched = False
         self._next_leaf = 0
         self._leaf_of: dict[int, int] = {}  # id(loader level) -> leaf
 
@@ -252,13 +269,21 @@ class _Walk:
         if not isinstance(worker, dict):
             raise StateError(f"{self.where}: {short_repr(worker)} is not a worker state")
         offset, tree = worker.get("offset"), worker.get("dataset")
-        if offset:
+        if offset and tree is not None:  # batches delivered after the snapshot: replayed
+            if not isinstance(offset, int) or offset < 0 or not self.batch_size:
+                raise StateError(
+                    f"{self.where}: offset {short_repr(offset)} with micro_batch_size "
+                    f"{short_repr(self.batch_size)} is not a number of batches to replay"
+                )
+            slices = [leaf.slices(self.g) for leaf in self.leaves]
+            tree = replayed(
+                tree, offset * self.batch_size, slices, self.weights, self.shuffle, self.where
+            )
+            self.batches = offset
+        elif offset:
             raise StateError(
-                f"{self.where}: its snapshot is {offset} batch(es) older than what it delivered "
-                "(Energon's worker snapshot plus an offset); which samples those were is "
-                "Energon's random order, which the state does not hold. Save the Energon run "
-                "with get_savable_loader(..., checkpoint_every_sec=0, "
-                "checkpoint_every_min_n_samples=1) so that every snapshot is current"
+                f"{self.where}: {short_repr(offset)} batch(es) delivered after a snapshot taken "
+                "before its first sample; the state is corrupt"
             )
         if tree is None:  # no snapshot and nothing delivered: its whole share is owed
             for leaf in self.leaves:
@@ -290,8 +315,9 @@ class _Walk:
             if leaf < len(self.leaves):
                 self._unread(self.leaves[leaf], level)
             return
-        if name == "BatchDataset" and not self.batches:
-            self.batches = int(level.get("_sample_index") or 0)
+        if name == "BatchDataset" and not self._batched:  # the outermost batching
+            self._batched = True
+            self.batches += int(level.get("_sample_index") or 0)
         if name in _BUFFERS:
             for field in _BUFFERS[name]:
                 buffer = level.get(field)

@@ -5,9 +5,10 @@
 users keep with ``torch.save`` or ``pickle``. Reading those bytes with ``pickle`` would need
 megatron-energon installed and would run whatever the file names. :func:`read_energon_state`
 reads them with a restricted unpickler instead: the only classes it builds are Energon's state
-records, each as a dict of its fields; the global random states inside (torch and numpy
-arrays, which the import does not need) become ``None`` without being built; any other class
-the file names is refused, naming it. Objects already loaded (where megatron-energon is
+records, each as a dict of its fields; the process-global random states inside (torch and
+numpy arrays, which the import does not need) become ``None`` without being built; any other
+class the file names is refused, naming it. A wrapper's own generator state (``_worker_rng``)
+stays bytes: it replays Energon's draws (:mod:`energon_lite.resume.energon_replay`). Objects already loaded (where megatron-energon is
 installed) are read the same way, field by field.
 
 The plain form, one per rank::
@@ -243,8 +244,10 @@ def _plain(value: Any, depth: int = 0) -> Any:
         raise StateError("Energon state is nested too deeply; it is corrupt")
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
-    if isinstance(value, (bytes, bytearray, _Dropped)):
-        return None  # a generator's state: Energon's randomness, not needed here
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value)  # a WorkerRng's torch generator state: replays Energon's draws
+    if isinstance(value, _Dropped):
+        return None
     if isinstance(value, dict):
         return {str(k): _plain(v, depth + 1) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
