@@ -8,8 +8,8 @@ reads them with a restricted unpickler instead: the only classes it builds are E
 records, each as a dict of its fields; the process-global random states inside (torch and
 numpy arrays, which the import does not need) become ``None`` without being built; any other
 class the file names is refused, naming it. A wrapper's own generator state (``_worker_rng``)
-stays bytes: it replays Energon's draws (:mod:`energon_lite.resume.energon_replay`). Objects already loaded (where megatron-energon is
-installed) are read the same way, field by field.
+stays bytes: it replays Energon's draws (:mod:`energon_lite.resume.energon_replay`). Objects
+already loaded (where megatron-energon is installed) are read the same way, field by field.
 
 The plain form, one per rank::
 
