@@ -77,13 +77,14 @@ def _packing_encoder(lib: Any) -> Any:
     return Pairs()
 
 
-def _dataset(lib: Any, path: Path, workers: int, packing: bool) -> Any:
-    extra: dict[str, Any] = {}
+def _dataset(
+    lib: Any, path: Path, workers: int, packing: bool, rank: int = 0, ranks: int = 1, **extra: Any
+) -> Any:
     if packing:
-        extra = {"task_encoder": _packing_encoder(lib), "packing_buffer_size": 6}
+        extra.update(task_encoder=_packing_encoder(lib), packing_buffer_size=6)
     return lib.get_train_dataset(
         path,
-        worker_config=lib.WorkerConfig(rank=0, world_size=1, num_workers=workers),
+        worker_config=lib.WorkerConfig(rank=rank, world_size=ranks, num_workers=workers),
         batch_size=BATCH,
         shuffle_buffer_size=8,
         max_samples_per_sequence=PER_SLICE,
@@ -180,6 +181,40 @@ def _epochs_of(key: Any) -> list[int]:
     if isinstance(key, PackKey):
         return [epoch for member in key.members for epoch in _epochs_of(member)]
     raise AssertionError(f"no sample key in {key!r}")
+
+
+def test_a_global_state_of_two_ranks_restores_exactly_once(
+    roots: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """save_state_global's list (2 ranks x 2 workers, Energon's default snapshots, two open
+    slices per worker so that pending slices are opened in the replay): each rank here
+    delivers its rank's rest, together the rest of the epoch once."""
+    states, theirs = [], []
+    for rank in range(2):
+        loader = energon.get_savable_loader(
+            _dataset(energon, roots["a"], 2, False, rank, 2, parallel_shard_iters=2)
+        )
+        it = iter(loader)
+        theirs += [k for _ in range(5) for k in _samples(next(it))]
+        states.append(loader.save_state_rank())
+        assert max(w.offset for w in states[-1].worker_states) > 0
+    data = pickle.dumps(states)  # as save_state_global() gathers them
+    _without_energon(monkeypatch)
+    plain = read_energon_state(data)
+    ours: list[str] = []
+    for rank in range(2):
+        loader = el.get_savable_loader(
+            _dataset(el, roots["a"], 2, False, rank, 2, parallel_shard_iters=2)
+        )
+        loader.restore_state_global(plain)
+        it = iter(loader)
+        for _ in range(40):
+            batch = next(it)
+            ours += [k for k, e in zip(_samples(batch), _epochs(batch)) if e == 0]
+    epoch = {f"a{i:04d}" for i in range(60)}
+    print(f"2 ranks: Energon delivered {len(theirs)}, we delivered {len(ours)}")
+    assert not set(ours) & set(theirs) and len(ours) == len(set(ours))
+    assert set(ours) | set(theirs) == epoch
 
 
 def test_plain_pickle_and_objects_read_alike(roots: dict[str, Path]) -> None:

@@ -14,7 +14,8 @@ The draws, as Energon's wrappers make them (read from megatron-energon 7.4's beh
 * the reader picks an open slice by ``choice_idx`` over the open slices' full sizes (one
   float32 ``torch.rand`` times the float32 cumulative sum, ``searchsorted`` to the right;
   no draw with one open slice), reads its next sample, and replaces an exhausted slice by
-  the last pending one;
+  the last pending one; at the end of its epoch the next epoch's order is a ``randperm``
+  of ``shuffle_over_epochs`` copies of its slices, popped from the end;
 * a shuffle buffer tops itself up to its size from its source, then pops
   ``torch.randint(0, len)``;
 * a blend picks a dataset by ``choice_idx`` over its weights (0 for an exhausted one, or
@@ -24,7 +25,7 @@ The draws, as Energon's wrappers make them (read from megatron-energon 7.4's beh
 Replayed: plain datasets and weighted blends (one level of blend) with shuffle buffers.
 Refused, naming the part: a packing chain (its groups are the user's
 ``select_samples_to_pack`` over decoded samples), any other wrapper that holds samples, and
-a replay that reaches the end of a reader's epoch. The replay assumes ``encode_sample``
+a replay past the end of an epoch of a reader that draws slices with replacement. The replay assumes ``encode_sample``
 gave one sample per input in those batches (no skipped sample).
 """
 
@@ -37,8 +38,9 @@ import torch
 
 from energon_lite.errors import StateError, short_repr
 
-_LOADER = "WebdatasetSampleLoaderDataset"
-_PASS = frozenset(
+LOADER = "WebdatasetSampleLoaderDataset"  # Energon's reader of a dataset's slices
+# wrappers that hand their source's samples on one for one and hold none between batches
+PASS_THROUGH = frozenset(
     {
         "SimpleSavableDatasetWrapper",
         "GcDataset",
@@ -55,14 +57,14 @@ _PASS = frozenset(
 def replayed(
     tree: dict[str, Any],
     samples: int,
-    slices: list[list[int]],
+    slices: list[tuple[list[int], int | None]],
     weights: list[float] | None,
     shuffle_size: int | None,
     where: str,
 ) -> dict[str, Any]:
     """``tree`` (one Energon worker's snapshot, not changed) after it handed out
-    ``samples`` more samples. ``slices``: each dataset's slice offsets for this worker (in
-    the order Energon's readers appear); ``weights``: a blend's weights per dataset;
+    ``samples`` more samples. ``slices``: each dataset's slice offsets for this worker and
+    its ``shuffle_over_epochs`` (in the order Energon's readers appear); ``weights``: a blend's weights per dataset;
     ``shuffle_size``: the shuffle buffers' size."""
     tree = copy.deepcopy(tree)
     leaves = iter(slices)
@@ -116,9 +118,9 @@ def _build(
         raise StateError(f"{where}: {short_repr(level)} is not a dataset level")
     name = level.get("__class__")
     children = level.get("datasets") or []
-    if name == _LOADER:
+    if name == LOADER:
         return _Reader(level, next(leaves), where)
-    if name in _PASS and len(children) == 1:
+    if name in PASS_THROUGH and len(children) == 1:
         return _build(children[0], leaves, weights, shuffle_size, where)
     if name == "ShuffleBufferDataset" and len(children) == 1:
         if shuffle_size is None:
@@ -142,8 +144,12 @@ def _build(
 
 
 class _Reader(_Node):
-    def __init__(self, level: dict[str, Any], offsets: list[int], where: str) -> None:
-        self.level, self.offsets, self.where = level, offsets, where
+    def __init__(
+        self, level: dict[str, Any], leaf: tuple[list[int], int | None], where: str
+    ) -> None:
+        self.level, self.where = level, where
+        self.offsets, self.multiplier = leaf  # its slice offsets, shuffle_over_epochs
+        self.epoch = int(level.get("_epoch_count") or 0)
         self.active = [
             None if s is None else dict(s) for s in level.get("_active_slice_state") or []
         ]
@@ -168,17 +174,47 @@ class _Reader(_Node):
     def has_samples(self) -> bool:
         return len(self.offsets) > 1
 
+    def _next_epoch(self) -> None:
+        """Energon's reader at the end of an epoch: the next epoch's slice order (the worker
+        generator's ``randperm`` of ``multiplier`` copies of the slices, popped from the
+        end) and its first open slices."""
+        count = len(self.offsets) - 1
+        if self.multiplier == -1 or count < 1:
+            raise StateError(
+                f"{self.where}: its replay reaches the end of an epoch of a reader that draws "
+                "slices with replacement (or has none); that is not replayed"
+            )
+        order = list(range(count)) * (self.multiplier or 1)
+        if self.multiplier is not None:
+            permutation = torch.randperm(len(order), generator=self.gen)
+            order = [order[int(i)] for i in permutation]
+        order.reverse()
+        self.pending, self.popped = order, 0
+        self.epoch += 1
+        self.epoch_count = 0
+        self.probs = torch.zeros(len(self.active), dtype=torch.float32)
+        self.active = [None] * len(self.active)
+        for i in range(len(self.active)):
+            if not self.pending:
+                break
+            index = self.pending.pop()
+            self.popped += 1
+            self.active[i] = {
+                "__class__": "SliceState",
+                "index": index,
+                "current": self.offsets[index],
+            }
+            self.probs[i] = self._size(index)
+
     def next(self) -> list[Any]:
         if int(torch.count_nonzero(self.probs).item()) == 0:
-            raise StateError(
-                f"{self.where}: the batches it delivered after its snapshot run past the end "
-                "of its reader's epoch; that is not replayed"
-            )
+            self._next_epoch()
         i = 0 if len(self.active) == 1 else _choice(self.gen, self.probs)
         state = self.active[i]
         assert state is not None  # a slice with a weight is open
         number = state["current"]
         state["current"] += 1
+        read = self.count  # the load map's index of this sample (its restore key's)
         self.count += 1
         self.epoch_count += 1
         if state["current"] >= self.offsets[state["index"] + 1]:
@@ -194,7 +230,7 @@ class _Reader(_Node):
             else:
                 self.active[i] = None
                 self.probs[i] = 0
-        return ["Webdataset", number]
+        return ["MapDataset", read, "Webdataset", number]
 
     def save(self) -> None:
         self.level.update(
@@ -203,6 +239,7 @@ class _Reader(_Node):
             _pending_slices_offset=self.popped,
             _sample_count=self.count,
             _epoch_sample_count=self.epoch_count,
+            _epoch_count=self.epoch,
         )
 
 

@@ -50,7 +50,7 @@ import numpy as np
 
 from energon_lite.errors import StateError, short_repr
 from energon_lite.resume.elastic import dealt_chain
-from energon_lite.resume.energon_replay import replayed
+from energon_lite.resume.energon_replay import LOADER, PASS_THROUGH, replayed
 from energon_lite.resume.rank_state import RankState
 from energon_lite.resume.target import RestoreTarget
 from energon_lite.rng import derive_seed
@@ -60,23 +60,10 @@ from energon_lite.stages.reader import Reader
 from energon_lite.state.energon_import import read_energon_state
 from energon_lite.state.restore_key import SampleKey
 
-_LOADER = "WebdatasetSampleLoaderDataset"
 _BLEND = "BlendDataset"
-# wrappers that hold no sample between batches: their state is counters only
-_PASS = frozenset(
-    {
-        "SimpleSavableDatasetWrapper",
-        "GcDataset",
-        "WatchdogDataset",
-        "MapDataset",
-        "BatchDataset",
-        "RepeatDataset",
-        "LogSampleDataset",
-        "FilterDataset",
-        "EpochizeDataset",
-        "IterMapDataset",
-    }
-)
+# wrappers that hold no sample between batches (a filter's count differs from its source's,
+# which only a replay needs)
+_PASS = PASS_THROUGH | {"FilterDataset"}
 # wrappers that hold samples, by the fields their buffers are saved in
 _BUFFERS = {
     "ShuffleBufferDataset": ("_active_buffer",),
@@ -138,6 +125,7 @@ class _Leaf:
         self.cum = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
         self.total = int(self.cum[-1])
         self.per_slice = reader.max_samples_per_sequence
+        self.multiplier = reader.multiplier  # Energon's shuffle_over_epochs
         self.bounds = worker_bounds(self.total, workers, reader.samples_before % workers)
 
     def key(self, number: int, epoch: int, where: str) -> SampleKey:
@@ -176,6 +164,8 @@ def _rank_state(state: dict[str, Any], rank: int, target: RestoreTarget) -> Rank
     G = target.worker_config.world_size * len(workers)
     leaves = [_Leaf(reader, G) for reader in readers]
     weights = config.get("weights") if config.get("blend_mode") == "weights" else None
+    if not isinstance(weights, list) or not all(isinstance(w, (int, float)) for w in weights):
+        weights = None  # a weight schedule: a replay behind a snapshot is refused, naming it
     replay = _Replay(state.get("micro_batch_size"), weights, config.get("shuffle_buffer_size"))
     owed: list[dict[SampleKey, None]] = [{} for _ in leaves]  # ordered sets
     epochs = [0] * len(leaves)
@@ -275,7 +265,7 @@ class _Walk:
                     f"{self.where}: offset {short_repr(offset)} with micro_batch_size "
                     f"{short_repr(self.batch_size)} is not a number of batches to replay"
                 )
-            slices = [leaf.slices(self.g) for leaf in self.leaves]
+            slices = [(leaf.slices(self.g), leaf.multiplier) for leaf in self.leaves]
             tree = replayed(
                 tree, offset * self.batch_size, slices, self.weights, self.shuffle, self.where
             )
@@ -301,7 +291,7 @@ class _Walk:
         """Leaves by the order Energon's loaders appear in (depth first), as ours."""
         if not isinstance(level, dict):
             raise StateError(f"{self.where}: {short_repr(level)} is not a dataset level")
-        if level.get("__class__") == _LOADER:
+        if level.get("__class__") == LOADER:
             self._leaf_of[id(level)] = self._next_leaf
             self._next_leaf += 1
         for child in level.get("datasets") or []:
@@ -310,7 +300,7 @@ class _Walk:
     def _visit(self, level: dict[str, Any]) -> None:
         name = level.get("__class__")
         children = level.get("datasets") or []
-        if name == _LOADER:
+        if name == LOADER:
             leaf = self._leaf_of[id(level)]
             if leaf < len(self.leaves):
                 self._unread(self.leaves[leaf], level)
@@ -331,7 +321,7 @@ class _Walk:
         elif name not in _PASS and name != _BLEND:
             raise StateError(
                 f"{self.where}: Energon's {name!r} is not a wrapper this import knows (it knows "
-                f"{', '.join(sorted(_PASS | set(_BUFFERS) | {_BLEND, _LOADER}))}); its samples "
+                f"{', '.join(sorted(_PASS | set(_BUFFERS) | {_BLEND, LOADER}))}); its samples "
                 "cannot be accounted for"
             )
         for field in _GENERATOR_FIELDS:
@@ -353,7 +343,7 @@ class _Walk:
                 f"{self.where}: buffered restore key {short_repr(key)} names no one sample"
             )
         node = level
-        while node.get("__class__") != _LOADER:
+        while node.get("__class__") != LOADER:
             children = node.get("datasets") or []
             if node.get("__class__") == _BLEND:
                 if not branches or not 0 <= branches[0] < len(children):
@@ -367,7 +357,13 @@ class _Walk:
                 raise StateError(f"{self.where}: buffered key {short_repr(key)} names no dataset")
         leaf = self._leaf_of[id(node)]
         epoch = self._epoch(node)
-        self.owed[leaf].append(self.leaves[leaf].key(numbers[0], epoch, self.where))
+        if len(flat) >= 4 and flat[-4] == "MapDataset" and isinstance(flat[-3], int):
+            # the load map's index counts the reader's samples over all epochs: one read
+            # before this epoch began was drawn in the epoch before
+            before = int(node.get("_sample_count") or 0) - int(node.get("_epoch_sample_count") or 0)
+            if flat[-3] < before:
+                epoch -= 1
+        self.owed[leaf].append(self.leaves[leaf].key(numbers[0], max(epoch, 0), self.where))
 
     def _epoch(self, loader: dict[str, Any]) -> int:
         return int(loader.get("_epoch_count") or 0)
