@@ -33,7 +33,7 @@ samples are found by replaying Energon's draws from the snapshot
 (:mod:`energon_lite.resume.energon_replay`), then accounted for as above.
 
 Refused, naming the part: a replay it cannot make (a packing chain's batches after a
-snapshot, a replay past the end of an epoch), a wrapper this module does not know, a
+snapshot, nested blends behind one), a wrapper this module does not know, a
 generator hook part-way through its outputs, a blend epochized here, a canonical layout, a
 chain composed by hand, and a state whose positions do not fit this loader's dataset. The
 restored state holds the remaining keys until they are delivered (O(samples left in the
