@@ -111,6 +111,7 @@ def _energon_saved(
     state = loader.save_state_rank()
     offsets = [getattr(w, "offset", 0) for w in state.worker_states]
     assert (max(offsets) == 0) == (current or workers == 0), offsets
+    print(f"Energon's worker snapshots are {offsets} batches behind")
     buffer = io.BytesIO()
     torch.save(state, buffer)
     return buffer.getvalue(), delivered
@@ -126,13 +127,11 @@ def _without_energon(monkeypatch: pytest.MonkeyPatch) -> None:
     "kind, workers, current",
     [
         ("plain", 0, True),
-        ("plain", 2, True),
-        ("plain", 2, False),  # Energon's default snapshots: replayed
+        ("plain", 2, False),  # Energon's default snapshots, batches behind: replayed
         ("blend", 0, True),
-        ("blend", 2, True),
         ("blend", 2, False),
         ("packing", 0, True),
-        ("packing", 2, True),
+        ("packing", 2, True),  # current snapshots (a packing chain is not replayed)
     ],
 )
 def test_energon_state_restores_exactly_once(
