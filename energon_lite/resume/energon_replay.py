@@ -154,9 +154,12 @@ class _Reader(_Node):
             None if s is None else dict(s) for s in level.get("_active_slice_state") or []
         ]
         pending = level.get("_pending_slice_indexes")
-        if pending is None or not self.active:
-            raise StateError(f"{where}: its reader is between epochs at the snapshot; not replayed")
-        self.pending = list(pending)
+        if not self.active or (pending is None and any(a is not None for a in self.active)):
+            raise StateError(f"{where}: its reader has open slices but no pending list; corrupt")
+        # between epochs (or before the first): its next sample starts an epoch, counted
+        # already when the last one ended
+        self.starting = pending is None
+        self.pending = list(pending or [])
         self.probs = torch.zeros(len(self.active), dtype=torch.float32)
         for i, s in enumerate(self.active):
             if s is not None:
@@ -174,7 +177,7 @@ class _Reader(_Node):
     def has_samples(self) -> bool:
         return len(self.offsets) > 1
 
-    def _next_epoch(self) -> None:
+    def _next_epoch(self, advance: bool) -> None:
         """Energon's reader at the end of an epoch: the next epoch's slice order (the worker
         generator's ``randperm`` of ``multiplier`` copies of the slices, popped from the
         end) and its first open slices."""
@@ -190,7 +193,7 @@ class _Reader(_Node):
             order = [order[int(i)] for i in permutation]
         order.reverse()
         self.pending, self.popped = order, 0
-        self.epoch += 1
+        self.epoch += 1 if advance else 0
         self.epoch_count = 0
         self.probs = torch.zeros(len(self.active), dtype=torch.float32)
         self.active = [None] * len(self.active)
@@ -208,7 +211,8 @@ class _Reader(_Node):
 
     def next(self) -> list[Any]:
         if int(torch.count_nonzero(self.probs).item()) == 0:
-            self._next_epoch()
+            self._next_epoch(advance=not self.starting)
+            self.starting = False
         i = 0 if len(self.active) == 1 else _choice(self.gen, self.probs)
         state = self.active[i]
         assert state is not None  # a slice with a weight is open
