@@ -200,14 +200,14 @@ class _Reader(_Node):
         for i in range(len(self.active)):
             if not self.pending:
                 break
-            index = self.pending.pop()
-            self.popped += 1
-            self.active[i] = {
-                "__class__": "SliceState",
-                "index": index,
-                "current": self.offsets[index],
-            }
-            self.probs[i] = self._size(index)
+            self._open(i)
+
+    def _open(self, i: int) -> None:
+        """Open the last pending slice in place ``i``."""
+        index = self.pending.pop()
+        self.popped += 1
+        self.active[i] = {"__class__": "SliceState", "index": index, "current": self.offsets[index]}
+        self.probs[i] = self._size(index)
 
     def next(self) -> list[Any]:
         if int(torch.count_nonzero(self.probs).item()) == 0:
@@ -223,14 +223,7 @@ class _Reader(_Node):
         self.epoch_count += 1
         if state["current"] >= self.offsets[state["index"] + 1]:
             if self.pending:
-                index = self.pending.pop()
-                self.popped += 1
-                self.active[i] = {
-                    "__class__": "SliceState",
-                    "index": index,
-                    "current": self.offsets[index],
-                }
-                self.probs[i] = self._size(index)
+                self._open(i)
             else:
                 self.active[i] = None
                 self.probs[i] = 0
