@@ -16,11 +16,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
 import energon_lite as el
 from energon_lite.errors import StateError
+from energon_lite.resume.energon_owed import energon_slices
 from energon_lite.state.energon_import import read_energon_state
 from energon_lite.state.restore_key import PackKey, SampleKey
 from energon_lite.synth.shards import write_captioning_shards
@@ -263,3 +265,44 @@ def test_another_dataset_layout_is_refused(
     )
     with pytest.raises(StateError, match="max_samples_per_sequence differ"):
         el.get_savable_loader(other).restore_state_rank(read_energon_state(data))
+
+
+@pytest.mark.parametrize("per_slice", [None, 3, 5, 8])
+@pytest.mark.parametrize("counts, workers", [([20, 20, 20], 3), ([7, 30, 2, 11], 4), ([5], 2)])
+def test_energon_slices_are_energons(
+    counts: list[int], workers: int, per_slice: int | None
+) -> None:
+    """The slices the import reads Energon's positions against are Energon's own (its
+    Sharder, the oracle), for every global worker."""
+    from megatron.energon.flavors.webdataset.sharder import Sharder
+    from megatron.energon.flavors.webdataset.structs import ShardInfo
+
+    from energon_lite.stages.dealing import worker_bounds
+
+    shards = [ShardInfo(name=f"s{i}", path=None, count=c) for i, c in enumerate(counts)]
+    cum = np.concatenate([[0], np.cumsum(counts)])
+    bounds = worker_bounds(sum(counts), workers)
+    theirs = Sharder.shard_workers(
+        shards,
+        energon.WorkerConfig(rank=0, world_size=1, num_workers=workers),
+        max_samples_per_sequence=per_slice,
+    )
+    ours = [
+        energon_slices(cum, int(bounds[g]), int(bounds[g + 1]), per_slice) for g in range(workers)
+    ]
+    assert [list(t) for t in theirs] == ours
+
+
+def test_an_unknown_wrapper_is_refused_naming_it(
+    roots: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data, _ = _energon_saved(roots["a"], 0, 3, packing=False)
+    state = read_energon_state(data)
+    level = state["workers"][0]["dataset"]
+    while level["__class__"] != "ShuffleBufferDataset":
+        level = level["datasets"][0]
+    level["__class__"] = "GroupBatchDataset"  # holds samples in buckets: not read here
+    _without_energon(monkeypatch)
+    loader = el.get_savable_loader(_dataset(el, roots["a"], 1, False))
+    with pytest.raises(StateError, match="Energon's 'GroupBatchDataset' is not a wrapper"):
+        loader.restore_state_rank(state)
