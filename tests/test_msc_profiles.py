@@ -11,6 +11,7 @@ the configuration file and the profiles in it, never a secret.
 
 from __future__ import annotations
 
+import io
 import shutil
 import uuid
 from collections.abc import Iterator
@@ -28,9 +29,13 @@ from s3_fixtures import env, proxy, s3  # noqa: F401 (fixtures: moto, its counti
 from test_remote import _keys_and_pixels, _train
 
 from energon_lite import prepare_dataset
+from energon_lite.cache import SystemFileStore
+from energon_lite.cli.main import main as cli_main
 from energon_lite.errors import ConfigError, DatasetFormatError, EnergonLiteError
+from energon_lite.media import ImageMetadata
 from energon_lite.storage import STATS, RemotePath, ranged, reset_session
 from energon_lite.synth.servers import TEST_CREDENTIALS, FaultProxy, S3Server
+from energon_lite.synth.shards import make_image
 from energon_lite.testing import assert_loader_resumes, take
 
 SECRET = TEST_CREDENTIALS["secret"]
@@ -209,6 +214,40 @@ def test_s3_profile_prepares_a_folder_of_shards(
     }
     local = [_keys_and_pixels(b) for b in take(_train(local_ds), 8)]
     assert [_keys_and_pixels(b) for b in take(_train(f"msc://raw/{prefix}"), 8)] == local
+
+
+def test_prepare_media_on_a_plain_msc_folder(
+    s3: S3Server,  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    no_aws: None,
+) -> None:
+    """``energon-lite prepare-media msc://...`` on a folder of files (not a prepared dataset):
+    the table is written beside them, and a file store over the folder reads it back."""
+    folder = tmp_path / "media"
+    folder.mkdir()
+    for name, size, fmt in (("a/image000.jpg", (32, 16), "JPEG"), ("image001.png", (24, 24), "PNG")):  # fmt: skip
+        buffer = io.BytesIO()
+        make_image(1, size).save(buffer, format=fmt)
+        (folder / name).parent.mkdir(exist_ok=True)
+        (folder / name).write_bytes(buffer.getvalue())
+    (folder / "notes.txt").write_text("not media")
+    prefix = f"media-{uuid.uuid4().hex[:8]}"
+    s3.upload(folder, BUCKET, prefix)
+    _configure(tmp_path, monkeypatch, {"media": _s3_profile(s3.endpoint, BUCKET)})
+    url = f"msc://media/{prefix}"
+    assert cli_main(["prepare-media", url, "--media-metadata-by-extension"]) == 0
+    assert f"in {url}/.nv-meta" in capsys.readouterr().out
+    store = SystemFileStore(url)
+    assert store.get_media_metadata("a/image000.jpg") == ImageMetadata(
+        width=32, height=16, format="JPEG", mode="RGB"
+    )
+    assert store.get_media_metadata("image001.png").width == 24
+    with pytest.raises(KeyError):
+        store.get_media_metadata("notes.txt")
+    with pytest.raises(DatasetFormatError, match="prepare-media"):
+        SystemFileStore(f"{url}/a").get_media_metadata("image000.jpg")
 
 
 def test_profile_errors_name_the_file_and_profiles_never_a_secret(
