@@ -14,7 +14,7 @@ from __future__ import annotations
 import io
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -132,16 +132,26 @@ def s3_prefix(s3: S3Server, local_ds: Path) -> str:  # noqa: F811 (the imported 
     return prefix
 
 
+@pytest.fixture
+def s3_copy(
+    s3_prefix: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_aws: None
+) -> Callable[[str], str]:
+    """The ``msc://`` URL of the module's S3 copy through a profile over ``endpoint`` (the
+    server itself or a proxy in front of it), the only place its endpoint and keys are named."""
+
+    def url(endpoint: str) -> str:
+        _configure(tmp_path, monkeypatch, {"copy": _s3_profile(endpoint, f"{BUCKET}/{s3_prefix}")})
+        return "msc://copy/ds"
+
+    return url
+
+
 def test_s3_profile_reads_resumes_and_goes_through_its_endpoint(
     proxy: FaultProxy,  # noqa: F811
     local_ds: Path,
-    s3_prefix: str,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    no_aws: None,
+    s3_copy: Callable[[str], str],
 ) -> None:
-    _configure(tmp_path, monkeypatch, {"bucket": _s3_profile(proxy.endpoint, f"{BUCKET}/{s3_prefix}")})  # fmt: skip
-    url = "msc://bucket/ds"
+    url = s3_copy(proxy.endpoint)
     local = [_keys_and_pixels(b) for b in take(_train(local_ds, 2), 12)]
     start = len(proxy.log)
     assert [_keys_and_pixels(b) for b in take(_train(url, 2), 12)] == local
@@ -152,10 +162,7 @@ def test_s3_profile_reads_resumes_and_goes_through_its_endpoint(
 def test_s3_profile_faults_are_retried_and_counted_by_energon_lite(
     s3: S3Server,  # noqa: F811
     local_ds: Path,
-    s3_prefix: str,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    no_aws: None,
+    s3_copy: Callable[[str], str],
 ) -> None:
     """Every shard's first GET answers 503 SlowDown: each is retried once, by energon_lite
     (counted in STATS), not by MSC's or botocore's loops (which would hide it)."""
@@ -169,9 +176,9 @@ def test_s3_profile_faults_are_retried_and_counted_by_energon_lite(
         return None
 
     with FaultProxy(s3.endpoint, schedule=slow_down_once) as faulty:
-        _configure(tmp_path, monkeypatch, {"slow": _s3_profile(faulty.endpoint, f"{BUCKET}/{s3_prefix}")})  # fmt: skip
+        url = s3_copy(faulty.endpoint)
         before = STATS.retries
-        keys = [_keys_and_pixels(b) for b in take(_train("msc://slow/ds"), 15)]
+        keys = [_keys_and_pixels(b) for b in take(_train(url), 15)]
         assert faulty.counts["503"] == 6
     assert keys == [_keys_and_pixels(b) for b in take(_train(local_ds), 15)]
     assert STATS.retries - before == 6
@@ -180,20 +187,19 @@ def test_s3_profile_faults_are_retried_and_counted_by_energon_lite(
 def test_s3_profile_warm_epoch_is_served_by_the_node_cache(
     proxy: FaultProxy,  # noqa: F811
     local_ds: Path,
-    s3_prefix: str,
+    s3_copy: Callable[[str], str],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-    no_aws: None,
 ) -> None:
     monkeypatch.setenv("ENERGON_LITE_CACHE_LIMIT", "1GB")
-    _configure(tmp_path, monkeypatch, {"cached": _s3_profile(proxy.endpoint, f"{BUCKET}/{s3_prefix}")})  # fmt: skip
+    url = s3_copy(proxy.endpoint)
     local = [_keys_and_pixels(b) for b in take(_train(local_ds), 15)]
     start = len(proxy.log)
-    assert [_keys_and_pixels(b) for b in take(_train("msc://cached/ds"), 15)] == local
+    assert [_keys_and_pixels(b) for b in take(_train(url), 15)] == local
     assert _shard_gets(proxy.log[start:]) == 6  # each shard fetched whole, once
     assert len(list((tmp_path / "cache" / "shards").glob("*.data"))) == 6
     start = len(proxy.log)
-    assert [_keys_and_pixels(b) for b in take(_train("msc://cached/ds"), 15)] == local
+    assert [_keys_and_pixels(b) for b in take(_train(url), 15)] == local
     assert _shard_gets(proxy.log[start:]) == 0
 
 
