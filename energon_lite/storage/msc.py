@@ -12,7 +12,8 @@ the one place where requests are retried, pinned and cached:
 * MSC's retry loop makes one attempt (``retry: {attempts: 1}``), and so does the SDK under an
   S3-type profile (botocore ``retries``) or an Azure one (``retry_total: 0``), unless the
   profile sets them: ``retry.call`` counts, backs off and bounds the attempts;
-* MSC's own cache is off: remote shards go through energon_lite's node-local shard cache;
+* MSC's own cache is off: remote shards go through energon_lite's node-local shard cache
+  (and MSC's retry-loop log lines are dropped: energon_lite logs its retries);
 * nothing else: endpoints, credentials and provider options are MSC's.
 
 Errors name the configuration files and the profiles they hold, never a secret.
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+import logging
 from typing import Any
 
 from energon_lite.errors import ConfigError
@@ -34,13 +36,25 @@ _SECRET_KEYS = ("access_key", "secret_key", "session_token", "account_key", "con
                 "key_content", "pass_phrase")  # fmt: skip
 
 
+class _OneAttemptLines(logging.Filter):
+    """Drops MSC's retry-loop lines ("Attempt 1 failed", "All retry attempts failed"): with one
+    attempt they would report as final a fault that energon_lite then retries (and logs)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return False
+
+
 def _msc() -> Any:
     try:
-        return importlib.import_module("multistorageclient")
+        module = importlib.import_module("multistorageclient")
     except ImportError:
         raise ConfigError(
             "msc:// paths need the multi-storage-client package: pip install 'energon-lite[msc]'"
         ) from None
+    retry_log = logging.getLogger("multistorageclient.retry")
+    if not any(isinstance(f, _OneAttemptLines) for f in retry_log.filters):
+        retry_log.addFilter(_OneAttemptLines())
+    return module
 
 
 def _read_configs(profile: str) -> tuple[dict[str, Any], list[str]]:
