@@ -80,7 +80,7 @@ STORAGE_ENV = _ENV  # the variables that say where a store is and how to reach i
 class Target:
     """A client and the path to hand it for one RemotePath."""
 
-    fs: Any  # an fsspec AbstractFileSystem
+    fs: Any  # an fsspec AbstractFileSystem, or an MscFileSystem (the same calls)
     path: str  # "bucket/key" for S3, the URL for HTTP, "/key" within an MSC profile
     secrets: tuple[str, ...]  # values to scrub from any message
 
