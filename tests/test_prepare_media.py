@@ -159,32 +159,3 @@ def test_cli_glob_and_header_strategies(tmp_path: Path) -> None:
     assert store.get_media_metadata("image000.bin").format == "JPEG"
     both = ["--media-metadata-by-header", "--media-metadata-by-glob", "*.png"]
     assert cli(["prepare-media", str(tmp_path / "fs"), *both]) == 1
-
-
-def test_a_plain_folder_on_object_storage(
-    media: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A folder of media files on S3 (a moto server on 127.0.0.1): its table is written into
-    the folder's ``.nv-meta`` there, and a store of the folder reads what the local one does."""
-    from s3_fixtures import point_aws_at
-
-    from energon_lite.storage import reset_session
-    from energon_lite.synth.servers import S3Server
-
-    local = SystemFileStore(media / "fs")
-    with S3Server() as s3:
-        point_aws_at(s3.endpoint, monkeypatch, tmp_path / "cache")
-        try:
-            s3.upload(media / "fs", "media", "plain/fs")  # its local .nv-meta goes along
-            s3.client().delete_object(Bucket="media", Key="plain/fs/.nv-meta/index.sqlite")
-            remote = SystemFileStore("s3://media/plain/fs")
-            with pytest.raises(DatasetFormatError, match="run `energon-lite prepare-media"):
-                remote.get_media_metadata("image000.jpg")
-            args = ["prepare-media", "s3://media/plain/fs", "--media-metadata-by-extension"]
-            assert cli(args) == 0
-            for name in ("image000.jpg", "image001.png", "video001.mp4"):
-                assert remote.get_media_metadata(name) == local.get_media_metadata(name)
-            with pytest.raises(KeyError):  # not media: not recorded
-                remote.get_media_metadata("notes.txt")
-        finally:
-            reset_session()

@@ -21,28 +21,26 @@ from energon_lite.errors import DatasetFormatError
 from energon_lite.media.extractor import MediaFilterConfig, MediaFilterStrategy
 from energon_lite.media_records.table import DB_NAME, lookup_media
 from energon_lite.media_records.table import write_media_table as _write
-from energon_lite.storage import RemotePath, StoragePath, as_path, is_remote, ops
+from energon_lite.storage import RemotePath, StoragePath, as_path, is_remote, local_only, ops
 
 __all__ = ["DB_NAME", "lookup", "prepare_media"]
 
 
 def lookup(root: StoragePath, key: str) -> Any:
     """The recorded metadata of ``key`` in the dataset or folder at ``root``: an
-    ``ImageMetadata`` or ``AVMetadata`` (``energon_lite.media``). On object storage the
-    table is read from a local copy (made once per version of it, in the index cache)."""
-    if not is_remote(root):
-        return lookup_media(as_path(root), key)
-    table = root / ".nv-meta" / DB_NAME
-    if not ops.is_file(table):
-        raise DatasetFormatError(
-            f"{root}: no media metadata; run `energon-lite prepare-media {root}`"
-        )
-    return lookup_media(root, key, ops.local_copy(table))
+    ``ImageMetadata`` or ``AVMetadata`` (``energon_lite.media``). A remote table is fetched
+    once per version into the index cache (``ENERGON_LITE_CACHE_DIR``) and read there."""
+    if is_remote(root):
+        remote = root / ".nv-meta" / DB_NAME
+        if not ops.is_file(remote):
+            raise DatasetFormatError(f"{root}: no media metadata; run `energon-lite prepare-media {root}`")  # fmt: skip
+        return lookup_media(root, key, db=ops.local_copy(remote))
+    return lookup_media(local_only(root, "media metadata"), key)
 
 
 def _entries(root: StoragePath) -> Iterator[tuple[str, Any]]:
-    """``(entry key, its bytes or its path)`` of every file of a folder (local or on object
-    storage, ``.nv-meta`` left out) or of a prepared tar dataset."""
+    """``(entry key, reader of its bytes)`` of every file of a folder or tar dataset (a
+    remote one only as a prepared tar dataset)."""
     if (root / ".nv-meta" / ".info.json").is_file() or (root / ".nv-meta" / ".info.yaml").is_file():
         from energon_lite.shards.dataset import PreparedDataset
         from energon_lite.shards.meta import load_info, load_split
@@ -55,8 +53,14 @@ def _entries(root: StoragePath) -> Iterator[tuple[str, Any]]:
                     for part, data in parts.items():
                         yield f"{key}.{part}", data
         return
-    for name in ops.list_files(root, "", skip=".nv-meta"):
-        yield name, root / name
+    if is_remote(root):  # every object below the prefix, one GET each when it is read
+        for name in ops.list_files(root, "", skip=".nv-meta"):
+            yield name, root / name
+        return
+    root = local_only(root, "media metadata of a folder")
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and ".nv-meta" not in path.relative_to(root).parts:
+            yield path.relative_to(root).as_posix(), path
 
 
 def prepare_media(
@@ -66,8 +70,8 @@ def prepare_media(
     media_filter: MediaFilterConfig | None = None,
 ) -> int:
     """Record the metadata of every media file under ``root`` (by extension unless
-    ``media_filter`` says otherwise); returns how many. ``root`` is a folder or a prepared
-    dataset, local or on object storage (``s3://``, ``msc://`` ...)."""
+    ``media_filter`` says otherwise); returns how many. ``root`` is a local folder or
+    prepared dataset, or either on remote storage (``msc://``, ``s3://``, ``az://``, ``gs://``)."""
     root = as_path(root)
     if not root.is_dir():
         raise DatasetFormatError(f"{root}: not a folder or prepared dataset")
@@ -77,7 +81,7 @@ def prepare_media(
     for key, data in tqdm(_entries(root), desc="media metadata", unit="file", disable=not progress):
         if not consider_all and not media_filter.should_consider_media(key):
             continue
-        raw = data if isinstance(data, bytes) else ops.read_bytes(data)
+        raw = data if isinstance(data, bytes) else ops.read_range_all(data)
         try:
             found = media_filter.extract_metadata(raw, filename=key)
         except Exception as exc:

@@ -56,10 +56,10 @@ def write_media_table(root: Path, entries: Iterable[tuple[str, MediaMetadataBase
 
 
 def lookup_media(root: object, key: str, db: Path | None = None) -> MediaMetadataBase:
-    """The recorded metadata of ``key`` in the dataset or folder at ``root`` (a local path, or
-    the name of a remote one whose table ``db`` is a local copy); ``KeyError`` when the
-    table has no such entry."""
-    db = db or Path(str(root)) / META_FOLDER / DB_NAME
+    """The recorded metadata of ``key`` in the dataset or folder at ``root`` (named in
+    messages), read from ``db`` (default: its ``.nv-meta/index.sqlite``; a local copy of a
+    remote one); ``KeyError`` when the table has no such entry."""
+    db = db if db is not None else Path(str(root)) / META_FOLDER / DB_NAME
     if not db.is_file():
         raise DatasetFormatError(
             f"{root}: no media metadata; run `energon-lite prepare-media {root}`"
