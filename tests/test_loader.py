@@ -6,6 +6,8 @@ import copy
 import ctypes
 import logging
 import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -276,6 +278,45 @@ def test_an_unpicklable_batch_after_the_first_raises_naming_its_keys(train_ds: P
     loader = get_loader(_train(train_ds, 1, task_encoder=LateLock()))
     with pytest.raises(ConfigError, match=r"worker 0: a batch of type builtins.dict .*lock"):
         take(loader, 10)
+
+
+FIRST_BATCH = """
+import sys
+from energon_lite import WorkerConfig, get_loader, get_train_dataset
+
+dataset = get_train_dataset(
+    sys.argv[1],
+    worker_config=WorkerConfig(rank=0, world_size=1, num_workers=1),
+    batch_size=4,
+    shuffle_buffer_size=None,
+    max_samples_per_sequence=None,
+)
+print(next(iter(get_loader(dataset))).image.shape, flush=True)
+"""
+
+
+@pytest.mark.timeout(600)  # a hang guard only: a subprocess and its pool on a loaded machine
+def test_a_temp_folder_too_long_for_a_socket_raises_instead_of_hanging(
+    train_ds: Path, tmp_path: Path
+) -> None:
+    """A worker sends tensors through a Unix socket in the temp folder, whose path may have
+    107 bytes: a longer one dropped every batch in torch's queue thread, and the trainer
+    waited for ever. Now the worker refuses at its start, naming TMPDIR."""
+    temp = tmp_path / ("t" * max(1, 90 - len(str(tmp_path))))  # a 90-character TMPDIR
+    temp.mkdir()
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "TMPDIR": str(temp), "PYTHONPATH": str(root)}
+    run = subprocess.run(
+        [sys.executable, "-c", FIRST_BATCH, str(train_ds)],
+        capture_output=True,
+        env=env,
+        text=True,
+        timeout=540,
+    )
+    assert run.returncode != 0, run.stdout
+    assert "ConfigError: worker 0: batches with tensors cannot be sent" in run.stderr
+    assert f"TMPDIR={str(temp)!r}" in run.stderr
+    assert "AF_UNIX path too long" in run.stderr
 
 
 @pytest.mark.timeout(180)
