@@ -19,10 +19,10 @@ in the trainer as any worker's error is.
 from __future__ import annotations
 
 import io
-import multiprocessing.connection
 import os
 import socket
 import tempfile
+from multiprocessing import connection
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
@@ -69,15 +69,14 @@ def check_sendable(batch: Any, worker: int) -> None:
 def check_descriptors_travel(worker: int) -> None:
     """Raise a ConfigError naming the temp folder if this worker's resource sharer could not
     listen there, so that no tensor could reach the trainer (see the module docstring)."""
-    if (
-        torch.multiprocessing.get_sharing_strategy() != "file_descriptor"
-        or multiprocessing.connection.default_family != "AF_UNIX"
-    ):
+    # (default_family and arbitrary_address are public in the module, not in its type stubs)
+    family = connection.default_family  # type: ignore[attr-defined]
+    if torch.multiprocessing.get_sharing_strategy() != "file_descriptor" or family != "AF_UNIX":
         return
     address = ""
     try:
         # the address the resource sharer's listener takes, in the folder it takes it in
-        address = multiprocessing.connection.arbitrary_address("AF_UNIX")
+        address = connection.arbitrary_address("AF_UNIX")  # type: ignore[attr-defined]
         with socket.socket(socket.AF_UNIX) as probe:
             probe.bind(address)
         os.unlink(address)
