@@ -2,8 +2,8 @@
 
 ``SavableLoader.restore_state_rank(state)`` is :func:`restore_rank`: the record checked on
 its own (:meth:`RankState.read`) and against the loader (:func:`checked_for`: the same
-configuration, a batch count inside the pass, the workers owning their work once
-(:func:`check_owned`), every worker chain of the declared shape).
+configuration, a batch count inside the pass, every worker chain of the declared shape, the
+workers owning their work once, :func:`check_owned`).
 ``restore_state_global(states)`` is :func:`restore_global`: every rank's state read together
 (:func:`read_run`) and, where they were saved on another layout, moved to this one
 (:func:`for_this_layout`: canonical relayout or elastic redistribution), then this rank's
@@ -82,20 +82,21 @@ def for_this_layout(states: Any, target: RestoreTarget) -> list[RankState]:
 
 def checked_for(state: RankState, target: RestoreTarget) -> Position:
     """The position ``state`` records, if the ``target`` loader can continue it: the same
-    configuration, a batch count inside the pass, the workers owning their work once, every
-    worker chain of the declared shape (the values are checked when a worker restores)."""
+    configuration, every worker chain of the declared shape (the values are checked when a
+    worker restores), a batch count inside the pass, then the workers owning their work once
+    (a check that reads only states of the declared shape)."""
     try:
         check_same_config(state.config, target.config)
     except StateError as exc:
         raise StateError(f"{exc}{_mismatch_hint(state, target)}") from None
-    limit = target.batches_per_pass
-    if limit is not None and state.in_pass > limit:
-        raise StateError(f"loader state in_pass={state.in_pass} is not a batch count")
-    check_owned(state, target)
     for worker, chain in enumerate(state.workers):
         if chain is not None:
             slot = target.worker_config.slot(worker, state.epoch)
             check_state_shape(target.shape(slot), chain)
+    limit = target.batches_per_pass
+    if limit is not None and state.in_pass > limit:
+        raise StateError(f"loader state in_pass={state.in_pass} is not a batch count")
+    check_owned(state, target)
     return Position(list(state.workers), state.next_worker, state.epoch, state.in_pass)
 
 
