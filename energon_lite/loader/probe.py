@@ -14,7 +14,9 @@ hook show up separately. A stage's row is named by its class, or by its ``stats_
 (``"Reader 1"``: the leaf) when the chain has several stages of that class.
 
 ``snapshot()`` is plain data (lists of ints), sent with every batch to the trainer, where
-:class:`energon_lite.loader.stats.LoaderStats` adds the workers up.
+:class:`energon_lite.loader.stats.LoaderStats` adds the workers up. It carries the storage
+counters too (requests, retries, bytes, shard cache hits and misses: ``storage.session``),
+counted from the probe's start: a forked worker's counters begin at its parent's values.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from energon_lite.stages.base import Stage, stage_class
+from energon_lite.storage.session import session
 
 
 def _ordered(stage: Stage) -> list[Stage]:
@@ -74,6 +77,7 @@ class ChainProbe:
         self._batches = 0
         self._start = self._resumed = time.perf_counter_ns()
         self._busy = 0
+        self._storage_base = session().stats.snapshot()
 
     def _add(self, stage: Stage | None, name: str, inside: int | None) -> int:
         taken = sum(1 for n in self.names if n == name or n.startswith(name + " #"))
@@ -122,6 +126,7 @@ class ChainProbe:
             if found is not None:
                 held[i], capacity[i] = found
                 self._held_sum[i] += found[0]
+        storage = session().stats.snapshot()
         return {
             "worker": self.worker,
             "names": self.names,
@@ -136,4 +141,5 @@ class ChainProbe:
             "batches": self._batches,
             "busy_ns": self._busy,
             "wall_ns": now - self._start,
+            "storage": {k: v - self._storage_base.get(k, 0) for k, v in storage.items()},
         }

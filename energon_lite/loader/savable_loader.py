@@ -25,6 +25,7 @@ from energon_lite.errors import (
     UnsavableStateError,
 )
 from energon_lite.loader import healing
+from energon_lite.loader.metrics import MetricsWindow, flat
 from energon_lite.loader.savable_dataset import SavableDataset, modality, unsavable_reason
 from energon_lite.loader.stateful import StatefulLoader
 from energon_lite.loader.stats import LoaderStats
@@ -90,6 +91,7 @@ class SavableLoader(StatefulLoader):
             None  # the live stream, kept across passes
         )
         self._stats = LoaderStats() if stats else None  # loader.stats()
+        self._metrics = MetricsWindow()  # loader.metrics(): the last reading
         self.reuse_batch_memory = reuse_batch_memory
         # replacing lost workers (loader/healing.py); restarts are kept across passes
         self._healer = healing.Healer(
@@ -218,6 +220,14 @@ class SavableLoader(StatefulLoader):
         if mix is not None:
             summary["mix"] = mix
         return summary
+
+    def metrics(self) -> dict[str, float]:
+        """The loader's figures since the last call, as ``{name: float}`` for any logger
+        (``writer.add_scalar``, ``wandb.log``, Lightning's ``log_dict``): the trainer's wait,
+        samples/s, each stage's CPU share, each worker's busy fraction, buffer fill, shard
+        cache and remote traffic, heals and the delivered mix. The names are listed in
+        :mod:`energon_lite.loader.metrics` and ``docs/performance.md``. Needs ``stats=True``."""
+        return flat(self._metrics.take(self.stats()))
 
     @property
     def worker_restarts(self) -> list[dict[str, Any]]:

@@ -11,6 +11,7 @@ stream) the counters of the finished stream are folded into totals.
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -18,6 +19,8 @@ from energon_lite.loader.probe import stage_of
 
 _SUMMED = ("own_ns", "out", "held_sum")  # per-stage lists
 _COUNTS = ("snapshots", "batches", "busy_ns", "wall_ns")
+# the storage counters every summary has (storage.session.RetryStats)
+STORAGE_COUNTERS = ("requests", "retries", "failures", "bytes", "cache_hits", "cache_misses")
 
 
 def _fold(total: dict[str, Any] | None, snap: dict[str, Any]) -> dict[str, Any]:
@@ -29,14 +32,23 @@ def _fold(total: dict[str, Any] | None, snap: dict[str, Any]) -> dict[str, Any]:
         out[key] = [a + b for a, b in zip(total[key], snap[key])]
     for key in _COUNTS:
         out[key] = total[key] + snap[key]
+    out["storage"] = _add(total.get("storage", {}), snap.get("storage", {}))
     out["held"] = snap["held"]
     return out
 
 
+def _add(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
+    return {k: a.get(k, 0) + b.get(k, 0) for k in sorted(set(a) | set(b))}
+
+
 class LoaderStats:
-    """Collects worker snapshots and the trainer's waiting time; ``summary()`` reads them."""
+    """Collects worker snapshots and the trainer's waiting time; ``summary()`` reads them.
+
+    ``summary()`` may be called from another thread (a Prometheus scrape) while the trainer
+    receives batches: a lock keeps the reading whole."""
 
     def __init__(self) -> None:
+        self._lock = threading.Lock()
         self._finished: dict[int, dict[str, Any]] = {}  # per worker: counters of ended streams
         self._live: dict[int, dict[str, Any]] = {}  # per worker: last snapshot of this stream
         self._start: int | None = None
@@ -46,6 +58,10 @@ class LoaderStats:
 
     def begin_stream(self) -> None:
         """A new stream of batches starts (a pass, or after a restore)."""
+        with self._lock:
+            self._begin_stream()
+
+    def _begin_stream(self) -> None:
         for worker, snap in self._live.items():
             done = _fold(self._finished.get(worker), snap)
             done["held"] = [0] * len(done["names"])  # what a finished stream held is gone
@@ -56,11 +72,12 @@ class LoaderStats:
 
     def received(self, snapshot: dict[str, Any] | None, wait_ns: int) -> None:
         """The trainer received a batch after waiting ``wait_ns`` for it."""
-        self._last = time.perf_counter_ns()
-        self._wait_ns += wait_ns
-        self._batches += 1
-        if snapshot is not None:
-            self._live[snapshot["worker"]] = snapshot
+        with self._lock:
+            self._last = time.perf_counter_ns()
+            self._wait_ns += wait_ns
+            self._batches += 1
+            if snapshot is not None:
+                self._live[snapshot["worker"]] = snapshot
 
     def _per_worker(self) -> dict[int, dict[str, Any]]:
         merged: dict[int, dict[str, Any]] = {}
@@ -75,6 +92,10 @@ class LoaderStats:
 
     def summary(self) -> dict[str, Any]:
         """Per-stage time and counts, buffers, workers, samples/s (see docs/performance.md)."""
+        with self._lock:
+            return self._summary()
+
+    def _summary(self) -> dict[str, Any]:
         workers = self._per_worker()
         elapsed = ((self._last or 0) - (self._start or 0)) / 1e9 if self._last else 0.0
         busy_total = sum(w["busy_ns"] for w in workers.values())
@@ -104,7 +125,16 @@ class LoaderStats:
                 }
                 for worker, w in workers.items()
             ],
+            "storage": _storage(workers.values()),
         }
+
+
+def _storage(workers: Any) -> dict[str, int]:
+    """The storage counters of all workers added up (zeros before any batch)."""
+    total = dict.fromkeys(STORAGE_COUNTERS, 0)
+    for w in workers:
+        total = _add(total, w.get("storage", {}))
+    return total
 
 
 def _stages(workers: list[dict[str, Any]], busy_total: int) -> list[dict[str, Any]]:
