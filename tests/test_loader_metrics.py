@@ -51,10 +51,10 @@ def test_metrics_are_windows_of_the_stats(dataset_path: Path) -> None:
     assert second["loader/batches"] == 4 and second["loader/samples"] == 32
     assert stats["batches"] == 10  # the windows add up to the whole
     for window in (first, second):
-        shares = [v for k, v in window.items() if k.endswith("/cpu_share")]
+        shares = [v for k, v in window.items() if k.endswith("/time_share")]
         assert sum(shares) == pytest.approx(1.0, abs=1e-6) and min(shares) >= 0
         assert {"reader", "shufflebuffer", "encode", "batch", "other"} == {
-            k.split("/")[2] for k in window if k.endswith("/cpu_share")
+            k.split("/")[2] for k in window if k.endswith("/time_share")
         }
         assert window["loader/samples_per_s"] > 0
         assert 0 <= window["loader/wait_fraction"] <= 1
@@ -94,7 +94,7 @@ def test_tensorboard_writer_stores_the_metrics(dataset_path: Path, tmp_path: Pat
     events = EventAccumulator(str(tmp_path / "runs"))
     events.Reload()
     tags = set(events.Tags()["scalars"])
-    assert set(logged[-1]) <= tags and "loader/stage/encode/cpu_share" in tags
+    assert set(logged[-1]) <= tags and "loader/stage/encode/time_share" in tags
     read = events.Scalars("loader/samples")
     assert [e.step for e in read] == [2, 5, 8, 11]
     assert [e.value for e in read] == [m["loader/samples"] for m in logged] == [24.0, 24, 24, 24]

@@ -72,7 +72,7 @@ def test_each_scrape_serves_the_window_since_the_last(dataset_path: Path) -> Non
     assert first["energon_lite_samples"] == [({"rank": "1"}, 30.0)]
     assert second["energon_lite_batches"] == [({"rank": "1"}, 3.0)]
     assert for_the_logger["loader/batches"] == 8
-    shares = {labels["stage"]: value for labels, value in first["energon_lite_stage_cpu_share"]}
+    shares = {labels["stage"]: value for labels, value in first["energon_lite_stage_time_share"]}
     assert {"reader", "shufflebuffer", "encode", "batch", "other"} == set(shares)
     assert sum(shares.values()) == pytest.approx(1.0, abs=1e-6)
     busy = first["energon_lite_worker_busy_fraction"]

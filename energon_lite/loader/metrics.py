@@ -13,9 +13,9 @@ name                                           value over the window (since the 
 ``loader/samples_per_s``                       samples received per second of wall time
 ``loader/wait_ms_per_batch``                   the trainer's mean wait for a batch
 ``loader/wait_fraction``                       share of the window the trainer waited
-``loader/stage/<stage>/cpu_share``             the stage's share of the workers' busy time
+``loader/stage/<stage>/time_share``            the stage's share of the workers' busy time
 ``loader/stage/<stage>/us_per_item``           its own time per item it handed out
-``loader/stage/other/cpu_share``               busy time outside the stages (state, transport)
+``loader/stage/other/time_share``              busy time outside the stages (state, transport)
 ``loader/worker/<w>/busy_fraction``            share of the window worker ``w`` was working
 ``loader/buffer/<stage>/fill``                 a buffer's items held now over its capacity
 ``loader/cache/hits``, ``loader/cache/misses``  shard cache opens served from disk / fetched
@@ -47,7 +47,7 @@ __all__ = ["MetricsWindow", "Point", "flat"]
 
 @dataclass(frozen=True)
 class Point:
-    """One value: ``family`` is a name with ``{label}`` holes (``"stage/{stage}/cpu_share"``)."""
+    """One value: ``family`` is a name with ``{label}`` holes (``"stage/{stage}/time_share"``)."""
 
     family: str
     labels: tuple[tuple[str, str], ...]
@@ -138,11 +138,11 @@ def _stage_points(now: dict[str, Any], was: dict[str, Any]) -> Any:
         label = stage_label(stage["name"])
         items = _delta(stage["items_out"], old.get(stage["name"], {}).get("items_out"))
         if busy > 0:
-            yield _point("stage/{stage}/cpu_share", spent / busy, stage=label)
+            yield _point("stage/{stage}/time_share", spent / busy, stage=label)
         if items > 0:
             yield _point("stage/{stage}/us_per_item", 1e6 * spent / items, stage=label)
     if busy > 0:
-        yield _point("stage/{stage}/cpu_share", other / busy, stage="other")
+        yield _point("stage/{stage}/time_share", other / busy, stage="other")
 
 
 def _mix_points(mix: dict[str, Any] | None, before: dict[str, Any] | None) -> Any:

@@ -17,6 +17,12 @@ hook show up separately. A stage's row is named by its class, or by its ``stats_
 :class:`energon_lite.loader.stats.LoaderStats` adds the workers up. It carries the storage
 counters too (requests, retries, bytes, shard cache hits and misses: ``storage.session``),
 counted from the probe's start: a forked worker's counters begin at its parent's values.
+
+With ``trace_events > 0`` the probe also keeps each call as ``(stage, start_ns, spent_ns)``
+(at most that many per worker, then it counts what it left out) plus the time from the
+chain's batch to the snapshot (``"send"``: saving the state, checking the batch can be sent),
+and hands the new ones out with each snapshot (``"events"``): the timeline
+:mod:`energon_lite.loader.trace` writes. Without it the timed calls are exactly as before.
 """
 
 from __future__ import annotations
@@ -47,8 +53,12 @@ def stage_of(name: str) -> type[Stage] | None:
 class ChainProbe:
     """Counts and times every stage of one built (not yet started) chain."""
 
-    def __init__(self, chain: Stage, worker: int) -> None:
+    def __init__(self, chain: Stage, worker: int, trace_events: int = 0) -> None:
         self.worker = worker
+        self._events: list[tuple[int, int, int]] | None = [] if trace_events > 0 else None
+        self._room = trace_events  # events this worker may still record
+        self._dropped = 0
+        self._produced = 0  # when the chain's last batch came out (the trace's "send" start)
         self.names: list[str] = []
         self.feeds: list[int | None] = []  # index of the stage each stage hands its items to
         self.inside: list[int | None] = []  # a hook: index of the stage that calls it
@@ -91,6 +101,8 @@ class ChainProbe:
 
     def _timed(self, i: int, inner: Callable[..., Any]) -> Callable[..., Any]:
         own, out, child, clock = self._ns, self._out, self._child, time.perf_counter_ns
+        if self._events is not None:
+            return self._traced(i, inner)
 
         def timed(*args: Any) -> Any:
             start = clock()
@@ -107,15 +119,52 @@ class ChainProbe:
 
         return timed
 
+    def _traced(self, i: int, inner: Callable[..., Any]) -> Callable[..., Any]:
+        """``_timed`` that also keeps the call as an event (while there is room)."""
+        own, out, child, clock = self._ns, self._out, self._child, time.perf_counter_ns
+        events = self._events
+        assert events is not None
+
+        def traced(*args: Any) -> Any:
+            start = clock()
+            outer = child[0]
+            child[0] = 0
+            try:
+                item = inner(*args)
+            finally:
+                spent = clock() - start
+                own[i] += spent - child[0]
+                child[0] = outer + spent
+                self._record(i, start, spent)
+            out[i] += 1
+            return item
+
+        return traced
+
+    def _record(self, i: int, start: int, spent: int) -> None:
+        assert self._events is not None
+        if self._room > 0:
+            self._events.append((i, start, spent))
+            self._room -= 1
+        else:
+            self._dropped += 1
+
     # the worker loop's hooks -------------------------------------------------------------
 
     def resume(self) -> None:
         """The worker loop works again (after handing a batch out)."""
         self._resumed = time.perf_counter_ns()
 
+    def produced(self) -> None:
+        """The chain handed a batch out (tracing: the start of its "send")."""
+        self._produced = time.perf_counter_ns()
+
     def snapshot(self) -> dict[str, Any]:
         """Cumulative counters after one more batch: plain data, sent with the batch."""
         now = time.perf_counter_ns()
+        events = self._events
+        if events is not None and self._produced:
+            self._record(-1, self._produced, now - self._produced)  # -1: "send"
         self._busy += now - self._resumed
         self._batches += 1
         self._snapshots += 1
@@ -127,6 +176,10 @@ class ChainProbe:
                 held[i], capacity[i] = found
                 self._held_sum[i] += found[0]
         storage = session().stats.snapshot()
+        traced: dict[str, Any] = {}
+        if events is not None:
+            traced = {"events": list(events), "dropped": self._dropped}
+            events.clear()
         return {
             "worker": self.worker,
             "names": self.names,
@@ -142,4 +195,5 @@ class ChainProbe:
             "busy_ns": self._busy,
             "wall_ns": now - self._start,
             "storage": {k: v - self._storage_base.get(k, 0) for k, v in storage.items()},
+            **traced,
         }

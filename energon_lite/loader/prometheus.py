@@ -4,8 +4,8 @@
 with a registry of its own; every scrape reads ``loader.stats()`` and publishes the window
 since the previous scrape, the same figures as ``loader.metrics()``
 (:mod:`energon_lite.loader.metrics`), as gauges named ``energon_lite_<family>``: the
-family's path with its label holes taken out (``loader/stage/encode/cpu_share`` is
-``energon_lite_stage_cpu_share{stage="encode"}``). Every series carries ``rank``; a
+family's path with its label holes taken out (``loader/stage/encode/time_share`` is
+``energon_lite_stage_time_share{stage="encode"}``). Every series carries ``rank``; a
 worker's carries ``worker``, a stage's ``stage``, a blend source's ``source``. A second
 window of its own keeps ``loader.metrics()`` for your logger untouched.
 
@@ -30,7 +30,7 @@ PREFIX = "energon_lite_"
 
 
 def metric_name(family: str) -> str:
-    """``"stage/{stage}/cpu_share"`` -> ``"energon_lite_stage_cpu_share"``."""
+    """``"stage/{stage}/time_share"`` -> ``"energon_lite_stage_time_share"``."""
     return PREFIX + re.sub(r"/+", "_", re.sub(r"\{[^}]*\}", "", family)).strip("_")
 
 

@@ -16,6 +16,8 @@ import time
 from typing import Any
 
 from energon_lite.loader.probe import stage_of
+from energon_lite.loader.stats_report import label
+from energon_lite.loader.trace import TraceBuffer
 
 _SUMMED = ("own_ns", "out", "held_sum")  # per-stage lists
 _COUNTS = ("snapshots", "batches", "busy_ns", "wall_ns")
@@ -55,6 +57,11 @@ class LoaderStats:
         self._last: int | None = None
         self._wait_ns = 0
         self._batches = 0
+        self.trace: TraceBuffer | None = None  # loader.start_trace()
+
+    def locked(self) -> threading.Lock:
+        """``with stats.locked():`` reads the trace whole while batches arrive."""
+        return self._lock
 
     def begin_stream(self) -> None:
         """A new stream of batches starts (a pass, or after a restore)."""
@@ -70,14 +77,30 @@ class LoaderStats:
         if self._start is None:
             self._start = time.perf_counter_ns()
 
-    def received(self, snapshot: dict[str, Any] | None, wait_ns: int) -> None:
-        """The trainer received a batch after waiting ``wait_ns`` for it."""
+    def received(
+        self, snapshot: dict[str, Any] | None, wait_ns: int, got_ns: int | None = None
+    ) -> None:
+        """The trainer received a batch after waiting ``wait_ns`` for it (it came at
+        ``got_ns``, for the trace)."""
         with self._lock:
             self._last = time.perf_counter_ns()
+            if self.trace is not None:
+                self._traced(snapshot, self._last - wait_ns, got_ns or self._last)
             self._wait_ns += wait_ns
             self._batches += 1
             if snapshot is not None:
                 self._live[snapshot["worker"]] = snapshot
+
+    def _traced(self, snapshot: dict[str, Any] | None, asked: int, got: int) -> None:
+        assert self.trace is not None and self._last is not None
+        self.trace.trainer_events(asked, got, self._last)
+        if snapshot is not None:
+            names, inside = snapshot["names"], snapshot["inside"]
+
+            def row(i: int) -> str:
+                return label({"name": names[i], "inside": inside[i]})
+
+            self.trace.worker_events(snapshot, row)
 
     def _per_worker(self) -> dict[int, dict[str, Any]]:
         merged: dict[int, dict[str, Any]] = {}
