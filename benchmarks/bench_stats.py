@@ -105,8 +105,9 @@ def child(root: Path, workers: int, stats: bool, batches: int) -> dict[str, floa
     return result
 
 
-def per_call(repeats: int = 2_000_000) -> dict[str, float]:
-    """ns per bare next() and per timed next() of a stage that only counts."""
+def per_call(repeats: int = 2_000_000, trace_events: int = 0) -> dict[str, float]:
+    """ns per bare next() and per timed next() of a stage that only counts (``trace_events``:
+    the probe also keeps each call as a trace event, with room for that many)."""
     from energon_lite.loader.probe import ChainProbe
     from energon_lite.stages.base import Stage
 
@@ -129,7 +130,7 @@ def per_call(repeats: int = 2_000_000) -> dict[str, float]:
         return best
 
     bare, timed = Count(), Count()
-    ChainProbe(timed, 0)
+    ChainProbe(timed, 0, trace_events)
     return {"bare_ns": ns_per_call(bare), "timed_ns": ns_per_call(timed)}
 
 
