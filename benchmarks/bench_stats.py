@@ -65,11 +65,14 @@ def cpu_seconds() -> float:
     return total
 
 
-def rate(iterator: Any, batches: int) -> dict[str, float]:
-    """samples/s (wall) and CPU microseconds per sample over ``batches`` batches."""
+def rate(iterator: Any, batches: int, each: Any = None) -> dict[str, float]:
+    """samples/s (wall) and CPU microseconds per sample over ``batches`` batches (``each``:
+    called with the step after each batch, timed with it)."""
     samples, start, cpu = 0, time.perf_counter(), cpu_seconds()
-    for _ in range(batches):
+    for step in range(batches):
         samples += len(next(iterator).__key__)
+        if each is not None:
+            each(step)
     return {
         "rate": samples / (time.perf_counter() - start),
         "cpu_us": 1e6 * (cpu_seconds() - cpu) / samples,

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_stats import cpu_seconds, per_call
+import bench_stats
 from common import ab_order, fmt_num, markdown_table, median, run_child
 
 RESULT = "RESULT "
@@ -46,32 +46,21 @@ EVERY = 10  # batches between two readings of loader.metrics()
 
 
 def loader(root: Path, workers: int, variant: str) -> Any:
-    import energon_lite as el
-
-    ds = el.get_train_dataset(
-        root,
-        worker_config=el.WorkerConfig(rank=0, world_size=1, num_workers=workers),
-        batch_size=32,
-        shuffle_buffer_size=100,
-        max_samples_per_sequence=100,
-    )
-    made = el.get_savable_loader(ds, stats=variant != "off")
+    made = bench_stats.loader(root, workers, stats=variant != "off")
     if variant == "trace":
         made.start_trace()
     return made
 
 
 def rate(made: Any, iterator: Any, variant: str, batches: int) -> dict[str, float]:
-    """samples/s (wall) and CPU microseconds per sample over ``batches`` batches."""
-    samples, start, cpu = 0, time.perf_counter(), cpu_seconds()
-    for step in range(batches):
-        samples += len(next(iterator).__key__)
-        if variant != "off" and step % EVERY == EVERY - 1:
+    """samples/s (wall) and CPU microseconds per sample over ``batches`` batches, reading
+    ``loader.metrics()`` every ``EVERY`` batches unless telemetry is off."""
+
+    def log(step: int) -> None:
+        if step % EVERY == EVERY - 1:
             made.metrics()
-    return {
-        "rate": samples / (time.perf_counter() - start),
-        "cpu_us": 1e6 * (cpu_seconds() - cpu) / samples,
-    }
+
+    return bench_stats.rate(iterator, batches, None if variant == "off" else log)
 
 
 def in_process(root: Path, rounds: int, batches: int) -> list[dict[str, Any]]:
@@ -151,8 +140,8 @@ def main(argv: list[str] | None = None) -> None:
 
         args.data = build_dataset(args.samples)
     started = time.perf_counter()
-    timed = per_call(500_000)
-    traced = per_call(500_000, trace_events=1_000_000)
+    timed = bench_stats.per_call(500_000)
+    traced = bench_stats.per_call(500_000, trace_events=1_000_000)
     local = in_process(args.data, args.local_rounds, args.batches // 3)
     runs: list[dict[str, Any]] = []
     for r in range(args.rounds):

@@ -101,8 +101,7 @@ class ChainProbe:
 
     def _timed(self, i: int, inner: Callable[..., Any]) -> Callable[..., Any]:
         own, out, child, clock = self._ns, self._out, self._child, time.perf_counter_ns
-        if self._events is not None:
-            return self._traced(i, inner)
+        record = self._record if self._events is not None else None  # the trace's events
 
         def timed(*args: Any) -> Any:
             start = clock()
@@ -114,32 +113,12 @@ class ChainProbe:
                 spent = clock() - start
                 own[i] += spent - child[0]
                 child[0] = outer + spent
+                if record is not None:
+                    record(i, start, spent)
             out[i] += 1
             return item
 
         return timed
-
-    def _traced(self, i: int, inner: Callable[..., Any]) -> Callable[..., Any]:
-        """``_timed`` that also keeps the call as an event (while there is room)."""
-        own, out, child, clock = self._ns, self._out, self._child, time.perf_counter_ns
-        events = self._events
-        assert events is not None
-
-        def traced(*args: Any) -> Any:
-            start = clock()
-            outer = child[0]
-            child[0] = 0
-            try:
-                item = inner(*args)
-            finally:
-                spent = clock() - start
-                own[i] += spent - child[0]
-                child[0] = outer + spent
-                self._record(i, start, spent)
-            out[i] += 1
-            return item
-
-        return traced
 
     def _record(self, i: int, start: int, spent: int) -> None:
         assert self._events is not None
