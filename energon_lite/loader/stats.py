@@ -58,6 +58,7 @@ class LoaderStats:
         self._wait_ns = 0
         self._batches = 0
         self.trace: TraceBuffer | None = None  # loader.start_trace()
+        self._labels: dict[tuple[Any, ...], list[str]] = {}  # the trace's stage names
 
     def locked(self) -> threading.Lock:
         """``with stats.locked():`` reads the trace whole while batches arrive."""
@@ -95,12 +96,12 @@ class LoaderStats:
         assert self.trace is not None and self._last is not None
         self.trace.trainer_events(asked, got, self._last)
         if snapshot is not None:
-            names, inside = snapshot["names"], snapshot["inside"]
-
-            def row(i: int) -> str:
-                return label({"name": names[i], "inside": inside[i]})
-
-            self.trace.worker_events(snapshot, row)
+            key = (tuple(snapshot["names"]), tuple(snapshot["inside"]))
+            labels = self._labels.get(key)
+            if labels is None:  # once per chain layout, not per event
+                labels = [label({"name": n, "inside": i}) for n, i in zip(*key)]
+                self._labels[key] = labels
+            self.trace.worker_events(snapshot, labels)
 
     def _per_worker(self) -> dict[int, dict[str, Any]]:
         merged: dict[int, dict[str, Any]] = {}

@@ -54,14 +54,14 @@ class TraceBuffer:
         self._dropped: dict[str, int] = {}  # per thread name
         self._probe_dropped: dict[int, int] = {}  # per worker: its probe's last count
 
-    def worker_events(self, snapshot: dict[str, Any], label: Any) -> None:
-        """The events a worker sent with a batch (``label(i)`` names stage ``i``)."""
+    def worker_events(self, snapshot: dict[str, Any], labels: list[str]) -> None:
+        """The events a worker sent with a batch (``labels[i]`` names stage ``i``)."""
         worker = snapshot["worker"]
         tid = worker + 1
         kept = self._kept.get(tid, 0)
         for i, start, spent in snapshot.get("events", ()):
             if kept < self.max_events:
-                self._events.append((tid, "send" if i < 0 else label(i), start, spent))
+                self._events.append((tid, "send" if i < 0 else labels[i], start, spent))
                 kept += 1
             else:
                 self._drop(f"worker {worker}", 1)
