@@ -22,7 +22,8 @@ With ``trace_events > 0`` the probe also keeps each call as ``(stage, start_ns, 
 (at most that many per worker, then it counts what it left out) plus the time from the
 chain's batch to the snapshot (``"send"``: saving the state, checking the batch can be sent),
 and hands the new ones out with each snapshot (``"events"``): the timeline
-:mod:`energon_lite.loader.trace` writes. Without it the timed calls are exactly as before.
+:mod:`energon_lite.loader.trace` writes. Without it a timed call only checks that it keeps
+no events.
 """
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ class ChainProbe:
 
     def _timed(self, i: int, inner: Callable[..., Any]) -> Callable[..., Any]:
         own, out, child, clock = self._ns, self._out, self._child, time.perf_counter_ns
-        record = self._record if self._events is not None else None  # the trace's events
+        events = self._events  # the trace's, or None
 
         def timed(*args: Any) -> Any:
             start = clock()
@@ -113,20 +114,12 @@ class ChainProbe:
                 spent = clock() - start
                 own[i] += spent - child[0]
                 child[0] = outer + spent
-                if record is not None:
-                    record(i, start, spent)
+                if events is not None:  # bounded when the batch's snapshot is taken
+                    events.append((i, start, spent))
             out[i] += 1
             return item
 
         return timed
-
-    def _record(self, i: int, start: int, spent: int) -> None:
-        assert self._events is not None
-        if self._room > 0:
-            self._events.append((i, start, spent))
-            self._room -= 1
-        else:
-            self._dropped += 1
 
     # the worker loop's hooks -------------------------------------------------------------
 
@@ -143,7 +136,7 @@ class ChainProbe:
         now = time.perf_counter_ns()
         events = self._events
         if events is not None and self._produced:
-            self._record(-1, self._produced, now - self._produced)  # -1: "send"
+            events.append((-1, self._produced, now - self._produced))  # -1: "send"
         self._busy += now - self._resumed
         self._batches += 1
         self._snapshots += 1
@@ -157,6 +150,10 @@ class ChainProbe:
         storage = session().stats.snapshot()
         traced: dict[str, Any] = {}
         if events is not None:
+            if len(events) > self._room:  # what the room left keeps, the rest is counted
+                self._dropped += len(events) - self._room
+                del events[self._room :]
+            self._room -= len(events)
             traced = {"events": list(events), "dropped": self._dropped}
             events.clear()
         return {

@@ -49,23 +49,27 @@ class TraceBuffer:
         # the start on the monotonic clock all processes of a node share, and on the wall clock
         self.start_ns = time.perf_counter_ns()
         self.start_unix_ns = time.time_ns()
-        self._events: list[tuple[int, str, int, int]] = []  # (tid, name, start_ns, dur_ns)
+        self._events: list[tuple[int, str, int, int]] = []  # the trainer's (tid, name, start, dur)
+        # the workers' events as they came: (tid, stage names, [(stage, start_ns, dur_ns)])
+        self._chunks: list[tuple[int, list[str], list[Any]]] = []
         self._kept: dict[int, int] = {}  # events kept per thread
         self._dropped: dict[str, int] = {}  # per thread name
         self._probe_dropped: dict[int, int] = {}  # per worker: its probe's last count
 
     def worker_events(self, snapshot: dict[str, Any], labels: list[str]) -> None:
-        """The events a worker sent with a batch (``labels[i]`` names stage ``i``)."""
+        """The events a worker sent with a batch (``labels[i]`` names stage ``i``): kept as
+        they came, named only when the trace is written."""
         worker = snapshot["worker"]
         tid = worker + 1
+        events = snapshot.get("events") or []
         kept = self._kept.get(tid, 0)
-        for i, start, spent in snapshot.get("events", ()):
-            if kept < self.max_events:
-                self._events.append((tid, "send" if i < 0 else labels[i], start, spent))
-                kept += 1
-            else:
-                self._drop(f"worker {worker}", 1)
-        self._kept[tid] = kept
+        room = self.max_events - kept
+        if len(events) > room:
+            self._drop(f"worker {worker}", len(events) - max(0, room))
+            events = events[: max(0, room)]
+        if events:
+            self._chunks.append((tid, labels, events))
+            self._kept[tid] = kept + len(events)
         # the probe's own count of what it did not record (a new probe, after a restore or a
         # new pass, counts from 0 again)
         left_out = snapshot.get("dropped", 0)
@@ -90,7 +94,12 @@ class TraceBuffer:
     def chrome(self) -> dict[str, Any]:
         """The trace as Chrome's JSON object format."""
         pid = self.rank
-        threads = sorted({tid for tid, _, _, _ in self._events} | {0})
+        spans = self._events + [
+            (tid, "send" if i < 0 else labels[i], start, spent)
+            for tid, labels, events in self._chunks
+            for i, start, spent in events
+        ]
+        threads = sorted({tid for tid, _, _, _ in spans} | {0})
         meta: list[dict[str, Any]] = [
             {"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
              "args": {"name": f"energon_lite rank {pid}"}},
@@ -104,7 +113,7 @@ class TraceBuffer:
             )
         # nested calls share a start only when a parent's clock read and its child's fell in
         # one nanosecond: the longer (the parent) first keeps viewers' nesting right
-        ordered = sorted(self._events, key=lambda e: (e[0], e[2], -e[3]))
+        ordered = sorted(spans, key=lambda e: (e[0], e[2], -e[3]))
         events = [
             {"ph": "X", "cat": "trainer" if tid == 0 else "stage", "name": name,
              "pid": pid, "tid": tid, "ts": (start - self.start_ns) / 1e3, "dur": dur / 1e3}
