@@ -1,6 +1,7 @@
 """``loader.metrics()``: windows of ``stats()`` as flat numbers, which a real TensorBoard
-writer stores and its reader gives back; the mix per source; shard cache hits and misses
-counted in the workers against a real S3 server on 127.0.0.1."""
+writer stores and its reader gives back; the mix per source; shard cache hits and misses and
+a retry counted in the workers against a real S3 server on 127.0.0.1 behind a proxy that
+answers one SlowDown."""
 
 from __future__ import annotations
 
@@ -128,7 +129,7 @@ def test_mix_share_per_source_against_its_target(tmp_path: Path) -> None:
     assert loader.metrics()["loader/mix/1/share"] == pytest.approx(drawn[1] / sum(drawn))
 
 
-def test_cache_hits_misses_and_remote_bytes_come_from_the_workers(
+def test_cache_retries_and_remote_bytes_come_from_the_workers(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pytest.importorskip("moto")
@@ -136,12 +137,21 @@ def test_cache_hits_misses_and_remote_bytes_come_from_the_workers(
     from s3_fixtures import point_aws_at
 
     from energon_lite.storage import ShardCacheConfig, reset_session
-    from energon_lite.synth.servers import S3Server
+    from energon_lite.synth.servers import FaultProxy, S3Server
+
+    slowed: list[str] = []
+
+    def one_slow_down(number: int, path: str) -> str | None:
+        """S3's SlowDown for the first request of a shard: the worker retries it."""
+        if ".tar" in path and ".idx" not in path and not slowed:
+            slowed.append(path)
+            return "503"
+        return None
 
     local = make_dataset(tmp_path / "ds", 48, 8)  # 6 shards
-    with S3Server() as server:
+    with S3Server() as server, FaultProxy(server.endpoint, one_slow_down) as proxy:
         server.upload(local, "metrics", "ds")
-        point_aws_at(server.endpoint, monkeypatch, tmp_path / "index-cache")
+        point_aws_at(proxy.endpoint, monkeypatch, tmp_path / "index-cache")
         reset_session()
         cache = ShardCacheConfig(tmp_path / "shards", "1GB", prefetch=0)
 
@@ -164,6 +174,7 @@ def test_cache_hits_misses_and_remote_bytes_come_from_the_workers(
             cold, warm = one_pass(), one_pass()
         finally:
             reset_session()
+    assert slowed and cold["loader/remote/retries"] == 1 and warm["loader/remote/retries"] == 0
     assert cold["loader/cache/misses"] == 6 and cold["loader/cache/hits"] == 0
     assert cold["loader/remote/bytes"] > 0 and cold["loader/remote/requests"] >= 6
     assert warm["loader/cache/hits"] >= 6 and warm["loader/cache/misses"] == 0
