@@ -137,6 +137,27 @@ def per_call(repeats: int = 2_000_000, trace_events: int = 0) -> dict[str, float
     return {"bare_ns": ns_per_call(bare), "timed_ns": ns_per_call(timed)}
 
 
+def child_rounds(
+    script: Path, variants: list[str], data: Path, batches: int, rounds: int
+) -> list[dict[str, Any]]:
+    """``rounds`` rounds of one fresh ``script --child VARIANT`` process per variant, in the
+    order ``ab_order`` gives; each round maps a variant to its child's RESULT line."""
+    runs: list[dict[str, Any]] = []
+    for r in range(rounds):
+        result = {}
+        for variant in ab_order(variants, r):
+            cmd = [sys.executable, str(script.resolve()), "--child", variant]
+            cmd += ["--data", str(data), "--batches", str(batches)]
+            run = run_child(cmd, mark=MARK)
+            lines = [line for line in run.lines if line.startswith(RESULT)]
+            if run.returncode != 0 or not lines:
+                raise RuntimeError(f"{variant} failed:\n{run.stderr[-3000:]}")
+            result[variant] = json.loads(lines[-1][len(RESULT) :])
+        runs.append(result)
+        print(f"2 workers round {r + 1}: {result}", file=sys.stderr, flush=True)
+    return runs
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, help="a prepared W1 folder (default: build one)")
@@ -158,19 +179,7 @@ def main(argv: list[str] | None = None) -> None:
     started = time.perf_counter()
     calls = per_call()
     local = in_process(args.data, args.local_rounds, args.batches // 3)
-    runs: list[dict[str, Any]] = []
-    for r in range(args.rounds):
-        result = {}
-        for flag in ab_order(["off", "on"], r):
-            cmd = [sys.executable, str(Path(__file__).resolve()), "--child", flag]
-            cmd += ["--data", str(args.data), "--batches", str(args.batches * 2)]
-            run = run_child(cmd, mark=MARK)
-            lines = [line for line in run.lines if line.startswith(RESULT)]
-            if run.returncode != 0 or not lines:
-                raise RuntimeError(f"stats={flag} failed:\n{run.stderr[-3000:]}")
-            result[flag] = json.loads(lines[-1][len(RESULT) :])
-        runs.append(result)
-        print(f"2 workers round {r + 1}: {result}", file=sys.stderr, flush=True)
+    runs = child_rounds(Path(__file__), ["off", "on"], args.data, args.batches * 2, args.rounds)
 
     rows = []
     for label, rounds in (("0 workers, in-process", local), ("2 workers, child processes", runs)):

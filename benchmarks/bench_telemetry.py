@@ -37,10 +37,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_stats
-from common import ab_order, fmt_num, markdown_table, median, run_child
+from common import ab_order, fmt_num, markdown_table, median
 
-RESULT = "RESULT "
-MARK = "--- end of throughput phase ---"
+RESULT, MARK = bench_stats.RESULT, bench_stats.MARK  # what a child prints (child_rounds)
 VARIANTS = ("off", "metrics", "trace")
 EVERY = 10  # batches between two readings of loader.metrics()
 
@@ -143,19 +142,10 @@ def main(argv: list[str] | None = None) -> None:
     timed = bench_stats.per_call(500_000)
     traced = bench_stats.per_call(500_000, trace_events=1_000_000)
     local = in_process(args.data, args.local_rounds, args.batches // 3)
-    runs: list[dict[str, Any]] = []
-    for r in range(args.rounds):
-        result = {}
-        for variant in ab_order(VARIANTS, r):
-            cmd = [sys.executable, str(Path(__file__).resolve()), "--child", variant]
-            cmd += ["--data", str(args.data), "--batches", str(args.batches * 2)]
-            run = run_child(cmd, mark=MARK)
-            lines = [line for line in run.lines if line.startswith(RESULT)]
-            if run.returncode != 0 or not lines:
-                raise RuntimeError(f"{variant} failed:\n{run.stderr[-3000:]}")
-            result[variant] = json.loads(lines[-1][len(RESULT) :])
-        runs.append(result)
-        print(f"2 workers round {r + 1}: {result}", file=sys.stderr, flush=True)
+    script = Path(__file__)
+    runs = bench_stats.child_rounds(
+        script, list(VARIANTS), args.data, args.batches * 2, args.rounds
+    )
     load = os.getloadavg()
     print(
         f"W1 ({args.data.name}), batch 32, shuffle buffer 100; {args.local_rounds} in-process "
