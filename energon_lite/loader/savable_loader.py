@@ -38,6 +38,7 @@ from energon_lite.resume.rank_state import RankState
 from energon_lite.resume.restore import check_owned, for_this_layout, restore_rank, restore_run
 from energon_lite.resume.state_delta import with_unchanged
 from energon_lite.resume.target import RestoreTarget
+from energon_lite.worker import WorkerSlot
 
 
 class SavableLoader(StatefulLoader):
@@ -343,6 +344,11 @@ class SavableLoader(StatefulLoader):
             readers = pipeline.readers(wc.slot(0))  # None: a wrapper chain
             return None if readers is None else [LeafPlan.of(r) for r in readers]
 
+        def fresh(slot: WorkerSlot) -> dict[str, Any]:
+            chain = pipeline.build(slot)
+            chain.restore_state(None)
+            return chain.save_state()
+
         return RestoreTarget(
             worker_config=wc,
             config=self.dataset.config(),
@@ -351,6 +357,8 @@ class SavableLoader(StatefulLoader):
             batches_per_pass=self.virtual_epoch_length,
             canonical=pipeline.canonical(wc.slot(0)),
             leaves=leaves,
+            readers=lambda: pipeline.readers(wc.slot(0)),
+            fresh=fresh,
         )
 
     def _check_owned(self, workers: list[Any]) -> None:
