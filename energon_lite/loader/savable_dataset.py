@@ -15,7 +15,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from energon_lite.errors import ConfigError, UnsavableStateError, restoring
 from energon_lite.loader.energon_tree import TreeNode, energon_tree
 from energon_lite.loader.probe import ChainProbe
-from energon_lite.loader.transport import check_sendable
+from energon_lite.loader.transport import check_descriptors_travel, check_sendable
 from energon_lite.loader.watchdog import Watchdog
 from energon_lite.pipeline.dataset_pipeline import DatasetPipeline, Pipeline
 from energon_lite.resume.state_delta import unchanged_marked
@@ -101,6 +101,8 @@ class SavableDataset(IterableDataset[T_sample], Generic[T_sample]):
         if pool is not None:
             pool.activate(physical)
         try:
+            if in_worker:
+                check_descriptors_travel(logical)
             chain = self.pipeline.build(self.worker_config.slot(logical, epoch))
             probe = ChainProbe(chain, logical, trace_events) if stats else None
             context = chain.context
