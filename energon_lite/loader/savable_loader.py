@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Generator, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -29,11 +29,12 @@ from energon_lite.loader.savable_dataset import SavableDataset, modality, unsava
 from energon_lite.loader.stateful import StatefulLoader
 from energon_lite.loader.stats import LoaderStats
 from energon_lite.loader.stream import StreamSettings, shut_down, stream
-from energon_lite.resume.ownership import LeafPlan
-from energon_lite.resume.rank_state import RankState
-from energon_lite.resume.restore import check_owned, for_this_layout, restore_rank, restore_run
 from energon_lite.resume.state_delta import with_unchanged
-from energon_lite.resume.target import RestoreTarget
+
+if TYPE_CHECKING:  # a save or a restore loads them (and the elastic and relayout code below)
+    from energon_lite.resume.ownership import LeafPlan
+    from energon_lite.resume.rank_state import RankState
+    from energon_lite.resume.target import RestoreTarget
 
 
 class SavableLoader(StatefulLoader):
@@ -275,6 +276,8 @@ class SavableLoader(StatefulLoader):
         reason = unsavable_reason(self._states)
         if reason is not None:
             raise UnsavableStateError(f"save_state_rank: {reason}")
+        from energon_lite.resume.rank_state import RankState
+
         return RankState(
             config=self.dataset.config(),
             epoch=self._epoch,
@@ -292,6 +295,9 @@ class SavableLoader(StatefulLoader):
 
     def _target(self) -> RestoreTarget:
         """This loader, as what a saved state must match (:mod:`energon_lite.resume`)."""
+        from energon_lite.resume.ownership import LeafPlan
+        from energon_lite.resume.target import RestoreTarget
+
         wc = self.worker_config
         pipeline = self.dataset.pipeline
 
@@ -312,6 +318,9 @@ class SavableLoader(StatefulLoader):
     def _check_owned(self, workers: list[Any]) -> None:
         """The worker states received so far own their work once (before healing restarts
         workers from them), checked as every restore checks a rank."""
+        from energon_lite.resume.rank_state import RankState
+        from energon_lite.resume.restore import check_owned
+
         state = RankState(self.dataset.config(), self._epoch, self._next_worker, workers, 0)
         check_owned(state, self._target())
 
@@ -331,6 +340,8 @@ class SavableLoader(StatefulLoader):
     def restore_state_rank(self, state: dict[str, Any] | None) -> None:
         """Continue from ``state`` (from ``save_state_rank``). A pass that is running continues
         from the restored position too: its next batch is the restored stream's first."""
+        from energon_lite.resume.restore import restore_rank
+
         self._continue_from(None if state is None else restore_rank(state, self._target()))
 
     def save_state_global(self, global_dst_rank: int = 0) -> list[dict[str, Any]] | None:
@@ -356,6 +367,8 @@ class SavableLoader(StatefulLoader):
         layout (:func:`energon_lite.resume.elastic.redistribute`): the rest of their epoch is
         delivered exactly once, then later epochs are partitioned over this layout."""
         import torch.distributed as dist
+
+        from energon_lite.resume.restore import for_this_layout, restore_run
 
         if src_rank is not None and dist.is_available() and dist.is_initialized():
             group = self.worker_config.data_parallel_group

@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from energon_lite.edataclass import edataclass
-from energon_lite.epathlib import EPath
 
 if TYPE_CHECKING:  # torch is imported where a tensor is made (batching), not by the types
     import torch
+
+    from energon_lite.epathlib import EPath  # with the file stores that make one
 
 T = TypeVar("T", bound="Sample")
 
