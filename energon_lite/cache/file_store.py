@@ -26,7 +26,7 @@ from energon_lite.epathlib import EPath
 from energon_lite.errors import DatasetFormatError
 from energon_lite.samples.types import SourceInfo
 from energon_lite.shards.metadata import dataset_metadata
-from energon_lite.storage import RemotePath, StoragePath, as_path, is_remote, is_url, local_only
+from energon_lite.storage import RemotePath, StoragePath, as_path, is_remote, is_url
 from energon_lite.storage.path import inside
 
 T_sample = TypeVar("T_sample", covariant=True)
@@ -101,7 +101,7 @@ class SystemFileStore(FileStore):
 
         if self.base_dir is None:
             raise DatasetFormatError("media metadata needs a SystemFileStore with a base_dir")
-        return lookup(local_only(self.base_dir, "media metadata of a plain folder:"), name)
+        return lookup(self.base_dir, name)
 
 
 class WebdatasetFileStore(FileStore):
@@ -146,7 +146,7 @@ class WebdatasetFileStore(FileStore):
     def get_media_metadata(self, name: str) -> Any:
         from energon_lite.cache.media_metadata import lookup
 
-        return lookup(local_only(self.root, "media metadata"), name)
+        return lookup(self.root, name)
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_table": None, "_dataset": None}

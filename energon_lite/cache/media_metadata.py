@@ -26,10 +26,16 @@ from energon_lite.storage import RemotePath, StoragePath, as_path, is_remote, lo
 __all__ = ["DB_NAME", "lookup", "prepare_media"]
 
 
-def lookup(root: Path, key: str) -> Any:
+def lookup(root: StoragePath, key: str) -> Any:
     """The recorded metadata of ``key`` in the dataset or folder at ``root``: an
-    ``ImageMetadata`` or ``AVMetadata`` (``energon_lite.media``)."""
-    return lookup_media(root, key)
+    ``ImageMetadata`` or ``AVMetadata`` (``energon_lite.media``). A remote table is fetched
+    once per version into the index cache (``ENERGON_LITE_CACHE_DIR``) and read there."""
+    if is_remote(root):
+        remote = root / ".nv-meta" / DB_NAME
+        if not ops.is_file(remote):
+            raise DatasetFormatError(f"{root}: no media metadata; run `energon-lite prepare-media {root}`")  # fmt: skip
+        return lookup_media(root, key, db=ops.local_copy(remote))
+    return lookup_media(local_only(root, "media metadata"), key)
 
 
 def _entries(root: StoragePath) -> Iterator[tuple[str, Any]]:
@@ -47,7 +53,11 @@ def _entries(root: StoragePath) -> Iterator[tuple[str, Any]]:
                     for part, data in parts.items():
                         yield f"{key}.{part}", data
         return
-    root = local_only(root, "media metadata of a folder that is not a prepared dataset")
+    if is_remote(root):  # every object below the prefix, one GET each when it is read
+        for name in ops.list_files(root, "", skip=".nv-meta"):
+            yield name, root / name
+        return
+    root = local_only(root, "media metadata of a folder")
     for path in sorted(root.rglob("*")):
         if path.is_file() and ".nv-meta" not in path.relative_to(root).parts:
             yield path.relative_to(root).as_posix(), path
@@ -61,7 +71,7 @@ def prepare_media(
 ) -> int:
     """Record the metadata of every media file under ``root`` (by extension unless
     ``media_filter`` says otherwise); returns how many. ``root`` is a local folder or
-    prepared dataset, or a prepared dataset on s3:// or msc://."""
+    prepared dataset, or either on remote storage (``msc://``, ``s3://``, ``az://``, ``gs://``)."""
     root = as_path(root)
     if not root.is_dir():
         raise DatasetFormatError(f"{root}: not a folder or prepared dataset")
@@ -71,7 +81,7 @@ def prepare_media(
     for key, data in tqdm(_entries(root), desc="media metadata", unit="file", disable=not progress):
         if not consider_all and not media_filter.should_consider_media(key):
             continue
-        raw = data.read_bytes() if isinstance(data, Path) else data
+        raw = data if isinstance(data, bytes) else ops.read_range_all(data)
         try:
             found = media_filter.extract_metadata(raw, filename=key)
         except Exception as exc:

@@ -163,6 +163,7 @@ def _excluded_lines(report: Any) -> list[str]:
 def cmd_prepare_media(args: argparse.Namespace) -> int:
     from energon_lite.cache.media_metadata import prepare_media
     from energon_lite.media.extractor import MediaFilterConfig
+    from energon_lite.storage import as_path
 
     glob, header = args.media_metadata_by_glob, args.media_metadata_by_header
     extension = args.media_metadata_by_extension or not (glob or header)
@@ -171,7 +172,7 @@ def cmd_prepare_media(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise SystemExit(f"energon-lite prepare-media: {exc}") from None
     recorded = prepare_media(args.path, progress=sys.stderr.isatty(), media_filter=media_filter)
-    print(f"Recorded media metadata of {recorded} files in {Path(args.path) / '.nv-meta'}")
+    print(f"Recorded media metadata of {recorded} files in {as_path(args.path) / '.nv-meta'}")
     print("Done")
     return 0
 

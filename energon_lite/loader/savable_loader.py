@@ -30,6 +30,7 @@ from energon_lite.loader.stateful import StatefulLoader
 from energon_lite.loader.stats import LoaderStats
 from energon_lite.loader.stream import StreamSettings, shut_down, stream
 from energon_lite.resume.state_delta import with_unchanged
+from energon_lite.worker import WorkerSlot
 
 if TYPE_CHECKING:  # a save or a restore loads them (and the elastic and relayout code below)
     from energon_lite.resume.ownership import LeafPlan
@@ -305,6 +306,11 @@ class SavableLoader(StatefulLoader):
             readers = pipeline.readers(wc.slot(0))  # None: a wrapper chain
             return None if readers is None else [LeafPlan.of(r) for r in readers]
 
+        def fresh(slot: WorkerSlot) -> dict[str, Any]:
+            chain = pipeline.build(slot)
+            chain.restore_state(None)
+            return chain.save_state()
+
         return RestoreTarget(
             worker_config=wc,
             config=self.dataset.config(),
@@ -313,6 +319,8 @@ class SavableLoader(StatefulLoader):
             batches_per_pass=self.virtual_epoch_length,
             canonical=pipeline.canonical(wc.slot(0)),
             leaves=leaves,
+            readers=lambda: pipeline.readers(wc.slot(0)),
+            fresh=fresh,
         )
 
     def _check_owned(self, workers: list[Any]) -> None:

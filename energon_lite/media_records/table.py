@@ -55,10 +55,11 @@ def write_media_table(root: Path, entries: Iterable[tuple[str, MediaMetadataBase
     return len(rows)
 
 
-def lookup_media(root: Path, key: str) -> MediaMetadataBase:
-    """The recorded metadata of ``key`` in the dataset or folder at ``root``
-    (``KeyError`` when the table has no such entry)."""
-    db = root / META_FOLDER / DB_NAME
+def lookup_media(root: object, key: str, db: Path | None = None) -> MediaMetadataBase:
+    """The recorded metadata of ``key`` in the dataset or folder at ``root`` (named in
+    messages), read from ``db`` (default: its ``.nv-meta/index.sqlite``; a local copy of a
+    remote one); ``KeyError`` when the table has no such entry."""
+    db = db if db is not None else Path(str(root)) / META_FOLDER / DB_NAME
     if not db.is_file():
         raise DatasetFormatError(
             f"{root}: no media metadata; run `energon-lite prepare-media {root}`"

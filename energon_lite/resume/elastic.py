@@ -288,17 +288,19 @@ class _Redistribution:
                 for leaf, (segs, last_reader, _) in enumerate(leaves)
             ),
         )
+        return dealt_chain(self.template, deal)
 
-        def rebuild(level: dict[str, Any]) -> dict[str, Any]:
-            out: dict[str, Any] = {"type": level["type"]}
-            out.update(_stage(level).elastic_state(level, deal))
-            if "source" in level:
-                out["source"] = rebuild(level["source"])
-            if "sources" in level:
-                out["sources"] = [rebuild(child) for child in level["sources"]]
-            return out
 
-        return rebuild(self.template)
+def dealt_chain(template: dict[str, Any], deal: ElasticDeal) -> dict[str, Any]:
+    """A new worker's chain state: ``template`` (a chain state of the same stages) with each
+    level as its stage class builds it from ``deal`` (``Stage.elastic_state``)."""
+    out: dict[str, Any] = {"type": template["type"]}
+    out.update(_stage(template).elastic_state(template, deal))
+    if "source" in template:
+        out["source"] = dealt_chain(template["source"], deal)
+    if "sources" in template:
+        out["sources"] = [dealt_chain(child, deal) for child in template["sources"]]
+    return out
 
 
 def _stage(level: dict[str, Any]) -> type[Stage]:

@@ -8,7 +8,9 @@ workers owning their work once, :func:`check_owned`).
 (:func:`read_run`) and, where they were saved on another layout, moved to this one
 (:func:`for_this_layout`: canonical relayout or elastic redistribution), then this rank's
 checked as above. Nothing here builds a chain: each worker restores its own from its
-state, and every stage checks its own fields (``Stage._validate``).
+state, and every stage checks its own fields (``Stage._validate``). A state saved by
+Megatron-Energon 7.x is recognised in both and continued
+(:mod:`energon_lite.resume.energon_state`).
 """
 
 from __future__ import annotations
@@ -17,15 +19,20 @@ from typing import Any
 
 from energon_lite.errors import StateError
 from energon_lite.resume.elastic import redistributed
+from energon_lite.resume.energon_state import energon_rank_states
 from energon_lite.resume.ownership import check_ownership
 from energon_lite.resume.rank_state import RankState, SavedRun, read_run
 from energon_lite.resume.relayout import pipeline_trees, relayout
 from energon_lite.resume.target import RestoreTarget
 from energon_lite.state.codec import check_same_config, check_state_shape
+from energon_lite.state.energon_import import is_energon_state
 
 
 def restore_rank(state: Any, target: RestoreTarget) -> RankState:
-    """``state`` (from ``save_state_rank``) checked for the ``target`` loader."""
+    """``state`` (from ``save_state_rank``, ours or Energon's) checked for the ``target``
+    loader."""
+    if is_energon_state(state):
+        return checked_for(energon_rank_states(state, target)[target.worker_config.rank], target)
     return checked_for(RankState.read(state), target)
 
 
@@ -50,6 +57,8 @@ def for_this_layout(states: Any, target: RestoreTarget) -> list[RankState]:
             f"restore_state_global needs one state per rank ({wc.world_size}), got "
             f"{None if states is None else len(states) if isinstance(states, list) else states}"
         )
+    if is_energon_state(states):
+        return energon_rank_states(states, target)
     run = read_run(states)
     moved = relayout(run, target)  # a canonical layout's run
     if moved is not None:

@@ -12,10 +12,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from energon_lite.resume.ownership import LeafPlan
+from energon_lite.stages.reader import Reader
 from energon_lite.worker import CanonicalLayout, WorkerConfig, WorkerSlot
 
 
 def _no_leaves() -> list[LeafPlan] | None:
+    return None
+
+
+def _no_readers() -> list[Reader] | None:
+    return None
+
+
+def _no_fresh(slot: WorkerSlot) -> dict[str, Any] | None:
     return None
 
 
@@ -32,3 +41,8 @@ class RestoreTarget:
     # each leaf's plan (:func:`energon_lite.resume.ownership.check_ownership`), None for a
     # chain composed by hand; asked only when states of a whole run are restored
     leaves: Callable[[], list[LeafPlan] | None] = _no_leaves
+    # the Readers of the first worker (each leaf's samples), None for a chain composed by
+    # hand; and a worker's chain state at its start: what a state of another library (an
+    # Energon state, :mod:`energon_lite.resume.energon_state`) is rebuilt from
+    readers: Callable[[], list[Reader] | None] = _no_readers
+    fresh: Callable[[WorkerSlot], dict[str, Any] | None] = _no_fresh

@@ -1,5 +1,6 @@
-"""One fsspec client per store and process: ``s3fs`` for ``s3://``/``msc://``, ``adlfs`` for
-``az://``, ``gcsfs`` for ``gs://``, aiohttp for HTTP.
+"""One client per store and process: ``s3fs`` for ``s3://``, ``adlfs`` for ``az://``, ``gcsfs``
+for ``gs://``, aiohttp for HTTP (fsspec file systems), and for ``msc://`` the
+multi-storage-client package's own client behind ``msc_fs.MscFileSystem``.
 
 Clients are opened lazily and held by the process's storage session (``session.py``), so a
 DataLoader worker forked from a process that already held one opens its own (a client's
@@ -10,8 +11,8 @@ Endpoint and credentials, for ``s3://``: ``storage_options`` given with the path
 arguments: ``endpoint_url``, ``key``, ``secret``, ``token``, ``profile``, ``region_name``,
 ``anon``), else the standard AWS environment (``AWS_ENDPOINT_URL`` / ``AWS_ENDPOINT_URL_S3``,
 ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``, ``AWS_PROFILE``,
-``AWS_DEFAULT_REGION``, ``~/.aws/config``) read by botocore. ``msc://`` takes them from the
-MSC profile (``msc.py``), overridden by ``storage_options``.
+``AWS_DEFAULT_REGION``, ``~/.aws/config``) read by botocore. ``msc://`` takes everything from
+its MSC profile (``msc.py``); ``storage_options`` are refused there, naming the profile.
 
 For ``az://container/prefix`` (Azure Blob, through adlfs): ``storage_options`` (adlfs's
 arguments: ``account_name``, ``account_key``, ``connection_string``, ``sas_token``,
@@ -36,7 +37,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from energon_lite.errors import ConfigError
-from energon_lite.storage.msc import load_profile
+from energon_lite.storage.msc import open_client
+from energon_lite.storage.msc_fs import MscFileSystem
 from energon_lite.storage.path import RemotePath
 from energon_lite.storage.session import session
 
@@ -78,8 +80,8 @@ STORAGE_ENV = _ENV  # the variables that say where a store is and how to reach i
 class Target:
     """A client and the path to hand it for one RemotePath."""
 
-    fs: Any  # an fsspec AbstractFileSystem
-    path: str  # "bucket/key" for S3, the URL for HTTP, a local path for msc file profiles
+    fs: Any  # an fsspec AbstractFileSystem, or an MscFileSystem (the same calls)
+    path: str  # "bucket/key" for S3, the URL for HTTP, "/key" within an MSC profile
     secrets: tuple[str, ...]  # values to scrub from any message
 
 
@@ -222,18 +224,7 @@ def target(path: RemotePath) -> Target:
     held = session()
     options = dict(path.storage_options)
     if path.scheme == "msc":
-        # read once per configuration: MSC_CONFIG, or the folders the MSC and rclone files are in
-        named = (path.netloc, *(os.environ.get(k, "") for k in ("MSC_CONFIG", "XDG_CONFIG_HOME", "HOME")))  # fmt: skip
-        profile = held.profiles.get(named)
-        if profile is None:
-            profile = held.profiles[named] = load_profile(path.netloc)
-        if profile.kind == "file":
-            from fsspec.implementations.local import LocalFileSystem
-
-            return Target(LocalFileSystem(), os.path.join(profile.base, path.key), ())
-        options = {**profile.options, **options}
-        where = "/".join(part for part in (profile.base, path.key) if part).rstrip("/")
-        scheme = "s3"
+        return _msc_target(path)
     elif path.scheme in ("s3", "az", "gs"):
         where, scheme = f"{path.netloc}/{path.key}".rstrip("/"), path.scheme
     else:
@@ -244,6 +235,25 @@ def target(path: RemotePath) -> Target:
     if fs is None:
         fs = held.clients[key] = _OPEN[scheme](options)
     return Target(fs, where, _secrets(options))
+
+
+def _msc_target(path: RemotePath) -> Target:
+    """The MSC client of ``path``'s profile, opened once per configuration (``MSC_CONFIG``,
+    or the folders MSC's and rclone's files are found in) and process."""
+    if path.storage_options:
+        raise ConfigError(
+            f"{path}: msc:// paths take their endpoint and credentials from the MSC profile "
+            f"{path.netloc!r}; storage_options {sorted(path.storage_options)} are not read there"
+        )
+    config_env = tuple(os.environ.get(k, "") for k in ("MSC_CONFIG", "XDG_CONFIG_HOME", "HOME"))
+    key = ("msc", path.netloc, config_env, tuple(os.environ.get(k) for k in _ENV))
+    held = session()
+    opened = held.clients.get(key)
+    if opened is None:
+        client, secrets = open_client(path.netloc)
+        opened = held.clients[key] = (MscFileSystem(client), secrets)
+    fs, secrets = opened
+    return Target(fs, "/" + path.key, (*secrets, *_secrets({})))
 
 
 _OPEN = {"s3": _s3_client, "az": _az_client, "gs": _gs_client, "http": _http_client}

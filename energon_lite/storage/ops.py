@@ -14,7 +14,7 @@ which calls ``read_range``: one ranged GET, bounded in total time (``request_tim
 only per socket read, so a server trickling bytes cannot stall a worker) and, given the
 object's ``version`` (its ETag, else its Last-Modified: see ``version``), conditional on it:
 S3 gets ``IfMatch``, Azure ``If-Match``, GCS ``ifGenerationMatch``, HTTP ``If-Match`` (or
-``If-Unmodified-Since``), and the version the
+``If-Unmodified-Since``), an MSC profile what its kind allows (``msc_fs.py``), and the version the
 answer carries is compared too, so an object replaced by one of the same size is refused
 with ``ObjectChangedError`` naming it, never served through the old index.
 """
@@ -22,12 +22,14 @@ with ``ObjectChangedError`` naming it, never served through the old index.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import errno
 import hashlib
 import os
 import tempfile
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -225,8 +227,8 @@ def changed_error(path: RemotePath, old: str, new: str) -> ObjectChangedError:
 
 def _bounded_get(path: RemotePath, t: Any, start: int, end: int, expected: str) -> bytes:
     """One ranged GET within ``request_timeout()`` seconds in all, conditional on ``expected``."""
-    if path.scheme == "msc" and not hasattr(t.fs, "_call_s3"):  # a local ``file`` profile
-        return bytes(t.fs.cat_file(t.path, start=start, end=end))
+    if path.scheme == "msc":
+        return _blocking_get(path, t, start, end, expected)
     from fsspec.asyn import sync
 
     get = _GETS.get(path.scheme, _http_get)
@@ -254,6 +256,31 @@ def _bounded_get(path: RemotePath, t: Any, start: int, end: int, expected: str) 
             "(ENERGON_LITE_REQUEST_TIMEOUT, the bound on one request)"
         )
     data, seen = answer
+    if expected and seen and seen != expected:
+        raise changed_error(path, expected, seen)
+    return data
+
+
+def _blocking_get(path: RemotePath, t: Any, start: int, end: int, expected: str) -> bytes:
+    """``_bounded_get`` for a client without an event loop (MSC's): the GET runs on one of the
+    session's threads, waited for ``request_timeout()`` seconds at most; one that overruns is
+    left to end on its SDK's socket timeout while the retry goes ahead."""
+    held = session()
+    if held.blocking is None:
+        held.blocking = ThreadPoolExecutor(max_workers=4, thread_name_prefix="energon-lite-get")
+    timeout = request_timeout()
+    future = held.blocking.submit(t.fs.ranged_get, t.path, start, end, expected)
+    try:
+        data, seen = future.result(timeout)
+    except concurrent.futures.TimeoutError:
+        raise TimeoutError(
+            f"no complete answer within {timeout:g} s "
+            "(ENERGON_LITE_REQUEST_TIMEOUT, the bound on one request)"
+        ) from None
+    except Exception as exc:
+        if retry.precondition_failed(exc):
+            raise changed_error(path, expected, "") from None
+        raise
     if expected and seen and seen != expected:
         raise changed_error(path, expected, seen)
     return data
@@ -341,7 +368,7 @@ async def _gs_get(t: Any, start: int, end: int, expected: str) -> tuple[bytes, s
     return data, f"generation:{seen}" if seen and expected.startswith("generation:") else ""
 
 
-_GETS = {"s3": _s3_get, "msc": _s3_get, "az": _az_get, "gs": _gs_get}
+_GETS = {"s3": _s3_get, "az": _az_get, "gs": _gs_get}
 
 
 def read_span(path: StoragePath, start: int, end: int) -> bytes:

@@ -83,8 +83,8 @@ class PreconditionFailed(Exception):
 def precondition_failed(exc: BaseException) -> bool:
     """Whether ``exc`` (or what caused it) is a 412 / S3 ``PreconditionFailed``."""
     for item in _chain(exc):
-        if isinstance(item, PreconditionFailed):
-            return True
+        if isinstance(item, PreconditionFailed) or type(item).__name__ == "PreconditionFailedError":
+            return True  # ours, or multi-storage-client's
         response = getattr(item, "response", None)  # botocore ClientError
         if isinstance(response, dict):
             code = str(response.get("Error", {}).get("Code", ""))
@@ -137,7 +137,9 @@ def classify(exc: BaseException) -> str:
                     "ClientConnectorError", "ClientOSError", "ServerTimeoutError",
                     "FSTimeoutError", "ContentLengthError", "ServiceRequestError",
                     "ServiceResponseError", "ServiceRequestTimeoutError",
-                    "ServiceResponseTimeoutError", "IncompleteReadError"):  # fmt: skip
+                    "ServiceResponseTimeoutError", "IncompleteReadError",
+                    # multi-storage-client's own judgment, when it translated the SDK's error
+                    "RetryableError", "RustRetryableError"):  # fmt: skip
             return "transient"
     return "permanent"
 

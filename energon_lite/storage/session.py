@@ -10,7 +10,7 @@ shard cache chosen for the running chain (``cache_config.py``), the request coun
 Forks. One hook (``fork_hook.after_in_child_fork_hook``) gives a forked child a session of
 its own: new clients (a client's connection pool and event loop are never shared across
 ``fork``), no read-ahead windows, threads or locks of the parent. What was read and does
-not change with the process (small files, listings, MSC profiles, dataset metadata, the
+not change with the process (small files, listings, dataset metadata, the
 counters' values, the chosen shard cache) is carried over, so a DataLoader worker does not
 read again what its trainer read. The parent's clients stay referenced, never closed, in
 the child: closing one there would take the parent's sockets out of the event loop's epoll
@@ -34,7 +34,6 @@ from energon_lite.fork_hook import after_in_child_fork_hook
 
 if TYPE_CHECKING:
     from energon_lite.storage.cache_config import ShardCacheConfig
-    from energon_lite.storage.msc import MscProfile
     from energon_lite.storage.path import RemotePath
     from energon_lite.storage.prefetch import Prefetcher
 
@@ -66,10 +65,11 @@ class StorageSession:
 
     def __init__(self, parent: StorageSession | None = None) -> None:
         self.pid = os.getpid()
-        # clients.py: one client per (scheme, options, environment); MSC profiles read
+        # clients.py: one client per (scheme, options, environment), or per MSC profile
         self.clients: dict[tuple[Any, ...], Any] = {}
         self.inherited: list[Any] = []  # a parent's clients: kept alive, never used
-        self.profiles: dict[tuple[str, ...], MscProfile] = {}
+        # ops.py: the threads that bound the requests of clients without an event loop (MSC)
+        self.blocking: ThreadPoolExecutor | None = None
         # ops.py: small remote files and folder listings, read once
         self.small: dict[RemotePath, bytes] = {}
         self.listings: dict[RemotePath, dict[str, dict[str, Any]]] = {}
@@ -95,7 +95,6 @@ class StorageSession:
     def _inherit(self, parent: StorageSession) -> None:
         """What a forked child keeps of its parent's session (see the module doc)."""
         self.inherited = [*parent.inherited, *parent.clients.values()]
-        self.profiles = dict(parent.profiles)
         self.small = dict(parent.small)
         self.listings = {k: dict(v) for k, v in parent.listings.items()}
         self.chosen = parent.chosen
