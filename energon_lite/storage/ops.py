@@ -265,6 +265,8 @@ def _blocking_get(path: RemotePath, t: Any, start: int, end: int, expected: str)
     """``_bounded_get`` for a client without an event loop (MSC's): the GET runs on one of the
     session's threads, waited for ``request_timeout()`` seconds at most; one that overruns is
     left to end on its SDK's socket timeout while the retry goes ahead."""
+    from energon_lite.storage.clients import request_timeout
+
     held = session()
     if held.blocking is None:
         held.blocking = ThreadPoolExecutor(max_workers=4, thread_name_prefix="energon-lite-get")
