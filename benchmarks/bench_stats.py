@@ -65,11 +65,14 @@ def cpu_seconds() -> float:
     return total
 
 
-def rate(iterator: Any, batches: int) -> dict[str, float]:
-    """samples/s (wall) and CPU microseconds per sample over ``batches`` batches."""
+def rate(iterator: Any, batches: int, each: Any = None) -> dict[str, float]:
+    """samples/s (wall) and CPU microseconds per sample over ``batches`` batches (``each``:
+    called with the step after each batch, timed with it)."""
     samples, start, cpu = 0, time.perf_counter(), cpu_seconds()
-    for _ in range(batches):
+    for step in range(batches):
         samples += len(next(iterator).__key__)
+        if each is not None:
+            each(step)
     return {
         "rate": samples / (time.perf_counter() - start),
         "cpu_us": 1e6 * (cpu_seconds() - cpu) / samples,
@@ -105,8 +108,9 @@ def child(root: Path, workers: int, stats: bool, batches: int) -> dict[str, floa
     return result
 
 
-def per_call(repeats: int = 2_000_000) -> dict[str, float]:
-    """ns per bare next() and per timed next() of a stage that only counts."""
+def per_call(repeats: int = 2_000_000, trace_events: int = 0) -> dict[str, float]:
+    """ns per bare next() and per timed next() of a stage that only counts (``trace_events``:
+    the probe also keeps each call as a trace event, with room for that many)."""
     from energon_lite.loader.probe import ChainProbe
     from energon_lite.stages.base import Stage
 
@@ -129,8 +133,29 @@ def per_call(repeats: int = 2_000_000) -> dict[str, float]:
         return best
 
     bare, timed = Count(), Count()
-    ChainProbe(timed, 0)
+    ChainProbe(timed, 0, trace_events)
     return {"bare_ns": ns_per_call(bare), "timed_ns": ns_per_call(timed)}
+
+
+def child_rounds(
+    script: Path, variants: list[str], data: Path, batches: int, rounds: int
+) -> list[dict[str, Any]]:
+    """``rounds`` rounds of one fresh ``script --child VARIANT`` process per variant, in the
+    order ``ab_order`` gives; each round maps a variant to its child's RESULT line."""
+    runs: list[dict[str, Any]] = []
+    for r in range(rounds):
+        result = {}
+        for variant in ab_order(variants, r):
+            cmd = [sys.executable, str(script.resolve()), "--child", variant]
+            cmd += ["--data", str(data), "--batches", str(batches)]
+            run = run_child(cmd, mark=MARK)
+            lines = [line for line in run.lines if line.startswith(RESULT)]
+            if run.returncode != 0 or not lines:
+                raise RuntimeError(f"{variant} failed:\n{run.stderr[-3000:]}")
+            result[variant] = json.loads(lines[-1][len(RESULT) :])
+        runs.append(result)
+        print(f"2 workers round {r + 1}: {result}", file=sys.stderr, flush=True)
+    return runs
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -154,19 +179,7 @@ def main(argv: list[str] | None = None) -> None:
     started = time.perf_counter()
     calls = per_call()
     local = in_process(args.data, args.local_rounds, args.batches // 3)
-    runs: list[dict[str, Any]] = []
-    for r in range(args.rounds):
-        result = {}
-        for flag in ab_order(["off", "on"], r):
-            cmd = [sys.executable, str(Path(__file__).resolve()), "--child", flag]
-            cmd += ["--data", str(args.data), "--batches", str(args.batches * 2)]
-            run = run_child(cmd, mark=MARK)
-            lines = [line for line in run.lines if line.startswith(RESULT)]
-            if run.returncode != 0 or not lines:
-                raise RuntimeError(f"stats={flag} failed:\n{run.stderr[-3000:]}")
-            result[flag] = json.loads(lines[-1][len(RESULT) :])
-        runs.append(result)
-        print(f"2 workers round {r + 1}: {result}", file=sys.stderr, flush=True)
+    runs = child_rounds(Path(__file__), ["off", "on"], args.data, args.batches * 2, args.rounds)
 
     rows = []
     for label, rounds in (("0 workers, in-process", local), ("2 workers, child processes", runs)):

@@ -6,6 +6,8 @@ import copy
 import ctypes
 import logging
 import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -212,7 +214,7 @@ class Dies(TaskEncoder):
         os._exit(3)
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(600)  # a hang guard only (a loaded machine is slow)
 def test_worker_errors_reach_the_trainer(train_ds: Path) -> None:
     with pytest.raises(
         TooManyFailuresError, match=r"failure_tolerance=5\); last: encode_sample failed at key="
@@ -271,14 +273,53 @@ class LateLock(TaskEncoder):
         return {"keys": batch.__key__, "lock": threading.Lock() if self.count == 5 else None}
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(600)  # a hang guard only (a loaded machine is slow)
 def test_an_unpicklable_batch_after_the_first_raises_naming_its_keys(train_ds: Path) -> None:
     loader = get_loader(_train(train_ds, 1, task_encoder=LateLock()))
     with pytest.raises(ConfigError, match=r"worker 0: a batch of type builtins.dict .*lock"):
         take(loader, 10)
 
 
-@pytest.mark.timeout(180)
+FIRST_BATCH = """
+import sys
+from energon_lite import WorkerConfig, get_loader, get_train_dataset
+
+dataset = get_train_dataset(
+    sys.argv[1],
+    worker_config=WorkerConfig(rank=0, world_size=1, num_workers=1),
+    batch_size=4,
+    shuffle_buffer_size=None,
+    max_samples_per_sequence=None,
+)
+print(next(iter(get_loader(dataset))).image.shape, flush=True)
+"""
+
+
+@pytest.mark.timeout(600)  # a hang guard only: a subprocess and its pool on a loaded machine
+def test_a_temp_folder_too_long_for_a_socket_raises_instead_of_hanging(
+    train_ds: Path, tmp_path: Path
+) -> None:
+    """A worker sends tensors through a Unix socket in the temp folder, whose path may have
+    107 bytes: a longer one dropped every batch in torch's queue thread, and the trainer
+    waited for ever. Now the worker refuses at its start, naming TMPDIR."""
+    temp = tmp_path / ("t" * max(1, 90 - len(str(tmp_path))))  # a 90-character TMPDIR
+    temp.mkdir()
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "TMPDIR": str(temp), "PYTHONPATH": str(root)}
+    run = subprocess.run(
+        [sys.executable, "-c", FIRST_BATCH, str(train_ds)],
+        capture_output=True,
+        env=env,
+        text=True,
+        timeout=540,
+    )
+    assert run.returncode != 0, run.stdout
+    assert "ConfigError: worker 0: batches with tensors cannot be sent" in run.stderr
+    assert f"TMPDIR={str(temp)!r}" in run.stderr
+    assert "AF_UNIX path too long" in run.stderr
+
+
+@pytest.mark.timeout(600)  # a hang guard only (a loaded machine is slow)
 def test_the_watchdog_logs_where_a_stalled_worker_is(train_ds: Path, tmp_path: Path) -> None:
     # the worker process inherits this handler; its records land in the file
     handler = logging.FileHandler(tmp_path / "worker.log")
@@ -287,10 +328,11 @@ def test_the_watchdog_logs_where_a_stalled_worker_is(train_ds: Path, tmp_path: P
     loader = get_loader(
         _train(train_ds, 1, task_encoder=encoder, batch_size=2),
         # the stall lasts until the test ends it: the bounds may be generous, the machine busy
+        # (the worker reaches its stalled sample and its watchdog logs well within 30 s)
         watchdog_timeout_seconds=2,
         watchdog_initial_timeout_seconds=2,
         fail_on_timeout=True,
-        timeout_seconds=20,
+        timeout_seconds=30,
     )
     try:
         with pytest.raises(WorkerTimeoutError, match=r"rank 0: worker 0 .* timed out: no batch"):
@@ -304,7 +346,7 @@ def test_the_watchdog_logs_where_a_stalled_worker_is(train_ds: Path, tmp_path: P
     assert "encode_sample" in log  # the stack
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(600)  # a hang guard only (a loaded machine is slow)
 def test_a_worker_waiting_for_the_trainer_is_not_a_stall(train_ds: Path, tmp_path: Path) -> None:
     """A training step longer than the watchdog's timeout: the workers have made their
     batches and wait for torch to ask for the next ones; nothing is logged."""
@@ -313,12 +355,12 @@ def test_a_worker_waiting_for_the_trainer_is_not_a_stall(train_ds: Path, tmp_pat
     try:
         loader = get_savable_loader(
             _train(train_ds, 2, batch_size=2),
-            # 3 s: far more than a batch of 2 tiny samples takes, even on a loaded machine
-            watchdog_timeout_seconds=3,
-            watchdog_initial_timeout_seconds=30,
+            # 6 s: far more than a batch of 2 tiny samples takes, even on a loaded machine
+            watchdog_timeout_seconds=6,
+            watchdog_initial_timeout_seconds=60,
         )
         take(loader, 1)
-        time.sleep(4.5)  # the trainer's step, longer than the watchdog's timeout
+        time.sleep(7)  # the trainer's step, longer than the watchdog's timeout
         take(loader, 3)
         loader.close()
     finally:
@@ -326,53 +368,70 @@ def test_a_worker_waiting_for_the_trainer_is_not_a_stall(train_ds: Path, tmp_pat
     assert "made no progress" not in (tmp_path / "worker.log").read_text()
 
 
-def _hold_the_interpreter(seconds: float) -> None:
+NOTICE = "rank 0: no batch from worker 0"  # the trainer's notice of a late batch
+RECORD = "\n@record@ "  # starts each record in the log file (a stack spans lines)
+
+
+def _notices(log: Path) -> int:
+    return log.read_text().count(NOTICE) if log.exists() else 0
+
+
+def _hold_the_interpreter(log: Path) -> None:
     """Wait in native code that keeps the interpreter lock (as a library's teardown waiting
-    for threads a forked worker never had): the worker's own threads cannot run."""
+    for threads a forked worker never had): the worker's own threads cannot run. Until the
+    trainer has noticed the late batch (at most 120 s)."""
     libc = ctypes.PyDLL(None)  # PyDLL: the call keeps the GIL
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:  # a signal (the stack dump) ends a sleep early
-        libc.sleep(1)
+    deadline = time.monotonic() + 120
+    while _notices(log) == 0 and time.monotonic() < deadline:
+        libc.sleep(1)  # a signal (the stack dump) ends it early
 
 
-def _wait_in_python(seconds: float) -> None:
-    time.sleep(seconds)
+def _wait_in_python(log: Path) -> None:
+    """Wait in Python until the trainer notices one more late batch (at most 120 s)."""
+    seen, deadline = _notices(log), time.monotonic() + 120
+    while _notices(log) == seen and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 class LateTwice(TaskEncoder):
-    """The first sample waits 6 s holding the interpreter lock (before the worker has sent
-    anything); the seventh (the fourth batch of 2) 4 s in Python."""
+    """The first sample waits holding the interpreter lock (before the worker has sent
+    anything); the seventh (the fourth batch of 2) in Python: each until the trainer's log
+    in ``log`` shows its notice of the late batch (conditions, not guessed sleeps)."""
 
-    def __init__(self) -> None:
+    def __init__(self, log: Path) -> None:
         super().__init__()
-        self.count = 0
+        self.log, self.count = log, 0
 
     def encode_sample(self, sample: CaptioningSample) -> CaptioningSample:
         self.count += 1
         if self.count == 1:
-            _hold_the_interpreter(6)
+            _hold_the_interpreter(self.log)
         elif self.count == 7:
-            _wait_in_python(4)
+            _wait_in_python(self.log)
         return sample
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(600)  # a hang guard only: each wait above ends on a condition
 def test_the_trainer_logs_a_late_batch_with_its_workers_stack(
     train_ds: Path, tmp_path: Path
 ) -> None:
-    handler = logging.FileHandler(tmp_path / "trainer.log")
+    log = tmp_path / "trainer.log"
+    handler = logging.FileHandler(log)  # the worker inherits it: its watchdog's records too
+    handler.setFormatter(logging.Formatter(RECORD + "%(message)s"))
     logging.getLogger("energon_lite").addHandler(handler)
     try:
         loader = get_savable_loader(
-            _train(train_ds, 1, batch_size=2, task_encoder=LateTwice()),
+            _train(train_ds, 1, batch_size=2, task_encoder=LateTwice(log)),
             watchdog_timeout_seconds=1,
-            watchdog_initial_timeout_seconds=3,  # the worker has started by then
+            # the worker is in its first sample by then, however busy the machine
+            watchdog_initial_timeout_seconds=15,
         )
         assert len(take(loader, 5)) == 5  # the run goes on
         loader.close()
     finally:
         logging.getLogger("energon_lite").removeHandler(handler)
-    notices = (tmp_path / "trainer.log").read_text().split("rank 0: no batch from worker 0")[1:]
+    # the trainer's notices, each alone (not with the worker's records after it)
+    notices = [r for r in log.read_text().split(RECORD) if r.startswith(NOTICE)]
     assert all("(pid " in n and "the process is alive" in n and "its stack:" in n for n in notices)
     # taken while the worker held the lock its own watchdog needs; then each notice with the
     # stack of its own moment (a loaded machine may add a notice for a merely slow batch:
@@ -438,7 +497,7 @@ class Stalled(TaskEncoder):
         return sample
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(600)  # a hang guard only (a loaded machine is slow)
 def test_fail_on_timeout_raises_instead_of_waiting(train_ds: Path, tmp_path: Path) -> None:
     encoder = Stalled(tmp_path / "release")
     dataset = _train(train_ds, 1, task_encoder=encoder, batch_size=2)
@@ -455,7 +514,7 @@ class BadBatches(TaskEncoder):
         raise ValueError("cannot collate these")
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(600)  # a hang guard only (a loaded machine is slow)
 def test_failing_batches_stop_the_run_although_samples_encode(train_ds: Path) -> None:
     """Each stage counts its own failure streak: good samples must not hide bad batches."""
     loader = get_loader(_train(train_ds, 0, task_encoder=BadBatches(), failure_tolerance=3))
@@ -649,7 +708,7 @@ def test_a_dropped_loader_shuts_its_workers_down_at_once(train_ds: Path) -> None
         gc.enable()
 
 
-@pytest.mark.timeout(30)
+@pytest.mark.timeout(600)  # a hang guard only (a loaded machine is slow)
 @pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
 def test_a_loader_in_a_reference_cycle_shuts_its_workers_down(
     train_ds: Path, monkeypatch: pytest.MonkeyPatch

@@ -114,8 +114,10 @@ def test_the_s3_server_killed_mid_epoch_stops_the_run_naming_the_store(tmp_path,
     try:
         monkeypatch.setenv("AWS_ENDPOINT_URL", server.endpoint)
         server.upload(root, "data", "ds")
-        dataset = get_train_dataset(  # a dead server answers nothing: 2 s per attempt
-            RemotePath("s3://data/ds", storage_options={"timeout": 2}),
+        # a dead server answers nothing: 10 s per attempt bounds the wait, and is far more
+        # than the live server takes to answer on a loaded machine (no retry meanwhile)
+        dataset = get_train_dataset(
+            RemotePath("s3://data/ds", storage_options={"timeout": 10}),
             worker_config=WorkerConfig(0, 1, 1),
             batch_size=10,
             shuffle_buffer_size=20,

@@ -77,6 +77,10 @@ def test_dcp_keys_do_not_depend_on_progress_or_layout(train_ds: Path) -> None:
     assert keys[0] == keys[1] == set(KEYS)
 
 
+# torch warns at every save and load without a process group, also with no_dist=True
+@pytest.mark.filterwarnings(
+    "ignore:torch.distributed is disabled, unavailable or uninit:UserWarning"
+)
 def test_dcp_in_one_process_restores_exactly(train_ds: Path, tmp_path: Path) -> None:
     loader = _loader(train_ds, workers=1)
     take(loader, 4)

@@ -106,6 +106,8 @@ def test_encode_sample_takes_evenly_spaced_frames_of_the_bucket(tmp_path: Path) 
     assert len(starts) > 1  # a random window per epoch, from the per-sample generator
 
 
+# one image is a decompression bomb on purpose: Pillow's warning comes with our refusal
+@pytest.mark.filterwarnings("ignore::PIL.Image.DecompressionBombWarning")
 def test_images_and_decode_errors(tmp_path: Path) -> None:
     from PIL import Image
 

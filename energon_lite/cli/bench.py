@@ -2,8 +2,9 @@
 
 Builds ``get_train_dataset`` + ``get_savable_loader(stats=True)`` with the given task
 encoder and workers, takes batches as fast as they come for ``--seconds``, then prints
-``loader.stats()`` (per-stage time, samples/s, worker busy time), the bottleneck stage and a
-hint, and writes ``stats.json``, ``throughput.png`` (samples/s over time) and
+``loader.stats()`` (per-stage time, samples/s, worker busy time) and the execution summary
+(each stage's CPU, the bottleneck and a hint: ``loader/summary.py``), and writes
+``stats.json``, ``throughput.png`` (samples/s over time) and
 ``stages.png`` (each stage's share of worker time) to ``--out``; for a blend also the mix
 delivered per source against the target shares (printed, and ``mix.png`` over the run). The plots need matplotlib
 (``pip install 'energon-lite[plot]'``); without it the command prints the same and says so.
@@ -15,7 +16,6 @@ is; see docs/safety.md) from the current directory or the environment.
 from __future__ import annotations
 
 import importlib
-import itertools
 import json
 import os
 import sys
@@ -26,14 +26,25 @@ from typing import Any
 
 from tqdm import tqdm
 
+from energon_lite.cli.bench_report import (
+    draw_stages,
+    draw_throughput,
+    plot_mix,
+    windowed_shares,
+    write_report,
+)
 from energon_lite.errors import ConfigError
 from energon_lite.loader.api import get_savable_loader, get_train_dataset
-from energon_lite.loader.stats_report import bottleneck, format_stats, hint, label
+from energon_lite.loader.stats_report import bottleneck, format_stats, hint
+from energon_lite.loader.summary import execution_summary
 from energon_lite.task_encoder.base import TaskEncoder
 from energon_lite.worker import WorkerConfig
 
+__all__ = ["load_task_encoder", "plot_mix", "run_bench", "throughput", "windowed_shares"]
+
 PLOT_EXTRA = "pip install 'energon-lite[plot]'  (matplotlib)"
 MIX_EVERY = 5  # batches between two readings of the delivered mix (loader.mix())
+WINDOW_S = 0.5  # seconds between two readings of loader.metrics() (the report's plots)
 
 
 def load_task_encoder(spec: str) -> TaskEncoder:
@@ -141,16 +152,23 @@ def run_bench(
     out: str | os.PathLike[str] | None = None,
     print_fn: Callable[[str], None] = print,
     progress: bool = False,
+    report_path: str | os.PathLike[str] | None = None,
 ) -> dict[str, Any]:
     """Run the pipeline ``seconds`` long; print the report; write the plots. Returns the stats
     plus ``first_batch_s``, ``throughput`` points and ``bottleneck``/``hint``.
-    ``progress``: a bar on stderr over the seconds, with the samples/s of the last second."""
+    ``progress``: a bar on stderr over the seconds, with the samples/s of the last second.
+    ``report_path``: also an HTML page with every plot, and its PNG (``bench_report.py``)."""
     if seconds <= 0:
         raise ConfigError(f"--seconds {seconds}: must be > 0")
     if batch_size < 1:
         raise ConfigError(f"--batch-size {batch_size}: must be >= 1")
     if num_workers < 0:
         raise ConfigError(f"--num-workers {num_workers}: must be >= 0 (0: no worker processes)")
+    if report_path is not None:
+        try:
+            import matplotlib  # noqa: F401 (the report's plots)
+        except ImportError:
+            raise ConfigError(f"--report needs matplotlib: {PLOT_EXTRA}") from None
     begin = time.perf_counter()
     dataset = get_train_dataset(
         path,
@@ -165,6 +183,7 @@ def run_bench(
     timeline: list[tuple[float, int]] = []
     samples, first = 0, None
     mixes: list[dict[str, Any]] = []  # the delivered mix every MIX_EVERY batches
+    windows: list[tuple[float, dict[str, float]]] = []  # loader.metrics() every WINDOW_S
     live = _LiveRate(seconds, progress)
     try:
         for batch in loader:
@@ -173,6 +192,8 @@ def run_bench(
             samples += _batch_size(batch)
             timeline.append((now, samples))
             live.show(now - first, timeline)
+            if now - (windows[-1][0] if windows else first) >= WINDOW_S:
+                windows.append((now, loader.metrics()))
             if len(timeline) % MIX_EVERY == 0:
                 mix = loader.mix()
                 if mix is not None:
@@ -194,30 +215,40 @@ def run_bench(
         "bottleneck_fraction": share,
         "hint": hint(stats, num_workers),
         "mix_timeline": mixes,
+        "windows": windows,
     }
-    print_fn(
+    printed: list[str] = []
+
+    def say(line: str) -> None:
+        printed.append(line)
+        print_fn(line)
+
+    say(
         f"energon-lite bench {path}: {num_workers} workers, batch {batch_size}, "
         + (type(task_encoder).__name__ if task_encoder else "default TaskEncoder")
     )
-    print_fn(f"first batch after {first or 0:.2f} s")
+    say(f"first batch after {first or 0:.2f} s")
     for line in format_stats(stats):
-        print_fn(line)
-    print_fn(f"bottleneck: {name}, {100 * share:.0f}% of worker time")
-    print_fn(f"hint: {report['hint']}")
+        say(line)
+    for line in execution_summary(stats, num_workers):  # ends with the bottleneck and a hint
+        say(line)
     if out is not None:
         folder = Path(out)
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "stats.json").write_text(json.dumps(report, indent=1) + "\n")
         written = _plots(report, folder)
         if written:
-            print_fn("wrote " + ", ".join(str(p) for p in [folder / "stats.json", *written]))
+            say("wrote " + ", ".join(str(p) for p in [folder / "stats.json", *written]))
         else:
-            print_fn(f"wrote {folder / 'stats.json'}; for the plots: {PLOT_EXTRA}")
+            say(f"wrote {folder / 'stats.json'}; for the plots: {PLOT_EXTRA}")
+    if report_path is not None:
+        page, picture = write_report(report, printed, report_path)
+        say(f"wrote {page} and {picture}")
     return report
 
 
 def _plots(report: dict[str, Any], folder: Path) -> list[Path]:
-    """throughput.png and stages.png, or [] without matplotlib (no global state touched)."""
+    """throughput.png and stages.png (and mix.png for a blend), or [] without matplotlib."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
@@ -227,73 +258,11 @@ def _plots(report: dict[str, Any], folder: Path) -> list[Path]:
     if report["mix_timeline"]:
         paths.append(folder / "mix.png")
         plot_mix(report["mix_timeline"], paths[2], Figure, FigureCanvasAgg)
-    fig = Figure(figsize=(8, 4), dpi=100)
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
-    points = report["throughput"]
-    if points:
-        ax.plot([t for t, _ in points], [r for _, r in points], marker=".", color="tab:blue")
-    ax.axhline(report["samples_per_s"], color="tab:gray", linestyle="--", label="mean")
-    ax.set_xlabel("seconds since the loader was built")
-    ax.set_ylabel("samples/s")
-    ax.set_ylim(bottom=0)
-    ax.set_title(f"throughput: {report['samples_per_s']:,.0f} samples/s")
-    ax.legend(loc="lower right")
-    fig.tight_layout()
-    fig.savefig(paths[0])
-
-    stages = [*report["stages"], {"name": "other", "fraction": report["other"]["fraction"]}]
-    names = [label(s) if s["name"] != "other" else "other (state, transport)" for s in stages]
-    shares = [100 * s["fraction"] for s in stages]
-    fig = Figure(figsize=(8, 0.5 * len(stages) + 1.5), dpi=100)
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
-    bars = ax.barh(names[::-1], shares[::-1], color="tab:orange")
-    ax.bar_label(bars, labels=[f"{v:.1f}%" for v in shares[::-1]], padding=3)
-    ax.set_xlabel("share of the workers' busy time (%)")
-    ax.set_xlim(0, max([100.0, *shares]) * 1.1)
-    ax.set_title(f"where the time goes (bottleneck: {report['bottleneck']})")
-    fig.tight_layout()
-    fig.savefig(paths[1])
+    sizes = [(8, 4), (8, 0.5 * (len(report["stages"]) + 1) + 1.5)]
+    for path, size, draw in zip(paths, sizes, (draw_throughput, draw_stages)):
+        fig = Figure(figsize=size, dpi=100)
+        FigureCanvasAgg(fig)
+        draw(fig.add_subplot(), report)
+        fig.tight_layout()
+        fig.savefig(path)
     return paths
-
-
-def windowed_shares(mixes: list[dict[str, Any]], unit: str) -> list[list[float]]:
-    """Each source's share of what was delivered between two readings of the mix (``unit``:
-    "samples" or "tokens"), one list per reading after the first."""
-    out = []
-    for before, after in itertools.pairwise(mixes):
-        delta = [
-            (a[unit] or 0.0) - (b[unit] or 0.0) for a, b in zip(after["sources"], before["sources"])
-        ]
-        total = sum(delta)
-        out.append([d / total if total > 0 else 0.0 for d in delta])
-    return out
-
-
-def plot_mix(mixes: list[dict[str, Any]], path: Path, figure: Any, canvas: Any) -> None:
-    """mix.png: each blend source's share of the samples (or tokens, where costed)
-    delivered between two readings, against its target share at that step."""
-    fig = figure(figsize=(8, 4), dpi=100)
-    canvas(fig)
-    ax = fig.add_subplot()
-    steps = [m["step"] for m in mixes]
-    unit = "tokens" if mixes[-1]["sources"][0]["tokens"] is not None else "samples"
-    shares = windowed_shares(mixes, unit)
-    # a window holds steps [before, after): its middle step is where its target was
-    middles = [(a + b - 1) / 2 for a, b in itertools.pairwise(steps)]
-    colors = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown"]
-    for i, source in enumerate(mixes[-1]["sources"]):
-        color = colors[i % len(colors)]
-        name = source["path"].split(" (split")[0].rsplit("/", 1)[-1]
-        ax.plot(steps, [100 * m["sources"][i]["target"] for m in mixes], color=color,
-                linestyle="--", label=f"{name}: target")  # fmt: skip
-        ax.plot(middles, [100 * w[i] for w in shares], color=color, marker=".",
-                label=f"{name}: delivered ({unit})")  # fmt: skip
-    ax.set_xlabel("step (batches delivered)")
-    ax.set_ylabel("share (%)")
-    ax.set_ylim(0, 100)
-    ax.set_title(f"the mix delivered ({unit}, per window) against the target")
-    ax.legend(loc="best", fontsize="small")
-    fig.tight_layout()
-    fig.savefig(path)

@@ -366,6 +366,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         split_part=args.split_part,
         out=args.out,
         progress=True,
+        report_path=args.report,
     )
     return 0
 
@@ -519,6 +520,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--out",
         default="energon-lite-bench",
         help="folder for stats.json and the PNG plots (default: ./energon-lite-bench)",
+    )
+    p.add_argument(
+        "--report",
+        metavar="OUT.html",
+        help="also one self-contained HTML page with every plot, and OUT.png beside it",
     )
     p.set_defaults(fn=cmd_bench)
 

@@ -14,7 +14,16 @@ hook show up separately. A stage's row is named by its class, or by its ``stats_
 (``"Reader 1"``: the leaf) when the chain has several stages of that class.
 
 ``snapshot()`` is plain data (lists of ints), sent with every batch to the trainer, where
-:class:`energon_lite.loader.stats.LoaderStats` adds the workers up.
+:class:`energon_lite.loader.stats.LoaderStats` adds the workers up. It carries the storage
+counters too (requests, retries, bytes, shard cache hits and misses: ``storage.session``),
+counted from the probe's start: a forked worker's counters begin at its parent's values.
+
+With ``trace_events > 0`` the probe also keeps each call as ``(stage, start_ns, spent_ns)``
+(at most that many per worker, then it counts what it left out) plus the time from the
+chain's batch to the snapshot (``"send"``: saving the state, checking the batch can be sent),
+and hands the new ones out with each snapshot (``"events"``): the timeline
+:mod:`energon_lite.loader.trace` writes. Without it a timed call only checks that it keeps
+no events.
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ from collections.abc import Callable
 from typing import Any
 
 from energon_lite.stages.base import Stage, stage_class
+from energon_lite.storage.session import session
 
 
 def _ordered(stage: Stage) -> list[Stage]:
@@ -44,8 +54,12 @@ def stage_of(name: str) -> type[Stage] | None:
 class ChainProbe:
     """Counts and times every stage of one built (not yet started) chain."""
 
-    def __init__(self, chain: Stage, worker: int) -> None:
+    def __init__(self, chain: Stage, worker: int, trace_events: int = 0) -> None:
         self.worker = worker
+        self._events: list[tuple[int, int, int]] | None = [] if trace_events > 0 else None
+        self._room = trace_events  # events this worker may still record
+        self._dropped = 0
+        self._produced = 0  # when the chain's last batch came out (the trace's "send" start)
         self.names: list[str] = []
         self.feeds: list[int | None] = []  # index of the stage each stage hands its items to
         self.inside: list[int | None] = []  # a hook: index of the stage that calls it
@@ -74,6 +88,7 @@ class ChainProbe:
         self._batches = 0
         self._start = self._resumed = time.perf_counter_ns()
         self._busy = 0
+        self._storage_base = session().stats.snapshot()
 
     def _add(self, stage: Stage | None, name: str, inside: int | None) -> int:
         taken = sum(1 for n in self.names if n == name or n.startswith(name + " #"))
@@ -87,6 +102,7 @@ class ChainProbe:
 
     def _timed(self, i: int, inner: Callable[..., Any]) -> Callable[..., Any]:
         own, out, child, clock = self._ns, self._out, self._child, time.perf_counter_ns
+        events = self._events  # the trace's, or None
 
         def timed(*args: Any) -> Any:
             start = clock()
@@ -98,6 +114,8 @@ class ChainProbe:
                 spent = clock() - start
                 own[i] += spent - child[0]
                 child[0] = outer + spent
+                if events is not None:  # bounded when the batch's snapshot is taken
+                    events.append((i, start, spent))
             out[i] += 1
             return item
 
@@ -109,9 +127,16 @@ class ChainProbe:
         """The worker loop works again (after handing a batch out)."""
         self._resumed = time.perf_counter_ns()
 
+    def produced(self) -> None:
+        """The chain handed a batch out (tracing: the start of its "send")."""
+        self._produced = time.perf_counter_ns()
+
     def snapshot(self) -> dict[str, Any]:
         """Cumulative counters after one more batch: plain data, sent with the batch."""
         now = time.perf_counter_ns()
+        events = self._events
+        if events is not None and self._produced:
+            events.append((-1, self._produced, now - self._produced))  # -1: "send"
         self._busy += now - self._resumed
         self._batches += 1
         self._snapshots += 1
@@ -122,6 +147,15 @@ class ChainProbe:
             if found is not None:
                 held[i], capacity[i] = found
                 self._held_sum[i] += found[0]
+        storage = session().stats.snapshot()
+        traced: dict[str, Any] = {}
+        if events is not None:
+            if len(events) > self._room:  # what the room left keeps, the rest is counted
+                self._dropped += len(events) - self._room
+                del events[self._room :]
+            self._room -= len(events)
+            traced = {"events": list(events), "dropped": self._dropped}
+            events.clear()
         return {
             "worker": self.worker,
             "names": self.names,
@@ -136,4 +170,6 @@ class ChainProbe:
             "batches": self._batches,
             "busy_ns": self._busy,
             "wall_ns": now - self._start,
+            "storage": {k: v - self._storage_base.get(k, 0) for k, v in storage.items()},
+            **traced,
         }

@@ -14,7 +14,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from energon_lite.errors import ConfigError, UnsavableStateError, restoring
 from energon_lite.loader.probe import ChainProbe
-from energon_lite.loader.transport import check_sendable
+from energon_lite.loader.transport import check_descriptors_travel, check_sendable
 from energon_lite.loader.watchdog import Watchdog
 from energon_lite.pipeline.dataset_pipeline import DatasetPipeline, Pipeline
 from energon_lite.resume.state_delta import unchanged_marked
@@ -68,11 +68,14 @@ class SavableDataset(IterableDataset[T_sample], Generic[T_sample]):
         watchdog: tuple[float, float | None] | None = None,
         stats: bool = False,
         memory: BatchMemoryPool | None = None,
+        trace_events: int = 0,
     ) -> Iterator[tuple[Any, ...]]:
         """Run the chain of the calling worker; yield ``(logical worker, batch, state)``,
         plus a :class:`~energon_lite.loader.probe.ChainProbe` snapshot when ``stats``, plus
         the batch's :class:`~energon_lite.batching.memory.Held` segments when ``memory`` is
         given (in a worker process, batches are then built in that pool's segments).
+        ``trace_events``: the probe also keeps up to that many stage calls as events
+        (:mod:`energon_lite.loader.trace`).
 
         In a worker process every batch is test-pickled first (an unpicklable batch would
         hang torch's queue). ``watchdog=(timeout, initial_timeout)`` (or the dataset's own,
@@ -98,8 +101,10 @@ class SavableDataset(IterableDataset[T_sample], Generic[T_sample]):
         if pool is not None:
             pool.activate(physical)
         try:
+            if in_worker:
+                check_descriptors_travel(logical)
             chain = self.pipeline.build(self.worker_config.slot(logical, epoch))
-            probe = ChainProbe(chain, logical) if stats else None
+            probe = ChainProbe(chain, logical, trace_events) if stats else None
             context = chain.context
             context.index.worker, context.index.workers = logical, n  # the indices' spread
             with restoring(self.worker_config.restore_error_handler), reading:
@@ -112,6 +117,8 @@ class SavableDataset(IterableDataset[T_sample], Generic[T_sample]):
                         batch = chain.next()
                 except StopIteration:
                     return
+                if probe is not None:
+                    probe.produced()
                 if in_worker:
                     check_sendable(batch, logical)
                 if logging:

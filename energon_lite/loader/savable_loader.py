@@ -13,9 +13,15 @@ A worker pool that loses a worker is replaced the same way, from the states rece
 
 from __future__ import annotations
 
+import os
 import weakref
 from collections.abc import Generator, Iterator
+<<<<<<< HEAD
 from typing import TYPE_CHECKING, Any
+=======
+from pathlib import Path
+from typing import Any
+>>>>>>> main
 
 import torch
 
@@ -25,10 +31,18 @@ from energon_lite.errors import (
     UnsavableStateError,
 )
 from energon_lite.loader import healing
+from energon_lite.loader.metrics import MetricsWindow, flat
 from energon_lite.loader.savable_dataset import SavableDataset, modality, unsavable_reason
 from energon_lite.loader.stateful import StatefulLoader
 from energon_lite.loader.stats import LoaderStats
 from energon_lite.loader.stream import StreamSettings, shut_down, stream
+<<<<<<< HEAD
+=======
+from energon_lite.loader.trace import DEFAULT_MAX_EVENTS, TraceBuffer
+from energon_lite.resume.ownership import LeafPlan
+from energon_lite.resume.rank_state import RankState
+from energon_lite.resume.restore import check_owned, for_this_layout, restore_rank, restore_run
+>>>>>>> main
 from energon_lite.resume.state_delta import with_unchanged
 from energon_lite.worker import WorkerSlot
 
@@ -92,6 +106,7 @@ class SavableLoader(StatefulLoader):
             None  # the live stream, kept across passes
         )
         self._stats = LoaderStats() if stats else None  # loader.stats()
+        self._metrics = MetricsWindow()  # loader.metrics(): the last reading
         self.reuse_batch_memory = reuse_batch_memory
         # replacing lost workers (loader/healing.py); restarts are kept across passes
         self._healer = healing.Healer(
@@ -185,6 +200,7 @@ class SavableLoader(StatefulLoader):
             self.watchdog,
             self.track_state,
             self.reuse_batch_memory,
+            0 if self._stats is None or self._stats.trace is None else self._stats.trace.max_events,
         )
 
     def _resume_point(self) -> tuple[list[Any], int, int]:
@@ -220,6 +236,44 @@ class SavableLoader(StatefulLoader):
         if mix is not None:
             summary["mix"] = mix
         return summary
+
+    def metrics(self) -> dict[str, float]:
+        """The loader's figures since the last call, as ``{name: float}`` for any logger
+        (``writer.add_scalar``, ``wandb.log``, Lightning's ``log_dict``): the trainer's wait,
+        samples/s, each stage's share of the workers' time, each worker's busy fraction, buffer fill, shard
+        cache and remote traffic, heals and the delivered mix. The names are listed in
+        :mod:`energon_lite.loader.metrics` and ``docs/performance.md``. Needs ``stats=True``."""
+        return flat(self._metrics.take(self.stats()))
+
+    def execution_summary(self) -> str:
+        """Each stage's CPU time and share so far, and one line naming the bottleneck (data or
+        the training step; which stage) with what to try (:mod:`energon_lite.loader.summary`).
+        Needs ``stats=True``."""
+        from energon_lite.loader.summary import execution_summary
+
+        return "\n".join(execution_summary(self.stats(), self.worker_config.num_workers))
+
+    def start_trace(self, max_events: int = DEFAULT_MAX_EVENTS) -> None:
+        """Keep a timeline of every worker's stage calls and the trainer's waits, for
+        :meth:`write_trace` (:mod:`energon_lite.loader.trace`): at most ``max_events`` events
+        per worker and for the trainer. Call it before the first batch (it turns ``stats``
+        on); the workers start with it."""
+        if self._running is not None:
+            raise ConfigError(
+                "start_trace(): call it before the first batch (the workers are running); or "
+                "close() the loader first: its next pass continues with tracing"
+            )
+        if self._stats is None:
+            self._stats = LoaderStats()
+        self._stats.trace = TraceBuffer(self.worker_config.rank, max_events)
+
+    def write_trace(self, path: str | os.PathLike[str]) -> Path:
+        """Write the timeline so far as a Chrome/Perfetto trace-event JSON file (one per
+        rank; ``merge_traces`` joins them). Needs :meth:`start_trace`."""
+        if self._stats is None or self._stats.trace is None:
+            raise ConfigError("write_trace(): this loader keeps no trace; call start_trace() first")
+        with self._stats.locked():
+            return self._stats.trace.write(path)
 
     @property
     def worker_restarts(self) -> list[dict[str, Any]]:

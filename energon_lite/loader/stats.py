@@ -11,13 +11,18 @@ stream) the counters of the finished stream are folded into totals.
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
 from energon_lite.loader.probe import stage_of
+from energon_lite.loader.stats_report import label
+from energon_lite.loader.trace import TraceBuffer
 
 _SUMMED = ("own_ns", "out", "held_sum")  # per-stage lists
 _COUNTS = ("snapshots", "batches", "busy_ns", "wall_ns")
+# the storage counters every summary has (storage.session.RetryStats)
+STORAGE_COUNTERS = ("requests", "retries", "failures", "bytes", "cache_hits", "cache_misses")
 
 
 def _fold(total: dict[str, Any] | None, snap: dict[str, Any]) -> dict[str, Any]:
@@ -29,23 +34,42 @@ def _fold(total: dict[str, Any] | None, snap: dict[str, Any]) -> dict[str, Any]:
         out[key] = [a + b for a, b in zip(total[key], snap[key])]
     for key in _COUNTS:
         out[key] = total[key] + snap[key]
+    out["storage"] = _add(total.get("storage", {}), snap.get("storage", {}))
     out["held"] = snap["held"]
     return out
 
 
+def _add(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
+    return {k: a.get(k, 0) + b.get(k, 0) for k in sorted(set(a) | set(b))}
+
+
 class LoaderStats:
-    """Collects worker snapshots and the trainer's waiting time; ``summary()`` reads them."""
+    """Collects worker snapshots and the trainer's waiting time; ``summary()`` reads them.
+
+    ``summary()`` may be called from another thread (a Prometheus scrape) while the trainer
+    receives batches: a lock keeps the reading whole."""
 
     def __init__(self) -> None:
+        self._lock = threading.Lock()
         self._finished: dict[int, dict[str, Any]] = {}  # per worker: counters of ended streams
         self._live: dict[int, dict[str, Any]] = {}  # per worker: last snapshot of this stream
         self._start: int | None = None
         self._last: int | None = None
         self._wait_ns = 0
         self._batches = 0
+        self.trace: TraceBuffer | None = None  # loader.start_trace()
+        self._labels: dict[tuple[Any, ...], list[str]] = {}  # the trace's stage names
+
+    def locked(self) -> threading.Lock:
+        """``with stats.locked():`` reads the trace whole while batches arrive."""
+        return self._lock
 
     def begin_stream(self) -> None:
         """A new stream of batches starts (a pass, or after a restore)."""
+        with self._lock:
+            self._begin_stream()
+
+    def _begin_stream(self) -> None:
         for worker, snap in self._live.items():
             done = _fold(self._finished.get(worker), snap)
             done["held"] = [0] * len(done["names"])  # what a finished stream held is gone
@@ -54,13 +78,30 @@ class LoaderStats:
         if self._start is None:
             self._start = time.perf_counter_ns()
 
-    def received(self, snapshot: dict[str, Any] | None, wait_ns: int) -> None:
-        """The trainer received a batch after waiting ``wait_ns`` for it."""
-        self._last = time.perf_counter_ns()
-        self._wait_ns += wait_ns
-        self._batches += 1
+    def received(
+        self, snapshot: dict[str, Any] | None, wait_ns: int, got_ns: int | None = None
+    ) -> None:
+        """The trainer received a batch after waiting ``wait_ns`` for it (it came at
+        ``got_ns``, for the trace)."""
+        with self._lock:
+            self._last = time.perf_counter_ns()
+            if self.trace is not None:
+                self._traced(snapshot, self._last - wait_ns, got_ns or self._last)
+            self._wait_ns += wait_ns
+            self._batches += 1
+            if snapshot is not None:
+                self._live[snapshot["worker"]] = snapshot
+
+    def _traced(self, snapshot: dict[str, Any] | None, asked: int, got: int) -> None:
+        assert self.trace is not None and self._last is not None
+        self.trace.trainer_events(asked, got, self._last)
         if snapshot is not None:
-            self._live[snapshot["worker"]] = snapshot
+            key = (tuple(snapshot["names"]), tuple(snapshot["inside"]))
+            labels = self._labels.get(key)
+            if labels is None:  # once per chain layout, not per event
+                labels = [label({"name": n, "inside": i}) for n, i in zip(*key)]
+                self._labels[key] = labels
+            self.trace.worker_events(snapshot, labels)
 
     def _per_worker(self) -> dict[int, dict[str, Any]]:
         merged: dict[int, dict[str, Any]] = {}
@@ -75,6 +116,10 @@ class LoaderStats:
 
     def summary(self) -> dict[str, Any]:
         """Per-stage time and counts, buffers, workers, samples/s (see docs/performance.md)."""
+        with self._lock:
+            return self._summary()
+
+    def _summary(self) -> dict[str, Any]:
         workers = self._per_worker()
         elapsed = ((self._last or 0) - (self._start or 0)) / 1e9 if self._last else 0.0
         busy_total = sum(w["busy_ns"] for w in workers.values())
@@ -104,7 +149,16 @@ class LoaderStats:
                 }
                 for worker, w in workers.items()
             ],
+            "storage": _storage(workers.values()),
         }
+
+
+def _storage(workers: Any) -> dict[str, int]:
+    """The storage counters of all workers added up (zeros before any batch)."""
+    total = dict.fromkeys(STORAGE_COUNTERS, 0)
+    for w in workers:
+        total = _add(total, w.get("storage", {}))
+    return total
 
 
 def _stages(workers: list[dict[str, Any]], busy_total: int) -> list[dict[str, Any]]:

@@ -39,6 +39,7 @@ class StreamSettings:
     watchdog: tuple[float, float | None] | None  # the workers' (timeout, initial timeout)
     track_state: bool
     reuse_batch_memory: bool
+    trace_events: int = 0  # the stats probe keeps stage calls as events (loader/trace.py)
 
 
 class StreamOwner(Protocol):
@@ -96,11 +97,12 @@ class _StatefulView(IterableDataset):
         watchdog: tuple[float, float | None] | None,
         stats: bool = False,
         memory: BatchMemoryPool | None = None,
+        trace_events: int = 0,
     ) -> None:
         super().__init__()
         self.dataset, self.states, self.rotation = dataset, states, rotation
         self.epoch, self.save, self.watchdog = epoch, save, watchdog
-        self.stats, self.memory = stats, memory
+        self.stats, self.memory, self.trace_events = stats, memory, trace_events
 
     def __iter__(self) -> Iterator[tuple[Any, ...]]:
         return self.dataset.iter_with_state(
@@ -111,6 +113,7 @@ class _StatefulView(IterableDataset):
             self.watchdog,
             self.stats,
             self.memory,
+            self.trace_events,
         )
 
 
@@ -170,6 +173,7 @@ def stream(
             settings.watchdog,
             stats is not None,
             pools[-1],
+            settings.trace_events,
         )
         torch_loader = DataLoader(
             view,
@@ -228,6 +232,7 @@ def stream(
                     healer.settle()
                     notice = notices[1]
                 logical, batch, state, *extra = item
+                got = time.perf_counter_ns()
             except StopIteration:
                 break
             except RuntimeError as exc:
@@ -239,7 +244,7 @@ def stream(
                 memory.received(batch, extra.pop())
             global_idx = owner._received(logical, state)
             if stats is not None:
-                stats.received(extra[0] if extra else None, time.perf_counter_ns() - asked)
+                stats.received(extra[0] if extra else None, time.perf_counter_ns() - asked, got)
             if logging:
                 keys = default_get_batch_keys(batch)
                 wc.worker_log(

@@ -5,16 +5,30 @@ prints a traceback and drops the batch, and the trainer waits for it forever. So
 batch is test-pickled in the worker first, cheaply: tensors and arrays are skipped (they
 always pickle, and their bytes would dominate the cost), so only the Python structure around
 them (sample classes, lists of keys, user objects) is walked.
+
+Tensors themselves travel as file descriptors (torch's default sharing strategy on Linux),
+handed over by ``multiprocessing``'s resource sharer, which listens on a Unix socket in the
+worker's temp folder (``$TMPDIR/pymp-XXXXXXXX/listener-XXXXXXXX``). A socket path has at
+most 107 bytes on Linux, so a ``TMPDIR`` of 76 or more characters makes every batch with a
+tensor fail in that feeder thread (only recent Pythons fall back to ``/tmp`` on their own),
+and the run hangs without a word. Each worker therefore binds that socket once when it
+starts; a refusal is a :class:`~energon_lite.errors.ConfigError` naming the folder, raised
+in the trainer as any worker's error is.
 """
 
 from __future__ import annotations
 
 import io
+import os
+import socket
+import tempfile
+from multiprocessing import connection
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 import numpy as np
 import torch
+import torch.multiprocessing
 
 from energon_lite.errors import ConfigError
 from energon_lite.samples.types import basic_sample_keys
@@ -49,4 +63,30 @@ def check_sendable(batch: Any, worker: int) -> None:
             f"({type(exc).__name__}: {exc}); define sample and batch classes at module level "
             "in an importable module and keep unpicklable objects (locks, open files, "
             "lambdas, generators) out of batches"
+        ) from exc
+
+
+def check_descriptors_travel(worker: int) -> None:
+    """Raise a ConfigError naming the temp folder if this worker's resource sharer could not
+    listen there, so that no tensor could reach the trainer (see the module docstring)."""
+    # (default_family and arbitrary_address are public in the module, not in its type stubs)
+    family = connection.default_family  # type: ignore[attr-defined]
+    if torch.multiprocessing.get_sharing_strategy() != "file_descriptor" or family != "AF_UNIX":
+        return
+    address = ""
+    try:
+        # the address the resource sharer's listener takes, in the folder it takes it in
+        address = connection.arbitrary_address("AF_UNIX")  # type: ignore[attr-defined]
+        with socket.socket(socket.AF_UNIX) as probe:
+            probe.bind(address)
+        os.unlink(address)
+    except OSError as exc:
+        where = f"{address!r} ({len(os.fsencode(address))} bytes)" if address else "a socket"
+        raise ConfigError(
+            f"worker {worker}: batches with tensors cannot be sent to the trainer process: "
+            f"torch passes their file descriptors through a Unix socket in the temp folder, "
+            f"and {where} cannot be bound there ({type(exc).__name__}: {exc}); the temp "
+            f"folder is {tempfile.gettempdir()!r} (TMPDIR={os.environ.get('TMPDIR')!r}): set "
+            "TMPDIR to a writable folder with a short path (a Unix socket path has at most "
+            "107 bytes on Linux, 103 on macOS), e.g. TMPDIR=/tmp"
         ) from exc

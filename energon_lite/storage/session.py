@@ -49,6 +49,8 @@ class RetryStats:
     retries: int = 0
     failures: int = 0
     bytes: int = 0
+    cache_hits: int = 0  # shard cache opens served by an entry on disk (shard_cache.py)
+    cache_misses: int = 0  # shard cache entries this process fetched
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, name: str, value: int = 1) -> None:

@@ -168,13 +168,16 @@ class ShardCache:
         data, crc, lock = self._paths(path, version, size)
         entry = self._open_existing(data, crc, size)
         if entry is not None:
+            session().stats.add("cache_hits")
             return entry
         for attempt in (1, 2):
             try:
                 with _locked(lock):
                     entry = self._open_existing(data, crc, size)
-                    if entry is not None:
+                    if entry is not None:  # another process fetched it meanwhile
+                        session().stats.add("cache_hits")
                         return entry
+                    session().stats.add("cache_misses")
                     return self._fetch(path, version, size, data, crc, crc32)
             except FileNotFoundError as exc:  # the folder went away under the fetch
                 if attempt == 2:
