@@ -16,12 +16,8 @@ from __future__ import annotations
 import os
 import weakref
 from collections.abc import Generator, Iterator
-<<<<<<< HEAD
-from typing import TYPE_CHECKING, Any
-=======
 from pathlib import Path
-from typing import Any
->>>>>>> main
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -36,13 +32,7 @@ from energon_lite.loader.savable_dataset import SavableDataset, modality, unsava
 from energon_lite.loader.stateful import StatefulLoader
 from energon_lite.loader.stats import LoaderStats
 from energon_lite.loader.stream import StreamSettings, shut_down, stream
-<<<<<<< HEAD
-=======
 from energon_lite.loader.trace import DEFAULT_MAX_EVENTS, TraceBuffer
-from energon_lite.resume.ownership import LeafPlan
-from energon_lite.resume.rank_state import RankState
-from energon_lite.resume.restore import check_owned, for_this_layout, restore_rank, restore_run
->>>>>>> main
 from energon_lite.resume.state_delta import with_unchanged
 from energon_lite.worker import WorkerSlot
 
