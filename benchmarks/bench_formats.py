@@ -14,10 +14,14 @@ each format by its own library: Hugging Face ``datasets`` (an ``Image`` feature;
 "torchrgb")``, batch 32, shuffled; each measurement runs in a fresh child process
 (imports outside the timing), ``--warmup`` batches first, then ``--batches`` timed.
 
-A library that is not installed is left out (MosaicML Streaming cannot be installed beside
-``datasets`` 5: run the script again in an environment with Streaming, ``--libs streaming``)::
+A library that is not installed is left out, unless ``--python LIB=INTERPRETER`` names a
+Python of another environment that has it: MosaicML Streaming cannot be installed beside
+``datasets`` 5, so its writer and its loader run under that interpreter, while energon_lite
+reads the same MDS folder in this one. ``--rounds N`` measures every row N times in turn and
+prints the median of each ratio with its spread over the rounds, and the load average::
 
-    python benchmarks/bench_formats.py [--samples 20000] [--workers 0 2] [--libs ...]
+    python benchmarks/bench_formats.py [--samples 20000] [--workers 0 2] [--libs ...] \
+        [--rounds 3] [--python streaming=/path/to/streaming-env/bin/python]
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ import argparse
 import functools
 import importlib.util
 import json
+import os
+import statistics
 import subprocess
 import sys
 import time
@@ -54,19 +60,28 @@ def folder(root: Path, fmt: str) -> Path:
     }[fmt]
 
 
+@functools.lru_cache(maxsize=1)
+def _tar(root: str) -> bp.PlainTarDataset:
+    """The W1 tar shards, opened once per process (each opening reads every ``.tar.idx``)."""
+    return bp.PlainTarDataset(Path(root))
+
+
 def w1_item(root: str, index: int) -> dict[str, Any]:
     """Sample ``index`` of the W1 tar shards as LitData's item (run in its worker)."""
-    parts = bp.PlainTarDataset(Path(root)).read_parts(index)
+    parts = _tar(root).read_parts(index)
     return {"jpg": parts["jpg"], "txt": parts["txt"].decode("utf-8")}
 
 
-def convert(root: Path, fmt: str) -> float | None:
-    """Write the W1 samples in ``fmt`` once (its library), prepare it; seconds or None."""
+def convert(root: Path, fmt: str, python: str = sys.executable) -> float | None:
+    """Write the W1 samples in ``fmt`` once (its library, under ``python``), prepare it;
+    seconds or None."""
     out = folder(root, fmt)
     if fmt == "tar" or (out / ".nv-meta" / "dataset.yaml").is_file():
         return None
     start = time.perf_counter()
-    if fmt == "mds":
+    if python != sys.executable:
+        subprocess.run([python, __file__, "--convert", fmt, str(root)], check=True)
+    elif fmt == "mds":
         peers.convert_streaming(root)
     elif fmt == "litdata":
         from energon_lite.synth.tables import optimize_litdata
@@ -149,7 +164,7 @@ def child(lib: str, fmt: str, root: Path, workers: int, warmup: int, batches: in
 
 def measure(lib: str, fmt: str, root: Path, workers: int, args: argparse.Namespace) -> float:
     run = subprocess.run(
-        [sys.executable, __file__, "--child", lib, fmt, str(root), str(workers),
+        [args.pythons.get(lib, sys.executable), __file__, "--child", lib, fmt, str(root), str(workers),
          str(args.warmup), str(args.batches)],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
@@ -159,6 +174,13 @@ def measure(lib: str, fmt: str, root: Path, workers: int, args: argparse.Namespa
     raise SystemExit(f"{lib} on {fmt} with {workers} workers failed:\n{run.stderr[-3000:]}")
 
 
+def _spread(values: list[float]) -> str:
+    """The median of ``values`` and their range over the rounds."""
+    if len(values) == 1:
+        return f"{values[0]:.2f}"
+    return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--samples", type=int, default=20000)
@@ -166,33 +188,61 @@ def main() -> None:
     parser.add_argument("--libs", nargs="+", default=["datasets", "streaming", "litdata"])
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--batches", type=int, default=60)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--python", nargs="*", default=[], metavar="LIB=INTERPRETER")
     parser.add_argument("--child", nargs=6, help=argparse.SUPPRESS)
+    parser.add_argument("--convert", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         lib, fmt, root, workers, warmup, batches = args.child
         child(lib, fmt, Path(root), int(workers), int(warmup), int(batches))
         return
+    if args.convert:
+        convert(Path(args.convert[1]), args.convert[0])
+        return
+    args.pythons = dict(item.split("=", 1) for item in args.python)
     root = bp.build_dataset(args.samples)
     formats = [f for f, (lib, _) in FORMATS.items() if f == "tar" or lib in args.libs]
-    formats = [f for f in formats if importlib.util.find_spec(FORMATS[f][0]) is not None]
+    formats = [
+        f
+        for f in formats
+        if FORMATS[f][0] in args.pythons or importlib.util.find_spec(FORMATS[f][0]) is not None
+    ]
     for fmt in formats:
-        seconds = convert(root, fmt)
+        seconds = convert(root, fmt, args.pythons.get(FORMATS[fmt][0], sys.executable))
         if seconds is not None:
             print(f"wrote {fmt} in {seconds:.0f} s", file=sys.stderr)
+    rows: dict[tuple[int, str], list[tuple[float, float, float]]] = {}
+    loads: list[float] = []
+    for round_number in range(args.rounds):
+        for workers in args.workers:
+            loads.append(os.getloadavg()[0])
+            tar = measure("energon_lite", "tar", root, workers, args)
+            rows.setdefault((workers, "tar"), []).append((tar, 0.0, tar))
+            for fmt in formats[1:]:
+                ours = measure("energon_lite", fmt, root, workers, args)
+                theirs = measure(FORMATS[fmt][0], fmt, root, workers, args)
+                rows.setdefault((workers, fmt), []).append((ours, theirs, tar))
+                print(
+                    f"round {round_number + 1} load {os.getloadavg()[0]:.1f} workers={workers} "
+                    f"{fmt}: {ours:,.0f} / {theirs:,.0f} ({FORMATS[fmt][0]}) / tar {tar:,.0f}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    print(f"{args.rounds} round(s); load average (1 min) {min(loads):.1f}-{max(loads):.1f}")
     print("| format | workers | energon_lite samples/s | its library samples/s | "
           "energon_lite / library | energon_lite / energon_lite on tar |")  # fmt: skip
     print("| --- | --- | --- | --- | --- | --- |")
-    for workers in args.workers:
-        tar = measure("energon_lite", "tar", root, workers, args)
-        print(f"| tar | {workers} | {tar:,.0f} | | | 1.00 |", flush=True)
-        for fmt in formats[1:]:
-            ours = measure("energon_lite", fmt, root, workers, args)
-            theirs = measure(FORMATS[fmt][0], fmt, root, workers, args)
-            print(
-                f"| {fmt} | {workers} | {ours:,.0f} | {theirs:,.0f} ({FORMATS[fmt][0]}) | "
-                f"{ours / theirs:.2f} | {ours / tar:.2f} |",
-                flush=True,
-            )
+    for (workers, fmt), found in rows.items():
+        ours = statistics.median(r[0] for r in found)
+        if fmt == "tar":
+            print(f"| tar | {workers} | {ours:,.0f} | | | 1.00 |")
+            continue
+        theirs = statistics.median(r[1] for r in found)
+        print(
+            f"| {fmt} | {workers} | {ours:,.0f} | {theirs:,.0f} ({FORMATS[fmt][0]}) | "
+            f"{_spread([r[0] / r[1] for r in found])} | {_spread([r[0] / r[2] for r in found])} |"
+        )
 
 
 if __name__ == "__main__":

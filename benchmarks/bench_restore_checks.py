@@ -50,11 +50,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=20)
     args = parser.parse_args()
-    from energon_lite.resume.compact import unpacked
     from energon_lite.resume.levels import walk_states
     from energon_lite.resume.ownership import check_ownership
     from energon_lite.resume.rank_state import RankState
     from energon_lite.state.codec import state_digest
+    from energon_lite.state.compact import unpacked
 
     with tempfile.TemporaryDirectory() as folder:
         state = unpacked(saved_state(Path(folder)))

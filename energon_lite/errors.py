@@ -15,6 +15,7 @@ import reprlib
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 logger = logging.getLogger("energon_lite")
@@ -339,10 +340,12 @@ def reraise_exception(e: Exception, _sample: Any, _sources: Sequence[Any] | None
     raise e
 
 
-# Process-global because a worker process restores one chain at a time and the handler
-# reaches the buffers' refetch deep inside ``Stage.restore_state``, whose signature is the
-# stage contract every user stage implements.
-_restore_handler: list[Callable[..., Any] | None] = [None]
+# The handler of the restore running now, set only inside ``restoring`` (a ContextVar: per
+# thread, undone on leaving): it reaches the buffers' refetch deep inside
+# ``Stage.restore_state``, whose signature is the stage contract every user stage implements.
+_RESTORE_HANDLER: ContextVar[Callable[..., Any] | None] = ContextVar(
+    "energon_lite_restore_handler", default=None
+)
 
 
 def failure_trackers(
@@ -386,14 +389,13 @@ def restoring(handler: Callable[..., Any] | None) -> Iterator[None]:
     """While a worker's chain restores its state, buffered items that fail to be fetched
     again go to ``handler`` (``WorkerConfig.restore_error_handler``; ``reraise_exception``,
     the default, and None raise)."""
-    previous = _restore_handler[0]
-    _restore_handler[0] = None if handler is reraise_exception else handler
+    token = _RESTORE_HANDLER.set(None if handler is reraise_exception else handler)
     try:
         yield
     finally:
-        _restore_handler[0] = previous
+        _RESTORE_HANDLER.reset(token)
 
 
 def current_restore_handler() -> Callable[..., Any] | None:
     """The handler set by :func:`restoring`, or None (raise)."""
-    return _restore_handler[0]
+    return _RESTORE_HANDLER.get()

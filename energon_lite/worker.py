@@ -178,18 +178,16 @@ class CanonicalLayout:
         ]
 
 
-_DEBUG_FILES: dict[tuple[int, Path], TextIO] = {}  # (pid, path) -> this process's open log
-
-
 def _debug_file(path: Path, in_worker: bool) -> TextIO:
-    """The open debug log at ``path`` of this process. The main process starts it afresh;
-    a loader worker (a new process each pass) appends, so that each pass's events stay."""
-    key = (os.getpid(), path)
-    file = _DEBUG_FILES.get(key)
+    """The open debug log at ``path`` of this process, held by its storage session (a forked
+    child's session starts with none). The main process starts it afresh; a loader worker (a
+    new process each pass) appends, so that each pass's events stay."""
+    from energon_lite.storage.session import session
+
+    logs = session().debug_logs
+    file = logs.get(path)
     if file is None:
-        for other in [k for k in _DEBUG_FILES if k[0] != key[0]]:  # a forked parent's
-            del _DEBUG_FILES[other]
         path.parent.mkdir(parents=True, exist_ok=True)
         mode: Literal["a", "w"] = "a" if in_worker else "w"
-        file = _DEBUG_FILES[key] = open(path, mode, encoding="utf-8")  # noqa: SIM115
+        file = logs[path] = open(path, mode, encoding="utf-8")  # noqa: SIM115
     return file

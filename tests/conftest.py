@@ -98,6 +98,23 @@ def open_and_read(root: Path, split: str = "train", first: str | None = None):
     return ds
 
 
+def read_split(root: Path, split: str = "train") -> list:
+    """Every sample of a split once, in the reader's order: 0 workers, no batches, no
+    shuffle buffer, no repeat."""
+    from energon_lite import WorkerConfig, get_loader, get_train_dataset
+
+    dataset = get_train_dataset(
+        root,
+        worker_config=WorkerConfig(rank=0, world_size=1, num_workers=0),
+        batch_size=None,
+        split_part=split,
+        shuffle_buffer_size=None,
+        max_samples_per_sequence=None,
+        repeat=False,
+    )
+    return list(get_loader(dataset))
+
+
 def write_text_leaves(root: Path, counts: dict[str, int], per_shard: int, digits: int) -> None:
     """Prepared text datasets ``root/NAME`` (train only) of ``counts[NAME]`` samples in
     shards of ``per_shard``, keyed ``NAME`` + the index in ``digits`` digits."""

@@ -21,11 +21,12 @@ LAYERS: list[tuple[str, ...]] = [
     (
         "rng",
         "quotas",
-        "worker",
         "storage",
         "media_records",
-    ),  # derived randomness, quotas, layout, I/O
-    ("state", "epathlib"),  # the state codec and restore keys; Energon's EPath over storage
+    ),  # derived randomness, quotas, I/O
+    # the state codec and restore keys; Energon's EPath over storage; the layout (its debug
+    # logs are held by the storage session)
+    ("state", "epathlib", "worker"),
     ("batching", "av", "transforms"),  # collate, batch memory; audio/video; image transforms
     ("decode", "media"),  # sample part decoding; media metadata and the media filter
     ("samples",),  # the data model and the sample factory

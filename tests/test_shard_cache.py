@@ -395,7 +395,7 @@ def test_a_cache_folder_without_a_limit_says_the_cache_is_off(
 ) -> None:
     monkeypatch.setenv("ENERGON_LITE_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv(cache_config.LIMIT_ENV, raising=False)
-    monkeypatch.setattr(cache_config, "_dir_alone_told", False)
+    reset_session()  # a process that has not told it yet
     with caplog.at_level("WARNING", logger="energon_lite.storage"):
         assert cache_config.from_environment() is None
         assert cache_config.from_environment() is None  # said once

@@ -102,7 +102,7 @@ def test_workers_restarted_from_the_kept_states_continue(train_ds):
     parts.close()
     third = [b.__key__ for b in take(parts, 3)]
     assert first + second + third == whole
-    assert parts._states == unpacked(parts.save_state_rank())["workers"]
+    assert parts._position.workers == unpacked(parts.save_state_rank())["workers"]
 
 
 def test_a_patch_rebuilds_the_new_state_and_keeps_the_old():

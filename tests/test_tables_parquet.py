@@ -17,9 +17,10 @@ import datasets
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from conftest import read_split
 from PIL import Image
 
-from energon_lite import CaptioningSample, WorkerConfig, get_loader, get_train_dataset
+from energon_lite import CaptioningSample
 from energon_lite.cli.info import dataset_info, lint, preview
 from energon_lite.cli.main import main
 from energon_lite.decode.image import decode_image
@@ -29,19 +30,6 @@ from energon_lite.sources.kinds import kind_of
 from energon_lite.synth.tables import caption_rows, write_hf_parquet, write_save_to_disk
 
 ROWS = caption_rows(30)
-
-
-def _all(path: Path, split: str = "train") -> list:
-    dataset = get_train_dataset(
-        path,
-        worker_config=WorkerConfig(rank=0, world_size=1, num_workers=0),
-        batch_size=None,
-        split_part=split,
-        shuffle_buffer_size=None,
-        max_samples_per_sequence=None,
-        repeat=False,
-    )
-    return list(get_loader(dataset))
 
 
 def _image(jpg: bytes) -> np.ndarray:
@@ -58,14 +46,14 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_a_hub_folder_yields_every_column_by_name_with_stable_keys(hub):
     assert kind_of(hub).name == "parquet"
-    samples = _all(hub)
+    samples = read_split(hub)
     assert len(samples) == 24
     by_caption = {s["caption"]: s for s in samples}
     for i, (jpg, caption) in enumerate(ROWS[:24]):
         sample = by_caption[caption]
         np.testing.assert_array_equal(sample["image"].numpy(), _image(jpg))
         assert sample["__key__"] == f"data/train-{i // 8:05d}-of-00003.parquet/{i % 8}"
-    assert sorted(s["caption"] for s in _all(hub, "test")) == sorted(c for _, c in ROWS[24:])
+    assert sorted(s["caption"] for s in read_split(hub, "test")) == sorted(c for _, c in ROWS[24:])
 
 
 def test_counts_come_from_the_footers_and_a_key_reads_its_row_group(hub):
@@ -91,7 +79,7 @@ def test_prepare_writes_only_nv_meta_and_the_folder_yields_typed_samples(hub, tm
     assert "wrote .nv-meta/ only" in capsys.readouterr().out
     after = {p: p.stat().st_mtime_ns for p in folder.rglob("*") if p.is_file()}
     assert {p: t for p, t in after.items() if ".nv-meta" not in p.parts} == before
-    samples = _all(folder)
+    samples = read_split(folder)
     assert all(isinstance(s, CaptioningSample) for s in samples)
     assert sorted(s.caption for s in samples) == sorted(c for _, c in ROWS[:10])
     first = next(s for s in samples if s.caption == ROWS[0][1])
@@ -121,7 +109,7 @@ def test_configs_are_read_one_at_a_time_and_splits_by_file_name(tmp_path):
     with pytest.raises(DatasetFormatError, match=r"no split 'train'; it has \['large/train'"):
         TableSource(tmp_path, "train", format_name="parquet")
     assert len(TableSource(tmp_path, "large/train", format_name="parquet")) == 10
-    assert sorted(s["caption"] for s in _all(tmp_path / "small")) == [c for _, c in ROWS[:6]]
+    assert sorted(s["caption"] for s in read_split(tmp_path / "small")) == [c for _, c in ROWS[:6]]
 
 
 def test_plain_parquet_with_binary_images_and_an_hf_image_without_bytes(tmp_path):
@@ -135,7 +123,7 @@ def test_plain_parquet_with_binary_images_and_an_hf_image_without_bytes(tmp_path
         }
     )
     pq.write_table(table, tmp_path / "part-0.parquet")
-    samples = sorted(_all(tmp_path), key=lambda s: s["__key__"])
+    samples = sorted(read_split(tmp_path), key=lambda s: s["__key__"])
     assert [s["text"] for s in samples] == [c for _, c in ROWS[:3]]
     assert [s["tags"] for s in samples] == [["a"], ["b", "c"], []]
     np.testing.assert_array_equal(samples[1]["jpg"].numpy(), _image(ROWS[1][0]))
@@ -147,7 +135,7 @@ def test_plain_parquet_with_binary_images_and_an_hf_image_without_bytes(tmp_path
     dataset = datasets.Dataset.from_dict({"image": [{"bytes": None, "path": "a.jpg"}]}, features)
     # to_parquet would embed the file; the Hub also holds Parquet files that only name it
     pq.write_table(dataset.data.table, other / "data" / "train-00000-of-00001.parquet")
-    (sample,) = _all(other)
+    (sample,) = read_split(other)
     assert sample["image"].shape == (3, 8, 8)
 
 
@@ -159,15 +147,15 @@ def test_a_save_to_disk_dataset_dict_reads_each_split(tmp_path):
     )  # fmt: skip
     dataset.save_to_disk(str(folder), num_shards={"train": 2, "validation": 1})
     assert kind_of(folder).name == "arrow"
-    assert sorted(s["n"] for s in _all(folder)) == list(range(7))
-    assert sorted(s["n"] for s in _all(folder, "validation")) == [100, 101, 102]
+    assert sorted(s["n"] for s in read_split(folder)) == list(range(7))
+    assert sorted(s["n"] for s in read_split(folder, "validation")) == [100, 101, 102]
     with pytest.raises(DatasetFormatError, match="no split 'test'"):
-        _all(folder, "test")
+        read_split(folder, "test")
 
 
 def test_a_save_to_disk_image_dataset_reads_back_what_was_written(tmp_path):
     folder = write_save_to_disk(tmp_path / "images", ROWS[:12], shards=3)
-    samples = _all(folder)
+    samples = read_split(folder)
     assert sorted(s["caption"] for s in samples) == sorted(c for _, c in ROWS[:12])
     for sample in samples:
         i = int(sample["caption"].split(":")[0].split()[1])

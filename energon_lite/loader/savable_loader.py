@@ -33,12 +33,11 @@ from energon_lite.loader.stateful import StatefulLoader
 from energon_lite.loader.stats import LoaderStats
 from energon_lite.loader.stream import StreamSettings, shut_down, stream
 from energon_lite.loader.trace import DEFAULT_MAX_EVENTS, TraceBuffer
-from energon_lite.resume.state_delta import with_unchanged
+from energon_lite.resume.position import Position
 from energon_lite.worker import WorkerSlot
 
 if TYPE_CHECKING:  # a save or a restore loads them (and the elastic and relayout code below)
     from energon_lite.resume.ownership import LeafPlan
-    from energon_lite.resume.rank_state import RankState
     from energon_lite.resume.target import RestoreTarget
 
 
@@ -87,11 +86,9 @@ class SavableLoader(StatefulLoader):
         self.pin_memory_setting = True if pin_memory is None else pin_memory
         self.prefetch_factor = prefetch_factor
         self.track_state = track_state
-        n = self.worker_config.workers_per_rank
-        self._states: list[Any] = [None] * n
-        self._next_worker = 0
-        self._epoch = 0
-        self._in_pass = 0  # batches handed out in the current (virtual) pass
+        # per worker the state of the last batch received, the next worker, the pass and the
+        # batches handed out in it: what save_state_rank() saves (energon_lite/resume/)
+        self._position = Position.start(self.worker_config.workers_per_rank)
         self._running: Generator[Any, None, None] | None = (
             None  # the live stream, kept across passes
         )
@@ -157,7 +154,8 @@ class SavableLoader(StatefulLoader):
         ``islice(loader, n)`` twice gives the first 2n batches), up to
         ``virtual_epoch_length`` batches when that is set, else to the end of the epoch."""
         limit = self.virtual_epoch_length
-        while limit is None or self._in_pass < limit:
+        position = self._position
+        while limit is None or position.in_pass < limit:
             if self._running is None:
                 self._running = self._stream()
             try:
@@ -165,13 +163,13 @@ class SavableLoader(StatefulLoader):
             except StopIteration:
                 self._running = None
                 break
-            self._in_pass += 1
+            self._position.in_pass += 1
             yield batch
-        self._in_pass = 0
+        self._position.in_pass = 0
 
     def _stream(self) -> Generator[Any, None, None]:
         """Batches from the worker chains, from the saved states to the end of the epoch."""
-        reason = unsavable_reason(self._states)
+        reason = unsavable_reason(self._position.workers)
         if reason is not None:  # closed mid-pass: there is no state to continue from
             raise UnsavableStateError(f"the loader cannot continue its pass: {reason}")
         running: list[Any] = []  # torch's worker pool, once the stream has made it
@@ -194,23 +192,21 @@ class SavableLoader(StatefulLoader):
         )
 
     def _resume_point(self) -> tuple[list[Any], int, int]:
-        return list(self._states), self._next_worker, self._epoch
+        position = self._position
+        return list(position.workers), position.next_worker, position.epoch
 
     def _received(self, logical: int, state: Any) -> int:
-        self._states[logical] = with_unchanged(self._states[logical], state)
-        self._next_worker = (logical + 1) % len(self._states)
+        self._position.received(logical, state)
         self._global_sample_idx += 1
         return self._global_sample_idx - 1
 
     def _epoch_ended(self) -> None:
-        self._states = [None] * len(self._states)
-        self._next_worker = 0
-        self._epoch += 1
+        self._position.epoch_ended()
 
     def __len__(self) -> int:
         if self.virtual_epoch_length is not None:
             return self.virtual_epoch_length
-        return self.dataset.pipeline.batches_per_epoch(self.worker_config, self._epoch)
+        return self.dataset.pipeline.batches_per_epoch(self.worker_config, self._position.epoch)
 
     def stats(self) -> dict[str, Any]:
         """Where the loader's time goes, over the batches received so far: per-stage time and
@@ -279,11 +275,12 @@ class SavableLoader(StatefulLoader):
         from energon_lite.loader.mix_report import delivered_mix
 
         leaves = self.dataset.pipeline.leaves
-        states = [s for s in self._states if isinstance(s, dict) and "unsavable" not in s]
+        position = self._position
+        states = [s for s in position.workers if isinstance(s, dict) and "unsavable" not in s]
         if not leaves or len(leaves) < 2 or not states:
             return None
         leaf_base = self.worker_config.slot(0).leaf_base
-        return delivered_mix(states, leaves, self._in_pass, leaf_base)
+        return delivered_mix(states, leaves, position.in_pass, leaf_base)
 
     def can_restore_sample(self) -> bool:
         """Whether :meth:`restore_sample` works for this loader's pipeline (Energon's name)."""
@@ -318,21 +315,12 @@ class SavableLoader(StatefulLoader):
             raise StateError(
                 "this loader was made with get_loader(); use get_savable_loader() to save state"
             )
-        reason = unsavable_reason(self._states)
+        reason = unsavable_reason(self._position.workers)
         if reason is not None:
             raise UnsavableStateError(f"save_state_rank: {reason}")
-        from energon_lite.resume.rank_state import RankState
-
-        return RankState(
-            config=self.dataset.config(),
-            epoch=self._epoch,
-            next_worker=self._next_worker,
-            workers=list(self._states),
-            in_pass=self._in_pass,
-            # where the datasets were read from, for messages only: a state restores into a
-            # copy elsewhere (the config identifies datasets by content)
-            paths=self._dataset_paths(),
-        ).saved()
+        # where the datasets were read from, for messages only: a state restores into a copy
+        # elsewhere (the config identifies datasets by content)
+        return self._position.rank_state(self.dataset.config(), self._dataset_paths()).saved()
 
     def _dataset_paths(self) -> list[str]:
         leaves = self.dataset.pipeline.leaves
@@ -370,31 +358,26 @@ class SavableLoader(StatefulLoader):
     def _check_owned(self, workers: list[Any]) -> None:
         """The worker states received so far own their work once (before healing restarts
         workers from them), checked as every restore checks a rank."""
-        from energon_lite.resume.rank_state import RankState
         from energon_lite.resume.restore import check_owned
 
-        state = RankState(self.dataset.config(), self._epoch, self._next_worker, workers, 0)
-        check_owned(state, self._target())
+        position = Position(workers, self._position.next_worker, self._position.epoch)
+        check_owned(position.rank_state(self.dataset.config()), self._target())
 
-    def _continue_from(self, state: RankState | None) -> None:
-        """Continue from a checked ``state`` (None: the start). A pass that is running
-        continues from there too: its next batch is the restored stream's first."""
+    def _continue_at(self, position: Position) -> None:
+        """Continue at a checked ``position``. A pass that is running continues from there
+        too: its next batch is the restored stream's first."""
         self._stop_stream()
-        if state is None:
-            n = self.worker_config.workers_per_rank
-            self._states, self._next_worker, self._epoch, self._in_pass = [None] * n, 0, 0, 0
-            return
-        self._states = list(state.workers)
-        self._next_worker = state.next_worker
-        self._epoch = state.epoch
-        self._in_pass = state.in_pass
+        self._position = position
 
     def restore_state_rank(self, state: dict[str, Any] | None) -> None:
         """Continue from ``state`` (from ``save_state_rank``). A pass that is running continues
         from the restored position too: its next batch is the restored stream's first."""
-        from energon_lite.resume.restore import restore_rank
+        if state is None:
+            self._continue_at(Position.start(self.worker_config.workers_per_rank))
+        else:
+            from energon_lite.resume.restore import restore_rank
 
-        self._continue_from(None if state is None else restore_rank(state, self._target()))
+            self._continue_at(restore_rank(state, self._target()))
 
     def save_state_global(self, global_dst_rank: int = 0) -> list[dict[str, Any]] | None:
         """Gather every rank's state on ``global_dst_rank`` (None on the other ranks)."""
@@ -418,20 +401,11 @@ class SavableLoader(StatefulLoader):
         States saved with another number of ranks or workers are redistributed over this
         layout (:func:`energon_lite.resume.elastic.redistribute`): the rest of their epoch is
         delivered exactly once, then later epochs are partitioned over this layout."""
-        import torch.distributed as dist
+        from energon_lite.resume.restore import restore_global
 
-        from energon_lite.resume.restore import for_this_layout, restore_run
-
-        if src_rank is not None and dist.is_available() and dist.is_initialized():
-            group = self.worker_config.data_parallel_group
-            received: list[Any] = [None]
-            sent = None
-            if dist.get_rank() == src_rank:  # another layout: src redistributes for all ranks
-                sent = [state.plain() for state in for_this_layout(states, self._target())]
-            dist.scatter_object_list(received, sent, src=src_rank, group=group)
-            self.restore_state_rank(received[0])
-            return
-        self._continue_from(restore_run(states, self._target()))
+        position = restore_global(states, self._target(), src_rank)
+        self._stop_stream()  # a running pass continues from the restored position
+        self._position = position
 
 
 def _paths(dataset: SavableDataset) -> str:

@@ -47,11 +47,11 @@ from energon_lite.stages.plan import Node
 from energon_lite.stages.reader import Reader
 from energon_lite.stages.routing import leaf_of
 from energon_lite.stages.shuffle import ShuffleBuffer
+from energon_lite.storage.session import session
 from energon_lite.task_encoder.base import TaskEncoder
 from energon_lite.worker import CanonicalLayout, WorkerConfig, WorkerSlot
 
 log = logging.getLogger(__name__)
-_TOLD_FEW: set[tuple[str, int, int]] = set()  # (split, samples, global workers) already logged
 
 
 @dataclass
@@ -524,8 +524,8 @@ class DatasetPipeline:
         workers = wc.world_size * wc.workers_per_rank
         for ds in self.datasets:
             told = (f"{ds.root}:{ds.split_part}", len(ds), workers)
-            if 0 < len(ds) < workers and told not in _TOLD_FEW:
-                _TOLD_FEW.add(told)  # once per split and layout, not once per rank or worker
+            # once per split and layout in a process, not once per loader or worker
+            if 0 < len(ds) < workers and session().tell_once(told):
                 log.warning(
                     "split %r of %s has %d samples, fewer than world_size x num_workers = "
                     "%d x %d = %d global workers: %d workers get no sample of it",

@@ -47,13 +47,12 @@ from energon_lite.errors import StateError, short_repr
 from energon_lite.quotas import PER_WORKER, exact_repetitions, passes
 from energon_lite.resume.levels import holds_sub_key, walk_states
 from energon_lite.resume.ownership import LeafPlan, check_ownership
-from energon_lite.resume.rank_state import RankState, SavedRun, read_run
+from energon_lite.resume.rank_state import RankState, SavedRun, check_same_config, read_run
 from energon_lite.stages.base import Stage, stage_class
 from energon_lite.stages.blend_epochized import EpochizedBlend
 from energon_lite.stages.blend_weighted import WeightedBlend
 from energon_lite.stages.elastic_deal import ElasticDeal, LeafWork
 from energon_lite.stages.reader import Reader
-from energon_lite.state.codec import check_same_config
 from energon_lite.state.restore_key import SampleKey, from_plain, sample_keys
 
 LAYOUT = ("rank", "world_size", "num_workers")

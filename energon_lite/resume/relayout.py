@@ -24,11 +24,10 @@ from typing import Any
 from energon_lite.errors import StateError, short_repr
 from energon_lite.resume.elastic import redistributed, refuse_unmovable
 from energon_lite.resume.ownership import check_ownership
-from energon_lite.resume.rank_state import RankState, SavedRun
+from energon_lite.resume.rank_state import RankState, SavedRun, check_same_config
 from energon_lite.resume.target import RestoreTarget
 from energon_lite.stages.base import stage_class
 from energon_lite.stages.phases import Phases
-from energon_lite.state.codec import check_same_config
 from energon_lite.worker import CanonicalLayout, WorkerConfig, WorkerSlot
 
 log = logging.getLogger(__name__)

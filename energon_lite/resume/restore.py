@@ -4,10 +4,11 @@
 its own (:meth:`RankState.read`) and against the loader (:func:`checked_for`: the same
 configuration, every worker chain of the declared shape, a batch count inside the pass, the
 workers owning their work once, :func:`check_owned`).
-``restore_state_global(states)`` is :func:`restore_run`: every rank's state read together
+``restore_state_global(states)`` is :func:`restore_global`: every rank's state read together
 (:func:`read_run`) and, where they were saved on another layout, moved to this one
 (:func:`for_this_layout`: canonical relayout or elastic redistribution), then this rank's
-checked as above. Nothing here builds a chain: each worker restores its own from its
+checked as above. The loader hands the states down once and gets back its new
+:class:`Position`. Nothing here builds a chain: each worker restores its own from its
 state, and every stage checks its own fields (``Stage._validate``). A state saved by
 Megatron-Energon 7.x is recognised in both and continued
 (:mod:`energon_lite.resume.energon_state`).
@@ -21,14 +22,15 @@ from energon_lite.errors import StateError
 from energon_lite.resume.elastic import redistributed
 from energon_lite.resume.energon_state import energon_rank_states
 from energon_lite.resume.ownership import check_ownership
-from energon_lite.resume.rank_state import RankState, SavedRun, read_run
+from energon_lite.resume.position import Position
+from energon_lite.resume.rank_state import RankState, SavedRun, check_same_config, read_run
 from energon_lite.resume.relayout import pipeline_trees, relayout
 from energon_lite.resume.target import RestoreTarget
-from energon_lite.state.codec import check_same_config, check_state_shape
+from energon_lite.state.codec import check_state_shape
 from energon_lite.state.energon_import import is_energon_state
 
 
-def restore_rank(state: Any, target: RestoreTarget) -> RankState:
+def restore_rank(state: Any, target: RestoreTarget) -> Position:
     """``state`` (from ``save_state_rank``, ours or Energon's) checked for the ``target``
     loader."""
     if is_energon_state(state):
@@ -36,9 +38,25 @@ def restore_rank(state: Any, target: RestoreTarget) -> RankState:
     return checked_for(RankState.read(state), target)
 
 
-def restore_run(states: Any, target: RestoreTarget) -> RankState:
+def restore_global(states: Any, target: RestoreTarget, src_rank: int | None = None) -> Position:
     """This rank's position from every rank's state (``save_state_global``), saved on this
-    layout or another."""
+    layout or another. With ``src_rank`` in a process group, only that rank needs the
+    states: it moves them to this layout and sends each rank its own."""
+    import torch.distributed as dist
+
+    if src_rank is not None and dist.is_available() and dist.is_initialized():
+        received: list[Any] = [None]
+        sent = None
+        if dist.get_rank() == src_rank:  # another layout: src moves the states for all ranks
+            sent = [state.plain() for state in for_this_layout(states, target)]
+        group = target.worker_config.data_parallel_group
+        dist.scatter_object_list(received, sent, src=src_rank, group=group)
+        return restore_rank(received[0], target)
+    return restore_run(states, target)
+
+
+def restore_run(states: Any, target: RestoreTarget) -> Position:
+    """This rank's position from every rank's state, all given here."""
     wc = target.worker_config
     moved = for_this_layout(states, target)
     if len(moved) != wc.world_size:
@@ -71,9 +89,11 @@ def for_this_layout(states: Any, target: RestoreTarget) -> list[RankState]:
     return redistributed(run, wc.world_size, wc.num_workers, target.config, target.leaves())
 
 
-def checked_for(state: RankState, target: RestoreTarget) -> RankState:
-    """``state`` if the ``target`` loader can continue it: the same configuration, every
-    worker chain of the declared shape (the values are checked when a worker restores)."""
+def checked_for(state: RankState, target: RestoreTarget) -> Position:
+    """The position ``state`` records, if the ``target`` loader can continue it: the same
+    configuration, every worker chain of the declared shape (the values are checked when a
+    worker restores), a batch count inside the pass, then the workers owning their work once
+    (a check that reads only states of the declared shape)."""
     try:
         check_same_config(state.config, target.config)
     except StateError as exc:
@@ -86,7 +106,7 @@ def checked_for(state: RankState, target: RestoreTarget) -> RankState:
     if limit is not None and state.in_pass > limit:
         raise StateError(f"loader state in_pass={state.in_pass} is not a batch count")
     check_owned(state, target)
-    return state
+    return Position(list(state.workers), state.next_worker, state.epoch, state.in_pass)
 
 
 def check_owned(state: RankState, target: RestoreTarget) -> None:

@@ -99,30 +99,6 @@ def _short_path(path: str) -> str:
     return path if len(path) <= 120 else path[:100] + "..."
 
 
-def check_same_config(saved: Any, current: dict[str, Any]) -> None:
-    """Raise StateError naming every setting in which ``saved`` differs from ``current``."""
-    if not isinstance(saved, dict):
-        raise StateError(f"loader state has no config dict (got {type(saved).__name__}); corrupt")
-    differences = [
-        f"{key}: state has {short_repr(saved.get(key))}, this loader has {short_repr(current[key])}"
-        for key in current
-        if _normalise(saved.get(key)) != _normalise(current[key])
-    ]
-    if differences:
-        raise StateError(
-            "loader state belongs to another loader configuration: " + "; ".join(differences)
-        )
-
-
-def _normalise(value: Any) -> Any:
-    """Tuples and lists compare equal (msgpack turns tuples into lists)."""
-    if isinstance(value, (list, tuple)):
-        return [_normalise(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _normalise(v) for k, v in value.items()}
-    return value
-
-
 def state_count(value: Any, what: str) -> int:
     """An integer >= 0 read from a state (a counter, a position); StateError otherwise."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:

@@ -74,13 +74,10 @@ def default_folder() -> Path:
     return Path(root)
 
 
-_dir_alone_told = False
-
-
 def _tell_dir_alone() -> None:
     """ENERGON_LITE_CACHE_DIR without a limit: the shard cache stays off; say so, once."""
-    global _dir_alone_told
-    _dir_alone_told = True
+    if not session().tell_once("cache dir without a limit"):
+        return
     logger.warning(
         "ENERGON_LITE_CACHE_DIR is set but ENERGON_LITE_CACHE_LIMIT is not: remote shards are "
         "not cached (the folder holds only the remote .tar.idx copies); set "
@@ -92,7 +89,7 @@ def _tell_dir_alone() -> None:
 def from_environment() -> ShardCacheConfig | None:
     """The cache the environment asks for, or None (no ``ENERGON_LITE_CACHE_LIMIT``)."""
     limit = os.environ.get(LIMIT_ENV, "").strip()
-    if not limit and os.environ.get("ENERGON_LITE_CACHE_DIR") and not _dir_alone_told:
+    if not limit and os.environ.get("ENERGON_LITE_CACHE_DIR"):
         _tell_dir_alone()
     if not limit or limit.lower() in ("0", "off", "none"):
         return None

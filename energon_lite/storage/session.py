@@ -4,8 +4,10 @@ The clients (``clients.py``), the small files and folder listings read once (``o
 the read-ahead windows (``ranged.py``), the checked spans of cached shards
 (``shard_cache.py``), the shard caches and their prefetch threads (``prefetch.py``), the
 shard cache chosen for the running chain (``cache_config.py``), the request counters
-(``retry.py``) and the datasets' metadata (``shards/metadata.py``) hang off the session that
-``session()`` returns; no module of the storage layer keeps state of its own.
+(``retry.py``), the datasets' metadata (``shards/metadata.py``), the warnings told once per
+process (:meth:`StorageSession.tell_once`) and Energon's debug sample logs open in the process
+(``worker.py``) hang off the session that ``session()`` returns; no module keeps such state
+of its own.
 
 Forks. One hook (``fork_hook.after_in_child_fork_hook``) gives a forked child a session of
 its own: new clients (a client's connection pool and event loop are never shared across
@@ -28,7 +30,8 @@ import threading
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
 
 from energon_lite.fork_hook import after_in_child_fork_hook
 
@@ -91,6 +94,11 @@ class StorageSession:
         self.jitter = random.Random()  # retry delays (timing only): a child draws its own
         # shards/metadata.py: a prepared dataset's .nv-meta, by root
         self.metadata: dict[Any, Any] = {}
+        # warnings given once per process (a forked worker knows what its trainer told)
+        self.told: set[Any] = set()
+        # worker.py: Energon's debug sample logs open in this process (a forked child opens
+        # its own: it never writes through its parent's file objects)
+        self.debug_logs: dict[Path, TextIO] = {}
         if parent is not None:
             self._inherit(parent)
 
@@ -104,6 +112,15 @@ class StorageSession:
         counts = {k: v for k, v in vars(parent.stats).items() if not k.startswith("_")}
         self.stats = RetryStats(**counts)
         self.metadata = dict(parent.metadata)
+        self.told = set(parent.told)
+
+    def tell_once(self, what: Any) -> bool:
+        """Whether the warning ``what`` (a hashable that names it) is new to this process;
+        it is told from now on."""
+        if what in self.told:
+            return False
+        self.told.add(what)
+        return True
 
     def shard_cache(self, config: ShardCacheConfig | None) -> ShardCacheScope:
         """A reusable ``with`` block in which remote shards go through ``config``'s cache

@@ -17,8 +17,9 @@ import json
 from typing import Any
 
 from energon_lite.errors import DatasetFormatError
-from energon_lite.flavors.tables.format import TableFormat, require, rows_of
-from energon_lite.flavors.tables.parquet import MEDIA_FEATURES, column_types, media_bytes
+from energon_lite.flavors.tables.columns import MEDIA_FEATURES, table_rows
+from energon_lite.flavors.tables.format import TableFormat, require
+from energon_lite.flavors.tables.parquet import column_types
 from energon_lite.storage import StoragePath, local_only
 
 STATE = "state.json"
@@ -83,15 +84,8 @@ class ArrowFormat(TableFormat):
         return self.opened(shard_id, load)
 
     def read_rows(self, shard_id: int, start: int, end: int) -> list[dict[str, Any]]:
-        table = self._table(shard_id).slice(start, end - start)
-        path = self.shard_path(shard_id)
-        columns = {}
-        for name in table.column_names:
-            values = table.column(name).to_pylist()
-            if name in self.media:
-                values = [media_bytes(path, name, start + i, v) for i, v in enumerate(values)]
-            columns[name] = values
-        return rows_of(columns, 0, end - start)
+        table = self._table(shard_id)
+        return table_rows(table, start, end, self.media, self.shard_path(shard_id))
 
 
 FORMAT = ArrowFormat

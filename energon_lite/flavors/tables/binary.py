@@ -1,7 +1,10 @@
-"""What MDS shards and LitData chunks share: an offset table of samples, and compression.
+"""What MDS shards and LitData chunks share: an ``index.json`` per split, an offset table of
+samples, and compression.
 
-Both start with ``uint32 count`` and ``count + 1`` ``uint32`` offsets (absolute in the file),
-each sample's bytes between two offsets. Rows ``[start, end)`` cost two ``pread`` calls on
+A folder with its own ``index.json`` is one split, read under any split name (as a JSONL
+file is); else the split is ``<folder>/<split>/index.json``. Both files start with
+``uint32 count`` and ``count + 1`` ``uint32`` offsets (absolute in the file), each sample's
+bytes between two offsets. Rows ``[start, end)`` cost two ``pread`` calls on
 an uncompressed file (local, or ranged GETs on object storage). A compressed file (zstd,
 gzip, bz2) has no random access: it is decompressed whole, once per process, into the
 format's LRU of blocks.
@@ -12,13 +15,39 @@ from __future__ import annotations
 import bz2
 import gzip
 import itertools
-from typing import Any
+import json
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
 
 from energon_lite.errors import DatasetFormatError
 from energon_lite.flavors.tables.format import TableFormat, require
 from energon_lite.storage import ShardFile, StoragePath
+
+INDEX = "index.json"
+T = TypeVar("T")
+
+
+def read_index(
+    root: StoragePath, split_part: str, what: str, take: Callable[[Any], T]
+) -> tuple[StoragePath, str, T]:
+    """The ``index.json`` of ``split_part``: its path, the prefix of its files' names under
+    ``root`` (``""`` or ``"<split>/"``) and what ``take`` picks from it (a missing key or a
+    wrong type raises, naming the file and the ``what`` it is not)."""
+    if (root / INDEX).is_file():
+        folder = root
+    elif (root / split_part / INDEX).is_file():
+        folder = root / split_part
+    else:
+        raise DatasetFormatError(
+            f"{root}: neither {INDEX} nor {split_part}/{INDEX} found (split {split_part!r})"
+        )
+    try:
+        value = take(json.loads((folder / INDEX).read_text()))
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
+        raise DatasetFormatError(f"{folder / INDEX}: not a {what} index: {exc}") from None
+    return folder / INDEX, "" if folder == root else f"{split_part}/", value
 
 
 def decompress(path: StoragePath, data: bytes, compression: str) -> bytes:

@@ -85,12 +85,6 @@ class TableFormat:
         return {**self.__dict__, "_blocks": OrderedDict(), "_open": {}}
 
 
-def rows_of(columns: dict[str, list[Any]], first: int, last: int) -> list[dict[str, Any]]:
-    """Rows ``[first, last)`` of a block of columns, as one dict per row."""
-    names = list(columns)
-    return [dict(zip(names, values)) for values in zip(*(columns[n][first:last] for n in names))]
-
-
 def open_format(name: str, root: StoragePath, split_part: str) -> TableFormat:
     """The reader of format ``name`` (a module of this package) for one split."""
     if name not in FORMATS:
@@ -116,15 +110,3 @@ def pick_split(where: StoragePath, found: dict[str, list[str]], split_part: str)
     if not found:
         raise DatasetFormatError(f"{where}: no data files found")
     raise DatasetFormatError(f"{where}: no split {short_repr(split_part)}; it has {sorted(found)}")
-
-
-def index_folder(root: StoragePath, split_part: str, marker: str = "index.json") -> StoragePath:
-    """Where the ``index.json`` of a split lives: the folder itself (one split, read under
-    any split name, as a JSONL file is) or its subfolder named like the split."""
-    if (root / marker).is_file():
-        return root
-    if (root / split_part / marker).is_file():
-        return root / split_part
-    raise DatasetFormatError(
-        f"{root}: neither {marker} nor {split_part}/{marker} found (split {split_part!r})"
-    )

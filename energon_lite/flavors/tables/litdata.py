@@ -29,8 +29,8 @@ import numpy as np
 import torch
 
 from energon_lite.errors import DatasetFormatError
-from energon_lite.flavors.tables.binary import decompress, sample_bytes, split_sizes
-from energon_lite.flavors.tables.format import TableFormat, index_folder
+from energon_lite.flavors.tables.binary import decompress, read_index, sample_bytes, split_sizes
+from energon_lite.flavors.tables.format import TableFormat
 from energon_lite.flavors.tables.mds import _image_list, _pil
 from energon_lite.storage import ShardFile, StoragePath
 
@@ -120,6 +120,12 @@ def _rebuild(spec: dict[str, Any], leaves: list[Any]) -> Any:
     return children  # a list, or a named tuple as its fields
 
 
+def _index_parts(index: Any) -> tuple[dict[str, Any], list[Any], list[str], dict[str, Any]]:
+    """A LitData index's config, chunks, leaf serializers and item treespec."""
+    config = index["config"]
+    return config, index["chunks"], list(config["data_format"]), json.loads(config["data_spec"])[1]
+
+
 class LitDataFormat(TableFormat):
     """The chunks of one LitData split, from its ``index.json``."""
 
@@ -127,16 +133,9 @@ class LitDataFormat(TableFormat):
 
     def __init__(self, root: StoragePath, split_part: str) -> None:
         super().__init__(root, split_part)
-        folder = index_folder(root, split_part)
-        prefix = "" if folder == root else f"{split_part}/"
-        index_file = folder / "index.json"
-        try:
-            index = json.loads(index_file.read_text())
-            config, chunks = index["config"], index["chunks"]
-            self.formats: list[str] = list(config["data_format"])
-            self.spec: dict[str, Any] = json.loads(config["data_spec"])[1]
-        except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
-            raise DatasetFormatError(f"{index_file}: not a LitData index: {exc}") from None
+        index_file, prefix, (config, chunks, self.formats, self.spec) = read_index(
+            root, split_part, "LitData", _index_parts
+        )
         refused = [
             f"{key}={config[key]!r}"
             for key, fine in (("encryption", None), ("item_loader", "PyTreeLoader"))

@@ -17,7 +17,6 @@ Streaming returns it), ``str`` text, ``int`` / ``float16..64`` / ``int8..uint64`
 
 from __future__ import annotations
 
-import json
 from decimal import Decimal
 from typing import Any
 
@@ -25,8 +24,8 @@ import numpy as np
 from PIL import Image
 
 from energon_lite.errors import DatasetFormatError
-from energon_lite.flavors.tables.binary import sample_bytes, split_sizes
-from energon_lite.flavors.tables.format import TableFormat, index_folder
+from energon_lite.flavors.tables.binary import read_index, sample_bytes, split_sizes
+from energon_lite.flavors.tables.format import TableFormat
 from energon_lite.storage import StoragePath, ops
 
 _SCALARS = {
@@ -118,13 +117,8 @@ class MdsFormat(TableFormat):
 
     def __init__(self, root: StoragePath, split_part: str) -> None:
         super().__init__(root, split_part)
-        folder = index_folder(root, split_part)
-        prefix = "" if folder == root else f"{split_part}/"
-        index_file = folder / "index.json"
-        try:
-            shards = json.loads(index_file.read_text())["shards"]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise DatasetFormatError(f"{index_file}: not an MDS index: {exc}") from None
+        index_file, prefix, shards = read_index(root, split_part, "MDS", lambda i: i["shards"])
+        folder = index_file.parent
         self.columns: list[str] = []
         self.encodings: list[str] = []
         self.fixed: list[int | None] = []

@@ -13,10 +13,11 @@ config at a time: give ``<folder>/<config>`` as the path, or ``<config>/<split>`
 
 Counts and row-group sizes come from each file's footer (one ranged read per file on
 object storage), so opening reads no data. A row is found by row group + offset; a read
-decodes the row groups it touches (kept in the format's LRU). Columns come out as Python
-values (``to_pylist``); a Hugging Face ``Image`` or ``Audio`` column (``{bytes, path}``
-structs, named in the schema's ``huggingface`` metadata) becomes the file's bytes, decoded
-by content; a ``path`` without bytes is read relative to the Parquet file.
+reads the row groups it touches into Arrow tables (kept in the format's LRU) and converts
+only its rows to Python values (``columns.py``); a Hugging Face ``Image`` or ``Audio`` column
+(``{bytes, path}`` structs, named in the schema's ``huggingface`` metadata) becomes the
+file's bytes, decoded by content; a ``path`` without bytes is read relative to the Parquet
+file.
 """
 
 from __future__ import annotations
@@ -28,12 +29,12 @@ import re
 from typing import Any
 
 from energon_lite.errors import DatasetFormatError
-from energon_lite.flavors.tables.format import TableFormat, pick_split, require, rows_of
+from energon_lite.flavors.tables.columns import MEDIA_FEATURES, table_rows
+from energon_lite.flavors.tables.format import TableFormat, pick_split, require
 from energon_lite.shards.meta import META_DIR
-from energon_lite.storage import StoragePath, as_path, open_binary, ops
+from energon_lite.storage import StoragePath, open_binary, ops
 
 SPLIT_NAMES = ("train", "test", "validation", "valid", "val", "dev")
-MEDIA_FEATURES = ("Image", "Audio")
 _SHARD_NAME = re.compile(r"^(?P<split>[\w.]+?)-\d{5}(-of-\d{5})?$")
 
 
@@ -137,51 +138,26 @@ class ParquetFormat(TableFormat):
 
     def read_rows(self, shard_id: int, start: int, end: int) -> list[dict[str, Any]]:
         starts = self.row_groups[shard_id]
+        path = self.shard_path(shard_id)
         rows: list[dict[str, Any]] = []
         group = _group_of(starts, start)
         while len(rows) < end - start:
-            columns = self.block(
-                (shard_id, group), functools.partial(self._decode, shard_id, group)
+            table = self.block(
+                (shard_id, group), functools.partial(self._read_group, shard_id, group)
             )
             first = start + len(rows) - starts[group]
             last = min(end, starts[group + 1]) - starts[group]
-            rows.extend(rows_of(columns, first, last))
+            rows.extend(table_rows(table, first, last, self.media, path, starts[group]))
             group += 1
         return rows
 
-    def _decode(self, shard_id: int, group: int) -> dict[str, list[Any]]:
-        """Row group ``group`` of a shard as Python lists, media columns as their bytes."""
+    def _read_group(self, shard_id: int, group: int) -> Any:
+        """Row group ``group`` of a shard as an Arrow table (rows become Python values as
+        they are read, ``columns.py``)."""
         pq = require("pyarrow.parquet", "parquet", "a Parquet dataset")
         path = self.shard_path(shard_id)
         file = self.opened(shard_id, lambda: pq.ParquetFile(open_binary(path)))
-        table = file.read_row_group(group)
-        columns = {}
-        for name in table.column_names:
-            values = table.column(name).to_pylist()
-            if name in self.media:
-                first = self.row_groups[shard_id][group]
-                values = [media_bytes(path, name, first + i, v) for i, v in enumerate(values)]
-            columns[name] = values
-        return columns
-
-
-def media_bytes(path: StoragePath, column: str, row: int, value: Any) -> Any:
-    """An ``Image``/``Audio`` struct's bytes (read from its ``path`` when it has none)."""
-    if not isinstance(value, dict):
-        return value  # None (a missing image) or already plain bytes
-    data = value.get("bytes")
-    if data is not None:
-        return data
-    where = value.get("path")
-    if not where:
-        return None
-    target = as_path(where) if "://" in where else path.parent / where  # relative or absolute
-    if not target.is_file():
-        raise DatasetFormatError(
-            f"{path}: row {row}, column {column!r}: no bytes, and its path {where!r} "
-            f"is not a file ({target})"
-        )
-    return target.read_bytes()
+        return file.read_row_group(group, use_threads=False)
 
 
 def _group_of(starts: list[int], row: int) -> int:
