@@ -370,3 +370,41 @@ def test_video_parts_of_webdataset_samples_arrive_as_decoders(tmp_path: Path) ->
     assert sorted(by_key) == ["c0", "c1", "c2", "c3"]
     assert all(s["frames"] == [2, 3, 4, 5] for s in batch)
     assert [by_key[f"c{i}"]["length"] for i in range(4)] == [20, 21, 22, 23]
+
+
+def _plain_decode(data: bytes) -> np.ndarray:
+    """Every frame of the video, decoded from the first without skipping, as RGB."""
+    with av.open(io.BytesIO(data)) as container:
+        container.streams.video[0].codec_context.thread_type = "NONE"
+        return np.stack([f.to_ndarray(format="rgb24") for f in container.decode(video=0)])
+
+
+@pytest.mark.parametrize("container", ["mp4", "mkv"])
+def test_skipping_unwanted_non_reference_frames_keeps_every_frame_exact(container: str) -> None:
+    """Decoding forward from a keyframe, the B-frames before the range that nothing refers to
+    are skipped; the frames handed out are those of a plain decode, to the byte."""
+    data = video_bytes(
+        container, num_frames=180, width=64, height=48, gop_size=60,
+        video_options={"preset": "medium"},
+    )  # fmt: skip
+    plain = _plain_decode(data)
+    assert len(plain) == 180
+    decoder = AVDecoder(data)
+    ranges = [(50, 53), (55, 70), (100, 115), (119, 121), (10, 12), (170, 179)]
+    clips = decoder.get_clips(ranges, video_unit="frames").video_clips
+    for (start, end), clip in zip(ranges, clips, strict=True):
+        assert indices(clip) == list(range(start, end + 1))
+        assert np.array_equal(clip.permute(0, 2, 3, 1).numpy(), plain[start : end + 1])
+    # without skipping, (50, 53) alone decodes every frame from the keyframe before it
+    with av.open(io.BytesIO(data)) as opened:
+        packets = sorted(
+            (p for p in opened.demux(video=0) if p.pts is not None), key=lambda p: p.pts
+        )
+    key = max(i for i, p in enumerate(packets) if p.is_keyframe and i <= 50)
+    first = AVDecoder(data)
+    first.get_clips([(50, 53)], video_unit="frames")
+    assert first.stats.decoded_video_frames < 54 - key
+    uniform = get_clips_uniform(AVDecoder(data), clip_duration_seconds=0.5, num_clips=4)
+    for clip in uniform.video_clips:
+        start = indices(clip)[0]
+        assert np.array_equal(clip.permute(0, 2, 3, 1).numpy(), plain[start : start + len(clip)])

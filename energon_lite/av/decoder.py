@@ -377,6 +377,7 @@ class AVDecoder(EnergonAVMethods):
         cursor = self._cursor
         if cursor is None or cursor.stream is not stream or not self._can_continue(cursor, lo):
             cursor = self._cursor = self._seek(stream, lo, step)
+        cursor.unwanted_before, cursor.step = lo, step
         while True:
             frame = cursor.next_frame()
             if frame is None:
@@ -413,14 +414,40 @@ class AVDecoder(EnergonAVMethods):
 
 
 class _Cursor:
-    """A decode position in one stream: the frame iterator plus one frame read ahead."""
+    """A decode position in one stream: the frame iterator plus one frame read ahead.
+
+    Decoding forward from a keyframe to the wanted frames, the packets of frames that end
+    before ``unwanted_before`` (pts) and that no other frame refers to are not decoded at all:
+    FFmpeg's ``skip_frame = NONREF``, switched per packet, so every frame handed out is
+    decoded exactly as a plain decode would (for the codecs in ``_SKIPS_NONREF``).
+    """
 
     def __init__(self, decoder: AVDecoder, stream: av.stream.Stream) -> None:
         self.decoder, self.stream = decoder, stream
-        self.frames = decoder._open().decode(stream)
         self.pending: Any = None
         self.position = -INF
         self.video = stream.type == "video"
+        self.unwanted_before, self.step = -INF, 1.0
+        skips = self.video and stream.codec_context.name in _SKIPS_NONREF
+        self.frames = self._skipping() if skips else decoder._open().decode(stream)
+
+    def _skipping(self) -> Iterator[Any]:
+        """``container.decode(stream)``, without the unwanted non-reference frames."""
+        context = self.stream.codec_context
+        skipping = False
+        try:
+            for packet in self.decoder._open().demux(self.stream):
+                pts = packet.pts
+                unwanted = pts is not None and pts + (packet.duration or self.step) <= (
+                    self.unwanted_before
+                )
+                if unwanted is not skipping:
+                    context.skip_frame = "NONREF" if unwanted else "DEFAULT"
+                    skipping = unwanted
+                yield from packet.decode()
+        finally:
+            if skipping:
+                context.skip_frame = "DEFAULT"
 
     def next_frame(self) -> Any:
         if self.pending is not None:
@@ -441,6 +468,11 @@ class _Cursor:
                 stats.decoded_audio_frames += 1
         self.position = frame.pts if frame.pts is not None else self.position
         return frame
+
+
+# Codecs whose non-reference frames FFmpeg marks exactly (nal_ref_idc / the NAL unit type):
+# skipping them never changes another frame
+_SKIPS_NONREF = frozenset({"h264", "hevc"})
 
 
 def _start_pts(stream: av.stream.Stream) -> int:

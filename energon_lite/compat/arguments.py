@@ -19,9 +19,8 @@ Energon's, each a named parameter with Energon's default, and hand the core type
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from energon_lite.cache.base import CachePool
 from energon_lite.decode import SampleDecoder
 from energon_lite.errors import MAX_SKIP_FRACTION, ConfigError
 from energon_lite.loader import api
@@ -33,6 +32,9 @@ from energon_lite.loader.watchdog_dataset import WatchdogDataset
 from energon_lite.storage.cache_config import ShardCacheConfig
 from energon_lite.task_encoder.base import DefaultTaskEncoder, TaskEncoder
 from energon_lite.worker import WorkerConfig
+
+if TYPE_CHECKING:
+    from energon_lite.cache.base import CachePool
 
 # where a warning points: the caller of the public function (decoder_arguments <- public)
 _CALLER = 3

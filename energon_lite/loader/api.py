@@ -11,9 +11,8 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from energon_lite.cache.base import CachePool
 from energon_lite.errors import MAX_SKIP_FRACTION, ConfigError, check_skip_fraction, short_repr
 from energon_lite.loader.canonical import canonical_for
 from energon_lite.loader.healing import DEFAULT_WINDOW_S
@@ -28,6 +27,9 @@ from energon_lite.storage import RemotePath, as_path, is_remote
 from energon_lite.storage.cache_config import ShardCacheConfig, announce_shard_cache
 from energon_lite.task_encoder.base import DefaultTaskEncoder, TaskEncoder
 from energon_lite.worker import WorkerConfig
+
+if TYPE_CHECKING:  # the cookers' cache (and the storage it reads) loads only when one is given
+    from energon_lite.cache.base import CachePool
 
 # dataset constructors -------------------------------------------------------------------
 
@@ -283,6 +285,9 @@ def check_loader_arguments(
 ) -> None:
     """``cache_pool`` goes to the task encoder; anything a loader does not take is refused
     (arguments of the dataset and the worker layout, saying where they go)."""
+    if cache_pool is not None:
+        from energon_lite.cache.base import CachePool  # loaded only when one is given
+
     if cache_pool is not None and not isinstance(cache_pool, CachePool):
         raise ConfigError(
             f"cache_pool={type(cache_pool).__name__} object: need a CachePool "

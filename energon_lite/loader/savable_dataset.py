@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from torch.utils.data import IterableDataset, get_worker_info
 
 from energon_lite.errors import ConfigError, UnsavableStateError, restoring
-from energon_lite.loader.energon_tree import TreeNode, energon_tree
 from energon_lite.loader.probe import ChainProbe
 from energon_lite.loader.transport import check_descriptors_travel, check_sendable
 from energon_lite.loader.watchdog import Watchdog
@@ -26,6 +25,7 @@ from energon_lite.worker import WorkerConfig
 
 if TYPE_CHECKING:  # the pool's shared-memory machinery loads only with a loader that uses it
     from energon_lite.batching.memory import BatchMemoryPool
+    from energon_lite.loader.energon_tree import TreeNode  # a view, loaded when one is asked
 
 
 T_sample = TypeVar("T_sample", covariant=True)
@@ -166,6 +166,8 @@ class SavableDataset(IterableDataset[T_sample], Generic[T_sample]):
     def energon_view(self) -> TreeNode:
         """This dataset as the tree of wrapper datasets Energon builds for the same arguments
         (a read-only view, :mod:`energon_lite.loader.energon_tree`)."""
+        from energon_lite.loader.energon_tree import TreeNode, energon_tree
+
         if isinstance(self.pipeline, DatasetPipeline):
             return energon_tree(self.pipeline, self.worker_config, self.virtual_epoch_length)
         return TreeNode(type(self).__name__, {"config": self.config()})

@@ -17,7 +17,7 @@ import os
 import weakref
 from collections.abc import Generator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -33,11 +33,12 @@ from energon_lite.loader.stateful import StatefulLoader
 from energon_lite.loader.stats import LoaderStats
 from energon_lite.loader.stream import StreamSettings, shut_down, stream
 from energon_lite.loader.trace import DEFAULT_MAX_EVENTS, TraceBuffer
-from energon_lite.resume.ownership import LeafPlan
 from energon_lite.resume.position import Position
-from energon_lite.resume.restore import check_owned, restore_global, restore_rank
-from energon_lite.resume.target import RestoreTarget
 from energon_lite.worker import WorkerSlot
+
+if TYPE_CHECKING:  # a save or a restore loads them (and the elastic and relayout code below)
+    from energon_lite.resume.ownership import LeafPlan
+    from energon_lite.resume.target import RestoreTarget
 
 
 class SavableLoader(StatefulLoader):
@@ -327,6 +328,9 @@ class SavableLoader(StatefulLoader):
 
     def _target(self) -> RestoreTarget:
         """This loader, as what a saved state must match (:mod:`energon_lite.resume`)."""
+        from energon_lite.resume.ownership import LeafPlan
+        from energon_lite.resume.target import RestoreTarget
+
         wc = self.worker_config
         pipeline = self.dataset.pipeline
 
@@ -354,6 +358,8 @@ class SavableLoader(StatefulLoader):
     def _check_owned(self, workers: list[Any]) -> None:
         """The worker states received so far own their work once (before healing restarts
         workers from them), checked as every restore checks a rank."""
+        from energon_lite.resume.restore import check_owned
+
         position = Position(workers, self._position.next_worker, self._position.epoch)
         check_owned(position.rank_state(self.dataset.config()), self._target())
 
@@ -369,6 +375,8 @@ class SavableLoader(StatefulLoader):
         if state is None:
             self._continue_at(Position.start(self.worker_config.workers_per_rank))
         else:
+            from energon_lite.resume.restore import restore_rank
+
             self._continue_at(restore_rank(state, self._target()))
 
     def save_state_global(self, global_dst_rank: int = 0) -> list[dict[str, Any]] | None:
@@ -393,6 +401,8 @@ class SavableLoader(StatefulLoader):
         States saved with another number of ranks or workers are redistributed over this
         layout (:func:`energon_lite.resume.elastic.redistribute`): the rest of their epoch is
         delivered exactly once, then later epochs are partitioned over this layout."""
+        from energon_lite.resume.restore import restore_global
+
         position = restore_global(states, self._target(), src_rank)
         self._stop_stream()  # a running pass continues from the restored position
         self._position = position

@@ -16,7 +16,6 @@ import time
 from typing import Any
 
 from energon_lite.loader.probe import stage_of
-from energon_lite.loader.stats_report import label
 from energon_lite.loader.trace import TraceBuffer
 
 _SUMMED = ("own_ns", "out", "held_sum")  # per-stage lists
@@ -99,6 +98,8 @@ class LoaderStats:
             key = (tuple(snapshot["names"]), tuple(snapshot["inside"]))
             labels = self._labels.get(key)
             if labels is None:  # once per chain layout, not per event
+                from energon_lite.loader.stats_report import label  # with a trace only
+
                 labels = [label({"name": n, "inside": i}) for n, i in zip(*key)]
                 self._labels[key] = labels
             self.trace.worker_events(snapshot, labels)

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from energon_lite.errors import ConfigError
-from energon_lite.loader.energon_tree import TreeNode
 from energon_lite.loader.savable_dataset import SavableDataset
 from energon_lite.worker import WorkerConfig
+
+if TYPE_CHECKING:
+    from energon_lite.loader.energon_tree import TreeNode
 
 T_sample = TypeVar("T_sample", covariant=True)
 

@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from energon_lite.edataclass import edataclass
-from energon_lite.epathlib import EPath
 
 if TYPE_CHECKING:  # torch is imported where a tensor is made (batching), not by the types
     import torch
+
+    from energon_lite.epathlib import EPath  # with the file stores that make one
 
 T = TypeVar("T", bound="Sample")
 
@@ -39,6 +40,23 @@ class SourceInfo:
         ``send_to_device``) call ``to`` on what has it and otherwise rebuild dataclasses
         field by field, which a frozen one refuses; so batches pass them unchanged."""
         return self
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Every batch a worker sends carries one per sample: rebuilt in the trainer from a
+        # plain tuple, not by dataclasses' generic __setstate__ (which looks up the fields
+        # again for each one): about a third fewer instructions
+        return (_source_info, (self.dataset_path, self.index, self.shard_name, self.file_names))
+
+
+def _source_info(
+    dataset_path: EPath | str,
+    index: int | str | None,
+    shard_name: str | None,
+    file_names: tuple[str, ...],
+) -> SourceInfo:
+    return SourceInfo(
+        dataset_path=dataset_path, index=index, shard_name=shard_name, file_names=file_names
+    )
 
 
 # Energon's layout: the key fields are keyword-only and live in slots, so a subclass may add

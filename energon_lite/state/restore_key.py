@@ -30,6 +30,11 @@ class SampleKey(NamedTuple):
     sample: int
     epoch: int
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A batch carries one per sample: rebuilt by tuple.__new__ (C) in the trainer, not by
+        # the named tuple's Python-level __new__
+        return (tuple.__new__, (SampleKey, tuple(self)))
+
 
 class PackKey(NamedTuple):
     """A packed sample: the keys of its members, in pack order."""

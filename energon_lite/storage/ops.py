@@ -31,13 +31,15 @@ import tempfile
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from energon_lite.errors import DatasetFormatError
 from energon_lite.storage import retry
-from energon_lite.storage.clients import request_timeout, target
 from energon_lite.storage.path import RemotePath, StoragePath
 from energon_lite.storage.session import session
+
+if TYPE_CHECKING:
+    from energon_lite.storage.clients import Target
 
 _SMALL_LIMIT = 4 << 20  # files kept in memory are metadata, never shards
 
@@ -77,13 +79,21 @@ def forget_under(root: StoragePath, keep: StoragePath | None = None) -> None:
                 del cache[key]
 
 
+def _target(path: RemotePath) -> Target:
+    """The client for a remote ``path``: the client layer (and the MSC profile reader) loads
+    with the first remote path, never for a local dataset."""
+    from energon_lite.storage.clients import target
+
+    return target(path)
+
+
 def info(path: RemotePath) -> dict[str, Any] | None:
     """The store's description of an object (size, type, modification time), None if absent."""
     return _info(path)
 
 
 def _info(path: RemotePath) -> dict[str, Any] | None:
-    t = target(path)
+    t = _target(path)
     try:
         return retry.call(lambda: t.fs.info(t.path), "stat", str(path), t.secrets)
     except DatasetFormatError:
@@ -114,7 +124,7 @@ def is_dir(path: StoragePath) -> bool:
     """A local folder, or a remote prefix holding at least one object."""
     if isinstance(path, Path):
         return path.is_dir()
-    t = target(path)
+    t = _target(path)
     if path.scheme in ("http", "https"):
         return True  # no listing over plain HTTP: a folder is whatever the server serves
     if "/" not in t.path.strip("/"):  # a bucket: a folder while it holds an object, as in MSC
@@ -129,7 +139,7 @@ def absence(path: StoragePath) -> str | None:
         return None if path.exists() else "the path does not exist"
     if path.scheme not in ("s3", "az", "gs"):
         return None  # HTTP has no listing; an MSC profile names its own base
-    t = target(path)
+    t = _target(path)
     bucket = t.path.strip("/").split("/")[0]
     if not retry.call(lambda: t.fs.exists(bucket), "list", str(path), t.secrets):
         return f"bucket {bucket!r} does not exist (or these credentials cannot see it)"
@@ -155,7 +165,7 @@ def read_bytes(path: StoragePath) -> bytes:
     small = session().small
     data = small.get(path)
     if data is None:
-        t = target(path)
+        t = _target(path)
         data = retry.call(lambda: t.fs.cat_file(t.path), "read", str(path), t.secrets)
         retry.STATS.add("bytes", len(data))
         if len(data) <= _SMALL_LIMIT:
@@ -174,7 +184,7 @@ def read_range(path: RemotePath, start: int, end: int, version: str = "") -> byt
     end = min(end, stat(path)[1])
     if end <= start:
         return b""
-    t = target(path)
+    t = _target(path)
     where = f"{path} bytes {start}-{end}"
 
     def get() -> bytes:
@@ -222,6 +232,8 @@ def _bounded_get(path: RemotePath, t: Any, start: int, end: int, expected: str) 
     from fsspec.asyn import sync
 
     get = _GETS.get(path.scheme, _http_get)
+    from energon_lite.storage.clients import request_timeout
+
     timeout = request_timeout()
 
     async def bounded() -> tuple[bytes, str] | None:
@@ -253,6 +265,8 @@ def _blocking_get(path: RemotePath, t: Any, start: int, end: int, expected: str)
     """``_bounded_get`` for a client without an event loop (MSC's): the GET runs on one of the
     session's threads, waited for ``request_timeout()`` seconds at most; one that overruns is
     left to end on its SDK's socket timeout while the retry goes ahead."""
+    from energon_lite.storage.clients import request_timeout
+
     held = session()
     if held.blocking is None:
         held.blocking = ThreadPoolExecutor(max_workers=4, thread_name_prefix="energon-lite-get")
@@ -421,7 +435,7 @@ def list_files(root: StoragePath, suffix: str, skip: str = "") -> list[str]:
         return sorted(found)
     if root.scheme in ("http", "https"):
         raise DatasetFormatError(f"{root}: an HTTP server cannot be listed; it is read-only")
-    t = target(root)
+    t = _target(root)
     found = retry.call(lambda: t.fs.find(t.path), "list", str(root), t.secrets)
     prefix = t.path.rstrip("/") + "/"
     names = [f[len(prefix) :] for f in found if f.startswith(prefix) and f.endswith(suffix)]
@@ -443,7 +457,7 @@ def fresh_listing(folder: RemotePath) -> dict[str, tuple[str, int]] | None:
 
 
 def _list(folder: RemotePath) -> dict[str, dict[str, Any]]:
-    t = target(folder)
+    t = _target(folder)
     try:
         listed = retry.call(
             lambda: t.fs.ls(t.path, detail=True, refresh=True), "list", str(folder), t.secrets
@@ -500,7 +514,7 @@ def read_range_all(path: StoragePath) -> bytes:
     """The whole file, read now (never from or into the small-file memory)."""
     if isinstance(path, Path):
         return path.read_bytes()
-    t = target(path)
+    t = _target(path)
     data = retry.call(lambda: t.fs.cat_file(t.path), "read", str(path), t.secrets)
     retry.STATS.add("bytes", len(data))
     return data
@@ -517,7 +531,7 @@ def downloaded(path: StoragePath) -> Iterator[Path]:
     fd, name = tempfile.mkstemp(prefix="scan-", suffix=".tar", dir=folder)
     os.close(fd)
     try:
-        t = target(path)
+        t = _target(path)
         retry.call(lambda: t.fs.get_file(t.path, name), "download", str(path), t.secrets)
         retry.STATS.add("bytes", os.path.getsize(name))
         yield Path(name)
@@ -534,7 +548,7 @@ def delete(path: StoragePath) -> None:
         raise DatasetFormatError(f"{path}: HTTP datasets are read-only")
     if _info(path) is None:
         raise FileNotFoundError(str(path))
-    t = target(path)
+    t = _target(path)
     retry.call(lambda: t.fs.rm_file(t.path), "delete", str(path), t.secrets)
     forget(path)
 
@@ -556,6 +570,6 @@ def write_atomic(path: StoragePath, data: bytes) -> None:
         return
     if path.scheme in ("http", "https"):
         raise DatasetFormatError(f"{path}: HTTP datasets are read-only; prepare them elsewhere")
-    t = target(path)
+    t = _target(path)
     retry.call(lambda: t.fs.pipe_file(t.path, data), "write", str(path), t.secrets)
     forget(path)

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from energon_lite.flavors.episodes.pool import EpisodePool, choose_pool
-from energon_lite.flavors.episodes.sweep import EpisodeSweep
 from energon_lite.flavors.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:  # the names below, for type checkers; at run time see __getattr__
@@ -34,13 +32,15 @@ if TYPE_CHECKING:  # the names below, for type checkers; at run time see __getat
         scan_episodes,
     )
     from energon_lite.flavors.episodes.pipeline import EpisodePipeline
+    from energon_lite.flavors.episodes.pool import EpisodePool, choose_pool
     from energon_lite.flavors.episodes.qc_dataset import QCSimpleDatasetV3
     from energon_lite.flavors.episodes.stats import compute_norm_stats
+    from energon_lite.flavors.episodes.sweep import EpisodeSweep
     from energon_lite.flavors.episodes.transitions import TransitionBuilder, chunk_fields
 
-# The stages (pool, sweep: they import no torch) are imported above, the rest on first use:
-# the registry imports this package (for ``kind``) in every command that opens data, and
-# the collate and dataloader modules import torch
+# Every name on first use: the registry imports this package (for ``kind``) in every loop
+# that opens data, a plain tar folder's included, and the collate and dataloader modules
+# import torch
 _MODULES = {
     "collate": ("collate_transitions",),
     "dataloader": ("EpisodeDataset", "create_qc_dataloader_v3"),
@@ -54,8 +54,10 @@ _MODULES = {
         "scan_episodes",
     ),
     "pipeline": ("EpisodePipeline",),
+    "pool": ("EpisodePool", "choose_pool"),
     "qc_dataset": ("QCSimpleDatasetV3",),
     "stats": ("compute_norm_stats",),
+    "sweep": ("EpisodeSweep",),
     "transitions": ("TransitionBuilder", "chunk_fields"),
 }
 __getattr__, __dir__ = lazy_exports(__name__, _MODULES)

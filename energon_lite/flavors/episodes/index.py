@@ -33,12 +33,12 @@ import numpy as np
 from tqdm import tqdm
 
 from energon_lite.errors import ConfigError, DatasetFormatError, FailureTracker, missing_extra
+from energon_lite.flavors.episodes.layout import INDEX_PATH
 from energon_lite.storage import RemotePath, StoragePath, as_path, open_binary
 from energon_lite.storage.ops import list_files, read_range_all, write_atomic
 
 logger = logging.getLogger("energon_lite")
 
-INDEX_PATH = ".nv-meta/episodes.npz"
 DTYPES_KEY = "dtypes"  # in a frame_shapes entry: {dataset key: dtype.str}; never a dataset key
 FORMAT_VERSION = 1
 DEFAULT_SUCCESS = True  # demonstrations (ACT/ALOHA) carry no label and are successful

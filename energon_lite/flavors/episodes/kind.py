@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from energon_lite.flavors.episodes.index import INDEX_PATH
+from energon_lite.flavors.episodes.layout import INDEX_PATH
 from energon_lite.sources.kinds import DatasetKind, register_kind
 
 

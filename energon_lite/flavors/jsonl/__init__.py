@@ -7,28 +7,28 @@ cooked by the TaskEncoder's cookers (``docs/crude_data.md``).
 
 from __future__ import annotations
 
-import os
+from typing import TYPE_CHECKING
 
-from energon_lite.flavors.jsonl.index import LineIndexInfo, prepare_lines
-from energon_lite.flavors.jsonl.source import (
-    JsonlFileStore,
-    JsonlSource,
-    is_line_file,
-    parse_text_line,
-)
+from energon_lite.flavors.lazy_exports import lazy_exports
 
+if TYPE_CHECKING:  # the names below, for type checkers; at run time see __getattr__
+    from energon_lite.flavors.jsonl.factories import (
+        CrudeJsonlDatasetFactory,
+        DefaultCrudeJsonlDatasetFactory,
+    )
+    from energon_lite.flavors.jsonl.index import LineIndexInfo, prepare_lines
+    from energon_lite.flavors.jsonl.layout import is_line_file
+    from energon_lite.flavors.jsonl.source import JsonlFileStore, JsonlSource, parse_text_line
 
-class CrudeJsonlDatasetFactory(JsonlSource):
-    """Energon's name for a JSONL dataset; ``prepare_dataset(path)`` writes its index."""
-
-    @staticmethod
-    def prepare_dataset(path: str | os.PathLike[str]) -> int:
-        """Index ``path`` (Energon's call); returns the number of samples."""
-        return prepare_lines(path, fmt="jsonl", progress=False).count
-
-
-class DefaultCrudeJsonlDatasetFactory(CrudeJsonlDatasetFactory):
-    """Energon's default JSONL factory: samples carry ``json`` (a dict) and the subflavors."""
+# Every name on first use: the registry imports this package (for ``kind``) in every loop
+# that opens data, a plain tar folder's included
+_MODULES = {
+    "factories": ("CrudeJsonlDatasetFactory", "DefaultCrudeJsonlDatasetFactory"),
+    "index": ("LineIndexInfo", "prepare_lines"),
+    "layout": ("is_line_file",),
+    "source": ("JsonlFileStore", "JsonlSource", "parse_text_line"),
+}
+__getattr__, __dir__ = lazy_exports(__name__, _MODULES)
 
 
 __all__ = [

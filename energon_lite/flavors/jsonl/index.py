@@ -44,10 +44,9 @@ import numpy as np
 from tqdm import tqdm
 
 from energon_lite.errors import DatasetFormatError
+from energon_lite.flavors.jsonl.layout import INFO_SUFFIX, index_path
 from energon_lite.storage import RemotePath, StoragePath
 
-IDX_SUFFIX = ".idx"
-INFO_SUFFIX = ".idx.json"
 FORMATS = ("jsonl", "text")
 _BLOCK = 8 << 20
 _SOLID = np.ones(256, dtype=bool)  # byte -> not JSON whitespace
@@ -90,10 +89,6 @@ def _sample_windows(digest: Any, size: int, pread: Callable[[int, int], bytes]) 
     step = (size - _WINDOW) / (_WINDOWS - 1)
     for i in range(_WINDOWS):
         digest.update(pread(_WINDOW, round(i * step)))
-
-
-def index_path(path: str | os.PathLike[str]) -> Path:
-    return Path(str(path) + IDX_SUFFIX)
 
 
 def info_path(path: str | os.PathLike[str]) -> Path:

@@ -4,20 +4,25 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from energon_lite.flavors.jsonl.index import prepare_lines, read_info, whole_digest
-from energon_lite.flavors.jsonl.source import LINE_SUFFIXES, JsonlSource, is_line_file
-from energon_lite.sources.base import Source
+from energon_lite.flavors.jsonl.layout import LINE_SUFFIXES, is_line_file
 from energon_lite.sources.kinds import DatasetKind, register_kind
-from energon_lite.storage import StoragePath
+
+if TYPE_CHECKING:
+    from energon_lite.sources.base import Source
+    from energon_lite.storage import StoragePath
 
 
 def _open(path: StoragePath, split_part: str, **options: Any) -> Source:
+    from energon_lite.flavors.jsonl.source import JsonlSource
+
     return JsonlSource(path, split_part, **options)
 
 
 def _prepare(path: Path, options: Mapping[str, Any]) -> str:
+    from energon_lite.flavors.jsonl.index import prepare_lines
+
     info = prepare_lines(
         path,
         fmt=options.get("format"),
@@ -34,6 +39,8 @@ def _prepare(path: Path, options: Mapping[str, Any]) -> str:
 def _lint(path: Path, progress: bool) -> list[str]:
     """The whole content against the hash prepare recorded (an open trusts an unchanged
     mtime); the samples are decoded after this by ``lint`` itself."""
+    from energon_lite.flavors.jsonl.index import read_info, whole_digest
+
     recorded = read_info(path).get("blake2b")
     if isinstance(recorded, str) and whole_digest(path) != recorded:
         return [

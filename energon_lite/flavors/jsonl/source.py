@@ -26,13 +26,12 @@ from energon_lite.cache.file_store import FileStore, SystemFileStore
 from energon_lite.epathlib import EPath
 from energon_lite.errors import DatasetFormatError
 from energon_lite.flavors.jsonl.index import (
-    IDX_SUFFIX,
-    index_path,
     read_info,
     sampled_digest,
     sidecar,
     whole_digest,
 )
+from energon_lite.flavors.jsonl.layout import IDX_SUFFIX
 from energon_lite.samples.types import SourceInfo
 from energon_lite.shards.dataset import _resolve_bound
 from energon_lite.storage import RemotePath, ShardFile, StoragePath, as_path, ops
@@ -224,17 +223,6 @@ class JsonlSource:
 def _version(path: StoragePath) -> str:
     """A remote line file's version (ETag), so that every read sees the same object."""
     return ops.version(path)  # "" for a local file
-
-
-LINE_SUFFIXES = (".jsonl", ".ndjson", ".txt", ".lst", ".list", ".meta")
-
-
-def is_line_file(path: Path) -> bool:
-    """A file named like a JSONL or meta list, or any file prepared as a line index."""
-    path = Path(path)
-    if not path.is_file() or path.suffix in (".yaml", ".yml", ".csv", ".tar"):
-        return False
-    return path.suffix in LINE_SUFFIXES or index_path(path).is_file()
 
 
 def parse_text_line(line: bytes) -> dict[str, Any]:

@@ -1,0 +1,126 @@
+"""A plain tar image loop imports only what its chain uses (issue 42).
+
+Time to the first batch from the interpreter's start is mostly imports, so the modules a loop
+over a prepared tar folder loads are checked here (in a fresh interpreter, through
+``sys.modules``): no video, audio, HDF5, table, remote-storage, CLI or report module, and of
+the other dataset kinds only what recognises them (``kind`` and ``layout``). The time itself is
+measured by benchmarks/bench_peers.py ("from interpreter start"), not asserted here.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+# third-party packages of the optional extras (video, audio, HDF5, tables, remote storage)
+HEAVY_PACKAGES = (
+    "av",
+    "h5py",
+    "pyarrow",
+    "pandas",
+    "soundfile",
+    "torchaudio",
+    "decord",
+    "boto3",
+    "s3fs",
+    "fsspec",
+    "gcsfs",
+    "adlfs",
+    "multistorageclient",
+)
+# our modules that only other features use
+HEAVY_OURS = (
+    "energon_lite.av",  # video and audio decoding
+    "energon_lite.media",  # media metadata
+    "energon_lite.cli",  # the command line
+    "energon_lite.cache",  # cookers' file stores and the cache pool
+    "energon_lite.storage.clients",  # remote object stores
+    "energon_lite.storage.msc",  # MSC profiles
+    "energon_lite.loader.energon_tree",  # Energon's tree view of a dataset
+    "energon_lite.loader.stats_report",  # metrics, printed on request
+    "energon_lite.loader.mix_report",
+    "energon_lite.resume.restore",  # restoring a state
+    "energon_lite.resume.elastic",
+    "energon_lite.resume.relayout",
+    "energon_lite.resume.ownership",
+    "energon_lite.metadataset.parse",  # metadataset YAML
+    "energon_lite.wrappers",  # Energon's wrapper classes
+    "energon_lite.transforms",
+)
+# of another dataset kind, a loop loads only what recognises it
+FLAVOR_ALLOWED = re.compile(r"energon_lite\.flavors(\.lazy_exports|\.\w+(\.(kind|layout))?)?")
+
+LOOP = """
+import sys
+import energon_lite as el
+
+wc = el.WorkerConfig(rank=0, world_size=1, num_workers={workers})
+ds = el.get_train_dataset({root!r}, worker_config=wc, batch_size=4, shuffle_buffer_size=8,
+                          max_samples_per_sequence=8)
+loader = el.{make}(ds)
+batch = next(iter(loader))
+assert len(batch.__key__) == 4, batch.__key__
+print(" ".join(sorted(sys.modules)))
+"""
+
+
+@pytest.fixture(scope="module")
+def tar_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from energon_lite.shards.prepare import prepare_dataset
+    from energon_lite.synth.shards import write_captioning_shards
+
+    root = tmp_path_factory.mktemp("footprint") / "ds"
+    write_captioning_shards(root, 40, 10, image_size=(8, 8))
+    prepare_dataset(root, split_ratio=[("train", 1)], sample_type="CaptioningSample",
+                    field_map={"image": "jpg", "caption": "txt"}, progress=False)  # fmt: skip
+    return root
+
+
+def _loaded(root: Path, workers: int, make: str) -> set[str]:
+    code = LOOP.format(root=str(root), workers=workers, make=make)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return set(done.stdout.split())
+
+
+def _heavy(loaded: set[str]) -> list[str]:
+    def under(name: str, package: str) -> bool:
+        return name == package or name.startswith(package + ".")
+
+    return sorted(
+        name
+        for name in loaded
+        if any(under(name, p) for p in (*HEAVY_PACKAGES, *HEAVY_OURS))
+        or (under(name, "energon_lite.flavors") and not FLAVOR_ALLOWED.fullmatch(name))
+    )
+
+
+@pytest.mark.parametrize(
+    ("workers", "make"), [(0, "get_loader"), (2, "get_loader"), (2, "get_savable_loader")]
+)
+def test_a_plain_tar_loop_imports_no_heavy_module(
+    tar_folder: Path, workers: int, make: str
+) -> None:
+    loaded = _loaded(tar_folder, workers, make)
+    # the loop ran through the chain it should (these are loaded, so the check sees them)
+    assert {"energon_lite.stages.reader", "energon_lite.shards.dataset", "torch"} <= loaded
+    assert "energon_lite.flavors.jsonl.kind" in loaded  # the registry asked every kind
+    assert _heavy(loaded) == []
+
+
+def test_the_heavy_modules_are_loaded_when_used(tar_folder: Path) -> None:
+    """The check above can fail: a tree view loads the tree, and a
+    JSONL kind's source its module, through the same lazy paths."""
+    code = LOOP.format(root=str(tar_folder), workers=0, make="get_savable_loader").replace(
+        "print(", "loader.save_state_rank(); ds.energon_view(); el.CrudeJsonlDatasetFactory\nprint("
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    heavy = _heavy(set(done.stdout.split()))
+    assert "energon_lite.cache.file_store" in heavy  # the JSONL source reads through one
+    assert "energon_lite.loader.energon_tree" in heavy
+    assert "energon_lite.flavors.jsonl.source" in heavy
