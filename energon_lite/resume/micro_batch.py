@@ -47,6 +47,8 @@ def refusal(saved: dict[str, Any], current: dict[str, Any]) -> str | None:
         )
     if old is None or new is None:
         return "a state continues in another batch size, not with batching turned on or off"
+    if not _is_size(old) or not _is_size(new):
+        return f"batch_size must be a positive whole number (state: {old!r}, loader: {new!r})"
     if new > old or old % new:
         return (
             "a state continues in a smaller micro-batch size that divides the saved one (as "
@@ -64,3 +66,8 @@ def refusal(saved: dict[str, Any], current: dict[str, Any]) -> str | None:
                 "state was saved with"
             )
     return None
+
+
+def _is_size(value: object) -> bool:
+    """A batch size a state may hold: a positive ``int`` (a crafted state may hold anything)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
