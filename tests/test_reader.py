@@ -142,3 +142,23 @@ def test_samples_per_worker_matches_what_workers_read(
             ds, 0, 4, shuffle_over_epochs_multiplier=multiplier, max_samples_per_sequence=7
         ).samples_per_worker(epoch)
         assert counts.tolist() == expected
+
+
+def test_no_multiplier_through_the_api_reads_the_slices_in_order(text_ds: Path) -> None:
+    """``get_train_dataset(shuffle_over_epochs_multiplier=None)`` reads a training split's
+    slices in order, as Energon does (a fractional ``repetitions`` then takes the first
+    samples). Before: the typed options turned None into 1, and the slices were shuffled."""
+    from energon_lite import WorkerConfig, get_savable_loader, get_train_dataset
+
+    dataset = get_train_dataset(
+        text_ds,
+        worker_config=WorkerConfig(rank=0, world_size=1, num_workers=0, seed_offset=42),
+        batch_size=1,
+        shuffle_buffer_size=None,
+        shuffle_over_epochs_multiplier=None,
+        parallel_shard_iters=1,
+        max_samples_per_sequence=None,
+        repeat=False,
+    )
+    keys = [key for batch in get_savable_loader(dataset) for key in batch.__key__]
+    assert keys == sorted(keys) and len(keys) == 200

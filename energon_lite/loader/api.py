@@ -45,7 +45,7 @@ def _leaves_for(
     shuffle_over_epochs_multiplier: int | None,
 ) -> tuple[list[Leaf], str]:
     meta: Any = given  # a metadataset YAML, or its content as a mapping (given in code)
-    multiplier = 1 if shuffle_over_epochs_multiplier is None else shuffle_over_epochs_multiplier
+    multiplier = shuffle_over_epochs_multiplier  # None: slices in order, as in Energon
     path = Path.cwd() if isinstance(given, Mapping) else as_path(given)
     if isinstance(given, Mapping) or (path.suffix in (".yaml", ".yml") and path.is_file()):
         from energon_lite.metadataset.parse import load_metadataset
