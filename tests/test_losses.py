@@ -26,7 +26,6 @@ from energon_lite import (
     prepare_dataset,
 )
 from energon_lite.errors import ConfigError, RemoteStorageError, TooManyFailuresError
-from energon_lite.storage import RemotePath
 from energon_lite.synth.shards import make_image
 
 
@@ -102,7 +101,7 @@ def test_the_s3_server_killed_mid_epoch_stops_the_run_naming_the_store(tmp_path,
     reset the streak), and the pass ended short of 300, no exception."""
     pytest.importorskip("moto")
     pytest.importorskip("s3fs")
-    from energon_lite.synth.servers import TEST_CREDENTIALS, S3Server
+    from energon_lite.synth.servers import TEST_CREDENTIALS, FaultProxy, S3Server
 
     root = _write(tmp_path / "ds", 300, 10, set())
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", TEST_CREDENTIALS["key"])
@@ -110,14 +109,11 @@ def test_the_s3_server_killed_mid_epoch_stops_the_run_naming_the_store(tmp_path,
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     monkeypatch.setenv("ENERGON_LITE_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("ENERGON_LITE_REMOTE_ATTEMPTS", "3")  # bounded: ~0.2 s of backoff
-    server = S3Server().__enter__()
-    try:
-        monkeypatch.setenv("AWS_ENDPOINT_URL", server.endpoint)
+    with S3Server() as server, FaultProxy(server.endpoint) as store:
         server.upload(root, "data", "ds")
-        # a dead server answers nothing: 10 s per attempt bounds the wait, and is far more
-        # than the live server takes to answer on a loaded machine (no retry meanwhile)
+        monkeypatch.setenv("AWS_ENDPOINT_URL", store.endpoint)
         dataset = get_train_dataset(
-            RemotePath("s3://data/ds", storage_options={"timeout": 10}),
+            "s3://data/ds",
             worker_config=WorkerConfig(0, 1, 1),
             batch_size=10,
             shuffle_buffer_size=20,
@@ -131,9 +127,11 @@ def test_the_s3_server_killed_mid_epoch_stops_the_run_naming_the_store(tmp_path,
             for batch in get_savable_loader(dataset):
                 delivered += batch.__key__
                 if len(delivered) == 220:  # fewer than failure_tolerance=100 left to read
-                    server.__exit__(None, None, None)  # the store goes away mid-epoch
-    finally:
-        server.__exit__(None, None, None)
+                    # the store's process dies mid-epoch: from now on every request has
+                    # its connection cut without an answer, as a dead process's are (no
+                    # timeout to wait out; the proxy's listening socket stays open: the
+                    # forked worker holds a copy of it, so closing it here would not refuse)
+                    store.schedule = lambda number, path: "drop"
     assert 220 <= len(delivered) < 300
     message = str(caught.value)
     assert "s3://data/ds/parts/data-" in message and "failed after 3 attempts" in message
