@@ -147,7 +147,7 @@ def _dealt(
             delivered=delivered,
             leaves=_work(shares[j], epochs),
         )
-        chains.append(dealt_chain(template, deal))
+        chains.append(dealt_chain(template, deal, target.stages))
     return RankState({**target.config, "rank": rank}, 0, 0, chains, 0)
 
 

@@ -85,9 +85,10 @@ def for_this_layout(states: Any, target: RestoreTarget) -> list[RankState]:
     if _saved_on(run, wc.world_size, wc.num_workers):
         leaves = target.leaves()
         if leaves is not None:  # each rank's own checks cannot see overlaps
-            check_ownership(run.ranks, leaves)
+            check_ownership(run.ranks, target.stages, leaves)
         return run.ranks
-    return redistributed(run, wc.world_size, wc.num_workers, target.config, target.leaves())
+    classes, config, leaves = target.stages, target.config, target.leaves()
+    return redistributed(run, wc.world_size, wc.num_workers, classes, config, leaves)
 
 
 def checked_for(state: RankState, target: RestoreTarget) -> Position:
@@ -116,16 +117,16 @@ def check_owned(state: RankState, target: RestoreTarget) -> None:
     position inside the plan): what every restore of a rank checks last, and what healing
     checks of the states received before it restarts workers. A canonical layout's rank is
     read as its logical pipelines, each at its canonical global worker."""
-    wc, layout = target.worker_config, target.canonical
+    wc, layout, classes = target.worker_config, target.canonical, target.stages
     if layout is not None:
-        ranks = pipeline_trees(state.workers, wc, layout)
+        ranks = pipeline_trees(state.workers, wc, layout, classes)
     else:  # the other ranks' places empty: each worker is checked as its global worker
         empty = [None] * wc.workers_per_rank
         ranks = [
             RankState({"rank": k}, 0, 0, state.workers if k == wc.rank else empty, 0)
             for k in range(wc.world_size)
         ]
-    check_ownership(ranks, target.leaves())
+    check_ownership(ranks, classes, target.leaves())
 
 
 def _saved_on(run: SavedRun, world_size: int, num_workers: int) -> bool:
