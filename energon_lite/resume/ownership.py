@@ -101,6 +101,23 @@ def check_ownership(
                     keys[identity] = (rank, worker, plain)
 
 
+def check_each_rank(
+    states: Sequence[RankState],
+    world_size: int,
+    classes: StageClasses,
+    leaves: list[LeafPlan] | None = None,
+) -> None:
+    """:func:`check_ownership` of each rank's state alone, of a run of ``world_size`` ranks:
+    its workers at their global workers, the other ranks' places empty."""
+    for state in states:
+        empty = [None] * len(state.workers)
+        ranks = [
+            RankState({"rank": k}, 0, 0, state.workers if k == state.rank else empty, 0)
+            for k in range(world_size)
+        ]
+        check_ownership(ranks, classes, leaves)
+
+
 def _check_reader(
     level: dict[str, Any],
     leaf: int,

@@ -50,31 +50,30 @@ class Logical:
 
 
 def relayout(run: SavedRun, target: RestoreTarget) -> list[RankState] | None:
-    """Every rank's state for the ``target`` loader's layout, or None where neither the old
-    states nor that loader have a canonical layout (the plain paths apply)."""
+    """Every rank's state for the ``target`` loader's layout, from a run where it or the
+    ``target`` loader has a canonical layout; None where the old states are plain chains of
+    a layout that did not reproduce its canonical one and that loader has none (the plain
+    paths apply)."""
     wc, classes = target.worker_config, target.stages
     layout = target.canonical
-    if layout is None and "canonical_layout" not in run.config:
-        return None
     current = target.config
     shape = target.shape(wc.slot(0))  # the chain above the pipelines (encode_batch)
     refuse_unmovable(run.config)
     _check_settings(run.config, current, wc)
     logical = _logical(run, classes)
-    if logical is None:  # plain chains of a layout that did not reproduce its canonical one
-        if layout is None:
-            return None
-        logical = _redistributed(run, layout, classes, target.leaves())
+    if logical is None and layout is None:
+        return None  # plain chains of a layout that did not reproduce its canonical one
+    # the old states as plain chains: of its canonical pipelines, or as they were saved
+    old = run if logical is None else _expanded(logical, current)
+    if logical is not None and logical.layout != layout:
+        _warn_fallback(logical.layout, wc)
     if layout is None:  # this layout does not reproduce a canonical one: its own chains
-        _warn_fallback(logical.layout, wc)
-        expanded = _expanded(logical, current)
-        moved = redistributed(expanded, wc.world_size, wc.num_workers, classes)
+        moved = redistributed(old, wc.world_size, wc.num_workers, classes)
         return [_with_config(state, current, shape, classes) for state in moved]
-    if logical.layout != layout:
-        _warn_fallback(logical.layout, wc)
-        logical = _redistributed(_expanded(logical, current), layout, classes, target.leaves())
+    if logical is None or logical.layout != layout:
+        logical = _redistributed(old, layout, classes, target.leaves())
     else:
-        check_ownership(_expanded(logical, current).ranks, classes, target.leaves())
+        check_ownership(old.ranks, classes, target.leaves())
     return _physical(logical, wc, current, shape)
 
 
