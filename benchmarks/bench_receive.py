@@ -12,13 +12,29 @@ Meant for A/B runs of two checkouts with ``ab_versions.py``::
 
     python benchmarks/ab_versions.py --trees ../before . --rounds 6 --metric trainer_cpu_us \\
         -- python {tree}/benchmarks/bench_receive.py
+
+``--unpickle LOOPS`` measures the trainer's part without worker processes or load: worker 0's
+chain runs in this process as in a worker (torch's worker info set, so the chain sends what a
+worker sends), and its first ``--items`` items (logical worker, batch, state), each batch's
+image tensor left out, are pickled as torch's queue pickles them; then each is unpickled and
+handed to the loader's position as the trainer does, ``LOOPS`` times. Printed: that part's CPU
+time per sample (``time.thread_time``). Under callgrind the instructions per sample are the
+difference of two runs (``LOOPS`` and 0) over ``LOOPS x items x 32``::
+
+    valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.%p python benchmarks/bench_receive.py \\
+        --samples 4000 --unpickle 10
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import itertools
 import json
+import pickle
 import time
+from multiprocessing.reduction import ForkingPickler
+from pathlib import Path
 
 import torch
 from bench_pipeline import BATCH_SIZE, MAX_SAMPLES_PER_SEQUENCE, SHUFFLE_BUFFER, build_dataset
@@ -32,9 +48,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--batches", type=int, default=150)
+    parser.add_argument("--unpickle", type=int, default=None, metavar="LOOPS")
+    parser.add_argument("--items", type=int, default=20)
     args = parser.parse_args(argv)
     root = build_dataset(args.samples)
     torch.set_num_threads(1)
+    if args.unpickle is not None:
+        unpickle_only(root, args.workers, args.items, args.unpickle)
+        return
     dataset = el.get_train_dataset(
         root,
         worker_config=el.WorkerConfig(rank=0, world_size=1, num_workers=args.workers),
@@ -59,6 +80,40 @@ def main(argv: list[str] | None = None) -> None:
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     loader.close()
     result = {"trainer_cpu_us": cpu / samples * 1e6, "samples_per_s": samples / wall}
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+def unpickle_only(root: Path, workers: int, items: int, loops: int) -> None:
+    """See the module docstring (``--unpickle``)."""
+    from torch.utils.data._utils import worker as torch_worker
+
+    from energon_lite.resume.position import Position
+
+    dataset = el.get_train_dataset(
+        root,
+        worker_config=el.WorkerConfig(rank=0, world_size=1, num_workers=workers),
+        batch_size=BATCH_SIZE,
+        shuffle_buffer_size=SHUFFLE_BUFFER,
+        max_samples_per_sequence=MAX_SAMPLES_PER_SEQUENCE,
+    )
+    # as in torch's worker 0 (a private name: a benchmark's shortcut, not the loader's)
+    torch_worker._worker_info = torch_worker.WorkerInfo(
+        id=0, num_workers=workers, seed=0, dataset=dataset
+    )
+    sent: list[bytes] = []
+    for logical, batch, state in itertools.islice(dataset.iter_with_state(None, 0, 0), items):
+        batch = dataclasses.replace(batch, image=None)  # the tensor travels as a descriptor
+        sent.append(bytes(ForkingPickler.dumps((logical, batch, state))))  # as torch's queue
+    torch_worker._worker_info = None
+    position = Position.start(max(1, workers))
+    cpu = time.thread_time()
+    for _ in range(loops):
+        for data in sent:
+            logical, batch, state = pickle.loads(data)
+            position.received(logical, state)
+    cpu = time.thread_time() - cpu
+    samples = max(1, loops * items * BATCH_SIZE)
+    result = {"unpickle_us": cpu / samples * 1e6, "bytes_per_item": sum(map(len, sent)) / items}
     print("RESULT " + json.dumps(result), flush=True)
 
 
