@@ -19,10 +19,12 @@ worker sends), and its first ``--items`` items (logical worker, batch, state), e
 image tensor left out, are pickled as torch's queue pickles them; then each is unpickled and
 handed to the loader's position as the trainer does, ``LOOPS`` times. Printed: that part's CPU
 time per sample (``time.thread_time``). Under callgrind the instructions per sample are the
-difference of two runs (``LOOPS`` and 0) over ``LOOPS x items x 32``::
+difference of two runs (``LOOPS`` and 0) over ``LOOPS x items x 32``, the items made once
+without callgrind and kept in ``--items-file``::
 
-    valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.%p python benchmarks/bench_receive.py \\
-        --samples 4000 --unpickle 10
+    python benchmarks/bench_receive.py --samples 4000 --unpickle 0 --items-file items.pkl
+    valgrind --tool=callgrind python benchmarks/bench_receive.py --samples 4000 \\
+        --unpickle 10 --items-file items.pkl
 """
 
 from __future__ import annotations
@@ -50,11 +52,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batches", type=int, default=150)
     parser.add_argument("--unpickle", type=int, default=None, metavar="LOOPS")
     parser.add_argument("--items", type=int, default=20)
+    parser.add_argument(
+        "--items-file",
+        type=Path,
+        default=None,
+        help="--unpickle: the items "
+        "pickled once and kept here (a run under callgrind then only loads them)",
+    )
     args = parser.parse_args(argv)
     root = build_dataset(args.samples)
     torch.set_num_threads(1)
     if args.unpickle is not None:
-        unpickle_only(root, args.workers, args.items, args.unpickle)
+        unpickle_only(root, args.workers, args.items, args.unpickle, args.items_file)
         return
     dataset = el.get_train_dataset(
         root,
@@ -83,11 +92,33 @@ def main(argv: list[str] | None = None) -> None:
     print("RESULT " + json.dumps(result), flush=True)
 
 
-def unpickle_only(root: Path, workers: int, items: int, loops: int) -> None:
+def unpickle_only(
+    root: Path, workers: int, items: int, loops: int, items_file: Path | None
+) -> None:
     """See the module docstring (``--unpickle``)."""
-    from torch.utils.data._utils import worker as torch_worker
-
     from energon_lite.resume.position import Position
+
+    if items_file is not None and items_file.exists():
+        sent = pickle.loads(items_file.read_bytes())
+    else:
+        sent = worker_items(root, workers, items)
+        if items_file is not None:
+            items_file.write_bytes(pickle.dumps(sent))
+    position = Position.start(max(1, workers))
+    cpu = time.thread_time()
+    for _ in range(loops):
+        for data in sent:
+            logical, _batch, state = pickle.loads(data)
+            position.received(logical, state)
+    cpu = time.thread_time() - cpu
+    samples = max(1, loops * len(sent) * BATCH_SIZE)
+    result = {"unpickle_us": cpu / samples * 1e6, "bytes_per_item": sum(map(len, sent)) / len(sent)}
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+def worker_items(root: Path, workers: int, items: int) -> list[bytes]:
+    """Worker 0's first ``items`` items as torch's queue pickles them, image tensors left out."""
+    from torch.utils.data._utils import worker as torch_worker
 
     dataset = el.get_train_dataset(
         root,
@@ -105,16 +136,7 @@ def unpickle_only(root: Path, workers: int, items: int, loops: int) -> None:
         batch = dataclasses.replace(batch, image=None)  # the tensor travels as a descriptor
         sent.append(bytes(ForkingPickler.dumps((logical, batch, state))))  # as torch's queue
     torch_worker._worker_info = None
-    position = Position.start(max(1, workers))
-    cpu = time.thread_time()
-    for _ in range(loops):
-        for data in sent:
-            logical, batch, state = pickle.loads(data)
-            position.received(logical, state)
-    cpu = time.thread_time() - cpu
-    samples = max(1, loops * items * BATCH_SIZE)
-    result = {"unpickle_us": cpu / samples * 1e6, "bytes_per_item": sum(map(len, sent)) / items}
-    print("RESULT " + json.dumps(result), flush=True)
+    return sent
 
 
 if __name__ == "__main__":
