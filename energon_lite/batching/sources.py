@@ -19,7 +19,7 @@ from collections import deque
 from typing import Any
 
 
-class BatchSources(tuple):  # type: ignore[type-arg]
+class BatchSources(tuple[Any, ...]):
     """A tuple of source records that pickles as columns (see the module docstring)."""
 
     __slots__ = ()
@@ -38,7 +38,7 @@ def _records(cls: type, names: tuple[str, ...], *columns: list[Any]) -> tuple[An
     """The records of ``cls`` whose fields ``names`` hold ``columns`` (made without their
     ``__init__``, as unpickling does; a slot's descriptor sets it past a frozen class's
     ``__setattr__``, as a dataclass's own ``__init__`` does)."""
-    records = tuple(map(object.__new__, [cls] * len(columns[0])))
+    records: tuple[Any, ...] = tuple(map(object.__new__, [cls] * len(columns[0])))
     for name, column in zip(names, columns):
         deque(map(getattr(cls, name).__set__, records, column), maxlen=0)  # runs, keeps nothing
     return records

@@ -133,7 +133,7 @@ class SavableDataset(IterableDataset[T_sample], Generic[T_sample]):
                     step += 1
                 if dog is not None:
                     dog.beat()
-                state = _save(chain) if save_states else None
+                state: Any = _save(chain) if save_states else None
                 if send is not None:  # bytes the trainer decodes only when it reads them
                     state = send(state)
                 extra: tuple[Any, ...] = () if probe is None else (probe.snapshot(),)
