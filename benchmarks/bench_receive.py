@@ -37,6 +37,7 @@ import pickle
 import time
 from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
+from typing import Any
 
 import torch
 from bench_pipeline import BATCH_SIZE, MAX_SAMPLES_PER_SEQUENCE, SHUFFLE_BUFFER, build_dataset
@@ -65,13 +66,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.unpickle is not None:
         unpickle_only(root, args.workers, args.items, args.unpickle, args.items_file)
         return
-    dataset = el.get_train_dataset(
-        root,
-        worker_config=el.WorkerConfig(rank=0, world_size=1, num_workers=args.workers),
-        batch_size=BATCH_SIZE,
-        shuffle_buffer_size=SHUFFLE_BUFFER,
-        max_samples_per_sequence=MAX_SAMPLES_PER_SEQUENCE,
-    )
+    dataset = w1_dataset(root, args.workers)
     loader = el.get_savable_loader(dataset)
     batches = iter(loader)
     target: torch.Tensor | None = None
@@ -90,6 +85,17 @@ def main(argv: list[str] | None = None) -> None:
     loader.close()
     result = {"trainer_cpu_us": cpu / samples * 1e6, "samples_per_s": samples / wall}
     print("RESULT " + json.dumps(result), flush=True)
+
+
+def w1_dataset(root: Path, workers: int) -> Any:
+    """The W1 training dataset of ``bench_pipeline.py`` on 1 rank x ``workers``."""
+    return el.get_train_dataset(
+        root,
+        worker_config=el.WorkerConfig(rank=0, world_size=1, num_workers=workers),
+        batch_size=BATCH_SIZE,
+        shuffle_buffer_size=SHUFFLE_BUFFER,
+        max_samples_per_sequence=MAX_SAMPLES_PER_SEQUENCE,
+    )
 
 
 def unpickle_only(
@@ -120,13 +126,7 @@ def worker_items(root: Path, workers: int, items: int) -> list[bytes]:
     """Worker 0's first ``items`` items as torch's queue pickles them, image tensors left out."""
     from torch.utils.data._utils import worker as torch_worker
 
-    dataset = el.get_train_dataset(
-        root,
-        worker_config=el.WorkerConfig(rank=0, world_size=1, num_workers=workers),
-        batch_size=BATCH_SIZE,
-        shuffle_buffer_size=SHUFFLE_BUFFER,
-        max_samples_per_sequence=MAX_SAMPLES_PER_SEQUENCE,
-    )
+    dataset = w1_dataset(root, workers)
     # as in torch's worker 0 (a private name: a benchmark's shortcut, not the loader's)
     torch_worker._worker_info = torch_worker.WorkerInfo(
         id=0, num_workers=workers, seed=0, dataset=dataset

@@ -6,9 +6,6 @@ import pickle
 from pathlib import Path
 from typing import Any
 
-import pytest
-from conftest import make_dataset
-
 from energon_lite import WorkerConfig, get_savable_loader, get_train_dataset
 from energon_lite.resume.sent_state import (
     MAX_CHANGES,
@@ -19,12 +16,6 @@ from energon_lite.resume.sent_state import (
 )
 from energon_lite.resume.state_delta import unchanged_marked
 from energon_lite.testing import assert_loader_resumes, take
-
-
-@pytest.fixture(scope="module")
-def many_ds(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """600 samples: buffers long enough (over 128 keys) to travel as changes."""
-    return make_dataset(tmp_path_factory.mktemp("many_ds"), 600, 50, image_size=(8, 8))
 
 
 def _chain_states(root: Path, batches: int, buffer: int) -> list[Any]:
@@ -128,34 +119,27 @@ def test_a_state_that_did_not_travel_is_kept_as_it_is():
     assert kept.pending(0) == 0 and kept.states()[0] is state
 
 
-def test_the_loader_decodes_only_when_a_save_asks(many_ds):
-    """Through worker processes: between saves the trainer holds the changes as sent;
-    a save decodes them, and the loader resumes exactly from the states it rebuilt."""
-    loader = get_savable_loader(
+def _two_workers(root: Path) -> Any:
+    """A savable loader of ``root`` on 1 rank x 2 workers, buffers of 150 keys."""
+    return get_savable_loader(
         get_train_dataset(
-            many_ds,
+            root,
             worker_config=WorkerConfig(0, 1, 2),
             batch_size=3,
             shuffle_buffer_size=150,
             max_samples_per_sequence=5,
         )
     )
+
+
+def test_the_loader_decodes_only_when_a_save_asks(many_ds):
+    """Through worker processes: between saves the trainer holds the changes as sent;
+    a save decodes them, and the loader resumes exactly from the states it rebuilt."""
+    loader = _two_workers(many_ds)
     take(loader, 8)
     sent = loader._position._sent
     assert [sent.pending(worker) for worker in (0, 1)] == [4, 4]  # a whole state and 3 changes
     loader.save_state_rank()
     assert [sent.pending(worker) for worker in (0, 1)] == [0, 0]
     loader.close()
-
-    def make() -> Any:
-        return get_savable_loader(
-            get_train_dataset(
-                many_ds,
-                worker_config=WorkerConfig(0, 1, 2),
-                batch_size=3,
-                shuffle_buffer_size=150,
-                max_samples_per_sequence=5,
-            )
-        )
-
-    assert_loader_resumes(make, 30, [0, 7, 19, 29])
+    assert_loader_resumes(lambda: _two_workers(many_ds), 30, [0, 7, 19, 29])
