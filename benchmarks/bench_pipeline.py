@@ -72,6 +72,7 @@ from typing import Any
 
 from common import (
     ab_order,
+    cache_bytecode,
     fmt_bytes,
     fmt_num,
     markdown_table,
@@ -476,13 +477,17 @@ def run_rounds(
         (lib, w): [] for w in peers for lib in peers[w]
     }
     script = str(Path(script or __file__).resolve())
+    # every loader's modules from cached bytecode, as on a user's machine (cache_bytecode)
+    base_env = cache_bytecode(
+        ("energon_lite", "megatron.energon", "webdataset", "streaming", "litdata")
+    )
     for r in range(rounds):
         for workers in peers:
             for lib in ab_order(peers[workers], r):
                 cmd = [sys.executable, script, "--child", lib, "--workers", str(workers)]
                 cmd += ["--data", str(root), "--batches", str(batches), "--warmup", str(warmup)]
                 cmd += ["--torch-threads", str(torch_threads)]
-                env = {**os.environ, "ENERGON_LITE_JPEG_DECODER": "auto"}
+                env = {**base_env, "ENERGON_LITE_JPEG_DECODER": "auto"}
                 if lib in PILLOW:
                     env["ENERGON_LITE_JPEG_DECODER"] = "pillow"
                 run = run_child(cmd, mark=MARK, env=env)

@@ -20,7 +20,15 @@ costs against a bare one on a stage that does nothing, with the stats probe and 
 trace as well (``bench_stats.per_call``), times the timed calls per sample of the W1 chain,
 as a share of a sample's CPU: the overhead a loaded machine cannot hide.
 
+``--instructions``: the same three loaders at 0 workers, each in its own process under
+valgrind's callgrind, which counts the instructions the process executes (the machine's load
+and clock do not change the count). Each variant runs twice with a fixed ``PYTHONHASHSEED``:
+a 5-batch warm-up then ``--batches`` batches, and the warm-up alone; the difference of the
+two totals is what those batches cost, start-up and imports cancelled. An overhead is the
+variant's instructions per sample over ``off``'s.
+
     python benchmarks/bench_telemetry.py [--data PREPARED_W1_FOLDER] [--rounds 6]
+    python benchmarks/bench_telemetry.py --data PREPARED_W1_FOLDER --instructions --batches 40
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import sys
 import tempfile
 import time
@@ -98,6 +107,48 @@ def child(root: Path, workers: int, variant: str, batches: int) -> dict[str, flo
     return result
 
 
+def counted(root: Path, variant: str, batches: int) -> None:
+    """What one callgrind run executes: 5 warm-up batches, then ``batches`` more."""
+    import torch
+
+    torch.set_num_threads(1)
+    made = loader(root, 0, variant)
+    it = iter(made)
+    for step in range(5 + batches):
+        next(it)
+        if variant != "off" and step % EVERY == EVERY - 1:
+            made.metrics()
+
+
+def instructions(root: Path, batches: int, jobs: int = 2) -> dict[str, float]:
+    """Instructions per sample of each variant at 0 workers: callgrind totals of a run of
+    ``batches`` batches minus a run of none (both after the same warm-up), over the samples."""
+    import re
+    import subprocess
+    from concurrent.futures import ThreadPoolExecutor
+
+    if shutil.which("valgrind") is None:
+        raise SystemExit("--instructions needs valgrind (Debian: apt-get install valgrind)")
+
+    def total(variant: str, n: int) -> int:
+        with tempfile.TemporaryDirectory() as folder:
+            cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={folder}/cg.out"]
+            cmd += [sys.executable, str(Path(__file__).resolve()), "--count", variant]
+            cmd += ["--data", str(root), "--batches", str(n)]
+            env = {**os.environ, "PYTHONHASHSEED": "0"}
+            run = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
+            found = re.findall(r"Collected : (\d+)", run.stderr)
+            if run.returncode != 0 or not found:
+                raise RuntimeError(f"{variant} x{n} failed:\n{run.stderr[-3000:]}")
+            print(f"{variant} x{n}: {int(found[-1]):,} instructions", file=sys.stderr)
+            return int(found[-1])
+
+    runs = [(v, n) for v in VARIANTS for n in (0, batches)]
+    with ThreadPoolExecutor(jobs) as pool:
+        totals = dict(zip(runs, pool.map(lambda r: total(*r), runs)))
+    return {v: (totals[v, batches] - totals[v, 0]) / (32 * batches) for v in VARIANTS}
+
+
 def _rows(label: str, rounds: list[dict[str, Any]]) -> list[list[str]]:
     rows = []
     for key, name in (("cpu_us", "CPU us/sample"), ("rate", "samples/s (wall)")):
@@ -128,8 +179,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=6, help="2-worker rounds")
     parser.add_argument("--local-rounds", type=int, default=12, help="in-process rounds")
     parser.add_argument("--batches", type=int, default=60, help="timed batches per run")
+    parser.add_argument(
+        "--instructions", action="store_true", help="count instructions under callgrind"
+    )
     parser.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)
+    parser.add_argument("--count", choices=VARIANTS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.count:
+        counted(args.data, args.count, args.batches)
+        return
     if args.child:
         result = child(args.data, 2, args.child, args.batches)
         print(RESULT + json.dumps(result), flush=True)
@@ -139,6 +197,23 @@ def main(argv: list[str] | None = None) -> None:
 
         args.data = build_dataset(args.samples)
     started = time.perf_counter()
+    if args.instructions:
+        per_sample = instructions(args.data, args.batches)
+        print(
+            f"W1 ({args.data.name}), batch 32, shuffle buffer 100, 0 workers; callgrind, "
+            f"{args.batches} batches (5 warm-up batches subtracted); "
+            f"{time.perf_counter() - started:.0f} s in all\n"
+        )
+        rows = [
+            [
+                v,
+                fmt_num(per_sample[v]),
+                fmt_num(100 * (per_sample[v] / per_sample["off"] - 1), 3, " %"),
+            ]
+            for v in VARIANTS
+        ]
+        print(markdown_table(["variant", "instructions per sample", "overhead"], rows))
+        return
     timed = bench_stats.per_call(500_000)
     traced = bench_stats.per_call(500_000, trace_events=1_000_000)
     local = in_process(args.data, args.local_rounds, args.batches // 3)

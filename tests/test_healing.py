@@ -186,6 +186,9 @@ def test_a_killed_worker_is_replaced_and_the_stream_is_unchanged(
     stream = iter(loader)
     batches = take(stream, len(reference) - 3)  # all kept: the lost pool's must stay intact
     assert loader.worker_restarts  # the kill came before this checkpoint
+    # what a logger sees: one heal in the window that had it, none in the next
+    assert loader.metrics()["loader/heals"] == 1
+    assert loader.metrics()["loader/heals"] == 0
     state = loader.save_state_rank()
     batches += list(stream)
     healed = [_content(b) for b in batches]

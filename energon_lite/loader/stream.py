@@ -146,6 +146,9 @@ def stream(
     """
     wc = dataset.worker_config
     settings = owner._settings
+    # a script that exits with the loader open finalizes this generator after the module's
+    # globals are gone (None): what its exit path calls is bound here, while they are not
+    release = shut_down
     healer = owner._healer if wc.num_workers > 0 and owner._healer.enabled else None
     timeout = settings.timeout_seconds
     pools: list[BatchMemoryPool | None] = []  # replaced pools stay: batches held may use them
@@ -270,7 +273,7 @@ def stream(
         # workers down now rather than whenever the traceback is dropped
         if healer is not None:
             healer.settle()
-        shut_down(running)
+        release(running)
         raise
     if healer is not None:
         healer.settle()  # a replacement pool that had nothing left to make
