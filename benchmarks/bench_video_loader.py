@@ -41,6 +41,7 @@ from typing import Any
 
 import bench_video_ranges as ranges  # the videos
 import torch
+from common import process_tree_cpu
 
 CLIP = 16
 BUCKETS = {"4:3": {"192x256": {CLIP: (1.0, 4)}}, "16:9": {"360x640": {CLIP: (1.0, 4)}}}
@@ -102,22 +103,23 @@ class TorchCodecClips(torch.utils.data.Dataset):
 
 
 class BySize(torch.utils.data.Sampler[list[int]]):
-    """Shuffled rows grouped by frame size into batches (a bucket sampler, forever)."""
+    """Shuffled rows, each batched with the next rows of its frame size (a bucket sampler,
+    forever): sizes mix over the stream as in energon_lite's buckets."""
 
     def __init__(self, rows: list[dict[str, str]]) -> None:
-        self.groups: dict[tuple[str, str], list[int]] = {}
-        for i, row in enumerate(rows):
-            self.groups.setdefault((row["height"], row["width"]), []).append(i)
+        self.sizes = [(row["height"], row["width"]) for row in rows]
 
     def __iter__(self) -> Iterator[list[int]]:
         rng = random.Random(0)
+        order = list(range(len(self.sizes)))
         pending: dict[tuple[str, str], list[int]] = {}
         while True:
-            for size, members in self.groups.items():
-                for i in rng.sample(members, len(members)):
-                    pending.setdefault(size, []).append(i)
-                    if len(pending[size]) == BATCH:
-                        yield pending.pop(size)
+            rng.shuffle(order)
+            for i in order:
+                batch = pending.setdefault(self.sizes[i], [])
+                batch.append(i)
+                if len(batch) == BATCH:
+                    yield pending.pop(self.sizes[i])
 
 
 def _worker_init(_: int) -> None:
@@ -131,32 +133,18 @@ def torchcodec_batches(csv_path: Path, workers: int) -> Iterator[torch.Tensor]:
     yield from loader
 
 
-def _tree_cpu() -> float:
-    import psutil
-
-    me = psutil.Process()
-    total = 0.0
-    for process in [me, *me.children(recursive=True)]:
-        try:
-            times = process.cpu_times()
-        except psutil.Error:
-            continue
-        total += times.user + times.system
-    return total
-
-
 def child(way: str, csv_path: Path, workers: int, warmup: int, batches: int) -> None:
     torch.set_num_threads(1)
     source = {"energon_lite": energon_lite_batches, "torchcodec": torchcodec_batches}[way]
     iterator = source(csv_path, workers)
     for _ in range(warmup):  # worker start-up and imports are not loading
         next(iterator)
-    cpu, wall, samples = _tree_cpu(), time.perf_counter(), 0
+    cpu, wall, samples = process_tree_cpu(), time.perf_counter(), 0
     for _ in range(batches):
         video = next(iterator)
         assert video.shape[0] == BATCH and video.shape[2] == CLIP, video.shape
         samples += video.shape[0]
-    cpu, wall = _tree_cpu() - cpu, time.perf_counter() - wall
+    cpu, wall = process_tree_cpu() - cpu, time.perf_counter() - wall
     print(json.dumps({"samples": samples, "cpu": cpu, "wall": wall}), flush=True)
     os._exit(0)  # leave the workers to the OS: their shutdown is not loading
 
@@ -189,7 +177,7 @@ def main() -> None:
             out = subprocess.run(command, check=True, capture_output=True, text=True, env=env)
             results.setdefault(way, []).append(json.loads(out.stdout.strip().splitlines()[-1]))
     load_after = os.getloadavg()
-    from benchmarks.common import markdown_table
+    from common import markdown_table
 
     print(f"\nload average before {load_before[0]:.1f}, after {load_after[0]:.1f}; "
           f"{args.workers} workers, {args.batches} batches of {BATCH} x {CLIP} frames\n")  # fmt: skip
