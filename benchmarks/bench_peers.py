@@ -87,12 +87,12 @@ def convert_streaming(root: Path) -> tuple[Path, float | None]:
     out = root.with_name(root.name + "_mds")
     if (out / "index.json").exists():
         return out, None
-    from streaming import MDSWriter
+    from energon_lite.synth.tables import mds_writer_class
 
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     start = time.perf_counter()
-    with MDSWriter(out=str(tmp), columns={"jpg": "bytes", "txt": "str"}) as writer:
+    with mds_writer_class()(out=str(tmp), columns={"jpg": "bytes", "txt": "str"}) as writer:
         for jpg, txt in _samples(root):
             writer.write({"jpg": jpg, "txt": txt})
     seconds = time.perf_counter() - start

@@ -50,7 +50,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=20)
     args = parser.parse_args()
-    from energon_lite.resume.levels import walk_states
+    from energon_lite.resume.levels import registered_classes, walk_states
     from energon_lite.resume.ownership import check_ownership
     from energon_lite.resume.rank_state import RankState
     from energon_lite.state.codec import state_digest
@@ -70,7 +70,8 @@ def main() -> None:
         state_digest(state)
         timings["digest (nesting and integer bounds)"].append(time.perf_counter() - start)
         start = time.perf_counter()
-        check_ownership([RankState.read(state)])
+        rank = RankState.read(state)
+        check_ownership([rank], registered_classes(rank.workers))
         timings["ownership"].append(time.perf_counter() - start)
     print(f"one rank's state: {keys:,} buffered keys, {args.rounds} rounds\n")
     rows = [

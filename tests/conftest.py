@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import io
 import subprocess
 import warnings
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
+from packaging.requirements import Requirement
 
 from energon_lite import prepare_dataset
 from energon_lite.synth.shards import write_captioning_shards
@@ -52,6 +56,47 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
         except SystemExit as exit:  # argparse's usage errors
             code = exit.code if isinstance(exit.code, int) else 1
     return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
+
+
+def extra_installed(extra: str) -> bool:
+    """Whether every package of energon-lite's ``extra`` extra is installed (as the test
+    command installs the extras it names)."""
+    try:
+        requires = importlib.metadata.requires("energon-lite") or []
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    wanted = [
+        r.name
+        for r in map(Requirement, requires)
+        if r.marker is not None
+        and r.marker.evaluate({"extra": extra})
+        and not r.marker.evaluate({"extra": ""})
+    ]
+    try:
+        for name in wanted:
+            importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return bool(wanted)
+
+
+T = TypeVar("T")
+
+
+def writer_library(load: Callable[[], T], library: str, extra: str) -> T:
+    """``load()``, the import of a third-party library a test writes its data with. Where it
+    is missing the test skips, naming it; where energon-lite's ``extra`` extra is installed
+    (the test command's environment, which installs ``library`` beside it) it fails instead,
+    since there a skip would hide a broken install."""
+    try:
+        return load()
+    except ImportError as exc:
+        missing = str(exc)
+    how = "the test command installs it (README.md, 'Run the tests')"
+    if extra_installed(extra):
+        message = f"{library} does not import ({missing}) though the {extra} extra is installed"
+        pytest.fail(f"{message}; {how}", pytrace=False)
+    pytest.skip(f"{library} is not installed ({missing}); {how}")
 
 
 def make_dataset(

@@ -114,7 +114,7 @@ def test_video_parts_without_pyav_are_refused_at_open(
     monkeypatch.setattr(  # this process has PyAV; pretend it does not
         importlib.util, "find_spec", lambda name, *a: None if name == "av" else real(name, *a)
     )
-    with pytest.raises(ConfigError, match=r"videos has video/audio parts.*energon-lite\[av\]"):
+    with pytest.raises(ConfigError, match=r"videos holds video/audio.*energon-lite\[av\]"):
         get_train_dataset(
             folder,
             worker_config=WorkerConfig(rank=0, world_size=1, num_workers=0),
@@ -123,3 +123,45 @@ def test_video_parts_without_pyav_are_refused_at_open(
             max_samples_per_sequence=None,
         )
     require_av("images", frozenset({"jpg", "txt"}))  # no video part: nothing needed
+
+
+def _crude_tar(root: Path, parts: dict[str, bytes]) -> Path:
+    """A prepared crude dataset of 8 samples, each with ``parts`` (name -> bytes)."""
+    import io
+    import tarfile
+
+    from energon_lite import prepare_dataset
+
+    (root / "parts").mkdir(parents=True)
+    with tarfile.open(root / "parts/data-0.tar", "w") as tar:
+        for idx in range(8):
+            for part, data in parts.items():
+                info = tarfile.TarInfo(f"{idx:06d}.{part}")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    prepare_dataset(root, split_ratio=[("train", 1)], sample_type="CrudeWebdataset", progress=False)
+    return root
+
+
+def test_a_crude_dataset_needs_pyav_only_for_the_video_it_holds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A crude dataset's parts are known only when a sample is decoded: without PyAV, one of
+    text opens and loads; one with an mp4 part is refused when that part is decoded, naming it."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(  # this process has PyAV; pretend it does not
+        importlib.util, "find_spec", lambda name, *a: None if name == "av" else real(name, *a)
+    )
+    wc = WorkerConfig(rank=0, world_size=1, num_workers=0)
+    options: dict[str, Any] = dict(batch_size=None, shuffle_buffer_size=None, max_samples_per_sequence=None)  # fmt: skip
+    text = _crude_tar(tmp_path / "text", {"txt": b"hello", "json": b'{"a": 1}'})
+    samples = list(get_train_dataset(text, worker_config=wc, repeat=False, **options))
+    assert len(samples) == 8 and samples[0]["txt"] == "hello" and samples[0]["json"] == {"a": 1}
+    video = _crude_tar(
+        tmp_path / "video", {"txt": b"a clip", "mp4": b"not decoded before the check"}
+    )
+    dataset = get_train_dataset(video, worker_config=wc, repeat=False, **options)  # opens
+    with pytest.raises(ConfigError, match=r"part 'mp4' holds video/audio.*energon-lite\[av\]"):
+        next(iter(dataset))

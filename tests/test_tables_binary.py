@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib
 import io
 import json
 from pathlib import Path
@@ -11,25 +12,22 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from conftest import read_split
+from conftest import read_split, writer_library
 from PIL import Image
 
+from energon_lite import WorkerConfig, get_savable_loader, get_train_dataset
 from energon_lite.cli.main import main
 from energon_lite.decode.image import decode_image
 from energon_lite.flavors.tables import TableSource
 from energon_lite.sources.kinds import kind_of
-from energon_lite.synth.tables import caption_rows, write_litdata, write_mds
+from energon_lite.synth.tables import caption_rows, mds_writer_class, write_litdata, write_mds
+from energon_lite.testing import assert_loader_resumes
 
 ROWS = caption_rows(24, size=(6, 5))
-# MosaicML Streaming 0.13 requires transformers<5, huggingface-hub<1 and numpy<2.2, which the
-# test environment's datasets 5 refuses; and it imports transformers (and so tokenizers) at
-# import time, so it cannot be laid beside that environment without its dependencies either.
-# A separate environment for these two tests costs minutes of installing (torch, torchvision
-# and transformers again), more than the test command can spend.
-STREAMING_MISSING = (
-    "mosaicml-streaming is not installed (it cannot be installed beside datasets 5); run "
-    "these tests in an environment with mosaicml-streaming==0.13.0"
-)
+# The libraries that write the folders: the test command installs both (Streaming with
+# --no-deps: 0.13 requires transformers<5, which datasets 5 refuses), so there they never skip.
+STREAMING = "mosaicml-streaming==0.13.0"
+LITDATA = "litdata"
 
 
 def _by_key(path: Path, split: str = "train") -> dict[str, Any]:
@@ -63,7 +61,7 @@ MDS_COLUMNS = {
 
 @pytest.mark.parametrize("compression", [None, "zstd:7"])
 def test_every_mds_encoding_reads_back_what_was_written(tmp_path, compression):
-    pytest.importorskip("streaming", reason=STREAMING_MISSING)
+    writer_library(mds_writer_class, STREAMING, "formats-test")
     folder = write_mds(
         tmp_path / "mds", MDS_COLUMNS, [_mds_sample(i) for i in range(24)], compression=compression
     )
@@ -88,6 +86,38 @@ def test_every_mds_encoding_reads_back_what_was_written(tmp_path, compression):
     np.testing.assert_array_equal(first["bytes"].numpy(), decode_image(ROWS[0][0], "torchrgb"))
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_prepared_mds_folder_resumes_exactly_over_its_epoch(tmp_path, workers):
+    """Typed samples of a zstd MDS folder: the shuffle buffer holds keys, and a restore
+    fetches its rows by (shard, sample) from the shards each worker decompressed itself."""
+    writer_library(mds_writer_class, STREAMING, "formats-test")
+    samples = [{"jpg": jpg, "txt": caption} for jpg, caption in ROWS]
+    folder = write_mds(tmp_path / "mds", {"jpg": "bytes", "txt": "str"}, samples,
+                       compression="zstd", size_limit=1 << 12)  # fmt: skip
+    field_map = json.dumps({"image": "jpg", "caption": "txt"})
+    main(["prepare", "--sample-type", "CaptioningSample", "--field-map", field_map, str(folder)])
+
+    def loader() -> Any:
+        dataset = get_train_dataset(
+            folder, worker_config=WorkerConfig(0, 1, workers), batch_size=4,
+            shuffle_buffer_size=6, max_samples_per_sequence=3, repeat=False,
+        )  # fmt: skip
+        return get_savable_loader(dataset)
+
+    def batch_key(batch: Any) -> tuple[list[str], list[str]]:
+        return list(batch.__key__), list(batch.caption)
+
+    reference = assert_loader_resumes(loader, 6, [0, 2, 5], key=batch_key)
+    source = TableSource(folder, "train", format_name="mds")
+    assert len(source.shard_names) > 2
+    # the keys in the order MDSWriter wrote the samples
+    names, counts = source.shard_names, source.table.counts
+    written = [f"{name}/{row}" for name, n in zip(names, counts) for row in range(n)]
+    delivered = {k: c for keys, captions in reference for k, c in zip(keys, captions)}
+    assert sum(len(keys) for keys, _ in reference) == len(delivered) == len(ROWS)
+    assert delivered == {key: ROWS[i][1] for i, key in enumerate(written)}
+
+
 def _litdata_item(i: int) -> dict[str, Any]:
     jpg, caption = ROWS[i]
     return {
@@ -103,7 +133,7 @@ def _litdata_item(i: int) -> dict[str, Any]:
 
 @pytest.mark.parametrize("compression", [None, "zstd"])
 def test_litdata_chunks_read_back_what_its_writer_wrote(tmp_path, compression):
-    pytest.importorskip("litdata")
+    writer_library(lambda: importlib.import_module("litdata"), LITDATA, "formats-test")
     folder = write_litdata(tmp_path / "lit", _litdata_item, 20, chunk_size=6,
                            compression=compression)  # fmt: skip
     assert kind_of(folder).name == "litdata"

@@ -142,7 +142,8 @@ def _cells(
         )
     source = _open(resolve_path(as_path(path)), split_part)
     factory = SampleFactory(source.config, source.root / META_DIR)
-    require_av(str(source.root), factory.parts)  # as the loader does: else every cell is grey
+    if factory.parts is not None:  # as the loader does: else every cell is grey
+        require_av(str(source.root), factory.parts)
     decoder = SampleDecoder()
     cells: list[tuple[Image.Image | None, str]] = []
     for shard_id, index in itertools.islice(_positions(source), num):

@@ -155,6 +155,7 @@ class SampleDecoder:
                 )
             return pickle.loads(data)
         if ext in AV_EXTS:
+            require_av(f"part {part!r}")  # a crude dataset's parts are first known here
             from energon_lite.av import decode_av_part
 
             return decode_av_part(data, self.av_decode, self.video_decode_audio)
@@ -231,12 +232,12 @@ def _check_size(size: Any) -> tuple[int, int]:
 
 
 def require_av(where: str, parts: frozenset[str] | None = None) -> None:
-    """Refuse at open, not per sample, when video/audio must be decoded without PyAV.
-
-    ``parts``: the part names a sample factory decodes (None: check unconditionally)."""
+    """Refuse when video/audio must be decoded without PyAV: at open where the parts a
+    sample factory decodes are known (``parts``), else (None) unconditionally, as the decoder
+    does for each video/audio part of a crude dataset, whose parts are known only then."""
     if parts is not None and not any(part.rsplit(".", 1)[-1] in AV_EXTS for part in parts):
         return
     if importlib.util.find_spec("av") is None:
         raise ConfigError(
-            f"{where} has video/audio parts, which need PyAV: pip install 'energon-lite[av]'"
+            f"{where} holds video/audio, which needs PyAV: pip install 'energon-lite[av]'"
         )

@@ -348,6 +348,7 @@ class SavableLoader(StatefulLoader):
             config=self.dataset.config(),
             shape=pipeline.state_shape,
             paths=self._dataset_paths(),
+            stages={node.cls.__name__: node.cls for node in pipeline.plan(wc.slot(0)).nodes()},
             batches_per_pass=self.virtual_epoch_length,
             canonical=pipeline.canonical(wc.slot(0)),
             leaves=leaves,

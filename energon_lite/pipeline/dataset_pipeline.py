@@ -191,7 +191,8 @@ class DatasetPipeline:
             for ds, leaf in zip(self.datasets, leaves)
         ]
         for ds, spec in zip(self.datasets, self.specs):
-            require_av(str(ds.root), spec.factory.parts)
+            if spec.factory.parts is not None:  # a crude dataset's: checked as they decode
+                require_av(str(ds.root), spec.factory.parts)
         for spec, leaf, ds in zip(self.specs, leaves, self.datasets):
             spec.factory.shard_offsets = getattr(ds, "shard_offsets", None)
             if spec.factory.crude:  # what cookers read by file name (all opened lazily)

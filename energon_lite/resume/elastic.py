@@ -45,20 +45,24 @@ from typing import Any
 
 from energon_lite.errors import StateError, short_repr
 from energon_lite.quotas import PER_WORKER, exact_repetitions, passes
-from energon_lite.resume.levels import holds_sub_key, walk_states
+from energon_lite.resume.levels import (
+    StageClasses,
+    class_of,
+    holds_sub_key,
+    registered_classes,
+    walk_states,
+)
 from energon_lite.resume.micro_batch import comparable_config
 from energon_lite.resume.ownership import LeafPlan, check_ownership
 from energon_lite.resume.rank_state import RankState, SavedRun, check_same_config, read_run
-from energon_lite.stages.base import Stage, stage_class
+from energon_lite.stages.base import Stage
 from energon_lite.stages.blend_epochized import EpochizedBlend
-from energon_lite.stages.blend_weighted import WeightedBlend
 from energon_lite.stages.elastic_deal import ElasticDeal, LeafWork
 from energon_lite.stages.reader import Reader
 from energon_lite.state.restore_key import SampleKey, from_plain, sample_keys
 
 LAYOUT = ("rank", "world_size", "num_workers")
 _READER, _EPOCHIZED = Reader.__name__, EpochizedBlend.__name__  # the leftover's own stages
-_WEIGHTED = WeightedBlend.__name__
 
 
 def redistribute(
@@ -73,8 +77,11 @@ def redistribute(
     nothing lost. ``current_config`` (the new loader's ``dataset.config()``) makes a state of
     another dataset, seed, batch size or stage set fail here, naming the difference;
     ``leaves`` (each leaf's plan, where the dataset is at hand) also checks that every old
-    position is inside the epoch's plan (:func:`energon_lite.resume.ownership.check_ownership`)."""
-    moved = redistributed(read_run(states), world_size, num_workers, current_config, leaves)
+    position is inside the epoch's plan (:func:`energon_lite.resume.ownership.check_ownership`).
+    The stage classes are the registry's: no chain is built here."""
+    run = read_run(states)
+    classes = registered_classes(tree for state in run.ranks for tree in state.workers)
+    moved = redistributed(run, world_size, num_workers, classes, current_config, leaves)
     return [state.plain() for state in moved]
 
 
@@ -82,13 +89,15 @@ def redistributed(
     run: SavedRun,
     world_size: int,
     num_workers: int,
+    classes: StageClasses,
     current_config: dict[str, Any] | None = None,
     leaves: list[LeafPlan] | None = None,
 ) -> list[RankState]:
-    """:func:`redistribute` of a run's states already read (:func:`read_run`)."""
+    """:func:`redistribute` of a run's states already read (:func:`read_run`), each level
+    read by its class in ``classes``."""
     config, epoch = run.config, run.epoch
     refuse_unmovable(config)
-    check_ownership(run.ranks, leaves)
+    check_ownership(run.ranks, classes, leaves)
     if current_config is not None:
         moved = {**config, **{k: current_config[k] for k in LAYOUT}}
         check_same_config(moved, comparable_config(moved, current_config))
@@ -103,8 +112,8 @@ def redistributed(
         # cut by global worker id, so each moves whole and continues its own stream exactly
         workers = copy.deepcopy(old)
     else:
-        redistribution = _Redistribution(config, epoch, old, world_size * new_wpr)
-        redistribution.delivered = delivered_steps(run.ranks)
+        redistribution = _Redistribution(config, epoch, old, world_size * new_wpr, classes)
+        redistribution.delivered = delivered_steps(run.ranks, classes)
         workers = redistribution.new_states()
     new_config = {**config, "world_size": world_size, "num_workers": num_workers}
     return [
@@ -120,16 +129,18 @@ def redistributed(
     ]
 
 
-def delivered_steps(states: list[RankState]) -> int:
+def delivered_steps(states: list[RankState], classes: StageClasses) -> int:
     """The batches each old rank had delivered: its ``in_pass`` plus the steps delivered
-    before its own layout started (a weighted blend's ``base``); the most of any rank."""
+    before its own layout started (``Stage.delivered_base``: a weighted blend's ``base``);
+    the most of any rank."""
     out = 0
     for state in states:
         base = 0
         for tree in state.workers:
             for level in walk_states(tree):
-                if level.get("type") == _WEIGHTED:
-                    base = max(base, WeightedBlend.delivered_base(level))
+                cls = class_of(classes, level)
+                if cls is not None:
+                    base = max(base, cls.delivered_base(level))
         out = max(out, state.in_pass + base)
     return out
 
@@ -151,8 +162,10 @@ def refuse_unmovable(config: dict[str, Any]) -> None:
 
 
 class _Redistribution:
-    def __init__(self, config: dict[str, Any], epoch: int, old: list[Any], new: int) -> None:
-        self.epoch, self.old, self.new = epoch, old, new
+    def __init__(
+        self, config: dict[str, Any], epoch: int, old: list[Any], new: int, classes: StageClasses
+    ) -> None:
+        self.epoch, self.old, self.new, self.classes = epoch, old, new, classes
         self.delivered = 0  # set by redistribute (delivered_steps)
         self.G = len(old)
         self.epochized = config["blend_mode"] == "epochized"
@@ -190,7 +203,7 @@ class _Redistribution:
         """The samples in old worker ``g``'s buffers, in stage order."""
         keys: list[Any] = []
         for level in self.levels[g]:
-            cls = _stage(level)
+            cls = _stage(self.classes, level)
             refusal = cls.elastic_refusal(level)
             if refusal is not None:
                 raise StateError(f"old global worker {g}: {refusal}")
@@ -289,24 +302,26 @@ class _Redistribution:
                 for leaf, (segs, last_reader, _) in enumerate(leaves)
             ),
         )
-        return dealt_chain(self.template, deal)
+        return dealt_chain(self.template, deal, self.classes)
 
 
-def dealt_chain(template: dict[str, Any], deal: ElasticDeal) -> dict[str, Any]:
+def dealt_chain(
+    template: dict[str, Any], deal: ElasticDeal, classes: StageClasses
+) -> dict[str, Any]:
     """A new worker's chain state: ``template`` (a chain state of the same stages) with each
-    level as its stage class builds it from ``deal`` (``Stage.elastic_state``)."""
+    level as its stage class in ``classes`` builds it from ``deal`` (``Stage.elastic_state``)."""
     out: dict[str, Any] = {"type": template["type"]}
-    out.update(_stage(template).elastic_state(template, deal))
+    out.update(_stage(classes, template).elastic_state(template, deal))
     if "source" in template:
-        out["source"] = dealt_chain(template["source"], deal)
+        out["source"] = dealt_chain(template["source"], deal, classes)
     if "sources" in template:
-        out["sources"] = [dealt_chain(child, deal) for child in template["sources"]]
+        out["sources"] = [dealt_chain(child, deal, classes) for child in template["sources"]]
     return out
 
 
-def _stage(level: dict[str, Any]) -> type[Stage]:
+def _stage(classes: StageClasses, level: dict[str, Any]) -> type[Stage]:
     """The class of a saved level; StateError naming a stage no imported class has."""
-    cls = stage_class(level.get("type"))
+    cls = class_of(classes, level)
     if cls is None:
         raise StateError(
             "elastic restore does not know how to redistribute stage "

@@ -40,14 +40,13 @@ from energon_lite.resume.rank_state import RankState
 from energon_lite.resume.target import RestoreTarget
 from energon_lite.rng import derive_seed
 from energon_lite.stages.elastic_deal import ElasticDeal, LeafWork
-from energon_lite.state.energon_import import read_energon_state
 from energon_lite.state.restore_key import SampleKey
 
 
-def energon_rank_states(states: Any, target: RestoreTarget) -> list[RankState]:
+def energon_rank_states(plain: Any, target: RestoreTarget) -> list[RankState]:
     """Every rank's state for the ``target`` loader from Energon's ``save_state_global()``
-    list (or one rank's ``save_state_rank()``: a list of one, for this rank)."""
-    plain = read_energon_state(states)
+    list (or one rank's ``save_state_rank()``), read as plain data
+    (:func:`energon_lite.state.energon_import.read_energon_state`)."""
     wc = target.worker_config
     if isinstance(plain, dict):
         ranks: list[Any] = [None] * wc.world_size
@@ -147,7 +146,7 @@ def _dealt(
             delivered=delivered,
             leaves=_work(shares[j], epochs),
         )
-        chains.append(dealt_chain(template, deal))
+        chains.append(dealt_chain(template, deal, target.stages))
     return RankState({**target.config, "rank": rank}, 0, 0, chains, 0)
 
 

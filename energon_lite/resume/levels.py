@@ -1,24 +1,57 @@
-"""The stage levels of a saved worker state, and what a level's buffered keys hold.
+"""The stage levels of a saved worker state, and the stage classes that read them.
 
 A worker's state is a tree of stage levels (``{"type", <fields>, "source" | "sources"}``);
 everything that reads a saved state without building a chain (the checks of a whole run's
 states, an elastic restore, ``loader.mix()``, ``checkpoint info``) walks it here.
+
+What a level holds is said by its stage class (``held_keys``, ``elastic_state`` ... in
+:mod:`energon_lite.stages.base`). A restore asks the classes through one table,
+:data:`StageClasses`, resolved once by whoever starts it: the loader from its own chain's
+plan, the offline commands from the registry (:func:`registered_classes`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
+
+from energon_lite.stages.base import Stage, stage_class
+
+StageClasses = Mapping[str, type[Stage]]  # a saved level's stage class by its "type"
 
 
 def walk_states(tree: Any) -> Iterator[dict[str, Any]]:
-    """Every stage level of a worker state, parents after children's order: depth first."""
+    """Every stage level of a worker state, parents after children's order: depth first.
+    A level's parents that are not a level or a list of them are not walked (the shape
+    check names them)."""
     if isinstance(tree, dict):
         yield tree
         if "source" in tree:
             yield from walk_states(tree["source"])
-        for child in tree.get("sources") or []:
+        sources = tree.get("sources")
+        for child in sources if isinstance(sources, list) else []:
             yield from walk_states(child)
+
+
+def class_of(classes: StageClasses, level: dict[str, Any]) -> type[Stage] | None:
+    """The stage class of a saved ``level``; None for a type the table does not have."""
+    name = level.get("type")
+    return classes.get(name) if isinstance(name, str) else None
+
+
+def registered_classes(trees: Iterable[Any]) -> dict[str, type[Stage]]:
+    """The stage class of every level in ``trees`` that the registry knows
+    (:func:`energon_lite.stages.base.stage_class`): the table where states are read
+    without a chain (``energon-lite checkpoint redist``, the test helpers)."""
+    out: dict[str, type[Stage]] = {}
+    for tree in trees:
+        for level in walk_states(tree):
+            name = level.get("type")
+            if isinstance(name, str) and name not in out:
+                cls = stage_class(name)
+                if cls is not None:
+                    out[name] = cls
+    return out
 
 
 def holds_sub_key(plain: Any) -> bool:

@@ -14,9 +14,8 @@ from typing import Any, NamedTuple
 
 from energon_lite.errors import StateError, short_repr
 from energon_lite.quotas import next_past_end
-from energon_lite.resume.levels import holds_sub_key, walk_states
+from energon_lite.resume.levels import StageClasses, class_of, holds_sub_key, walk_states
 from energon_lite.resume.rank_state import RankState
-from energon_lite.stages.base import stage_class
 from energon_lite.stages.reader import Reader
 from energon_lite.stages.slices import DEALINGS, SliceTable
 from energon_lite.state.restore_key import from_plain, sample_keys, to_plain
@@ -48,11 +47,14 @@ NO_PLAN_HINT = (
 )
 
 
-def check_ownership(states: Sequence[RankState], leaves: list[LeafPlan] | None = None) -> None:
+def check_ownership(
+    states: Sequence[RankState], classes: StageClasses, leaves: list[LeafPlan] | None = None
+) -> None:
     """StateError unless the old states, taken together, own their work once: no sample is
     buffered twice (in two old workers, or twice in one), no slice of a reader epoch is open
     twice, and with ``leaves`` (the dataset's plan per leaf) every Reader ``next`` and open
-    slice is inside the epoch's plan. Each state passes its own checks when restored alone;
+    slice is inside the epoch's plan; ``classes`` say what each level buffers
+    (``held_keys``). Each state passes its own checks when restored alone;
     an edit made consistently in two states (the digest recomputed, as anyone holding the
     files can) passes those and would repeat or lose samples.
 
@@ -74,7 +76,7 @@ def check_ownership(states: Sequence[RankState], leaves: list[LeafPlan] | None =
                 _check_reader(level, leaf, plan, (g, len(trees), rank, worker), slices, hint)
                 leaf += 1
                 continue
-            cls = stage_class(level.get("type"))
+            cls = class_of(classes, level)
             if cls is None:
                 continue  # named by the restore (an unknown stage)
             try:
@@ -97,6 +99,23 @@ def check_ownership(states: Sequence[RankState], leaves: list[LeafPlan] | None =
                             f"both would repeat it. The states were edited; refusing them{hint}"
                         )
                     keys[identity] = (rank, worker, plain)
+
+
+def check_each_rank(
+    states: Sequence[RankState],
+    world_size: int,
+    classes: StageClasses,
+    leaves: list[LeafPlan] | None = None,
+) -> None:
+    """:func:`check_ownership` of each rank's state alone, of a run of ``world_size`` ranks:
+    its workers at their global workers, the other ranks' places empty."""
+    for state in states:
+        empty = [None] * len(state.workers)
+        ranks = [
+            RankState({"rank": k}, 0, 0, state.workers if k == state.rank else empty, 0)
+            for k in range(world_size)
+        ]
+        check_ownership(ranks, classes, leaves)
 
 
 def _check_reader(

@@ -23,10 +23,10 @@ from typing import Any
 
 from energon_lite.errors import StateError, short_repr
 from energon_lite.resume.elastic import redistributed, refuse_unmovable
+from energon_lite.resume.levels import StageClasses, class_of
 from energon_lite.resume.ownership import check_ownership
 from energon_lite.resume.rank_state import RankState, SavedRun, check_same_config
 from energon_lite.resume.target import RestoreTarget
-from energon_lite.stages.base import stage_class
 from energon_lite.stages.phases import Phases
 from energon_lite.worker import CanonicalLayout, WorkerConfig, WorkerSlot
 
@@ -50,30 +50,30 @@ class Logical:
 
 
 def relayout(run: SavedRun, target: RestoreTarget) -> list[RankState] | None:
-    """Every rank's state for the ``target`` loader's layout, or None where neither the old
-    states nor that loader have a canonical layout (the plain paths apply)."""
-    wc = target.worker_config
+    """Every rank's state for the ``target`` loader's layout, from a run where it or the
+    ``target`` loader has a canonical layout; None where the old states are plain chains of
+    a layout that did not reproduce its canonical one and that loader has none (the plain
+    paths apply)."""
+    wc, classes = target.worker_config, target.stages
     layout = target.canonical
-    if layout is None and "canonical_layout" not in run.config:
-        return None
     current = target.config
     shape = target.shape(wc.slot(0))  # the chain above the pipelines (encode_batch)
     refuse_unmovable(run.config)
     _check_settings(run.config, current, wc)
-    logical = _logical(run)
-    if logical is None:  # plain chains of a layout that did not reproduce its canonical one
-        if layout is None:
-            return None
-        logical = _redistributed(run, layout, target.leaves())
+    logical = _logical(run, classes)
+    if logical is None and layout is None:
+        return None  # plain chains of a layout that did not reproduce its canonical one
+    # the old states as plain chains: of its canonical pipelines, or as they were saved
+    old = run if logical is None else _expanded(logical, current)
+    if logical is not None and logical.layout != layout:
+        _warn_fallback(logical.layout, wc)
     if layout is None:  # this layout does not reproduce a canonical one: its own chains
-        _warn_fallback(logical.layout, wc)
-        moved = redistributed(_expanded(logical, current), wc.world_size, wc.num_workers)
-        return [_with_config(state, current, shape) for state in moved]
-    if logical.layout != layout:
-        _warn_fallback(logical.layout, wc)
-        logical = _redistributed(_expanded(logical, current), layout, target.leaves())
+        moved = redistributed(old, wc.world_size, wc.num_workers, classes)
+        return [_with_config(state, current, shape, classes) for state in moved]
+    if logical is None or logical.layout != layout:
+        logical = _redistributed(old, layout, classes, target.leaves())
     else:
-        check_ownership(_expanded(logical, current).ranks, target.leaves())
+        check_ownership(old.ranks, classes, target.leaves())
     return _physical(logical, wc, current, shape)
 
 
@@ -102,7 +102,7 @@ def _warn_fallback(old: CanonicalLayout, wc: WorkerConfig) -> None:
     )  # fmt: skip
 
 
-def _logical(run: SavedRun) -> Logical | None:
+def _logical(run: SavedRun, classes: StageClasses) -> Logical | None:
     """The old states as canonical pipelines; None for plain chains of a layout that did
     not reproduce its canonical one."""
     config = run.config
@@ -116,7 +116,7 @@ def _logical(run: SavedRun) -> Logical | None:
     for rank, state in enumerate(run.ranks):
         next_worker = state.next_worker
         for worker, level in enumerate(state.workers):
-            level = stateless_removed(level)
+            level = stateless_removed(level, classes)
             if saved is None:  # a plain chain is the canonical pipeline of its own layout
                 pipelines[rank * workers + worker] = level
                 phases[rank] = next_worker
@@ -175,12 +175,14 @@ def _expanded(logical: Logical, current: dict[str, Any]) -> SavedRun:
     return SavedRun(ranks, ranks[0].config, logical.epoch)
 
 
-def _redistributed(run: SavedRun, layout: CanonicalLayout, leaves: Any) -> Logical:
+def _redistributed(
+    run: SavedRun, layout: CanonicalLayout, classes: StageClasses, leaves: Any
+) -> Logical:
     """The states of a run of any layout dealt exactly once onto ``layout``'s pipelines."""
-    moved = redistributed(run, layout.ranks, layout.workers, leaves=leaves)
+    moved = redistributed(run, layout.ranks, layout.workers, classes, leaves=leaves)
     return Logical(
         layout,
-        [stateless_removed(level) for state in moved for level in state.workers],
+        [stateless_removed(level, classes) for state in moved for level in state.workers],
         0,
         moved[0].config,
         moved[0].epoch,
@@ -189,12 +191,14 @@ def _redistributed(run: SavedRun, layout: CanonicalLayout, leaves: Any) -> Logic
     )
 
 
-def _with_config(state: RankState, current: dict[str, Any], shape: dict[str, Any]) -> RankState:
+def _with_config(
+    state: RankState, current: dict[str, Any], shape: dict[str, Any], classes: StageClasses
+) -> RankState:
     """A redistributed state with this loader's config (and chain ``shape``)."""
     return replace(
         state,
         config={**current, "rank": state.rank},
-        workers=[stateless_added(shape, stateless_removed(w)) for w in state.workers],
+        workers=[stateless_added(shape, stateless_removed(w, classes)) for w in state.workers],
     )
 
 
@@ -233,11 +237,11 @@ def _physical(
 # a Phases level and the stateless levels above it ----------------------------------------
 
 
-def stateless_removed(level: Any) -> Any:
+def stateless_removed(level: Any, classes: StageClasses) -> Any:
     """A saved chain without its top levels that hold no state of their own (``encode_batch``'s
     map above the batching stage): the part a logical pipeline saves."""
     while isinstance(level, dict) and "source" in level:
-        cls = stage_class(level.get("type"))
+        cls = class_of(classes, level)
         if cls is None or cls.STATE_KEYS or cls.OPTIONAL_KEYS:
             break
         level = level["source"]
@@ -279,7 +283,7 @@ def read_phases_level(level: Any, where: str) -> tuple[list[Any], int]:
 
 
 def pipeline_trees(
-    workers: list[Any], wc: WorkerConfig, layout: CanonicalLayout
+    workers: list[Any], wc: WorkerConfig, layout: CanonicalLayout, classes: StageClasses
 ) -> list[RankState]:
     """A rank's worker states as the canonical layout's K ranks of Q pipelines (what the
     ownership check reads: pipeline k * Q + q is worker q of rank k, at its canonical global
@@ -288,7 +292,7 @@ def pipeline_trees(
     for worker, level in enumerate(workers):
         if level is None:
             continue
-        sources, _ = read_phases_level(stateless_removed(level), f"worker {worker}")
+        sources, _ = read_phases_level(stateless_removed(level, classes), f"worker {worker}")
         slots = layout.slots(WorkerSlot(wc.rank, wc.world_size, worker, wc.workers_per_rank, 0))
         for slot, source in zip(slots, sources):
             pipelines[slot.rank * layout.workers + slot.worker_id] = source

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from energon_lite.resume.levels import StageClasses
 from energon_lite.resume.ownership import LeafPlan
 from energon_lite.stages.reader import Reader
 from energon_lite.worker import CanonicalLayout, WorkerConfig, WorkerSlot
@@ -36,6 +37,9 @@ class RestoreTarget:
     config: dict[str, Any]  # its dataset.config(): what a state must match
     shape: Callable[[WorkerSlot], dict[str, Any]]  # a worker chain's declared state shape
     paths: list[str]  # the datasets it reads (messages only)
+    # the stage class of each level its chains save (Pipeline.plan), by the level's "type":
+    # what every module here asks about a saved level (held_keys, elastic_state ...)
+    stages: StageClasses
     batches_per_pass: int | None = None  # virtual_epoch_length: in_pass may not exceed it
     canonical: CanonicalLayout | None = None  # the canonical layout its layout reproduces
     # each leaf's plan (:func:`energon_lite.resume.ownership.check_ownership`), None for a

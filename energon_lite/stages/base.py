@@ -30,7 +30,7 @@ outside ``stages/`` switches on stage class names: its row in ``loader.stats()``
 ``stats_held()``), what ``loader.mix()`` reads of it (``mix_tally``, ``MIX_COSTS``), the restore keys a saved level of it buffers (``held_keys``), what
 ``energon-lite checkpoint info`` says about a saved level (``describe_level``) and how an
 elastic restore deals its state to another layout (``ELASTIC_FRESH``, ``elastic_state``,
-``elastic_refusal``). Every declaration has a default, so a stage declares only what
+``elastic_refusal``, ``delivered_base``). Every declaration has a default, so a stage declares only what
 applies to it.
 
 Registration: every subclass registers itself by class name (``__init_subclass__``), which is
@@ -127,6 +127,13 @@ class Stage:
         and the steps delivered before its layout started; None for a stage that does not
         blend (the default)."""
         return None
+
+    @classmethod
+    def delivered_base(cls, level: dict[str, Any]) -> int:
+        """The training steps delivered before the layout of a saved level started (a
+        weighted blend's schedule counts them; an elastic restore carries them on).
+        Default: 0."""
+        return 0
 
     @classmethod
     def describe_level(cls, level: dict[str, Any]) -> list[str]:

@@ -8,7 +8,11 @@ feature; ``to_parquet`` in the Hub layout, ``save_to_disk``), MosaicML Streaming
 
 from __future__ import annotations
 
+import importlib
+import importlib.machinery
+import importlib.util
 import io
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -73,6 +77,32 @@ def write_save_to_disk(folder: Path, rows: Sequence[tuple[bytes, str]], shards: 
     return folder
 
 
+def mds_writer_class() -> Any:
+    """MosaicML Streaming's own ``MDSWriter``, imported from its module
+    (``streaming.base.format.mds.writer``) without running the ``streaming`` and
+    ``streaming.base`` package ``__init__`` files.
+
+    Those two import every Streaming dataset class, and with them transformers and
+    torchvision, which writing never uses: Streaming 0.13 pins transformers below 5 (refused
+    beside ``datasets`` 5), and PyPI's torchvision does not load beside a CPU build of torch.
+    The writer's modules themselves import numpy, Pillow, torch, xxhash, zstd, Brotli and
+    python-snappy (the ``formats-test`` extra; the test command installs Streaming with
+    ``--no-deps``). The two packages are registered empty, pointing at Streaming's folders,
+    unless ``streaming`` is already imported; its other modules still import as usual, but a
+    later ``from streaming import StreamingDataset`` in the same process finds nothing.
+    """
+    if "streaming" not in sys.modules:
+        found = importlib.util.find_spec("streaming")
+        if found is None or not found.submodule_search_locations:
+            raise ModuleNotFoundError("No module named 'streaming'", name="streaming")
+        folder = Path(next(iter(found.submodule_search_locations)))
+        for name, path in (("streaming", folder), ("streaming.base", folder / "base")):
+            spec = importlib.machinery.ModuleSpec(name, None, is_package=True)
+            spec.submodule_search_locations = [str(path)]
+            sys.modules[name] = importlib.util.module_from_spec(spec)
+    return importlib.import_module("streaming.base.format.mds.writer").MDSWriter
+
+
 def write_mds(
     folder: Path,
     columns: dict[str, str],
@@ -82,9 +112,7 @@ def write_mds(
     size_limit: int | str = 1 << 14,
 ) -> Path:
     """``samples`` with ``MDSWriter(columns=...)`` (small shards: several per folder)."""
-    from streaming import MDSWriter
-
-    with MDSWriter(
+    with mds_writer_class()(
         out=str(folder), columns=columns, compression=compression, size_limit=size_limit
     ) as writer:
         for sample in samples:
