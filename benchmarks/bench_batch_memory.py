@@ -31,7 +31,7 @@ from typing import Any
 import psutil
 import torch
 from bench_pipeline import BATCH_SIZE, MAX_SAMPLES_PER_SEQUENCE, SHUFFLE_BUFFER, build_dataset
-from common import markdown_table, median
+from common import markdown_table, median, process_tree_cpu
 
 import energon_lite as el
 
@@ -91,14 +91,7 @@ def run(root: Any, mode: str, reuse: bool, workers: int, batches: int, warmup: i
 
 def _workers_cpu() -> float:
     """CPU seconds (user + system) the loader's worker processes have used so far."""
-    total = 0.0
-    for child in psutil.Process().children(recursive=True):
-        try:
-            times = child.cpu_times()
-        except psutil.NoSuchProcess:
-            continue
-        total += times.user + times.system
-    return total
+    return process_tree_cpu(include_self=False)
 
 
 def main() -> None:

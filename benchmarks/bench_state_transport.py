@@ -8,8 +8,10 @@ make, times the two ways of moving the state just saved to the trainer, on the s
 * ``whole``: pickled in the worker, unpickled in the trainer and kept until the next batch
   (what a plain chain did before its long lists travelled as changes);
 * ``changes``: :func:`unchanged_marked` against the state sent before, pickled, unpickled,
-  and :func:`with_unchanged` against the trainer's copy (what a worker and the trainer do
-  now), checked equal to the state saved.
+  and :func:`with_unchanged` against the trainer's copy, checked equal to the state saved
+  (what a worker sends; the trainer now keeps the bytes and unpickles and applies them only
+  when a save reads the states, ``resume/sent_state.py``, so this column is what a save
+  costs per batch since the last one, and what the trainer spent per batch before).
 
 Chains: one caption dataset (8x8 JPEGs) with a shuffle buffer of 100, 300, 1,000 and
 3,200 samples, and a blend of ``--leaves`` such datasets (equal weights, shuffle buffer 100),

@@ -7,6 +7,7 @@
   ``ps`` would; that is an upper bound on what the tree really holds.
 * ``run_child`` runs a command under that sampler and returns its output lines, its peak and
   the peak up to a marker line the child prints (to leave a later phase out of a figure).
+* ``process_tree_cpu``: CPU seconds of this process and its workers.
 * ``median``, ``ratio``, ``ab_order``: A/B alternation over rounds on a small noisy machine.
 * ``markdown_table``, ``fmt_bytes``, ``fmt_num``: printing.
 """
@@ -165,6 +166,20 @@ def run_child(
         time.perf_counter() - start,
         "".join(stderr_chunks),
     )
+
+
+def process_tree_cpu(include_self: bool = True) -> float:
+    """CPU seconds (user + system) used so far by this process (unless ``include_self`` is
+    False) and all its descendants that are still alive (a loader's workers)."""
+    me = psutil.Process()
+    total = 0.0
+    for process in [me, *me.children(recursive=True)][0 if include_self else 1 :]:
+        try:
+            times = process.cpu_times()
+        except psutil.Error:
+            continue
+        total += times.user + times.system
+    return total
 
 
 def median(values: Sequence[float | None]) -> float | None:

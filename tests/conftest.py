@@ -203,6 +203,12 @@ def train_ds(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def many_ds(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """600 samples: buffers long enough (over 128 keys) to travel as changes."""
+    return make_dataset(tmp_path_factory.mktemp("many_ds"), 600, 50, image_size=(8, 8))
+
+
+@pytest.fixture(scope="session")
 def split_ds(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """200 samples in 10 shards, split 8/1/1 into train/val/test."""
     return make_dataset(

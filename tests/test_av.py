@@ -16,6 +16,7 @@ import torch
 from energon_lite.av import (
     AVData,
     AVDecoder,
+    DecoderCache,
     decode_av_part,
     get_clips_uniform,
     get_single_frames_uniform,
@@ -408,3 +409,168 @@ def test_skipping_unwanted_non_reference_frames_keeps_every_frame_exact(containe
     for clip in uniform.video_clips:
         start = indices(clip)[0]
         assert np.array_equal(clip.permute(0, 2, 3, 1).numpy(), plain[start : start + len(clip)])
+
+
+def _keyframes(data: bytes) -> list[int]:
+    """Frame numbers (display order) of the keyframes."""
+    with av.open(io.BytesIO(data)) as opened:
+        packets = sorted(
+            (p for p in opened.demux(video=0) if p.pts is not None), key=lambda p: p.pts
+        )
+    return [i for i, p in enumerate(packets) if p.is_keyframe]
+
+
+@pytest.fixture(scope="module", params=["mp4", "mkv"])
+def b_frame_video(request: pytest.FixtureRequest) -> tuple[bytes, np.ndarray]:
+    """6 s at 30 fps with B-frames (x264 preset medium), a keyframe every 60 frames, and
+    every frame of a plain decode."""
+    data = video_bytes(
+        request.param, num_frames=180, width=64, height=48, gop_size=60,
+        video_options={"preset": "medium"},
+    )  # fmt: skip
+    return data, _plain_decode(data)
+
+
+def _assert_plain(clip: torch.Tensor, plain: np.ndarray, start: int) -> None:
+    assert np.array_equal(clip.permute(0, 2, 3, 1).numpy(), plain[start : start + len(clip)])
+
+
+def test_one_decoder_over_many_samples_gives_every_frame_of_a_plain_decode(
+    b_frame_video: tuple[bytes, np.ndarray],
+) -> None:
+    """Clips in any order on one open decoder (forward in a GOP, back, across keyframes,
+    single frames next to keyframes): each frame equal to a plain decode, to the byte."""
+    data, plain = b_frame_video
+    decoder = AVDecoder(data)
+    rng = np.random.default_rng(0)
+    ranges = [(59, 59), (60, 60), (61, 75), (58, 62), (0, 15), (119, 121), (170, 179), (3, 3)]
+    ranges += [(int(s), int(s) + 15) for s in rng.integers(0, 164, size=20)]
+    for start, end in ranges:
+        (clip,) = decoder.get_clips([(start, end)], video_unit="frames").video_clips
+        assert indices(clip) == list(range(start, end + 1))
+        _assert_plain(clip, plain, start)
+    assert decoder.stats.opens == 1
+
+
+def test_decoder_cache_reuses_the_open_file_and_keeps_frames_exact(
+    tmp_path: Path, b_frame_video: tuple[bytes, np.ndarray]
+) -> None:
+    data, plain = b_frame_video
+    path = tmp_path / "v.video"
+    path.write_bytes(data)
+    assert not any(10 < k <= 20 for k in _keyframes(data))  # so (20, 27) continues (10, 17)
+    cache = DecoderCache(capacity=2)
+    first = cache.decoder(str(path))
+    for start in (100, 10, 20, 150, 151, 64):  # one sample after another, one open file
+        decoder = cache.decoder(str(path))
+        assert decoder is first
+        seeks = decoder.stats.seeks
+        (clip,) = decoder.get_clips([(start, start + 7)], video_unit="frames").video_clips
+        _assert_plain(clip, plain, start)
+        if start == 20:  # after (10, 17), with no keyframe in between: continued, no seek
+            assert decoder.stats.seeks == seeks
+    assert first.stats.opens == 1 and len(cache) == 1
+
+    # a file replaced on disk is opened afresh
+    other = video_bytes("mkv", num_frames=40, width=32, height=32, gop_size=10)
+    path.write_bytes(other)
+    replaced = cache.decoder(str(path))
+    assert replaced is not first and first._container is None  # the old one was closed
+    assert indices(replaced.get_clips([(30, 33)], video_unit="frames").video_clips[0]) == [
+        30, 31, 32, 33,
+    ]  # fmt: skip
+
+    # capacity: the least recently used file is closed
+    paths = []
+    for i in range(2):
+        paths.append(tmp_path / f"{i}.mkv")
+        paths[-1].write_bytes(other)
+    cache.decoder(str(paths[0])).get_metadata()
+    cache.decoder(str(paths[1])).get_metadata()
+    assert len(cache) == 2 and replaced._container is None
+    cache.discard(str(paths[0]))
+    assert len(cache) == 1
+    with pytest.raises(FileNotFoundError):
+        cache.decoder(str(tmp_path / "missing.mp4"))
+    with pytest.raises(ConfigError, match="at least one"):
+        DecoderCache(capacity=0)
+    cache.clear()
+    assert len(cache) == 0
+
+
+def _child_decodes(cache: DecoderCache, path: str, queue: object) -> None:
+    held = len(cache)  # the parent's open file is not the child's
+    clip = cache.decoder(path).get_clips([(5, 6)], video_unit="frames").video_clips[0]
+    queue.put((held, indices(clip)))  # type: ignore[attr-defined]
+
+
+def test_decoder_cache_starts_empty_in_a_forked_worker(tmp_path: Path) -> None:
+    import multiprocessing
+
+    path = tmp_path / "v.mp4"
+    make_video(path, "mp4", num_frames=30, width=32, height=32)
+    cache = DecoderCache()
+    parent = cache.decoder(str(path))
+    parent.get_clips([(20, 25)], video_unit="frames")
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_child_decodes, args=(cache, str(path), queue))
+    child.start()
+    assert queue.get(timeout=60) == (0, [5, 6])
+    child.join(timeout=60)
+    assert child.exitcode == 0
+    # the parent's decoder is untouched by the child: it continues where it was
+    assert cache.decoder(str(path)) is parent
+    assert indices(parent.get_clips([(26, 27)], video_unit="frames").video_clips[0]) == [26, 27]
+
+
+@pytest.mark.parametrize("container", ["mp4", "mkv"])
+@pytest.mark.parametrize("preset", ["ultrafast", "medium"])
+def test_keyframe_aligned_clips_start_at_the_keyframe_before(container: str, preset: str) -> None:
+    """Approximate mode: each range moves back to the last keyframe at or before its start,
+    keeps its length, and decodes nothing before it; the frames are a plain decode's."""
+    data = video_bytes(
+        container, num_frames=180, width=64, height=48, gop_size=45,
+        video_options={"preset": preset},
+    )  # fmt: skip
+    plain = _plain_decode(data)
+    keys = _keyframes(data)  # every 45 frames, and where x264 finds a scene cut
+    assert len(keys) >= 4 and keys[0] == 0
+
+    def key(frame: int) -> int:
+        return max(k for k in keys if k <= frame)
+
+    ranges = [(0, 15), (44, 59), (45, 60), (46, 61), (100, 100), (170, 179), (10, 12)]
+    for start, end in ranges:
+        decoder = AVDecoder(data)
+        data_ = decoder.get_clips([(start, end)], video_unit="frames", keyframe_aligned=True)
+        (clip,), (stamps,) = data_.video_clips, data_.video_timestamps
+        first = key(start)
+        assert indices(clip) == list(range(first, first + end - start + 1))
+        _assert_plain(clip, plain, first)
+        assert stamps == pytest.approx((first / 30, (first + end - start + 1) / 30), abs=0.002)
+        # nothing before the clip, nor after it
+        assert decoder.stats.decoded_video_frames == end - start + 1
+    # seconds: (t0, t1) becomes (k, k + t1 - t0), k the keyframe's time (the second range
+    # ran past the end; moved back, it keeps its 0.6 s)
+    decoder = AVDecoder(data)
+    seconds = decoder.get_clips([(2.0, 2.5), (5.9, 6.5)], keyframe_aligned=True)
+    assert [indices(c) for c in seconds.video_clips] == [
+        list(range(key(60), key(60) + 16)), list(range(key(177), key(177) + 19)),
+    ]  # fmt: skip
+    # several ranges in one call, and Energon's pair form
+    clips, stamps = AVDecoder(data).get_video_clips(
+        [(30, 31), (50, 51), (179, 179)], video_unit="frames", keyframe_aligned=True
+    )
+    assert [indices(c) for c in clips] == [
+        [key(30), key(30) + 1],
+        [key(50), key(50) + 1],
+        [key(179)],
+    ]
+    # past the end: left out, as without the option
+    assert (
+        AVDecoder(data)
+        .get_clips([(200, 210)], video_unit="frames", keyframe_aligned=True)
+        .video_clips
+        == []
+    )

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import make_dataset
 
 from energon_lite import WorkerConfig, get_savable_loader, get_train_dataset
 from energon_lite.resume.state_delta import (
@@ -19,12 +18,6 @@ from energon_lite.resume.state_delta import (
 )
 from energon_lite.state.compact import unpacked
 from energon_lite.testing import assert_loader_resumes, take
-
-
-@pytest.fixture(scope="module")
-def many_ds(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """600 samples: buffers long enough (over 128 keys) to travel as changes."""
-    return make_dataset(tmp_path_factory.mktemp("many_ds"), 600, 50, image_size=(8, 8))
 
 
 def _two_workers(root: Path, **options: Any) -> Any:

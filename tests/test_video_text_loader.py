@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from energon_lite import WorkerConfig, get_savable_loader, get_train_dataset, get_val_dataset
+from energon_lite.errors import ConfigError
 from energon_lite.flavors.video_text import VideoTextTaskEncoder, prepare_video_text
 from energon_lite.synth.video_text import make_media, write_table
 from energon_lite.testing import assert_loader_resumes, take
@@ -135,3 +136,24 @@ def test_exact_resume(table: Path, num_workers: int) -> None:
         save_points=[0, 3, 7],
         key=key,
     )
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_open_videos_kept_between_samples_give_the_same_batches(
+    table: Path, num_workers: int
+) -> None:
+    """40 rows over 4 videos: with each worker keeping its videos open (the default) the
+    batches are those of opening every sample's video afresh, to the bit."""
+    batches = {}
+    for open_videos in (0, 2):
+        encoder = VideoTextTaskEncoder(BUCKETS, seed=3, random_crop=True, open_videos=open_videos)
+        loader = get_savable_loader(_train(table, num_workers, task_encoder=encoder))
+        batches[open_videos] = take(loader, 12)
+        if num_workers == 0:  # the encoder ran here: its cache holds the videos it read
+            assert (encoder._videos is None) == (open_videos == 0)
+            assert open_videos == 0 or 1 <= len(encoder._videos) <= 2
+    for kept, fresh in zip(batches[2], batches[0], strict=True):
+        assert kept["__key__"] == fresh["__key__"]
+        assert torch.equal(kept["video"], fresh["video"])
+    with pytest.raises(ConfigError, match="open_videos=-1"):
+        VideoTextTaskEncoder(BUCKETS, open_videos=-1)

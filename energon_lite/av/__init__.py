@@ -15,6 +15,7 @@ from energon_lite.av.decoder import (
     DecodeStats,
     decode_av_part,
 )
+from energon_lite.av.decoder_cache import DecoderCache
 from energon_lite.av.webdataset_decoder import AVWebdatasetDecoder
 from energon_lite.media_records.records import (
     AVMetadata,
@@ -32,6 +33,7 @@ __all__ = [
     "AVMetadata",
     "AVWebdatasetDecoder",
     "DecodeStats",
+    "DecoderCache",
     "ImageMetadata",
     "MediaMetadataBase",
     "MediaMetadataType",

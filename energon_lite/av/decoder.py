@@ -30,6 +30,13 @@ PCM stays int16, most compressed codecs give float32). Ranges running past the e
 clipped; a range starting past the end of the stream gives no clip (it is left out of the
 returned lists, as in Energon); a range inside the media that selects no frame raises
 ``MediaDecodeError``.
+
+Approximate, keyframe-aligned clips (``get_clips(..., keyframe_aligned=True)``), for tasks
+that accept nearby frames: each video range is moved back to start at the last keyframe at
+or before its start and keeps its length, so ``(start, end)`` becomes ``(k, k + end - start)``
+in the range's unit, where ``k`` is that keyframe's frame number or time. Nothing before the
+clip is decoded. The frames returned are those of a plain decode at the moved range, and the
+timestamps say where the clip really is.
 """
 
 from __future__ import annotations
@@ -115,9 +122,10 @@ class AVDecoder(EnergonAVMethods):
 
     def close(self) -> None:
         """Release the container; a later call reopens it."""
+        self._drop_cursor()
         if self._container is not None:
             self._container.close()
-        self._container = self._cursor = None
+        self._container = None
 
     def __enter__(self) -> AVDecoder:
         return self
@@ -153,7 +161,7 @@ class AVDecoder(EnergonAVMethods):
         meta = self._read_metadata()
         if get_audio_num_samples and meta.audio_num_samples is None and meta.audio_sample_rate:
             stream = self._stream("audio")
-            self._cursor = None
+            self._drop_cursor()
             self._open().seek(_start_pts(stream), stream=stream, backward=True)
             meta.audio_num_samples = sum(f.samples for f in self._open().decode(stream))
         return meta
@@ -193,7 +201,7 @@ class AVDecoder(EnergonAVMethods):
 
     def _scan_packets(self, stream: av.stream.Stream) -> tuple[int, int | None]:
         container = self._open()
-        self._cursor = None
+        self._drop_cursor()
         container.seek(_start_pts(stream), stream=stream, backward=True)
         count, end = 0, None
         for packet in container.demux(stream):
@@ -233,11 +241,13 @@ class AVDecoder(EnergonAVMethods):
         video_unit: str = "seconds",
         audio_unit: str = "seconds",
         video_out_frame_size: tuple[int, int] | None = None,
+        keyframe_aligned: bool = False,
     ) -> AVData:
         """Decode the given video and/or audio ranges (conventions: module docstring).
 
         ``video_out_frame_size`` is ``(width, height)`` as in Energon, or None for the
-        stored size.
+        stored size. ``keyframe_aligned=True`` moves each video range back to the keyframe
+        at or before its start, keeping its length (approximate: module docstring).
         """
         if video_unit not in ("seconds", "frames"):
             raise MediaDecodeError(f"{video_unit=} is not 'seconds' or 'frames'")
@@ -245,7 +255,7 @@ class AVDecoder(EnergonAVMethods):
             raise MediaDecodeError(f"{audio_unit=} is not 'seconds' or 'samples'")
         data = AVData(video_clips=[], video_timestamps=[], audio_clips=[], audio_timestamps=[])
         for start, end in video_clip_ranges or ():
-            found = self._video_clip(start, end, video_unit, video_out_frame_size)
+            found = self._video_clip(start, end, video_unit, video_out_frame_size, keyframe_aligned)
             if found is not None:  # None: the range starts past the end
                 data.video_clips.append(found[0])
                 data.video_timestamps.append(found[1])
@@ -281,7 +291,12 @@ class AVDecoder(EnergonAVMethods):
         return streams[0]
 
     def _video_clip(
-        self, start: float, end: float, unit: str, size: tuple[int, int] | None
+        self,
+        start: float,
+        end: float,
+        unit: str,
+        size: tuple[int, int] | None,
+        keyframe_aligned: bool = False,
     ) -> tuple[torch.Tensor, tuple[float, float]] | None:
         _check_range(start, end, unit)
         stream = self._stream("video")
@@ -293,6 +308,8 @@ class AVDecoder(EnergonAVMethods):
             hi = _start_pts(stream) + (end + 0.5) * step
         else:
             lo, hi = self._origin(stream) + start / tb, self._origin(stream) + end / tb
+        if keyframe_aligned:
+            lo, hi = self._align_to_keyframe(stream, lo, hi, step, unit)
         arrays, first, last, beyond = [], None, None, False
         for frame in self._frames(stream, lo, step):
             if frame.pts > hi:
@@ -352,13 +369,46 @@ class AVDecoder(EnergonAVMethods):
             have += take.shape[1]
             if wanted is not None and have >= wanted:
                 break
-        self._cursor = None  # audio frames are cut mid-frame: the next range seeks afresh
+        self._drop_cursor()  # audio frames are cut mid-frame: the next range seeks afresh
         if have == 0:
             if wanted == 0:
                 raise MediaDecodeError(f"audio range ({start}, {end}) {unit} is empty")
             return None  # the stream ended before the range: past the end
         clip = torch.from_numpy(np.concatenate(chunks, axis=1))
         return clip, (first / rate, (first + have) / rate)
+
+    def _align_to_keyframe(
+        self, stream: av.stream.Stream, lo: float, hi: float, step: float, unit: str
+    ) -> tuple[float, float]:
+        """``(lo, hi)`` moved back to the keyframe shown at or before ``lo``, same length.
+
+        The seek lands on that keyframe and decodes it: the cursor then starts the clip there.
+        """
+        if self._ends_before(stream, lo):
+            return lo, hi  # past the end: no clip, as without alignment
+        self._drop_cursor()
+        cursor = self._cursor = self._seek(stream, lo, step)
+        key = cursor.pending
+        if key is None or key.pts is None:
+            return lo, hi  # past the end, or no timestamps: the range as asked
+        # Frame numbers point at mid-frame (as in _video_clip); seconds at the frame start.
+        start = key.pts + (0.5 * step if unit == "frames" else 0.0)
+        return start, start + (hi - lo)
+
+    def _ends_before(self, stream: av.stream.Stream, lo: float) -> bool:
+        """Whether ``stream`` ends at or before pts ``lo``, as far as the headers say."""
+        if stream.duration is not None:
+            return lo >= _start_pts(stream) + stream.duration
+        duration = self._open().duration  # the container's, in AV_TIME_BASE units
+        if duration is not None:
+            return lo >= self._origin(stream) + duration / av.time_base / float(_time_base(stream))
+        return False
+
+    def _drop_cursor(self) -> None:
+        """Forget the cursor, ending its packet loop (which resets the codec's skipping)."""
+        if self._cursor is not None:
+            self._cursor.close()
+        self._cursor = None
 
     def _pend(self, frame: Any) -> None:
         """Keep ``frame`` for the next range (the cursor exists while frames are read)."""
@@ -376,6 +426,7 @@ class AVDecoder(EnergonAVMethods):
         """Decoded frames of ``stream`` from the one showing at pts ``lo`` onward."""
         cursor = self._cursor
         if cursor is None or cursor.stream is not stream or not self._can_continue(cursor, lo):
+            self._drop_cursor()
             cursor = self._cursor = self._seek(stream, lo, step)
         cursor.unwanted_before, cursor.step = lo, step
         while True:
@@ -409,6 +460,7 @@ class AVDecoder(EnergonAVMethods):
             if first is None or first.pts is None or first.pts <= lo or target <= floor:
                 cursor.pending = first
                 return cursor
+            cursor.close()
             target, back = int(lo - back), back * 4
         raise MediaDecodeError(f"cannot seek to pts {lo} in {self._describe()}")
 
@@ -429,7 +481,17 @@ class _Cursor:
         self.video = stream.type == "video"
         self.unwanted_before, self.step = -INF, 1.0
         skips = self.video and stream.codec_context.name in _SKIPS_NONREF
-        self.frames = self._skipping() if skips else decoder._open().decode(stream)
+        if skips:
+            # Start from a known state: the packet loop below switches it from here.
+            stream.codec_context.skip_frame = "DEFAULT"
+        self.frames: Iterator[Any] = self._skipping() if skips else decoder._open().decode(stream)
+
+    def close(self) -> None:
+        """End the packet loop now (its ``finally`` puts the codec back to ``DEFAULT``)
+        rather than whenever the garbage collector gets to it."""
+        close = getattr(self.frames, "close", None)
+        if close is not None:
+            close()
 
     def _skipping(self) -> Iterator[Any]:
         """``container.decode(stream)``, without the unwanted non-reference frames."""

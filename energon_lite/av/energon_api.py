@@ -36,12 +36,15 @@ class EnergonAVMethods:
         video_clip_ranges: Sequence[tuple[float, float]],
         video_unit: str = "seconds",
         video_out_frame_size: tuple[int, int] | None = None,
+        keyframe_aligned: bool = False,
     ) -> ClipList:
-        """Video clips and their ``(start, end)`` seconds; ranges past the end give none."""
+        """Video clips and their ``(start, end)`` seconds; ranges past the end give none.
+        ``keyframe_aligned``: as in ``AVDecoder.get_clips`` (approximate clips)."""
         data = self.get_clips(
             video_clip_ranges=video_clip_ranges,
             video_unit=video_unit,
             video_out_frame_size=video_out_frame_size,
+            keyframe_aligned=keyframe_aligned,
         )
         return data.video_clips, data.video_timestamps
 

@@ -10,13 +10,15 @@ import torch
 
 from energon_lite.batching.allocate import batch_tensor
 from energon_lite.batching.slab import claim
+from energon_lite.batching.sources import BatchSources
 
 KEY_FIELDS = ("__key__", "__restore_key__", "__subflavors__")
 
 
 def merged_sources(column: Sequence[Any]) -> tuple[Any, ...] | None:
-    """A batch's ``__sources__``: every sample's entries, in order (None when there are none)."""
-    merged = tuple(info for entry in column for info in (entry or ()))
+    """A batch's ``__sources__``: every sample's entries, in order (None when there are none),
+    in a tuple that travels to the trainer as columns (:class:`BatchSources`)."""
+    merged = BatchSources(info for entry in column for info in (entry or ()))
     return merged or None
 
 

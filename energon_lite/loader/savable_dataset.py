@@ -17,7 +17,7 @@ from energon_lite.loader.probe import ChainProbe
 from energon_lite.loader.transport import check_descriptors_travel, check_sendable
 from energon_lite.loader.watchdog import Watchdog
 from energon_lite.pipeline.dataset_pipeline import DatasetPipeline, Pipeline
-from energon_lite.resume.state_delta import unchanged_marked
+from energon_lite.resume.sent_state import StateSender
 from energon_lite.sample_utils import default_get_batch_keys
 from energon_lite.storage.cache_config import ShardCacheConfig
 from energon_lite.storage.session import session
@@ -77,7 +77,9 @@ class SavableDataset(IterableDataset[T_sample], Generic[T_sample]):
         ``trace_events``: the probe also keeps up to that many stage calls as events
         (:mod:`energon_lite.loader.trace`).
 
-        In a worker process every batch is test-pickled first (an unpicklable batch would
+        In a worker process the state is sent as bytes, pickled apart from the batch
+        (:mod:`energon_lite.resume.sent_state`: the trainer decodes it only when a save
+        asks), and every batch is test-pickled first (an unpicklable batch would
         hang torch's queue). ``watchdog=(timeout, initial_timeout)`` (or the dataset's own,
         ``watch_settings``) starts a :class:`~energon_lite.loader.watchdog.Watchdog` that
         logs where a stalled worker (or, without workers, the loading thread) is.
@@ -97,7 +99,8 @@ class SavableDataset(IterableDataset[T_sample], Generic[T_sample]):
         logging = wc.should_log(level=1)  # Energon's debug sample log: each batch made
         mode = modality(self)
         step = 0
-        last: Any = None  # the state sent with the previous batch
+        # a worker sends each state pickled apart from its batch, as changes since the last
+        send = StateSender() if in_worker and save_states else None
         if pool is not None:
             pool.activate(physical)
         try:
@@ -130,9 +133,9 @@ class SavableDataset(IterableDataset[T_sample], Generic[T_sample]):
                     step += 1
                 if dog is not None:
                     dog.beat()
-                state = _save(chain) if save_states else None
-                if in_worker and save_states:  # what changed since the state sent before
-                    state, last = unchanged_marked(last, state), state
+                state: Any = _save(chain) if save_states else None
+                if send is not None:  # bytes the trainer decodes only when it reads them
+                    state = send(state)
                 extra: tuple[Any, ...] = () if probe is None else (probe.snapshot(),)
                 if memory is not None:
                     extra += (

@@ -8,22 +8,36 @@ loader a new one, checked; :meth:`Position.rank_state` is what ``save_state_rank
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from energon_lite.resume.rank_state import RankState
-from energon_lite.resume.state_delta import with_unchanged
+from energon_lite.resume.sent_state import SentStates
 
 
-@dataclass
 class Position:
     """Per worker the state of the last batch the trainer received (None before its first),
-    the worker polled next, the pass (epoch) and the batches handed out in it."""
+    the worker polled next, the pass (epoch) and the batches handed out in it. The workers'
+    states are kept as they were sent and decoded when :attr:`workers` is read
+    (:mod:`energon_lite.resume.sent_state`)."""
 
-    workers: list[Any]
-    next_worker: int = 0
-    epoch: int = 0
-    in_pass: int = 0
+    def __init__(
+        self, workers: list[Any], next_worker: int = 0, epoch: int = 0, in_pass: int = 0
+    ) -> None:
+        self._sent = SentStates(workers)
+        self.next_worker = next_worker
+        self.epoch = epoch
+        self.in_pass = in_pass
+
+    def __repr__(self) -> str:
+        return (
+            f"Position(workers={self.workers!r}, next_worker={self.next_worker}, "
+            f"epoch={self.epoch}, in_pass={self.in_pass})"
+        )
+
+    @property
+    def workers(self) -> list[Any]:
+        """Per worker the whole state of the last batch received (decoded now if needed)."""
+        return self._sent.states()
 
     @classmethod
     def start(cls, workers_per_rank: int) -> Position:
@@ -37,13 +51,13 @@ class Position:
 
     def received(self, worker: int, state: Any) -> None:
         """The trainer got a batch of logical ``worker`` with the state it sent
-        (:mod:`energon_lite.resume.state_delta`): the next batch is the next worker's."""
-        self.workers[worker] = with_unchanged(self.workers[worker], state)
-        self.next_worker = (worker + 1) % len(self.workers)
+        (:mod:`energon_lite.resume.sent_state`): the next batch is the next worker's."""
+        self._sent.received(worker, state)
+        self.next_worker = (worker + 1) % len(self._sent)
 
     def epoch_ended(self) -> None:
         """Every worker ran out of its epoch: the next pass starts the next epoch."""
-        self.workers = [None] * len(self.workers)
+        self._sent = SentStates([None] * len(self._sent))
         self.next_worker = 0
         self.epoch += 1
 

@@ -34,6 +34,14 @@ class SourceInfo:
     shard_name: str | None  # None where the file is not in a shard
     file_names: tuple[str, ...]
 
+    # a batch's records travel to the trainer as these columns (batching/sources.py)
+    BATCH_COLUMNS: ClassVar[tuple[str, ...]] = (
+        "dataset_path",
+        "index",
+        "shard_name",
+        "file_names",
+    )
+
     def to(self, *args: Any, **kwargs: Any) -> SourceInfo:
         """Itself: a record of where a sample came from stays on the host. Trainers that move
         a batch to the device (Lightning's ``transfer_batch_to_device``, Accelerate's

@@ -1,7 +1,10 @@
 """``VideoTextSample`` (one CSV row) and the lazy readers of its media and feature files.
 
 The sample holds only the row: opening the video is deferred to :meth:`read_frames`, which
-decodes just the requested frame indices with the seek-based ``AVDecoder``. An image path
+decodes just the requested frame indices with the seek-based ``AVDecoder``. Given a
+``energon_lite.av.DecoderCache`` (the task encoder keeps one per worker), a local video stays
+open for the next sample of the same file, whose clip then skips the open and may continue
+where the last one stopped. An image path
 (jpg, png, ...) is a one-frame video. Every failure raises ``MediaDecodeError`` naming the
 sample key and the path, which the loader's skip-and-log policy reports.
 
@@ -19,7 +22,7 @@ import errno
 import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 import torch
@@ -29,6 +32,9 @@ from energon_lite.samples.types import Sample
 from energon_lite.storage import is_url, open_binary
 from energon_lite.storage.ops import ObjectChangedError
 from energon_lite.storage.path import as_path
+
+if TYPE_CHECKING:
+    from energon_lite.av.decoder_cache import DecoderCache
 
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".webp", ".bmp", ".tif", ".tiff"})
 
@@ -49,8 +55,11 @@ class VideoTextSample(Sample):
     def is_image(self) -> bool:
         return Path(self.path).suffix.lower() in IMAGE_SUFFIXES
 
-    def read_frames(self, indices: list[int]) -> torch.Tensor:
-        """The frames at ``indices`` (sorted, repeats allowed) as uint8 ``(T, 3, H, W)``."""
+    def read_frames(self, indices: list[int], decoders: DecoderCache | None = None) -> torch.Tensor:
+        """The frames at ``indices`` (sorted, repeats allowed) as uint8 ``(T, 3, H, W)``.
+
+        ``decoders``: where a local video is kept open for the next sample of the same file
+        (None: opened and closed here)."""
         if self.is_image:
             return self._read_image().expand(len(indices), -1, -1, -1)
         import av
@@ -59,12 +68,20 @@ class VideoTextSample(Sample):
 
         wanted = sorted(set(indices))
         decoded: dict[int, torch.Tensor] = {}
+        # Consecutive indices form one range; gaps are separate ranges, so the decoder
+        # seeks over a gap that spans a keyframe instead of decoding it.
+        ranges = _runs(wanted)
         try:
-            with open_media(self.path) as media, AVDecoder(media) as decoder:
-                # Consecutive indices form one range; gaps are separate ranges, so the
-                # decoder seeks over a gap that spans a keyframe instead of decoding it.
-                ranges = _runs(wanted)
-                data = decoder.get_clips(video_clip_ranges=ranges, video_unit="frames")
+            if decoders is None or is_url(self.path):
+                with open_media(self.path) as media, AVDecoder(media) as decoder:
+                    data = decoder.get_clips(video_clip_ranges=ranges, video_unit="frames")
+            else:
+                try:  # the file stays open for the next sample of the same video
+                    decoder = decoders.decoder(self.path)
+                    data = decoder.get_clips(video_clip_ranges=ranges, video_unit="frames")
+                except BaseException:
+                    decoders.discard(self.path)
+                    raise
         except MediaDecodeError as exc:
             raise MediaDecodeError(
                 f"sample {self.__key__!r} ({self.path}, CSV num_frames={self.num_frames}): {exc}"

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -45,6 +45,9 @@ from energon_lite.flavors.video_text.transforms import (
 from energon_lite.samples.types import basic_sample_keys
 from energon_lite.task_encoder.base import TaskEncoder
 
+if TYPE_CHECKING:
+    from energon_lite.av.decoder_cache import DecoderCache
+
 _MAX_DROPPED_IN_A_ROW = 1000
 
 
@@ -59,6 +62,8 @@ class VideoTextTaskEncoder(TaskEncoder[VideoTextSample, dict, dict, dict]):
     ``random_crop``; see ``transforms.TRANSFORMS``). ``feature_columns`` name extra CSV
     columns with ``.pt``/``.npy`` files; None means every ``*_path`` column, ``()`` none.
     ``sync_buckets`` (default True): the same bucket on every rank at each step.
+    ``open_videos`` (default 2): local videos each worker keeps open between samples, so
+    samples of one file skip the open (``energon_lite.av.DecoderCache``); 0 keeps none.
     """
 
     decoder = None  # rows arrive as plain values; media is read in encode_sample
@@ -75,6 +80,7 @@ class VideoTextTaskEncoder(TaskEncoder[VideoTextSample, dict, dict, dict]):
         temporal_sampling: str = "window",
         transform_name: str | None = None,
         sync_buckets: bool = True,
+        open_videos: int = 2,
     ) -> None:
         if frame_interval < 1:
             raise ConfigError(f"{frame_interval=} must be >= 1")
@@ -92,6 +98,10 @@ class VideoTextTaskEncoder(TaskEncoder[VideoTextSample, dict, dict, dict]):
         self.sync_buckets = sync_buckets
         self.keep: dict[BucketId, float] | None = None  # thinning of the synchronised mode
         self._dropped_in_a_row = 0  # diagnostics only, not loader state
+        if open_videos < 0:
+            raise ConfigError(f"{open_videos=} must be >= 0")
+        self.open_videos = open_videos
+        self._videos: DecoderCache | None = None  # made in the worker, on first use
 
     def default_bucket_sync(
         self, path: str | os.PathLike[str], split_part: str
@@ -197,9 +207,17 @@ class VideoTextTaskEncoder(TaskEncoder[VideoTextSample, dict, dict, dict]):
         indices = frame_indices(
             self.temporal_sampling, total, num_frames, frame_interval=self.frame_interval, rng=rng
         )
-        frames = sample.read_frames(indices)
+        frames = sample.read_frames(indices, self._open_videos())
         out["video"] = self.transform(frames, (height, width), rng)
         return out
+
+    def _open_videos(self) -> DecoderCache | None:
+        """The worker's few open local videos (``open_videos`` of them; 0: none kept)."""
+        if self._videos is None and self.open_videos:
+            from energon_lite.av.decoder_cache import DecoderCache
+
+            self._videos = DecoderCache(self.open_videos)
+        return self._videos
 
     def _step(self, sample: VideoTextSample, bucket: BucketId) -> float:
         """Frames of the clip per frame taken (for the output fps)."""

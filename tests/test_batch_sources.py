@@ -1,0 +1,80 @@
+"""A batch's ``__sources__`` travels as columns and arrives as the same plain tuple."""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+from multiprocessing.reduction import ForkingPickler
+
+import pytest
+
+from energon_lite import SourceInfo, WorkerConfig, get_loader, get_train_dataset
+from energon_lite.batching.sources import BatchSources
+from energon_lite.epathlib import EPath
+from energon_lite.testing import take
+
+
+def _infos(n: int) -> list[SourceInfo]:
+    path = EPath("/data/set")
+    return [
+        SourceInfo(
+            dataset_path=path,
+            index=i,
+            shard_name=f"parts/shard_{i // 4}.tar",
+            file_names=(f"{i:06d}.jpg", f"{i:06d}.txt"),
+        )
+        for i in range(n)
+    ]
+
+
+def test_records_come_back_equal_as_a_plain_tuple():
+    infos = _infos(9)
+    sent = BatchSources(infos)
+    assert sent == tuple(infos) and hash(sent) == hash(tuple(infos))
+    assert repr(sent) == repr(tuple(infos))
+    back = pickle.loads(ForkingPickler.dumps(sent))
+    assert type(back) is tuple and back == tuple(infos)
+    assert all(type(info) is SourceInfo for info in back)
+    assert [dataclasses.asdict(info) for info in back] == [dataclasses.asdict(i) for i in infos]
+    assert back[0].dataset_path is back[8].dataset_path  # one path object, as sent
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        back[0].index = 5  # type: ignore[misc]
+
+
+@dataclasses.dataclass(frozen=True)
+class _OwnRecord:
+    """A user's record in ``__sources__`` (no ``BATCH_COLUMNS``): travels as it is."""
+
+    name: str
+
+
+def test_records_without_columns_or_of_two_classes_travel_one_by_one():
+    own = (_OwnRecord("a"), _OwnRecord("b"))
+    assert pickle.loads(pickle.dumps(BatchSources(own))) == own
+    mixed = (*_infos(2), _OwnRecord("c"))
+    back = pickle.loads(pickle.dumps(BatchSources(mixed)))
+    assert type(back) is tuple and back == mixed
+    assert pickle.loads(pickle.dumps(BatchSources())) == ()
+
+
+def test_a_loaders_batches_carry_the_same_sources_through_workers(train_ds):
+    """Real worker processes: each batch's ``__sources__`` is a plain tuple equal, record by
+    record, to the sample's own record read without workers."""
+
+    def batches(workers: int, count: int) -> list:
+        dataset = get_train_dataset(
+            train_ds,
+            worker_config=WorkerConfig(0, 1, workers),
+            batch_size=5,
+            shuffle_buffer_size=None,
+            max_samples_per_sequence=None,
+        )
+        return take(get_loader(dataset), count)
+
+    local = batches(0, 24)  # the whole epoch: 120 samples
+    assert all(isinstance(batch.__sources__, BatchSources) for batch in local)  # never sent
+    by_key = {key: info for b in local for key, info in zip(b.__key__, b.__sources__)}
+    assert len(by_key) == 120
+    for batch in batches(2, 8):
+        assert type(batch.__sources__) is tuple
+        assert batch.__sources__ == tuple(by_key[key] for key in batch.__key__)
