@@ -126,7 +126,9 @@ def test_readme_commands_are_the_ci_commands() -> None:
     assert "apt-get install -yqq --no-install-recommends chromium" in chromium
     assert chromium.startswith("(") and chromium.endswith("|| true) </dev/null >/dev/null 2>&1")
     assert python.startswith("python3 -m venv")
-    assert python.endswith(" && wait $! && python -m pytest -q -n 2")
+    assert python.endswith(
+        " && python -m compileall -q energon_lite && wait $! && python -m pytest -q -n 2"
+    )
     assert checks in blocks
     assert checks.split(" && ") == [
         "python -m ruff check .",
