@@ -113,7 +113,10 @@ def cache_bytecode(packages: Sequence[str] = ("energon_lite",)) -> dict[str, str
     import importlib.util
 
     for name in packages:
-        spec = importlib.util.find_spec(name)
+        try:
+            spec = importlib.util.find_spec(name)
+        except ModuleNotFoundError:  # a dotted name whose parent package is not installed
+            spec = None
         for folder in (spec.submodule_search_locations or []) if spec is not None else []:
             compileall.compile_dir(folder, quiet=1)
     env = dict(os.environ)
