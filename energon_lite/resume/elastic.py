@@ -45,6 +45,12 @@ from typing import Any
 
 from energon_lite.errors import StateError, short_repr
 from energon_lite.quotas import PER_WORKER, exact_repetitions, passes
+from energon_lite.resume.config_match import (
+    LAYOUT,
+    check_same_config,
+    comparable_config,
+    refuse_unmovable,
+)
 from energon_lite.resume.levels import (
     StageClasses,
     class_of,
@@ -52,16 +58,14 @@ from energon_lite.resume.levels import (
     registered_classes,
     walk_states,
 )
-from energon_lite.resume.micro_batch import comparable_config
 from energon_lite.resume.ownership import LeafPlan, check_ownership
-from energon_lite.resume.rank_state import RankState, SavedRun, check_same_config, read_run
+from energon_lite.resume.rank_state import RankState, SavedRun, read_run
 from energon_lite.stages.base import Stage
 from energon_lite.stages.blend_epochized import EpochizedBlend
 from energon_lite.stages.elastic_deal import ElasticDeal, LeafWork
 from energon_lite.stages.reader import Reader
 from energon_lite.state.restore_key import SampleKey, from_plain, sample_keys
 
-LAYOUT = ("rank", "world_size", "num_workers")
 _READER, _EPOCHIZED = Reader.__name__, EpochizedBlend.__name__  # the leftover's own stages
 
 
@@ -80,8 +84,12 @@ def redistribute(
     position is inside the epoch's plan (:func:`energon_lite.resume.ownership.check_ownership`).
     The stage classes are the registry's: no chain is built here."""
     run = read_run(states)
+    refuse_unmovable(run.config)
+    if current_config is not None:
+        moved_config = {**run.config, **{k: current_config[k] for k in LAYOUT}}
+        check_same_config(moved_config, comparable_config(moved_config, current_config))
     classes = registered_classes(tree for state in run.ranks for tree in state.workers)
-    moved = redistributed(run, world_size, num_workers, classes, current_config, leaves)
+    moved = redistributed(run, world_size, num_workers, classes, leaves)
     return [state.plain() for state in moved]
 
 
@@ -90,17 +98,12 @@ def redistributed(
     world_size: int,
     num_workers: int,
     classes: StageClasses,
-    current_config: dict[str, Any] | None = None,
     leaves: list[LeafPlan] | None = None,
 ) -> list[RankState]:
-    """:func:`redistribute` of a run's states already read (:func:`read_run`), each level
-    read by its class in ``classes``."""
+    """:func:`redistribute` of a run's states already read (:func:`read_run`) and checked
+    against the new loader's configuration, each level read by its class in ``classes``."""
     config, epoch = run.config, run.epoch
-    refuse_unmovable(config)
     check_ownership(run.ranks, classes, leaves)
-    if current_config is not None:
-        moved = {**config, **{k: current_config[k] for k in LAYOUT}}
-        check_same_config(moved, comparable_config(moved, current_config))
     if world_size < 1 or num_workers < 0:
         raise StateError(f"new layout {world_size=}, {num_workers=} is not a layout")
     old = [w for s in run.ranks for w in s.workers]  # by old global worker id
@@ -143,22 +146,6 @@ def delivered_steps(states: list[RankState], classes: StageClasses) -> int:
                     base = max(base, cls.delivered_base(level))
         out = max(out, state.in_pass + base)
     return out
-
-
-def refuse_unmovable(config: dict[str, Any]) -> None:
-    """StateError for a run whose states cannot move to another layout."""
-    if "wrapper" in config:  # energon_lite.wrappers: a chain composed by hand
-        raise StateError(
-            f"elastic restore of a {config['wrapper']} composition is not supported; restore "
-            "it on the old number of ranks and workers, or start it over"
-        )
-    if not config.get("training"):
-        raise StateError(
-            "elastic restore of a validation/test loader is not supported: its slices are cut "
-            "per layout; restore it on the old layout or start it over"
-        )
-    if config.get("limit") is not None:
-        raise StateError(f"elastic restore with limit={config['limit']} is not supported")
 
 
 class _Redistribution:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from energon_lite.errors import StateError, short_repr
+from energon_lite.resume.config_match import check_same_config
 from energon_lite.stages.base import stage_class
 from energon_lite.state.codec import STATE_VERSION, state_digest
 from energon_lite.state.compact import packed, unpacked
@@ -169,27 +170,3 @@ def _many_pipelines(level: dict[str, Any]) -> bool:
     """A saved level whose parents are a canonical layout's pipelines (``Phases``)."""
     cls = stage_class(level.get("type"))
     return cls is not None and cls.LAZY_SOURCES
-
-
-def check_same_config(saved: Any, current: dict[str, Any]) -> None:
-    """Raise StateError naming every setting in which ``saved`` differs from ``current``."""
-    if not isinstance(saved, dict):
-        raise StateError(f"loader state has no config dict (got {type(saved).__name__}); corrupt")
-    differences = [
-        f"{key}: state has {short_repr(saved.get(key))}, this loader has {short_repr(current[key])}"
-        for key in current
-        if _normalise(saved.get(key)) != _normalise(current[key])
-    ]
-    if differences:
-        raise StateError(
-            "loader state belongs to another loader configuration: " + "; ".join(differences)
-        )
-
-
-def _normalise(value: Any) -> Any:
-    """Tuples and lists compare equal (msgpack turns tuples into lists)."""
-    if isinstance(value, (list, tuple)):
-        return [_normalise(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _normalise(v) for k, v in value.items()}
-    return value

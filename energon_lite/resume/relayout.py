@@ -22,18 +22,15 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from energon_lite.errors import StateError, short_repr
-from energon_lite.resume.elastic import redistributed, refuse_unmovable
+from energon_lite.resume.elastic import redistributed
 from energon_lite.resume.levels import StageClasses, class_of
 from energon_lite.resume.ownership import check_ownership
-from energon_lite.resume.rank_state import RankState, SavedRun, check_same_config
+from energon_lite.resume.rank_state import RankState, SavedRun
 from energon_lite.resume.target import RestoreTarget
 from energon_lite.stages.phases import Phases
 from energon_lite.worker import CanonicalLayout, WorkerConfig, WorkerSlot
 
 log = logging.getLogger(__name__)
-
-# what differs between layouts of one run; everything else in a config must be equal
-_PER_LAYOUT = ("rank", "world_size", "num_workers", "batch_size", "canonical_layout")
 
 
 @dataclass
@@ -58,8 +55,6 @@ def relayout(run: SavedRun, target: RestoreTarget) -> list[RankState] | None:
     layout = target.canonical
     current = target.config
     shape = target.shape(wc.slot(0))  # the chain above the pipelines (encode_batch)
-    refuse_unmovable(run.config)
-    _check_settings(run.config, current, wc)
     logical = _logical(run, classes)
     if logical is None and layout is None:
         return None  # plain chains of a layout that did not reproduce its canonical one
@@ -75,22 +70,6 @@ def relayout(run: SavedRun, target: RestoreTarget) -> list[RankState] | None:
     else:
         check_ownership(old.ranks, classes, target.leaves())
     return _physical(logical, wc, current, shape)
-
-
-def _check_settings(old: dict[str, Any], current: dict[str, Any], wc: WorkerConfig) -> None:
-    """The settings other than the layout must match, and the global batch size."""
-    check_same_config(
-        {**old, **{key: current[key] for key in _PER_LAYOUT if key in current}}, current
-    )
-    old_size, new_size = old.get("batch_size"), current.get("batch_size")
-    old_global = None if old_size is None else old_size * old["world_size"]
-    new_global = None if new_size is None else new_size * wc.world_size
-    if old_global != new_global:
-        raise StateError(
-            f"loader state has a global batch of {old_size} per rank x {old['world_size']} "
-            f"ranks = {old_global}, this loader {new_size} x {wc.world_size} = {new_global}; "
-            f"build this layout's loaders with batch_size = {old_global} / ranks"
-        )
 
 
 def _warn_fallback(old: CanonicalLayout, wc: WorkerConfig) -> None:
