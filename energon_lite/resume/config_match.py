@@ -70,8 +70,9 @@ def check_run_config(
     if reproduces or old is not None:
         refuse_unmovable(saved)
         _check_canonical(saved, current)
-        if reproduces or CanonicalLayout(*old).reproduced_by(
-            saved["world_size"], saved["num_workers"]
+        if reproduces or (
+            old is not None
+            and CanonicalLayout(*old).reproduced_by(saved["world_size"], saved["num_workers"])
         ):
             return  # its states move between layouts of one canonical run
     if any(saved.get(key) != current[key] for key in ("world_size", "num_workers")):

@@ -53,10 +53,8 @@ from energon_lite.resume.config_match import (
 )
 from energon_lite.resume.levels import (
     StageClasses,
-    class_of,
     holds_sub_key,
     registered_classes,
-    walk_states,
 )
 from energon_lite.resume.ownership import LeafPlan, check_ownership
 from energon_lite.resume.rank_state import RankState, SavedRun, read_run
@@ -89,7 +87,8 @@ def redistribute(
         moved_config = {**run.config, **{k: current_config[k] for k in LAYOUT}}
         check_same_config(moved_config, comparable_config(moved_config, current_config))
     classes = registered_classes(tree for state in run.ranks for tree in state.workers)
-    moved = redistributed(run, world_size, num_workers, classes, leaves)
+    check_ownership(run.ranks, classes, leaves)
+    moved = redistributed(run, world_size, num_workers, classes)
     return [state.plain() for state in moved]
 
 
@@ -98,12 +97,12 @@ def redistributed(
     world_size: int,
     num_workers: int,
     classes: StageClasses,
-    leaves: list[LeafPlan] | None = None,
 ) -> list[RankState]:
-    """:func:`redistribute` of a run's states already read (:func:`read_run`) and checked
-    against the new loader's configuration, each level read by its class in ``classes``."""
+    """:func:`redistribute` of a run's states already read (:func:`read_run`) and checked:
+    against the new loader's configuration, and to own their work once
+    (:func:`energon_lite.resume.ownership.check_ownership`); each level read by its class in
+    ``classes``."""
     config, epoch = run.config, run.epoch
-    check_ownership(run.ranks, classes, leaves)
     if world_size < 1 or num_workers < 0:
         raise StateError(f"new layout {world_size=}, {num_workers=} is not a layout")
     old = [w for s in run.ranks for w in s.workers]  # by old global worker id
@@ -115,7 +114,8 @@ def redistributed(
         # cut by global worker id, so each moves whole and continues its own stream exactly
         workers = copy.deepcopy(old)
     else:
-        redistribution = _Redistribution(config, epoch, old, world_size * new_wpr, classes)
+        levels = [levels for state in run.ranks for levels in state.levels]
+        redistribution = _Redistribution(config, epoch, old, levels, world_size * new_wpr, classes)
         redistribution.delivered = delivered_steps(run.ranks, classes)
         workers = redistribution.new_states()
     new_config = {**config, "world_size": world_size, "num_workers": num_workers}
@@ -139,9 +139,9 @@ def delivered_steps(states: list[RankState], classes: StageClasses) -> int:
     out = 0
     for state in states:
         base = 0
-        for tree in state.workers:
-            for level in walk_states(tree):
-                cls = class_of(classes, level)
+        for levels in state.levels:
+            for level in levels:
+                cls = classes.of(level)
                 if cls is not None:
                     base = max(base, cls.delivered_base(level))
         out = max(out, state.in_pass + base)
@@ -150,7 +150,13 @@ def delivered_steps(states: list[RankState], classes: StageClasses) -> int:
 
 class _Redistribution:
     def __init__(
-        self, config: dict[str, Any], epoch: int, old: list[Any], new: int, classes: StageClasses
+        self,
+        config: dict[str, Any],
+        epoch: int,
+        old: list[Any],
+        levels: list[list[dict[str, Any]]],
+        new: int,
+        classes: StageClasses,
     ) -> None:
         self.epoch, self.old, self.new, self.classes = epoch, old, new, classes
         self.delivered = 0  # set by redistribute (delivered_steps)
@@ -159,13 +165,13 @@ class _Redistribution:
         self.reader_repeat = bool(config["repeat"]) and not self.epochized
         self.repeat = bool(config["repeat"])
         self.template = next(w for w in old if w is not None)
-        self.levels = [list(walk_states(tree)) for tree in old]  # per old worker, walked once
+        self.levels = levels  # per old worker, walked once
         template = self.levels[old.index(self.template)]
         self.num_leaves = sum(1 for level in template if level.get("type") == _READER)
         reps = config.get("weights") or []
         self.reps = [exact_repetitions(r or 0) for r in reps] if self.epochized else []
-        for g, levels in enumerate(self.levels):
-            for level in levels:
+        for g, walked in enumerate(self.levels):
+            for level in walked:
                 if "left" in level:
                     raise StateError(
                         f"old global worker {g}: its {level.get('type')} is still delivering "
@@ -308,7 +314,7 @@ def dealt_chain(
 
 def _stage(classes: StageClasses, level: dict[str, Any]) -> type[Stage]:
     """The class of a saved level; StateError naming a stage no imported class has."""
-    cls = class_of(classes, level)
+    cls = classes.of(level)
     if cls is None:
         raise StateError(
             "elastic restore does not know how to redistribute stage "

@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import pickle
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from energon_lite.errors import StateError, short_repr
 from energon_lite.resume.config_match import check_same_config
+from energon_lite.resume.levels import walk_states
 from energon_lite.stages.base import stage_class
 from energon_lite.state.codec import STATE_VERSION, state_digest
 from energon_lite.state.compact import packed, unpacked
@@ -50,6 +52,12 @@ class RankState:
     @property
     def rank(self) -> Any:
         return self.config.get("rank")
+
+    @cached_property
+    def levels(self) -> list[list[dict[str, Any]]]:
+        """Per worker the stage levels of its chain state (:func:`walk_states`), walked once:
+        what the checks and moves of a run read level by level."""
+        return [list(walk_states(tree)) for tree in self.workers]
 
     def plain(self) -> dict[str, Any]:
         """The saved form, version 2, with its digest."""

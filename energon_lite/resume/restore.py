@@ -28,7 +28,7 @@ from energon_lite.resume.energon_state import energon_rank_states
 from energon_lite.resume.ownership import check_each_rank, check_ownership
 from energon_lite.resume.position import Position
 from energon_lite.resume.rank_state import RankState, SavedRun, read_run
-from energon_lite.resume.relayout import pipeline_trees, relayout
+from energon_lite.resume.relayout import move_of, pipeline_trees, relayout
 from energon_lite.resume.target import RestoreTarget
 from energon_lite.state.codec import check_state_shape
 from energon_lite.state.energon_import import is_energon_state, read_energon_state
@@ -83,22 +83,24 @@ def restore_global(states: Any, target: RestoreTarget, src_rank: int | None = No
         else:
             run = read_run(states)
             check_run_config(run.config, run.paths, target.config, target.paths)
+        move = None  # where it or this loader has a canonical layout: how it moves
         if not energon and (target.canonical is not None or "canonical_layout" in run.config):
-            moved = relayout(run, target)  # a canonical layout's run (None: plain chains after all)
-        saved = run.config
-        if moved is not None:
-            pass
-        elif (saved.get("world_size"), saved.get("num_workers")) == (wc.world_size, wc.num_workers):
-            leaves = target.leaves()
-            if leaves is None:  # a chain composed by hand: each rank's workers together
-                check_each_rank(run.ranks, wc.world_size, target.stages)
-            else:  # every rank's together: each rank's own checks cannot see overlaps
-                check_ownership(run.ranks, target.stages, leaves)
-            moved = run.ranks
-        else:
-            moved = redistributed(
-                run, wc.world_size, wc.num_workers, target.stages, target.leaves()
-            )
+            move = move_of(run, target)
+        old = run if move is None else move.old
+        onto = None if move is None else move.onto
+        leaves = target.leaves() if move is None or move.with_plan else None
+        if move is None and (run.config.get("world_size"), run.config.get("num_workers")) != (
+            wc.world_size,
+            wc.num_workers,
+        ):
+            onto = (wc.world_size, wc.num_workers)  # redistributed over this layout
+        if move is None and onto is None and leaves is None:
+            check_each_rank(old.ranks, wc.world_size, target.stages)  # a chain composed by hand
+        else:  # every rank's together: each rank's own checks cannot see overlaps
+            check_ownership(old.ranks, target.stages, leaves)
+        moved = old.ranks if onto is None else redistributed(old, *onto, target.stages)
+        if move is not None:
+            moved = relayout(move, moved, target)
     if scattered:
         received: list[Any] = [None]
         sent = None if moved is None else [state.plain() for state in moved]
