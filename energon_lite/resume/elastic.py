@@ -303,13 +303,13 @@ def dealt_chain(
 ) -> dict[str, Any]:
     """A new worker's chain state: ``template`` (a chain state of the same stages) with each
     level as its stage class in ``classes`` builds it from ``deal`` (``Stage.elastic_state``)."""
-    out: dict[str, Any] = {"type": template["type"]}
-    out.update(_stage(classes, template).elastic_state(template, deal))
+    parents: dict[str, Any] = {}  # first: the Readers take their leaves' work in their order
     if "source" in template:
-        out["source"] = dealt_chain(template["source"], deal, classes)
+        parents["source"] = dealt_chain(template["source"], deal, classes)
     if "sources" in template:
-        out["sources"] = [dealt_chain(child, deal, classes) for child in template["sources"]]
-    return out
+        parents["sources"] = [dealt_chain(child, deal, classes) for child in template["sources"]]
+    own = _stage(classes, template).elastic_state(template, deal)
+    return {"type": template["type"], **own, **parents}
 
 
 def _stage(classes: StageClasses, level: dict[str, Any]) -> type[Stage]:
