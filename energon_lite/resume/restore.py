@@ -24,6 +24,7 @@ from typing import Any
 from energon_lite.errors import StateError
 from energon_lite.resume.config_match import check_fits, check_run_config
 from energon_lite.resume.elastic import redistributed
+from energon_lite.resume.energon_import import is_energon_state, read_energon_state
 from energon_lite.resume.energon_state import energon_rank_states
 from energon_lite.resume.ownership import check_each_rank, check_ownership
 from energon_lite.resume.position import Position
@@ -31,7 +32,6 @@ from energon_lite.resume.rank_state import RankState, SavedRun, read_run
 from energon_lite.resume.relayout import move_of, pipeline_trees, relayout
 from energon_lite.resume.target import RestoreTarget
 from energon_lite.state.codec import check_state_shape
-from energon_lite.state.energon_import import is_energon_state, read_energon_state
 
 
 def restore_rank(state: Any, target: RestoreTarget) -> Position:
