@@ -1,20 +1,22 @@
 """Restoring: a saved rank state, or every rank's, turned into this rank's checked position.
 
 ``SavableLoader.restore_state_rank(state)`` is :func:`restore_rank`: the record checked on
-its own (:meth:`RankState.read`), against the loader (:func:`checked_for`: the same
-configuration, the micro-batch size aside where it may change (:mod:`.micro_batch`), every
-worker chain of the declared shape, a batch count inside the pass), then the workers owning
-their work once (:func:`check_owned`, last: it reads only states of the declared shape).
-``restore_state_global(states)`` is :func:`restore_global`, read top to bottom: every rank's
-state read together (:func:`read_run`), moved to this layout where it was saved on another
-(:func:`for_this_layout`: canonical relayout or elastic redistribution; the old states are
-checked to own their work once, as a whole run, before they move), then this rank's checked
-against the loader (:func:`checked_for`, the shape last). The loader hands the states down
-once and gets back its new :class:`Position`. Nothing here builds a chain: each worker
-restores its own from its state, and every stage checks its own fields
-(``Stage._validate``); what a saved level holds, each stage class says, asked through the
-loader's table of them (``RestoreTarget.stages``). A state saved by Megatron-Energon 7.x is
-recognised in both and continued (:mod:`energon_lite.resume.energon_state`).
+its own (:meth:`RankState.read`), against the loader (the same configuration, the
+micro-batch size aside where it may change: :mod:`.config_match`; a batch count inside the
+pass; every worker chain of the declared shape), then the workers owning their work once
+(:func:`check_owned`, last: it reads only states of the declared shape).
+``restore_state_global(states)`` is :func:`restore_global`, one straight line read top to
+bottom, each module entered once: every rank's state read together (:func:`read_run`, or an
+Energon run dealt to this layout), the run's configuration checked once
+(:func:`check_run_config`), how it moves where a canonical layout is involved
+(:func:`move_of`), the old states checked to own their work once as a whole run, then moved
+(elastic redistribution, canonical relayout, or as saved), and this rank's position, its
+chains' shape last. The loader hands the states down once and gets back its new
+:class:`Position`. Nothing here builds a chain: each worker restores its own from its
+state, and every stage checks its own fields (``Stage._validate``); what a saved level
+holds, each stage class says, asked through the loader's table of them
+(``RestoreTarget.stages``). A state saved by Megatron-Energon 7.x is recognised in both and
+continued (:mod:`energon_lite.resume.energon_state`).
 """
 
 from __future__ import annotations
@@ -43,14 +45,14 @@ def restore_rank(state: Any, target: RestoreTarget) -> Position:
     else:
         mine = RankState.read(state)
     check_fits(mine.config, mine.paths, target.config, target.paths)
-    limit = target.batches_per_pass
-    if limit is not None and mine.in_pass > limit:
-        raise StateError(f"loader state in_pass={mine.in_pass} is not a batch count")
     position = Position.of(mine)
     for worker, chain in enumerate(mine.workers):
         if chain is not None:
             slot = target.worker_config.slot(worker, mine.epoch)
             check_state_shape(target.shape(slot), chain)
+    limit = target.batches_per_pass
+    if limit is not None and mine.in_pass > limit:
+        raise StateError(f"loader state in_pass={mine.in_pass} is not a batch count")
     check_owned(mine, target)
     return position
 
@@ -114,14 +116,14 @@ def restore_global(states: Any, target: RestoreTarget, src_rank: int | None = No
                 f"restore_state_global needs one state per rank ({wc.world_size}), got {len(moved)}"
             )
         mine = moved[wc.rank]
-    limit = target.batches_per_pass
-    if limit is not None and mine.in_pass > limit:
-        raise StateError(f"loader state in_pass={mine.in_pass} is not a batch count")
-    position = Position.of(mine)  # the shape last: it is the one check in state/
-    for worker, chain in enumerate(mine.workers):
+    position = Position.of(mine)
+    for worker, chain in enumerate(mine.workers):  # state/: the line's last call
         if chain is not None:
             slot = wc.slot(worker, mine.epoch)
             check_state_shape(target.shape(slot), chain)
+    limit = target.batches_per_pass
+    if limit is not None and mine.in_pass > limit:
+        raise StateError(f"loader state in_pass={mine.in_pass} is not a batch count")
     return position
 
 
