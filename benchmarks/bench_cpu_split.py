@@ -34,12 +34,8 @@ import itertools
 import json
 import os
 import random
-import re
-import shutil
 import signal
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -48,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import psutil
 from bench_pipeline import BATCH_SIZE, PlainTarDataset, build_dataset
 from bench_receive import w1_dataset
-from common import fmt_num, markdown_table, median
+from common import callgrind_instructions, fmt_num, markdown_table, median
 
 RESULT = "RESULT "
 
@@ -145,21 +141,10 @@ def instructions(root: Path, batches: int, workers: int) -> dict[str, float]:
     5 warm-up ones minus those of the warm-up alone, over the samples."""
     from concurrent.futures import ThreadPoolExecutor
 
-    if shutil.which("valgrind") is None:
-        raise SystemExit("--instructions needs valgrind (Debian: apt-get install valgrind)")
-
     def total(part: str, n: int) -> int:
-        with tempfile.TemporaryDirectory() as folder:
-            cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={folder}/cg.out"]
-            cmd += [sys.executable, str(Path(__file__).resolve()), "--count", part]
-            cmd += ["--samples", str(SAMPLES[0]), "--batches", str(n), "--workers", str(workers)]
-            env = {**os.environ, "PYTHONHASHSEED": "0"}
-            run = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
-            found = re.findall(r"Collected : (\d+)", run.stderr)
-            if run.returncode != 0 or not found:
-                raise RuntimeError(f"{part} x{n} failed:\n{run.stderr[-3000:]}")
-            print(f"{part} x{n}: {int(found[-1]):,} instructions", file=sys.stderr)
-            return int(found[-1])
+        args = ["--count", part, "--samples", str(SAMPLES[0]), "--batches", str(n)]
+        args += ["--workers", str(workers)]
+        return callgrind_instructions(str(Path(__file__).resolve()), args, f"{part} x{n}")
 
     runs = [(p, n) for p in ("worker", "limit") for n in (0, batches)]
     with ThreadPoolExecutor(2) as pool:
