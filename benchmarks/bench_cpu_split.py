@@ -18,6 +18,9 @@ set, each batch test-pickled, its state sent as bytes) plus the pickling torch's
 (the image tensor through the batch memory pool); ``limit`` the decode-only loop; the
 instruction count of ``N`` batches minus that of none, over the samples, is each part's
 cost, start-up cancelled. ``--instructions`` runs the callgrind pairs and prints the table.
+``--count tar`` parses the first shard's first 500 samples ``--batches`` times
+(``tar_loop``): the tar walk's instructions per sample are the callgrind difference of
+``--batches 10`` and ``--batches 0`` over 5,000.
 
 ``--profile``: where a worker's CPU goes, step by step, against the limit's: both loops run
 in this process under a sampling profiler (``SIGPROF`` every 0.5 ms of CPU time; each sample
@@ -125,11 +128,31 @@ def worker_loop(root: Path, workers: int, batches: int) -> None:
     torch_worker._worker_info = None
 
 
+TAR_SAMPLES = 500  # ``--count tar``: the first shard's first samples, parsed per batch
+
+
+def tar_loop(root: Path, loops: int) -> None:
+    """``parse_sample`` (the reader's tar walk, every header check) over the first shard's
+    first ``TAR_SAMPLES`` samples, ``loops`` times, from the shard's bytes in memory."""
+    import numpy as np
+
+    from energon_lite.shards.tar import parse_sample
+
+    path = str(PlainTarDataset(root).paths[0])
+    offsets = np.fromfile(path + ".idx", dtype="<u8").tolist()[: TAR_SAMPLES + 1]
+    view = memoryview(Path(path).read_bytes())
+    for _ in range(loops):
+        for start, end in itertools.pairwise(offsets):
+            parse_sample(view[start:end], start, path)
+
+
 def counted(root: Path, part: str, batches: int, workers: int) -> None:
     import torch
 
     torch.set_num_threads(1)
-    if part == "worker":
+    if part == "tar":
+        tar_loop(root, batches)
+    elif part == "worker":
         worker_loop(root, workers, batches)
     else:
         dataset, indices = limit_samples(root, (5 + batches) * BATCH_SIZE)
@@ -224,7 +247,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--instructions", action="store_true", help="count under callgrind")
     parser.add_argument("--profile", action="store_true", help="CPU per step, sampled")
-    parser.add_argument("--count", choices=("worker", "limit"), help=argparse.SUPPRESS)
+    parser.add_argument("--count", choices=("worker", "limit", "tar"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     SAMPLES[0] = args.samples
     root = build_dataset(args.samples)
