@@ -53,6 +53,7 @@ HEAVY_OURS = (
     # stages a plain chain (reader, shuffle, encode, batch) does not have
     "energon_lite.stages.blend_epochized",
     "energon_lite.stages.blend_weighted",
+    "energon_lite.stages.bucket_sync",
     "energon_lite.stages.concat",
     "energon_lite.stages.cost",
     "energon_lite.stages.group_batch",
