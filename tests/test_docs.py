@@ -1,8 +1,11 @@
 """Every guide in docs/ runs as a user pastes it: its ```python and ```bash blocks in order,
 the Python ones in one namespace per guide, all in one working folder.
 
-A ```bash block runs in bash with ``energon-lite`` being this checkout's command. A block
-that cannot run here (an install, cloud credentials) is preceded by
+A ```bash block runs in bash with ``energon-lite`` being this checkout's command; one made
+only of plain ``energon-lite ...`` lines (no pipe, redirect, variable or glob) runs each line
+through the command's ``main`` in this process instead (conftest's ``run_cli``: the same
+parser and code, exit status and output, without a fresh interpreter importing torch per
+line; tests/test_cli_startup.py starts the real command). A block that cannot run here (an install, cloud credentials) is preceded by
 ``<!-- docs-test: skip (why) -->``, which the test requires to give a reason.
 """
 
@@ -10,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -17,6 +21,7 @@ import types
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 
 from energon_lite import SavableLoader
 
@@ -58,8 +63,35 @@ def _printed(shown: str, where: str, *values: object) -> None:
     assert line == shown, f"{where}: the comment says {shown!r}, the code prints {line!r}"
 
 
+def _cli_commands(code: str) -> list[list[str]] | None:
+    """The arguments of each line of ``code`` when every line is a plain ``energon-lite``
+    command (comments and continued lines allowed); None when any needs the shell."""
+    commands = []
+    for line in code.replace("\\\n", " ").splitlines():
+        lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        words = list(lexer)
+        if not words:
+            continue
+        shell = [w for w in words if set(w) <= set("();<>|&") or set(w) & set("$`*?~")]
+        if words[0] != "energon-lite" or shell:
+            return None
+        commands.append(words[1:])
+    return commands
+
+
 def _run_bash(code: str, where: str) -> None:
-    """A shell block as a user pastes it, ``energon-lite`` being this checkout's command."""
+    """A shell block as a user pastes it, ``energon-lite`` being this checkout's command
+    (plain ``energon-lite`` lines in this process, see the module's docstring)."""
+    commands = _cli_commands(code)
+    if commands is not None:
+        for args in commands:
+            done = run_cli(*args)
+            assert done.returncode == 0, (
+                f"{where} failed: energon-lite {shlex.join(args)}\n"
+                f"{done.stdout[-2000:]}{done.stderr[-3000:]}"
+            )
+        return
     command = f'energon-lite() {{ "{sys.executable}" -m energon_lite.cli "$@"; }}\nset -e\n'
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     done = subprocess.run(
