@@ -58,6 +58,7 @@ from energon_lite.media_records.records import AVMetadata
 
 try:
     import av
+    from av.video.reformatter import VideoReformatter
 except ImportError as exc:
     raise missing_extra(
         "av", "av", "energon_lite.av (video and audio decoding)", package="PyAV"
@@ -99,6 +100,7 @@ class AVDecoder(EnergonAVMethods):
         self._container: av.container.InputContainer | None = None
         self._cursor: _Cursor | None = None
         self._metadata: AVMetadata | None = None
+        self._scaler = VideoReformatter()  # to RGB, kept over the frames (see _rgb)
 
     # -- container lifetime: opened lazily, reopened after pickling or close() --
     def _open(self) -> av.container.InputContainer:
@@ -316,7 +318,7 @@ class AVDecoder(EnergonAVMethods):
                 self._pend(frame)
                 beyond = True
                 break
-            arrays.append(_rgb(frame, size))
+            arrays.append(_rgb(self._scaler, frame, size))
             first = frame if first is None else first
             last = frame
             if frame.pts + (frame.duration or step) > hi:
@@ -551,13 +553,21 @@ def _check_range(start: float, end: float, unit: str) -> None:
 _ONE_THREAD: dict[str, Any] = {"threads": 1} if int(av.__version__.split(".", 1)[0]) >= 17 else {}
 
 
-def _rgb(frame: av.VideoFrame, size: tuple[int, int] | None) -> np.ndarray:
-    # One scaler thread, as the codecs (see _open): a frame keeps its scaler, and freeing one
-    # with slice threads in a process forked after it was made waits forever for them
+def _rgb(
+    scaler: VideoReformatter, frame: av.VideoFrame, size: tuple[int, int] | None
+) -> np.ndarray:
+    """``frame`` in RGB (resized to ``size``) by the decoder's one scaler.
+
+    ``frame.to_ndarray(format=...)`` would give every frame a scaler of its own, set up anew
+    for each frame: on small frames that set-up costs more than the conversion. One scaler
+    thread, as the codecs (see _open): freeing a scaler with slice threads in a process forked
+    after it was made waits forever for them.
+    """
     width, height = size if size is not None else (None, None)
-    return frame.to_ndarray(
-        format="rgb24", width=width, height=height, interpolation="BILINEAR", **_ONE_THREAD
-    )
+    return scaler.reformat(
+        frame, format="rgb24", width=width, height=height, interpolation="BILINEAR",
+        **_ONE_THREAD,
+    ).to_ndarray()  # fmt: skip
 
 
 def _samples(frame: av.AudioFrame) -> np.ndarray:
