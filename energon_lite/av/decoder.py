@@ -312,13 +312,13 @@ class AVDecoder(EnergonAVMethods):
             lo, hi = self._origin(stream) + start / tb, self._origin(stream) + end / tb
         if keyframe_aligned:
             lo, hi = self._align_to_keyframe(stream, lo, hi, step, unit)
-        arrays, first, last, beyond = [], None, None, False
+        clip, first, last, beyond = _ClipFrames(hi, step), None, None, False
         for frame in self._frames(stream, lo, step):
             if frame.pts > hi:
                 self._pend(frame)
                 beyond = True
                 break
-            arrays.append(_rgb(self._scaler, frame, size))
+            clip.add(frame.pts, _rgb(self._scaler, frame, size))
             first = frame if first is None else first
             last = frame
             if frame.pts + (frame.duration or step) > hi:
@@ -326,6 +326,9 @@ class AVDecoder(EnergonAVMethods):
                 # stop without decoding it, and offer this one again to an overlapping range.
                 self._pend(frame)
                 break
+        else:
+            if last is not None:  # the stream ended in the range: offer its last frame again
+                self._pend(last)
         if first is None or last is None:
             if not beyond:
                 return None  # no frame at or after the range start: past the end
@@ -339,8 +342,8 @@ class AVDecoder(EnergonAVMethods):
             (first.pts - origin) * tb,
             (last.pts + (last.duration or step) - origin) * tb,
         )
-        clip = torch.from_numpy(np.stack(arrays)).permute(0, 3, 1, 2)
-        return clip, (float(stamps[0]), float(stamps[1]))
+        tensor = torch.from_numpy(clip.array()).permute(0, 3, 1, 2)
+        return tensor, (float(stamps[0]), float(stamps[1]))
 
     def _audio_clip(
         self, start: float, end: float, unit: str
@@ -532,6 +535,43 @@ class _Cursor:
                 stats.decoded_audio_frames += 1
         self.position = frame.pts if frame.pts is not None else self.position
         return frame
+
+
+class _ClipFrames:
+    """The RGB frames of one clip, each copied as it comes into one array sized for the range.
+
+    Collecting them for one ``np.stack`` at the end keeps every converted frame's buffer
+    alive until then; copying each at once frees it for the next frame, which then reuses
+    the same memory (warm in the cache, no fresh pages), and the stack's copy is the only one.
+    The size is the number of frames starting between the first frame and ``hi`` at the
+    nominal rate; a clip that turns out shorter is cut to its length, one that turns out
+    longer (a variable frame rate, more than ``_MAX_PLANNED`` frames) is joined at the end.
+    """
+
+    def __init__(self, hi: float, step: float) -> None:
+        self.hi, self.step = hi, step
+        self.out: np.ndarray | None = None
+        self.count = 0
+        self.more: list[np.ndarray] = []
+
+    def add(self, pts: int, rgb: np.ndarray) -> None:
+        if self.out is None:
+            planned = int(min((self.hi - pts) / self.step, _MAX_PLANNED - 1)) + 1
+            self.out = np.empty((max(planned, 1), *rgb.shape), rgb.dtype)
+        if not self.more and self.count < len(self.out) and rgb.shape == self.out.shape[1:]:
+            self.out[self.count] = rgb
+            self.count += 1
+        else:
+            self.more.append(rgb)
+
+    def array(self) -> np.ndarray:
+        assert self.out is not None  # a clip has at least one frame
+        if self.more:
+            return np.concatenate([self.out[: self.count], np.stack(self.more)])
+        return self.out if self.count == len(self.out) else self.out[: self.count].copy()
+
+
+_MAX_PLANNED = 256  # frames an unbounded range's array is sized for before it grows
 
 
 # Codecs whose non-reference frames FFmpeg marks exactly (nal_ref_idc / the NAL unit type):
