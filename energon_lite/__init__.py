@@ -1,5 +1,10 @@
 """energon_lite: an exactly resumable, lean multimodal data loader shaped after Megatron-Energon."""
 
+import importlib.abc
+import sys
+import types
+from collections.abc import Sequence
+from importlib.machinery import ModuleSpec
 from typing import TYPE_CHECKING, Any
 
 # Imported now, not on first use: the submodule of the same name would otherwise shadow it
@@ -379,8 +384,6 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'energon_lite' has no attribute {name!r}")
-    import importlib
-
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value  # the next lookup is a plain attribute
     return value
@@ -388,3 +391,37 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted({*globals(), *_LAZY})
+
+
+# Modules that moved to another package after their path was documented. Importing the old
+# path gives a module that forwards every name to the new one (the same objects), loaded
+# only when the old path is imported; nothing below the public API imports upward for it.
+_MOVED_MODULES = {
+    # read_energon_state joined the rest of the Energon restore in resume/
+    "energon_lite.state.energon_import": "energon_lite.resume.energon_import",
+}
+
+
+class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds and loads the old paths of :data:`_MOVED_MODULES`."""
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: types.ModuleType | None = None
+    ) -> ModuleSpec | None:
+        if fullname not in _MOVED_MODULES:
+            return None
+        return ModuleSpec(fullname, self)
+
+    def create_module(self, spec: ModuleSpec) -> types.ModuleType:
+        new_home = importlib.import_module(_MOVED_MODULES[spec.name])
+        module = types.ModuleType(spec.name, new_home.__doc__)
+        module.__getattr__ = lambda name: getattr(new_home, name)  # type: ignore[method-assign]
+        module.__dir__ = lambda: dir(new_home)  # type: ignore[method-assign]
+        return module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        return None
+
+
+if not any(isinstance(finder, _MovedModuleFinder) for finder in sys.meta_path):
+    sys.meta_path.append(_MovedModuleFinder())

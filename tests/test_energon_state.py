@@ -22,8 +22,8 @@ import torch
 
 import energon_lite as el
 from energon_lite.errors import StateError
+from energon_lite.resume.energon_import import read_energon_state
 from energon_lite.resume.energon_owed import energon_slices
-from energon_lite.state.energon_import import read_energon_state
 from energon_lite.state.restore_key import PackKey, SampleKey
 from energon_lite.synth.shards import write_captioning_shards
 

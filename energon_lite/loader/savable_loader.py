@@ -328,6 +328,7 @@ class SavableLoader(StatefulLoader):
 
     def _target(self) -> RestoreTarget:
         """This loader, as what a saved state must match (:mod:`energon_lite.resume`)."""
+        from energon_lite.resume.levels import StageClasses
         from energon_lite.resume.ownership import LeafPlan
         from energon_lite.resume.target import RestoreTarget
 
@@ -348,7 +349,9 @@ class SavableLoader(StatefulLoader):
             config=self.dataset.config(),
             shape=pipeline.state_shape,
             paths=self._dataset_paths(),
-            stages={node.cls.__name__: node.cls for node in pipeline.plan(wc.slot(0)).nodes()},
+            stages=StageClasses(
+                {node.cls.__name__: node.cls for node in pipeline.plan(wc.slot(0)).nodes()}
+            ),
             batches_per_pass=self.virtual_epoch_length,
             canonical=pipeline.canonical(wc.slot(0)),
             leaves=leaves,

@@ -45,23 +45,25 @@ from typing import Any
 
 from energon_lite.errors import StateError, short_repr
 from energon_lite.quotas import PER_WORKER, exact_repetitions, passes
+from energon_lite.resume.config_match import (
+    LAYOUT,
+    check_same_config,
+    comparable_config,
+    refuse_unmovable,
+)
 from energon_lite.resume.levels import (
     StageClasses,
-    class_of,
     holds_sub_key,
     registered_classes,
-    walk_states,
 )
-from energon_lite.resume.micro_batch import comparable_config
 from energon_lite.resume.ownership import LeafPlan, check_ownership
-from energon_lite.resume.rank_state import RankState, SavedRun, check_same_config, read_run
+from energon_lite.resume.rank_state import RankState, SavedRun, read_run
 from energon_lite.stages.base import Stage
 from energon_lite.stages.blend_epochized import EpochizedBlend
 from energon_lite.stages.elastic_deal import ElasticDeal, LeafWork
 from energon_lite.stages.reader import Reader
 from energon_lite.state.restore_key import SampleKey, from_plain, sample_keys
 
-LAYOUT = ("rank", "world_size", "num_workers")
 _READER, _EPOCHIZED = Reader.__name__, EpochizedBlend.__name__  # the leftover's own stages
 
 
@@ -80,8 +82,13 @@ def redistribute(
     position is inside the epoch's plan (:func:`energon_lite.resume.ownership.check_ownership`).
     The stage classes are the registry's: no chain is built here."""
     run = read_run(states)
+    refuse_unmovable(run.config)
+    if current_config is not None:
+        moved_config = {**run.config, **{k: current_config[k] for k in LAYOUT}}
+        check_same_config(moved_config, comparable_config(moved_config, current_config))
     classes = registered_classes(tree for state in run.ranks for tree in state.workers)
-    moved = redistributed(run, world_size, num_workers, classes, current_config, leaves)
+    check_ownership(run.ranks, classes, leaves)
+    moved = redistributed(run, world_size, num_workers, classes)
     return [state.plain() for state in moved]
 
 
@@ -90,17 +97,12 @@ def redistributed(
     world_size: int,
     num_workers: int,
     classes: StageClasses,
-    current_config: dict[str, Any] | None = None,
-    leaves: list[LeafPlan] | None = None,
 ) -> list[RankState]:
-    """:func:`redistribute` of a run's states already read (:func:`read_run`), each level
-    read by its class in ``classes``."""
+    """:func:`redistribute` of a run's states already read (:func:`read_run`) and checked:
+    against the new loader's configuration, and to own their work once
+    (:func:`energon_lite.resume.ownership.check_ownership`); each level read by its class in
+    ``classes``."""
     config, epoch = run.config, run.epoch
-    refuse_unmovable(config)
-    check_ownership(run.ranks, classes, leaves)
-    if current_config is not None:
-        moved = {**config, **{k: current_config[k] for k in LAYOUT}}
-        check_same_config(moved, comparable_config(moved, current_config))
     if world_size < 1 or num_workers < 0:
         raise StateError(f"new layout {world_size=}, {num_workers=} is not a layout")
     old = [w for s in run.ranks for w in s.workers]  # by old global worker id
@@ -112,7 +114,8 @@ def redistributed(
         # cut by global worker id, so each moves whole and continues its own stream exactly
         workers = copy.deepcopy(old)
     else:
-        redistribution = _Redistribution(config, epoch, old, world_size * new_wpr, classes)
+        levels = [levels for state in run.ranks for levels in state.levels]
+        redistribution = _Redistribution(config, epoch, old, levels, world_size * new_wpr, classes)
         redistribution.delivered = delivered_steps(run.ranks, classes)
         workers = redistribution.new_states()
     new_config = {**config, "world_size": world_size, "num_workers": num_workers}
@@ -136,34 +139,24 @@ def delivered_steps(states: list[RankState], classes: StageClasses) -> int:
     out = 0
     for state in states:
         base = 0
-        for tree in state.workers:
-            for level in walk_states(tree):
-                cls = class_of(classes, level)
+        for levels in state.levels:
+            for level in levels:
+                cls = classes.of(level)
                 if cls is not None:
                     base = max(base, cls.delivered_base(level))
         out = max(out, state.in_pass + base)
     return out
 
 
-def refuse_unmovable(config: dict[str, Any]) -> None:
-    """StateError for a run whose states cannot move to another layout."""
-    if "wrapper" in config:  # energon_lite.wrappers: a chain composed by hand
-        raise StateError(
-            f"elastic restore of a {config['wrapper']} composition is not supported; restore "
-            "it on the old number of ranks and workers, or start it over"
-        )
-    if not config.get("training"):
-        raise StateError(
-            "elastic restore of a validation/test loader is not supported: its slices are cut "
-            "per layout; restore it on the old layout or start it over"
-        )
-    if config.get("limit") is not None:
-        raise StateError(f"elastic restore with limit={config['limit']} is not supported")
-
-
 class _Redistribution:
     def __init__(
-        self, config: dict[str, Any], epoch: int, old: list[Any], new: int, classes: StageClasses
+        self,
+        config: dict[str, Any],
+        epoch: int,
+        old: list[Any],
+        levels: list[list[dict[str, Any]]],
+        new: int,
+        classes: StageClasses,
     ) -> None:
         self.epoch, self.old, self.new, self.classes = epoch, old, new, classes
         self.delivered = 0  # set by redistribute (delivered_steps)
@@ -172,13 +165,13 @@ class _Redistribution:
         self.reader_repeat = bool(config["repeat"]) and not self.epochized
         self.repeat = bool(config["repeat"])
         self.template = next(w for w in old if w is not None)
-        self.levels = [list(walk_states(tree)) for tree in old]  # per old worker, walked once
+        self.levels = levels  # per old worker, walked once
         template = self.levels[old.index(self.template)]
         self.num_leaves = sum(1 for level in template if level.get("type") == _READER)
         reps = config.get("weights") or []
         self.reps = [exact_repetitions(r or 0) for r in reps] if self.epochized else []
-        for g, levels in enumerate(self.levels):
-            for level in levels:
+        for g, walked in enumerate(self.levels):
+            for level in walked:
                 if "left" in level:
                     raise StateError(
                         f"old global worker {g}: its {level.get('type')} is still delivering "
@@ -310,18 +303,18 @@ def dealt_chain(
 ) -> dict[str, Any]:
     """A new worker's chain state: ``template`` (a chain state of the same stages) with each
     level as its stage class in ``classes`` builds it from ``deal`` (``Stage.elastic_state``)."""
-    out: dict[str, Any] = {"type": template["type"]}
-    out.update(_stage(classes, template).elastic_state(template, deal))
+    parents: dict[str, Any] = {}  # first: the Readers take their leaves' work in their order
     if "source" in template:
-        out["source"] = dealt_chain(template["source"], deal, classes)
+        parents["source"] = dealt_chain(template["source"], deal, classes)
     if "sources" in template:
-        out["sources"] = [dealt_chain(child, deal, classes) for child in template["sources"]]
-    return out
+        parents["sources"] = [dealt_chain(child, deal, classes) for child in template["sources"]]
+    own = _stage(classes, template).elastic_state(template, deal)
+    return {"type": template["type"], **own, **parents}
 
 
 def _stage(classes: StageClasses, level: dict[str, Any]) -> type[Stage]:
     """The class of a saved level; StateError naming a stage no imported class has."""
-    cls = class_of(classes, level)
+    cls = classes.of(level)
     if cls is None:
         raise StateError(
             "elastic restore does not know how to redistribute stage "

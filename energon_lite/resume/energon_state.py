@@ -2,7 +2,7 @@
 
 A job that moves from Energon to energon_lite mid-run restores its last Energon checkpoint
 with ``restore_state_rank`` / ``restore_state_global`` as it would one of ours. The state is
-first read as plain data (:mod:`energon_lite.state.energon_import`); this module turns it
+first read as plain data (:mod:`energon_lite.resume.energon_import`); this module turns it
 into this loader's rank state. What Energon still owed in its epoch is worked out from its
 saved positions, and this loader delivers exactly that, in an order of its own, before going
 on with its own epochs.
@@ -46,7 +46,7 @@ from energon_lite.state.restore_key import SampleKey
 def energon_rank_states(plain: Any, target: RestoreTarget) -> list[RankState]:
     """Every rank's state for the ``target`` loader from Energon's ``save_state_global()``
     list (or one rank's ``save_state_rank()``), read as plain data
-    (:func:`energon_lite.state.energon_import.read_energon_state`)."""
+    (:func:`energon_lite.resume.energon_import.read_energon_state`)."""
     wc = target.worker_config
     if isinstance(plain, dict):
         ranks: list[Any] = [None] * wc.world_size

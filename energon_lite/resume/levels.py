@@ -6,8 +6,9 @@ states, an elastic restore, ``loader.mix()``, ``checkpoint info``) walks it here
 
 What a level holds is said by its stage class (``held_keys``, ``elastic_state`` ... in
 :mod:`energon_lite.stages.base`). A restore asks the classes through one table,
-:data:`StageClasses`, resolved once by whoever starts it: the loader from its own chain's
-plan, the offline commands from the registry (:func:`registered_classes`).
+:class:`StageClasses` (``classes.of(level)``), resolved once by whoever starts it: the loader
+from its own chain's plan, the offline commands from the registry
+(:func:`registered_classes`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,14 @@ from typing import Any
 
 from energon_lite.stages.base import Stage, stage_class
 
-StageClasses = Mapping[str, type[Stage]]  # a saved level's stage class by its "type"
+
+class StageClasses(dict[str, type[Stage]]):
+    """A saved level's stage class by its ``"type"``."""
+
+    def of(self, level: Mapping[str, Any]) -> type[Stage] | None:
+        """The stage class of a saved ``level``; None for a type the table does not have."""
+        name = level.get("type")
+        return self.get(name) if isinstance(name, str) else None
 
 
 def walk_states(tree: Any) -> Iterator[dict[str, Any]]:
@@ -33,17 +41,11 @@ def walk_states(tree: Any) -> Iterator[dict[str, Any]]:
             yield from walk_states(child)
 
 
-def class_of(classes: StageClasses, level: dict[str, Any]) -> type[Stage] | None:
-    """The stage class of a saved ``level``; None for a type the table does not have."""
-    name = level.get("type")
-    return classes.get(name) if isinstance(name, str) else None
-
-
-def registered_classes(trees: Iterable[Any]) -> dict[str, type[Stage]]:
+def registered_classes(trees: Iterable[Any]) -> StageClasses:
     """The stage class of every level in ``trees`` that the registry knows
     (:func:`energon_lite.stages.base.stage_class`): the table where states are read
     without a chain (``energon-lite checkpoint redist``, the test helpers)."""
-    out: dict[str, type[Stage]] = {}
+    out = StageClasses()
     for tree in trees:
         for level in walk_states(tree):
             name = level.get("type")

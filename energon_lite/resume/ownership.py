@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 from energon_lite.errors import StateError, short_repr
 from energon_lite.quotas import next_past_end
-from energon_lite.resume.levels import StageClasses, class_of, holds_sub_key, walk_states
+from energon_lite.resume.levels import StageClasses, holds_sub_key
 from energon_lite.resume.rank_state import RankState
 from energon_lite.stages.reader import Reader
 from energon_lite.stages.slices import DEALINGS, SliceTable
@@ -61,22 +61,22 @@ def check_ownership(
     Without ``leaves`` every leaf is taken to deal each slice once per epoch (the default).
     Shapes are checked by the restore itself; this only reads what has the expected shape."""
     trees = [
-        (rank, worker, tree)
+        (rank, worker, levels)
         for rank, state in enumerate(states)
-        for worker, tree in enumerate(state.workers)
+        for worker, levels in enumerate(state.levels)
     ]
     hint = NO_PLAN_HINT if leaves is None else ""
     keys: dict[Any, tuple[int, int, Any]] = {}
     slices: dict[tuple[int, int, int], tuple[int, int]] = {}
-    for g, (rank, worker, tree) in enumerate(trees):
+    for g, (rank, worker, levels) in enumerate(trees):
         leaf = 0
-        for level in walk_states(tree):
+        for level in levels:
             if level.get("type") == _READER:
                 plan = leaves[leaf] if leaves is not None and leaf < len(leaves) else None
                 _check_reader(level, leaf, plan, (g, len(trees), rank, worker), slices, hint)
                 leaf += 1
                 continue
-            cls = class_of(classes, level)
+            cls = classes.of(level)
             if cls is None:
                 continue  # named by the restore (an unknown stage)
             try:

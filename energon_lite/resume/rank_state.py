@@ -25,9 +25,12 @@ from __future__ import annotations
 
 import pickle
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from energon_lite.errors import StateError, short_repr
+from energon_lite.resume.config_match import check_same_config
+from energon_lite.resume.levels import walk_states
 from energon_lite.stages.base import stage_class
 from energon_lite.state.codec import STATE_VERSION, state_digest
 from energon_lite.state.compact import packed, unpacked
@@ -49,6 +52,12 @@ class RankState:
     @property
     def rank(self) -> Any:
         return self.config.get("rank")
+
+    @cached_property
+    def levels(self) -> list[list[dict[str, Any]]]:
+        """Per worker the stage levels of its chain state (:func:`walk_states`), walked once:
+        what the checks and moves of a run read level by level."""
+        return [list(walk_states(tree)) for tree in self.workers]
 
     def plain(self) -> dict[str, Any]:
         """The saved form, version 2, with its digest."""
@@ -169,27 +178,3 @@ def _many_pipelines(level: dict[str, Any]) -> bool:
     """A saved level whose parents are a canonical layout's pipelines (``Phases``)."""
     cls = stage_class(level.get("type"))
     return cls is not None and cls.LAZY_SOURCES
-
-
-def check_same_config(saved: Any, current: dict[str, Any]) -> None:
-    """Raise StateError naming every setting in which ``saved`` differs from ``current``."""
-    if not isinstance(saved, dict):
-        raise StateError(f"loader state has no config dict (got {type(saved).__name__}); corrupt")
-    differences = [
-        f"{key}: state has {short_repr(saved.get(key))}, this loader has {short_repr(current[key])}"
-        for key in current
-        if _normalise(saved.get(key)) != _normalise(current[key])
-    ]
-    if differences:
-        raise StateError(
-            "loader state belongs to another loader configuration: " + "; ".join(differences)
-        )
-
-
-def _normalise(value: Any) -> Any:
-    """Tuples and lists compare equal (msgpack turns tuples into lists)."""
-    if isinstance(value, (list, tuple)):
-        return [_normalise(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _normalise(v) for k, v in value.items()}
-    return value

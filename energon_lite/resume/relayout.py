@@ -22,18 +22,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from energon_lite.errors import StateError, short_repr
-from energon_lite.resume.elastic import redistributed, refuse_unmovable
-from energon_lite.resume.levels import StageClasses, class_of
-from energon_lite.resume.ownership import check_ownership
-from energon_lite.resume.rank_state import RankState, SavedRun, check_same_config
+from energon_lite.resume.levels import StageClasses
+from energon_lite.resume.rank_state import RankState, SavedRun
 from energon_lite.resume.target import RestoreTarget
 from energon_lite.stages.phases import Phases
 from energon_lite.worker import CanonicalLayout, WorkerConfig, WorkerSlot
 
 log = logging.getLogger(__name__)
-
-# what differs between layouts of one run; everything else in a config must be equal
-_PER_LAYOUT = ("rank", "world_size", "num_workers", "batch_size", "canonical_layout")
 
 
 @dataclass
@@ -49,48 +44,57 @@ class Logical:
     paths: list[str] | None  # where the datasets were read from (messages only)
 
 
-def relayout(run: SavedRun, target: RestoreTarget) -> list[RankState] | None:
-    """Every rank's state for the ``target`` loader's layout, from a run where it or the
-    ``target`` loader has a canonical layout; None where the old states are plain chains of
-    a layout that did not reproduce its canonical one and that loader has none (the plain
-    paths apply)."""
-    wc, classes = target.worker_config, target.stages
-    layout = target.canonical
-    current = target.config
-    shape = target.shape(wc.slot(0))  # the chain above the pipelines (encode_batch)
-    refuse_unmovable(run.config)
-    _check_settings(run.config, current, wc)
-    logical = _logical(run, classes)
+@dataclass(frozen=True)
+class Move:
+    """How a run where the restoring loader or the old one has a canonical layout moves to
+    the restoring loader's layout (:func:`move_of`, then :func:`relayout`)."""
+
+    old: SavedRun  # the old states as plain chains: checked to own their work once, then moved
+    with_plan: bool  # checked against the dataset's plan per leaf (not when plain chains result)
+    onto: tuple[int, int] | None  # redistributed onto (ranks, workers) first; None: moved whole
+    logical: Logical | None  # the old run's pipelines, where they move whole
+
+
+def move_of(run: SavedRun, target: RestoreTarget) -> Move | None:
+    """How ``run`` moves to the ``target`` loader's layout, where it or the ``target``
+    loader has a canonical layout; None where the old states are plain chains of a layout
+    that did not reproduce its canonical one and that loader has none (the plain paths
+    apply)."""
+    wc, layout = target.worker_config, target.canonical
+    logical = _logical(run, target.stages)
     if logical is None and layout is None:
         return None  # plain chains of a layout that did not reproduce its canonical one
     # the old states as plain chains: of its canonical pipelines, or as they were saved
-    old = run if logical is None else _expanded(logical, current)
+    old = run if logical is None else _expanded(logical, target.config)
     if logical is not None and logical.layout != layout:
         _warn_fallback(logical.layout, wc)
     if layout is None:  # this layout does not reproduce a canonical one: its own chains
-        moved = redistributed(old, wc.world_size, wc.num_workers, classes)
+        return Move(old, False, (wc.world_size, wc.num_workers), None)
+    if logical is None or logical.layout != layout:  # onto this run's pipelines first
+        return Move(old, True, (layout.ranks, layout.workers), None)
+    return Move(old, True, None, logical)
+
+
+def relayout(move: Move, moved: list[RankState], target: RestoreTarget) -> list[RankState]:
+    """Every rank's state for the ``target`` loader's layout from the old states ``moved``
+    as ``move`` says (redistributed onto ``move.onto`` where it says so)."""
+    wc, classes = target.worker_config, target.stages
+    layout, current = target.canonical, target.config
+    shape = target.shape(wc.slot(0))  # the chain above the pipelines (encode_batch)
+    if layout is None:  # this layout does not reproduce a canonical one: its own chains
         return [_with_config(state, current, shape, classes) for state in moved]
-    if logical is None or logical.layout != layout:
-        logical = _redistributed(old, layout, classes, target.leaves())
-    else:
-        check_ownership(old.ranks, classes, target.leaves())
-    return _physical(logical, wc, current, shape)
-
-
-def _check_settings(old: dict[str, Any], current: dict[str, Any], wc: WorkerConfig) -> None:
-    """The settings other than the layout must match, and the global batch size."""
-    check_same_config(
-        {**old, **{key: current[key] for key in _PER_LAYOUT if key in current}}, current
-    )
-    old_size, new_size = old.get("batch_size"), current.get("batch_size")
-    old_global = None if old_size is None else old_size * old["world_size"]
-    new_global = None if new_size is None else new_size * wc.world_size
-    if old_global != new_global:
-        raise StateError(
-            f"loader state has a global batch of {old_size} per rank x {old['world_size']} "
-            f"ranks = {old_global}, this loader {new_size} x {wc.world_size} = {new_global}; "
-            f"build this layout's loaders with batch_size = {old_global} / ranks"
+    logical = move.logical
+    if logical is None:  # redistributed onto this run's pipelines
+        logical = Logical(
+            layout,
+            [stateless_removed(level, classes) for state in moved for level in state.workers],
+            0,
+            moved[0].config,
+            moved[0].epoch,
+            0,
+            move.old.paths,
         )
+    return _physical(logical, wc, current, shape)
 
 
 def _warn_fallback(old: CanonicalLayout, wc: WorkerConfig) -> None:
@@ -175,22 +179,6 @@ def _expanded(logical: Logical, current: dict[str, Any]) -> SavedRun:
     return SavedRun(ranks, ranks[0].config, logical.epoch)
 
 
-def _redistributed(
-    run: SavedRun, layout: CanonicalLayout, classes: StageClasses, leaves: Any
-) -> Logical:
-    """The states of a run of any layout dealt exactly once onto ``layout``'s pipelines."""
-    moved = redistributed(run, layout.ranks, layout.workers, classes, leaves=leaves)
-    return Logical(
-        layout,
-        [stateless_removed(level, classes) for state in moved for level in state.workers],
-        0,
-        moved[0].config,
-        moved[0].epoch,
-        0,
-        run.paths,
-    )
-
-
 def _with_config(
     state: RankState, current: dict[str, Any], shape: dict[str, Any], classes: StageClasses
 ) -> RankState:
@@ -241,7 +229,7 @@ def stateless_removed(level: Any, classes: StageClasses) -> Any:
     """A saved chain without its top levels that hold no state of their own (``encode_batch``'s
     map above the batching stage): the part a logical pipeline saves."""
     while isinstance(level, dict) and "source" in level:
-        cls = class_of(classes, level)
+        cls = classes.of(level)
         if cls is None or cls.STATE_KEYS or cls.OPTIONAL_KEYS:
             break
         level = level["source"]

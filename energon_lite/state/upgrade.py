@@ -31,7 +31,7 @@ The forms read, and since when they exist:
 * any other version (a newer energon_lite's): refused, naming the version.
 
 A state saved by Megatron-Energon 7.x is no form of ours and does not pass here: it is read
-as plain data by :mod:`energon_lite.state.energon_import` and continued by
+as plain data by :mod:`energon_lite.resume.energon_import` and continued by
 :mod:`energon_lite.resume.energon_state`, which needs the loader's dataset.
 
 Fields a state of today may leave out (a sparse form: a weighted blend's ``stream`` when
