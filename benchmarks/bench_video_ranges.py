@@ -326,6 +326,7 @@ def count_child(way: str, paths: list[Path], samples_per_row: int) -> None:
     if way in NEEDS:
         __import__(NEEDS[way])
     WAYS[way](paths[0].read_bytes(), [workloads(random.Random(0))["random 16f"]])  # first call
+    callgrind.ready()
     labels, digests = [], {}
     for path in paths:
         data = path.read_bytes()
