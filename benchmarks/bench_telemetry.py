@@ -37,7 +37,6 @@ import argparse
 import json
 import os
 import platform
-import shutil
 import sys
 import tempfile
 import time
@@ -46,7 +45,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_stats
-from common import ab_order, fmt_num, markdown_table, median
+from common import ab_order, callgrind_instructions, fmt_num, markdown_table, median
 
 RESULT, MARK = bench_stats.RESULT, bench_stats.MARK  # what a child prints (child_rounds)
 VARIANTS = ("off", "metrics", "trace")
@@ -123,25 +122,11 @@ def counted(root: Path, variant: str, batches: int) -> None:
 def instructions(root: Path, batches: int, jobs: int = 2) -> dict[str, float]:
     """Instructions per sample of each variant at 0 workers: callgrind totals of a run of
     ``batches`` batches minus a run of none (both after the same warm-up), over the samples."""
-    import re
-    import subprocess
     from concurrent.futures import ThreadPoolExecutor
 
-    if shutil.which("valgrind") is None:
-        raise SystemExit("--instructions needs valgrind (Debian: apt-get install valgrind)")
-
     def total(variant: str, n: int) -> int:
-        with tempfile.TemporaryDirectory() as folder:
-            cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={folder}/cg.out"]
-            cmd += [sys.executable, str(Path(__file__).resolve()), "--count", variant]
-            cmd += ["--data", str(root), "--batches", str(n)]
-            env = {**os.environ, "PYTHONHASHSEED": "0"}
-            run = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
-            found = re.findall(r"Collected : (\d+)", run.stderr)
-            if run.returncode != 0 or not found:
-                raise RuntimeError(f"{variant} x{n} failed:\n{run.stderr[-3000:]}")
-            print(f"{variant} x{n}: {int(found[-1]):,} instructions", file=sys.stderr)
-            return int(found[-1])
+        args = ["--count", variant, "--data", str(root), "--batches", str(n)]
+        return callgrind_instructions(str(Path(__file__).resolve()), args, f"{variant} x{n}")
 
     runs = [(v, n) for v in VARIANTS for n in (0, batches)]
     with ThreadPoolExecutor(jobs) as pool:

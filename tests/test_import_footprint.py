@@ -50,6 +50,17 @@ HEAVY_OURS = (
     "energon_lite.metadataset.parse",  # metadataset YAML
     "energon_lite.wrappers",  # Energon's wrapper classes
     "energon_lite.transforms",
+    # stages a plain chain (reader, shuffle, encode, batch) does not have
+    "energon_lite.stages.blend_epochized",
+    "energon_lite.stages.blend_weighted",
+    "energon_lite.stages.bucket_sync",
+    "energon_lite.stages.concat",
+    "energon_lite.stages.cost",
+    "energon_lite.stages.group_batch",
+    "energon_lite.stages.limit",
+    "energon_lite.stages.map",
+    "energon_lite.stages.pack",
+    "energon_lite.stages.phases",
 )
 # of another dataset kind, a loop loads only what recognises it
 FLAVOR_ALLOWED = re.compile(r"energon_lite\.flavors(\.lazy_exports|\.\w+(\.(kind|layout))?)?")

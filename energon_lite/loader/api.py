@@ -22,7 +22,6 @@ from energon_lite.pipeline.dataset_pipeline import DatasetPipeline, PipelineOpti
 from energon_lite.samples.type_check import check_sample_type
 from energon_lite.sources.kinds import resolve_path
 from energon_lite.sources.leaf import Leaf
-from energon_lite.stages.bucket_sync import BucketSync
 from energon_lite.storage import RemotePath, as_path, is_remote
 from energon_lite.storage.cache_config import ShardCacheConfig, announce_shard_cache
 from energon_lite.task_encoder.base import DefaultTaskEncoder, TaskEncoder
@@ -140,7 +139,10 @@ def get_train_dataset(
         and as_path(path).exists()
     ):
         bucket_sync = default_sync(path, split_part)
-    BucketSync.check_option(bucket_sync, task_encoder or DefaultTaskEncoder())
+    if bucket_sync is not None:  # its module loads only for a loader that uses it
+        from energon_lite.stages.bucket_sync import BucketSync
+
+        BucketSync.check_option(bucket_sync, task_encoder or DefaultTaskEncoder())
     options = PipelineOptions(
         training=True,
         batch_size=batch_size,

@@ -23,7 +23,6 @@ from typing import Any, Protocol
 
 from energon_lite.decode.decoder import require_av
 from energon_lite.errors import MAX_SKIP_FRACTION, ConfigError, failure_trackers
-from energon_lite.metadataset.schedule import describe
 from energon_lite.pipeline import lengths
 from energon_lite.quotas import share
 from energon_lite.samples.factory import SampleFactory
@@ -32,17 +31,7 @@ from energon_lite.sources.kinds import open_source
 from energon_lite.sources.leaf import Leaf
 from energon_lite.stages.base import Stage
 from energon_lite.stages.batch import Batch
-from energon_lite.stages.blend_epochized import EpochizedBlend
-from energon_lite.stages.blend_weighted import WeightedBlend
-from energon_lite.stages.bucket_sync import BucketSync
-from energon_lite.stages.concat import Concat
-from energon_lite.stages.cost import Cost
 from energon_lite.stages.encode import Encode, LeafSpec
-from energon_lite.stages.group_batch import GroupBatch
-from energon_lite.stages.limit import Limit
-from energon_lite.stages.map import Map
-from energon_lite.stages.pack import Pack
-from energon_lite.stages.phases import Phases, as_list
 from energon_lite.stages.plan import Node
 from energon_lite.stages.reader import Reader
 from energon_lite.stages.routing import leaf_of
@@ -52,6 +41,11 @@ from energon_lite.task_encoder.base import TaskEncoder
 from energon_lite.worker import CanonicalLayout, WorkerConfig, WorkerSlot
 
 log = logging.getLogger(__name__)
+
+# The stages that only some chains have (blends, packing, grouping, limits, canonical phases,
+# costs, encode_batch) are imported where a plan takes them: a plain image loop loads the
+# modules its chain runs and no others (tests/test_import_footprint.py), which is part of the
+# time to its first batch.
 
 
 @dataclass
@@ -280,6 +274,9 @@ class DatasetPipeline:
         layout = self.canonical(slot) if not per_phase else None
         if layout is not None:
             return self._phases(slot, layout)
+        if per_phase:
+            from energon_lite.stages.phases import as_list
+
         collate = as_list if per_phase else te.batch
 
         failures = failure_trackers(
@@ -343,9 +340,13 @@ class DatasetPipeline:
             packing=bool(opts.packing_buffer_size),
         )
         if by_cost:
+            from energon_lite.stages.cost import Cost
+
             names = [str(leaf.path) for leaf in self.leaves]
             then(Cost, lambda s: Cost(s, te.sample_cost, names, slot.leaf_base))
         if opts.packing_buffer_size:
+            from energon_lite.stages.pack import Pack
+
             size = opts.packing_buffer_size
             then(
                 Pack,
@@ -353,6 +354,9 @@ class DatasetPipeline:
                 size=size,
             )
         if te.overrides("batch_group_criterion"):
+            from energon_lite.stages.bucket_sync import BucketSync
+            from energon_lite.stages.group_batch import GroupBatch
+
             sync = BucketSync.for_slot(opts.bucket_sync, slot)
             then(
                 GroupBatch,
@@ -385,12 +389,16 @@ class DatasetPipeline:
         if per_phase:
             return node
         if te.overrides("encode_batch"):
+            from energon_lite.stages.map import Map
+
             then(
                 Map,
                 lambda s: Map(s, te.encode_batch, "encode_batch", failures(te.encode_batch)),
                 fn=te.encode_batch,
             )
         if opts.limit is not None:  # per rank; the loader polls workers round robin
+            from energon_lite.stages.limit import Limit
+
             limit = -(-(opts.limit - slot.worker_id) // slot.num_workers)
             then(Limit, lambda s: Limit(s, limit), length=opts.limit)
         return node
@@ -399,6 +407,9 @@ class DatasetPipeline:
         """A physical worker's chain under a canonical layout: its logical pipelines, joined
         phase by phase (:class:`Phases`), then ``encode_batch`` on the joined batch.
         ``shape_only``: the first pipeline's plan stands for all (for ``shape()``)."""
+        from energon_lite.stages.map import Map
+        from energon_lite.stages.phases import Phases
+
         per_phase = layout.ranks // slot.world_size
         te = self.task_encoder
         grouped = te.overrides("batch_group_criterion")
@@ -446,8 +457,12 @@ class DatasetPipeline:
         """The blend of ``slot``'s pipeline; a canonical layout's logical pipeline
         (``per_phase`` > 0) plans its composed batches for its own share of the batch."""
         if self.blend_mode == "concat":
+            from energon_lite.stages.concat import Concat
+
             return Node(Concat, Concat, readers, several=True)
         if self.blend_mode == "epochized":
+            from energon_lite.stages.blend_epochized import EpochizedBlend
+
             quotas = [leaf.repetitions or 0.0 for leaf in self.leaves]
             repeat, rounding = self.options.repeat, self.options.epochized_rounding
             return Node(
@@ -462,6 +477,8 @@ class DatasetPipeline:
                     "repeat": repeat,
                 },
             )
+        from energon_lite.stages.blend_weighted import WeightedBlend
+
         weights = [leaf.weight or 0.0 for leaf in self.leaves]
         grouped = self.task_encoder.overrides("batch_group_criterion")
         # grouped per_source: the groups are made per source (by_source), the draws by weight
@@ -489,6 +506,8 @@ class DatasetPipeline:
     # facts about the pipeline ---------------------------------------------------------------
 
     def fingerprint(self) -> dict[str, Any]:
+        from energon_lite.metadataset.schedule import describe
+
         opts = self.options
         return {
             "datasets": [

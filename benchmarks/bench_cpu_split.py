@@ -1,0 +1,294 @@
+"""Where W1's CPU per delivered sample goes at 2 workers: the workers, the trainer, the limit.
+
+The W1 loader of ``bench_pipeline.py`` (256x256 JPEG + caption, batch 32, shuffle buffer 100,
+float CHW images) at ``--workers`` workers; the trainer only counts each batch's images, as
+``bench_peers.py`` does. Over ``--batches`` batches after ``--warmup``, CPU seconds (user +
+system, ``psutil``) of the trainer's process and of each worker are divided by the samples
+delivered. Against it, the decode-only limit's CPU per sample: this process reads and decodes
+the same samples (``PlainTarDataset.read_parts`` + ``decode_image(jpg, "torchrgb")`` + the
+caption), as each of the limit's processes in ``bench_peers.py`` does. CPU time moves less
+with the machine's load than wall time, but a loaded machine still inflates it (shared
+caches): rounds alternate the two measurements and the ratios are taken per round.
+
+    python benchmarks/bench_cpu_split.py [--samples 20000] [--rounds 3] [--batches 150]
+
+``--count worker|limit|trainer`` runs one part alone in this process for callgrind (see
+``--instructions``): ``worker`` is worker 0's chain as a worker runs it (torch's worker info
+set, each batch test-pickled, its state sent as bytes) plus the pickling torch's queue does
+(the image tensor through the batch memory pool); ``limit`` the decode-only loop; the
+instruction count of ``N`` batches minus that of none, over the samples, is each part's
+cost, start-up cancelled. ``--instructions`` runs the callgrind pairs and prints the table.
+``--count tar`` parses the first shard's first 500 samples ``--batches`` times
+(``tar_loop``): the tar walk's instructions per sample are the callgrind difference of
+``--batches 10`` and ``--batches 0`` over 5,000.
+
+``--profile``: where a worker's CPU goes, step by step, against the limit's: both loops run
+in this process under a sampling profiler (``SIGPROF`` every 0.5 ms of CPU time; each sample
+is charged to the innermost frame that names a step in ``STEPS``), in microseconds per sample
+(the loop's CPU time split by the samples' shares). Unlike ``cProfile`` it does not inflate
+the small Python calls against the C ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import itertools
+import json
+import os
+import random
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import psutil
+from bench_pipeline import BATCH_SIZE, PlainTarDataset, build_dataset
+from bench_receive import w1_dataset
+from common import callgrind_instructions, fmt_num, markdown_table, median
+
+RESULT = "RESULT "
+
+
+def cpu_of(process: psutil.Process) -> float:
+    times = process.cpu_times()
+    return times.user + times.system
+
+
+def loader_split(root: Path, workers: int, batches: int, warmup: int) -> dict[str, float]:
+    """CPU us per delivered sample of the trainer and of all workers together."""
+    import energon_lite as el
+
+    loader = el.get_savable_loader(w1_dataset(root, workers))
+    iterator = iter(loader)
+    for _ in range(warmup):
+        next(iterator)
+    me = psutil.Process()
+    children = me.children(recursive=True)
+    before = [cpu_of(p) for p in children]
+    trainer = time.process_time()
+    samples = 0
+    for _ in range(batches):
+        samples += int(next(iterator).image.shape[0])
+    trainer = time.process_time() - trainer
+    workers_cpu = sum(cpu_of(p) - b for p, b in zip(children, before))
+    loader.close()
+    return {"trainer_us": trainer / samples * 1e6, "workers_us": workers_cpu / samples * 1e6}
+
+
+def limit_samples(root: Path, count: int) -> tuple[PlainTarDataset, list[int]]:
+    dataset = PlainTarDataset(root)
+    order = list(range(len(dataset)))
+    random.Random(0).shuffle(order)
+    return dataset, order[:count]
+
+
+def limit_loop(dataset: PlainTarDataset, indices: list[int]) -> None:
+    from energon_lite.decode.image import decode_image
+
+    for index in indices:
+        parts = dataset.read_parts(index)
+        decode_image(parts["jpg"], "torchrgb")
+        parts["txt"].decode("utf-8")
+
+
+def limit_cpu(root: Path, samples: int) -> float:
+    """The decode-only limit's CPU us per sample in this process."""
+    dataset, indices = limit_samples(root, samples + 320)
+    limit_loop(dataset, indices[:320])  # warm-up
+    cpu = time.thread_time()
+    limit_loop(dataset, indices[320:])
+    return (time.thread_time() - cpu) / samples * 1e6
+
+
+def worker_loop(root: Path, workers: int, batches: int) -> None:
+    """Worker 0's chain and the queue's pickling, in this process (``--count worker``)."""
+    from multiprocessing.reduction import ForkingPickler
+
+    from torch.utils.data._utils import worker as torch_worker
+
+    from energon_lite.batching.memory import BatchMemoryPool
+
+    dataset = w1_dataset(root, workers)
+    # as in torch's worker 0 (a private name: a benchmark's shortcut, not the loader's)
+    torch_worker._worker_info = torch_worker.WorkerInfo(
+        id=0, num_workers=workers, seed=0, dataset=dataset
+    )
+    pool = BatchMemoryPool(workers, 3)
+    held: list[Any] = []
+    items = dataset.iter_with_state(None, 0, 0, memory=pool)
+    for item in itertools.islice(items, 5 + batches):  # 5 warm-up batches, as for the limit
+        ForkingPickler.dumps(item)
+        held.append(item[-1])
+        if len(held) > 2:  # the trainer lets go of a batch two batches later
+            for slot, _ in held.pop(0).segments:
+                pool.flags[0, slot] = 0
+    torch_worker._worker_info = None
+
+
+TAR_SAMPLES = 500  # ``--count tar``: the first shard's first samples, parsed per batch
+
+
+def tar_loop(root: Path, loops: int) -> None:
+    """``parse_sample`` (the reader's tar walk, every header check) over the first shard's
+    first ``TAR_SAMPLES`` samples, ``loops`` times, from the shard's bytes in memory."""
+    import numpy as np
+
+    from energon_lite.shards.tar import parse_sample
+
+    path = str(PlainTarDataset(root).paths[0])
+    offsets = np.fromfile(path + ".idx", dtype="<u8").tolist()[: TAR_SAMPLES + 1]
+    view = memoryview(Path(path).read_bytes())
+    for _ in range(loops):
+        for start, end in itertools.pairwise(offsets):
+            parse_sample(view[start:end], start, path)
+
+
+def counted(root: Path, part: str, batches: int, workers: int) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    if part == "tar":
+        tar_loop(root, batches)
+    elif part == "worker":
+        worker_loop(root, workers, batches)
+    else:
+        dataset, indices = limit_samples(root, (5 + batches) * BATCH_SIZE)
+        limit_loop(dataset, indices)
+
+
+def instructions(root: Path, batches: int, workers: int) -> dict[str, float]:
+    """Instructions per sample of each part: callgrind totals of ``batches`` batches after
+    5 warm-up ones minus those of the warm-up alone, over the samples."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def total(part: str, n: int) -> int:
+        args = ["--count", part, "--samples", str(SAMPLES[0]), "--batches", str(n)]
+        args += ["--workers", str(workers)]
+        return callgrind_instructions(str(Path(__file__).resolve()), args, f"{part} x{n}")
+
+    runs = [(p, n) for p in ("worker", "limit") for n in (0, batches)]
+    with ThreadPoolExecutor(2) as pool:
+        totals = dict(zip(runs, pool.map(lambda r: total(*r), runs)))
+    return {
+        p: (totals[p, batches] - totals[p, 0]) / (BATCH_SIZE * batches) for p in ("worker", "limit")
+    }
+
+
+SAMPLES = [20_000]
+
+# (step, the functions whose frames charge a profile sample to it); the innermost frame of a
+# sample that is one of these names it
+STEPS = (
+    ("JPEG decode (simplejpeg)", ("jpeg_turbo.py:decode_rgb", "jpeg_turbo.py:header")),
+    ("uint8 HWC -> float CHW (into the batch)", ("image.py:_planar_from_hwc",)),
+    ("read + tar parse", ("reader.py:next", "bench_pipeline.py:read_parts")),
+    ("shuffle buffer", ("shuffle.py:next",)),
+    ("test-pickle + queue pickle", ("transport.py:check_sendable", "reduction.py:dumps")),
+    ("state save + send", ("savable_dataset.py:_save", "sent_state.py:__call__")),
+    ("slab + collate", ("batch.py:collate_or_skip", "memory.py:collect")),
+    ("sample build, decode dispatch", ("encode.py:next", "bench_cpu_split.py:limit_loop")),
+)
+
+
+def profile(loop: Any, samples: int) -> dict[str, float]:
+    """``loop()`` under a SIGPROF sampler: CPU us per sample of each step in ``STEPS``."""
+    names = {name: step for step, names in STEPS for name in names}
+    counts: collections.Counter[str] = collections.Counter()
+
+    def tick(_signum: int, frame: Any) -> None:
+        while frame is not None:
+            code = frame.f_code
+            step = names.get(f"{code.co_filename.rsplit('/', 1)[-1]}:{code.co_name}")
+            if step is not None:
+                counts[step] += 1
+                return
+            frame = frame.f_back
+        counts["other"] += 1
+
+    signal.signal(signal.SIGPROF, tick)
+    signal.setitimer(signal.ITIMER_PROF, 0.0005, 0.0005)
+    cpu = time.thread_time()
+    loop()
+    cpu = time.thread_time() - cpu
+    signal.setitimer(signal.ITIMER_PROF, 0, 0)
+    total = sum(counts.values()) or 1
+    us = cpu / samples * 1e6
+    return {"total": us, **{step: us * c / total for step, c in counts.items()}}
+
+
+def profiles(root: Path, workers: int, batches: int, rounds: int) -> None:
+    """``--profile``: the worker's steps and the limit's, medians over ``rounds``."""
+    found: dict[str, list[dict[str, float]]] = {"worker": [], "limit": []}
+    for _ in range(rounds):
+        found["worker"].append(
+            profile(lambda: worker_loop(root, workers, batches), (5 + batches) * BATCH_SIZE)
+        )
+        dataset, indices = limit_samples(root, (5 + batches) * BATCH_SIZE)
+        found["limit"].append(
+            profile(lambda: limit_loop(dataset, indices), len(indices))  # noqa: B023
+        )
+    steps = [step for step, _ in STEPS] + ["other", "total"]
+    rows = [
+        [step, *(fmt_num(median([r.get(step, 0.0) for r in found[p]]), 1) for p in found)]
+        for step in steps
+    ]
+    print(markdown_table(["step", "worker us/sample", "limit us/sample"], rows))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--samples", type=int, default=20_000, help="W1 size")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--batches", type=int, default=150)
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--instructions", action="store_true", help="count under callgrind")
+    parser.add_argument("--profile", action="store_true", help="CPU per step, sampled")
+    parser.add_argument("--count", choices=("worker", "limit", "tar"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    SAMPLES[0] = args.samples
+    root = build_dataset(args.samples)
+    if args.count:
+        counted(root, args.count, args.batches, args.workers)
+        return
+    if args.profile:
+        import torch
+
+        torch.set_num_threads(1)
+        profiles(root, args.workers, args.batches, args.rounds)
+        return
+    if args.instructions:
+        counts = instructions(root, args.batches, args.workers)
+        print(RESULT + json.dumps(counts), flush=True)
+        print(f"worker / limit: {counts['worker'] / counts['limit']:.3f}")
+        return
+    import torch
+
+    torch.set_num_threads(1)
+    rounds = []
+    for index in range(args.rounds):
+        parts = [
+            lambda: loader_split(root, args.workers, args.batches, args.warmup),
+            lambda: {"limit_us": limit_cpu(root, args.batches * BATCH_SIZE)},
+        ]
+        found: dict[str, float] = {}
+        for part in parts if index % 2 == 0 else parts[::-1]:
+            found.update(part())
+        found["load"] = os.getloadavg()[0]
+        print(RESULT + json.dumps(found), flush=True)
+        rounds.append(found)
+    rows = []
+    for key in ("workers_us", "trainer_us", "limit_us"):
+        rows.append([key, fmt_num(median([r[key] for r in rounds]), 1)])
+    total = [(r["workers_us"] + r["trainer_us"]) / r["limit_us"] for r in rounds]
+    rows.append(
+        ["(workers + trainer) / limit", f"{median(total):.2f} ({min(total):.2f}-{max(total):.2f})"]
+    )
+    print(markdown_table(["part", "CPU us per sample (median)"], rows))
+
+
+if __name__ == "__main__":
+    main()
