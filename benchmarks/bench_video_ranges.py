@@ -3,7 +3,7 @@
 issue 42.
 
 Videos: h264 as encoders make it by default (x264 ``preset=medium``: B-frames, of which most
-are not referenced), a keyframe every 2 s (plus x264's scene cuts), in mp4 and mkv, 10 s each.
+are not referenced), a keyframe every 2 s (plus x264's scene cuts), in mp4 and mkv, 10 s each, at 256x192, 640x360 and 1280x720.
 Workloads, one fresh decoder per sample from the encoded bytes (what a loader does per sample)
 unless the way says otherwise:
 
@@ -38,6 +38,13 @@ beside a CPU torch); that way then runs in one long-lived child under that inter
 
     PYTHONPATH=. python benchmarks/bench_video_ranges.py [--rounds 5] [--samples 20] \
         [--python torchcodec=/path/to/env/bin/python decord=/path/to/env/bin/python]
+
+``--instructions`` counts instructions per sample instead of CPU time (valgrind's callgrind,
+``benchmarks/callgrind.py``): each way in one process, each row's samples one phase, start-up
+left out; the tables add where the instructions go by library (libavcodec apart)::
+
+    PYTHONPATH=. python benchmarks/bench_video_ranges.py --instructions --samples 1 \
+        --ways energon_lite torchcodec decord energon limit --jobs 5 [--python ...]
 """
 
 from __future__ import annotations
