@@ -3,7 +3,7 @@
 issue 42.
 
 Videos: h264 as encoders make it by default (x264 ``preset=medium``: B-frames, of which most
-are not referenced), a keyframe every 2 s (plus x264's scene cuts), in mp4 and mkv, 10 s each.
+are not referenced), a keyframe every 2 s (plus x264's scene cuts), in mp4 and mkv, 10 s each, at 256x192, 640x360 and 1280x720.
 Workloads, one fresh decoder per sample from the encoded bytes (what a loader does per sample)
 unless the way says otherwise:
 
@@ -38,6 +38,13 @@ beside a CPU torch); that way then runs in one long-lived child under that inter
 
     PYTHONPATH=. python benchmarks/bench_video_ranges.py [--rounds 5] [--samples 20] \
         [--python torchcodec=/path/to/env/bin/python decord=/path/to/env/bin/python]
+
+``--instructions`` counts instructions per sample instead of CPU time (valgrind's callgrind,
+``benchmarks/callgrind.py``): each way in one process, each row's samples one phase, start-up
+left out; the tables add where the instructions go by library (libavcodec apart)::
+
+    PYTHONPATH=. python benchmarks/bench_video_ranges.py --instructions --samples 1 \
+        --ways energon_lite torchcodec decord energon limit --jobs 5 [--python ...]
 """
 
 from __future__ import annotations
@@ -52,6 +59,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -59,7 +67,13 @@ from typing import Any
 import numpy as np
 
 DATA = Path(__file__).resolve().parent / "data" / "video_ranges"
-VIDEOS = [("mp4", 256, 192), ("mkv", 256, 192), ("mp4", 640, 360)]  # (container, width, height)
+VIDEOS = [
+    ("mp4", 256, 192),
+    ("mkv", 256, 192),
+    ("mp4", 640, 360),
+    ("mp4", 1280, 720),
+    ("mkv", 1280, 720),
+]  # (container, width, height)
 FPS, SECONDS, GOP = 30, 10, 60
 FRAMES = FPS * SECONDS
 Ranges = list[tuple[int, int]]
@@ -308,6 +322,142 @@ class Child:
         self.process.wait(timeout=60)
 
 
+def count_child(way: str, paths: list[Path], samples_per_row: int) -> None:
+    """Under callgrind: each row's samples between two marks, so each row is one phase.
+
+    Prints the label of every phase in order (``video|workload`` for a row) and each row's
+    clip digests (made outside the rows' phases)."""
+    from benchmarks import callgrind
+
+    _single_threaded()
+    if way in NEEDS:
+        __import__(NEEDS[way])
+    WAYS[way](paths[0].read_bytes(), [workloads(random.Random(0))["random 16f"]])  # first call
+    callgrind.ready()
+    labels, digests = [], {}
+    for path in paths:
+        data = path.read_bytes()
+        rng = random.Random(0)
+        per_sample = [workloads(rng) for _ in range(samples_per_row)]
+        for workload in per_sample[0]:
+            samples = [s[workload] for s in per_sample]
+            callgrind.mark()
+            labels.append("setup")
+            got = WAYS[way](data, samples)
+            callgrind.mark()
+            labels.append(f"{path.name}|{workload}")
+            digests[labels[-1]] = [_digest(clips) for clips in got]
+            del got
+    print(json.dumps({"labels": [*labels, "end"], "digests": digests}), flush=True)
+
+
+def instructions(ways: list[str], pythons: dict[str, str], paths: list[Path], samples: int,
+                 jobs: int, dumps: Path | None = None) -> None:  # fmt: skip
+    """Every way in its own process under callgrind (``count_child``); prints instructions
+    per sample per row, the ratios, and where the instructions go (by library)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from benchmarks import callgrind
+
+    # Bytecode cached outside the environments (made by a plain run of each way first): an
+    # interpreter compiling torch from source under callgrind takes the better part of an hour
+    env = {**os.environ, "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1",
+           "PYTHONPYCACHEPREFIX": str(DATA.parent / "pycache")}  # fmt: skip
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    started = time.perf_counter()
+    for way in ways:
+        cmd = [pythons.get(way, sys.executable), __file__, "--count", way, "--samples", "1"]
+        subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
+
+    def one(way: str) -> tuple[dict[str, Counter[str]], dict[str, Any]]:
+        cmd = [pythons.get(way, sys.executable), __file__, "--count", way]
+        keep = None if dumps is None else dumps / way.replace(" ", "_")
+        stdout, parts = callgrind.phases([*cmd, "--samples", str(samples)], env, keep)
+        answer = json.loads(stdout.strip().splitlines()[-1])
+        if len(parts) != len(answer["labels"]):
+            raise RuntimeError(f"{way}: {len(parts)} callgrind dumps, {answer['labels']} phases")
+        if keep is not None:  # which dump is which row: cg.out.N is the phase labels[N - 1]
+            (keep / "labels.json").write_text(json.dumps(answer["labels"]))
+        rows = {label: part for label, part in zip(answer["labels"], parts) if "|" in label}
+        print(f"{way}: counted in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+        return rows, answer["digests"]
+
+    with ThreadPoolExecutor(jobs) as pool:
+        counted = dict(zip(ways, pool.map(one, ways)))
+    per_sample: dict[tuple[str, str, str], Counter[str]] = {}
+    differ: set[tuple[str, str, str]] = set()
+    for path in paths:
+        rng = random.Random(0)
+        per_row = [workloads(rng) for _ in range(samples)]
+        for workload in per_row[0]:
+            label = f"{path.name}|{workload}"
+            for way in ways:
+                libraries: Counter[str] = Counter()
+                for obj, count in counted[way][0][label].items():
+                    libraries[callgrind.library(obj)] += count
+                per_sample[(path.name, workload, way)] = Counter(
+                    {lib: n / samples for lib, n in libraries.items()}
+                )
+            digests = {way: counted[way][1][label] for way in ways}
+            rows = [s[workload] for s in per_row]
+            differ |= {(path.name, workload, w) for w in _check(path, workload, rows, digests)}
+    print(f"\ncallgrind, {samples} samples per row (the same for every way), "
+          f"{time.perf_counter() - started:.0f} s in all\n")  # fmt: skip
+    _print_instructions(paths, ways, per_sample, differ)
+
+
+def _print_instructions(
+    paths: list[Path],
+    ways: list[str],
+    per_sample: dict[tuple[str, str, str], Counter[str]],
+    differ: set[tuple[str, str, str]],
+) -> None:
+    from benchmarks.common import markdown_table
+
+    exact = [w for w in EXACT if w in ways]
+    peers = [w for w in PEERS if w in ways]
+    keys = [(p.name, w) for p in paths for w in workloads(random.Random(0))]
+
+    def total(key: tuple[str, str], way: str) -> float:
+        return sum(per_sample[(*key, way)].values()) / 1e6
+
+    print("Exact frames, million instructions per sample:\n")
+    rows, ratios = [], []
+    for key in keys:
+        same = [w for w in peers if (*key, w) not in differ]
+        fastest = min(same, key=lambda w: total(key, w), default=None)
+        ratio = None if fastest is None else total(key, fastest) / total(key, "energon_lite")
+        if ratio is not None:
+            ratios.append(ratio)
+        rows.append([
+            *key,
+            *(f"{total(key, w):.1f}" + (" (other frames)" if (*key, w) in differ else "")
+              for w in exact),
+            "-" if fastest is None else f"{ratio:.2f}x ({fastest})",
+            f"{total(key, 'limit') / total(key, 'energon_lite'):.2f}x",
+        ])  # fmt: skip
+    print(markdown_table(["video", "workload", *exact, "fastest peer / energon_lite",
+                          "limit / energon_lite"], rows))  # fmt: skip
+    if ratios:
+        print(f"\nfastest peer / energon_lite over the rows: median {statistics.median(ratios):.2f}x,"
+              f" min {min(ratios):.2f}x, max {max(ratios):.2f}x")  # fmt: skip
+    print("\nThe same split: libavcodec (the h264 decoder itself) + everything else, million "
+          "instructions per sample:\n")  # fmt: skip
+    rows = [
+        [*key, *(f"{per_sample[(*key, w)]['libavcodec'] / 1e6:.1f} + "
+                 f"{total(key, w) - per_sample[(*key, w)]['libavcodec'] / 1e6:.1f}" for w in exact)]
+        for key in keys
+    ]  # fmt: skip
+    print(markdown_table(["video", "workload", *exact], rows))
+    libraries = sorted({lib for counts in per_sample.values() for lib in counts})
+    print("\nBy library, million instructions per sample summed over the rows:\n")
+    rows = [
+        [w, *(f"{sum(per_sample[(*k, w)][lib] for k in keys) / 1e6:.1f}" for lib in libraries)]
+        for w in ways
+    ]
+    print(markdown_table(["way", *libraries], rows))
+
+
 def _available(way: str, pythons: dict[str, str]) -> bool:
     if way in pythons or way not in NEEDS:
         return True
@@ -328,10 +478,26 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--samples", type=int, default=20, help="samples per row per round")
     parser.add_argument("--ways", nargs="*", default=EXACT + APPROX, choices=list(WAYS))
     parser.add_argument("--python", nargs="*", default=[], metavar="WAY=INTERPRETER")
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="count instructions per sample under callgrind instead of CPU time",
+    )
+    parser.add_argument("--jobs", type=int, default=2, help="callgrind processes at a time")
+    parser.add_argument(
+        "--callgrind-dumps",
+        type=Path,
+        metavar="FOLDER",
+        help="keep each way's callgrind dumps (one per phase) under FOLDER",
+    )
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--count", choices=list(WAYS), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve:
         serve()
+        return
+    if args.count:
+        count_child(args.count, generate(), args.samples)
         return
     _single_threaded()
     pythons = dict(item.split("=", 1) for item in args.python)
@@ -339,6 +505,10 @@ def main(argv: list[str] | None = None) -> None:
     left_out = [w for w in args.ways if w not in ways]
     if "limit" not in ways:
         ways.append("limit")  # the reference every way's frames are checked against
+    paths = generate()
+    if args.instructions:
+        instructions(ways, pythons, paths, args.samples, args.jobs, args.callgrind_dumps)
+        return
     children = {python: Child(python) for python in set(pythons.values())}
     for way, python in pythons.items():
         if way in NEEDS:
@@ -346,7 +516,6 @@ def main(argv: list[str] | None = None) -> None:
     for way in ways:
         if way in NEEDS and way not in pythons:
             __import__(NEEDS[way])
-    paths = generate()
     warm = [workloads(random.Random(0))["random 16f"]]
     for way in ways:  # first calls (lazy imports, codec tables) outside the timing
         if way in pythons:

@@ -452,6 +452,51 @@ def test_one_decoder_over_many_samples_gives_every_frame_of_a_plain_decode(
     assert decoder.stats.opens == 1
 
 
+def test_one_scaler_over_frames_and_sizes_gives_each_frame_its_own_conversion(
+    b_frame_video: tuple[bytes, np.ndarray],
+) -> None:
+    """The decoder converts every frame with one scaler: clips at the stored size and at
+    other sizes, alternating on one decoder, equal a conversion of each frame by a scaler of
+    its own (PyAV's ``to_ndarray``), to the byte."""
+    data, plain = b_frame_video
+    with av.open(io.BytesIO(data)) as container:
+        container.streams.video[0].codec_context.thread_type = "NONE"
+        frames = list(container.decode(video=0))
+    decoder = AVDecoder(data)
+    for (start, end), size in [((5, 9), None), ((30, 33), (32, 24)), ((70, 72), (80, 50)),
+                               ((100, 103), None), ((110, 111), (32, 24))]:  # fmt: skip
+        (clip,) = decoder.get_clips(
+            [(start, end)], video_unit="frames", video_out_frame_size=size
+        ).video_clips
+        width, height = size or (64, 48)
+        want = [
+            f.to_ndarray(format="rgb24", width=width, height=height, interpolation="BILINEAR")
+            for f in frames[start : end + 1]
+        ]
+        assert np.array_equal(clip.permute(0, 2, 3, 1).numpy(), np.stack(want))
+        if size is None:
+            _assert_plain(clip, plain, start)
+
+
+def test_clip_arrays_of_every_length_hold_the_frames_of_a_plain_decode(long_mp4: Path) -> None:
+    """A clip's frames go into one array sized for the range as they come: the whole video
+    (more frames than such an array is first sized for), ranges cut by the end of the video,
+    second ranges and single frames all equal a plain decode, to the byte."""
+    data = long_mp4.read_bytes()
+    plain = _plain_decode(data)
+    (whole,) = AVDecoder(data).get_video().video_clips
+    assert whole.shape[0] == 900
+    _assert_plain(whole, plain, 0)
+    decoder = AVDecoder(data)
+    for (start, end), first in [((890, 1200), 890), ((899, 899), 899), ((0, 0), 0)]:
+        (clip,) = decoder.get_clips([(start, end)], video_unit="frames").video_clips
+        assert len(clip) == min(end, 899) - start + 1
+        _assert_plain(clip, plain, first)
+    (clip,) = decoder.get_clips([(10.0, 12.5)]).video_clips  # frames meeting [10 s, 12.5 s]
+    assert indices(clip) == list(range(300, 376))
+    _assert_plain(clip, plain, 300)
+
+
 def test_decoder_cache_reuses_the_open_file_and_keeps_frames_exact(
     tmp_path: Path, b_frame_video: tuple[bytes, np.ndarray]
 ) -> None:

@@ -58,6 +58,7 @@ from energon_lite.media_records.records import AVMetadata
 
 try:
     import av
+    from av.video.reformatter import VideoReformatter
 except ImportError as exc:
     raise missing_extra(
         "av", "av", "energon_lite.av (video and audio decoding)", package="PyAV"
@@ -99,6 +100,7 @@ class AVDecoder(EnergonAVMethods):
         self._container: av.container.InputContainer | None = None
         self._cursor: _Cursor | None = None
         self._metadata: AVMetadata | None = None
+        self._scaler = VideoReformatter()  # to RGB, kept over the frames (see _rgb)
 
     # -- container lifetime: opened lazily, reopened after pickling or close() --
     def _open(self) -> av.container.InputContainer:
@@ -310,13 +312,13 @@ class AVDecoder(EnergonAVMethods):
             lo, hi = self._origin(stream) + start / tb, self._origin(stream) + end / tb
         if keyframe_aligned:
             lo, hi = self._align_to_keyframe(stream, lo, hi, step, unit)
-        arrays, first, last, beyond = [], None, None, False
+        clip, first, last, beyond = _ClipFrames(hi, step), None, None, False
         for frame in self._frames(stream, lo, step):
             if frame.pts > hi:
                 self._pend(frame)
                 beyond = True
                 break
-            arrays.append(_rgb(frame, size))
+            clip.add(frame.pts, _rgb(self._scaler, frame, size))
             first = frame if first is None else first
             last = frame
             if frame.pts + (frame.duration or step) > hi:
@@ -324,6 +326,9 @@ class AVDecoder(EnergonAVMethods):
                 # stop without decoding it, and offer this one again to an overlapping range.
                 self._pend(frame)
                 break
+        else:
+            if last is not None:  # the stream ended in the range: offer its last frame again
+                self._pend(last)
         if first is None or last is None:
             if not beyond:
                 return None  # no frame at or after the range start: past the end
@@ -337,8 +342,8 @@ class AVDecoder(EnergonAVMethods):
             (first.pts - origin) * tb,
             (last.pts + (last.duration or step) - origin) * tb,
         )
-        clip = torch.from_numpy(np.stack(arrays)).permute(0, 3, 1, 2)
-        return clip, (float(stamps[0]), float(stamps[1]))
+        tensor = torch.from_numpy(clip.array()).permute(0, 3, 1, 2)
+        return tensor, (float(stamps[0]), float(stamps[1]))
 
     def _audio_clip(
         self, start: float, end: float, unit: str
@@ -532,6 +537,43 @@ class _Cursor:
         return frame
 
 
+class _ClipFrames:
+    """The RGB frames of one clip, each copied as it comes into one array sized for the range.
+
+    Collecting them for one ``np.stack`` at the end keeps every converted frame's buffer
+    alive until then; copying each at once frees it for the next frame, which then reuses
+    the same memory (warm in the cache, no fresh pages), and the stack's copy is the only one.
+    The size is the number of frames starting between the first frame and ``hi`` at the
+    nominal rate; a clip that turns out shorter is cut to its length, one that turns out
+    longer (a variable frame rate, more than ``_MAX_PLANNED`` frames) is joined at the end.
+    """
+
+    def __init__(self, hi: float, step: float) -> None:
+        self.hi, self.step = hi, step
+        self.out: np.ndarray | None = None
+        self.count = 0
+        self.more: list[np.ndarray] = []
+
+    def add(self, pts: int, rgb: np.ndarray) -> None:
+        if self.out is None:
+            planned = int(min((self.hi - pts) / self.step, _MAX_PLANNED - 1)) + 1
+            self.out = np.empty((max(planned, 1), *rgb.shape), rgb.dtype)
+        if not self.more and self.count < len(self.out) and rgb.shape == self.out.shape[1:]:
+            self.out[self.count] = rgb
+            self.count += 1
+        else:
+            self.more.append(rgb)
+
+    def array(self) -> np.ndarray:
+        assert self.out is not None  # a clip has at least one frame
+        if self.more:
+            return np.concatenate([self.out[: self.count], np.stack(self.more)])
+        return self.out if self.count == len(self.out) else self.out[: self.count].copy()
+
+
+_MAX_PLANNED = 256  # frames an unbounded range's array is sized for before it grows
+
+
 # Codecs whose non-reference frames FFmpeg marks exactly (nal_ref_idc / the NAL unit type):
 # skipping them never changes another frame
 _SKIPS_NONREF = frozenset({"h264", "hevc"})
@@ -551,13 +593,21 @@ def _check_range(start: float, end: float, unit: str) -> None:
 _ONE_THREAD: dict[str, Any] = {"threads": 1} if int(av.__version__.split(".", 1)[0]) >= 17 else {}
 
 
-def _rgb(frame: av.VideoFrame, size: tuple[int, int] | None) -> np.ndarray:
-    # One scaler thread, as the codecs (see _open): a frame keeps its scaler, and freeing one
-    # with slice threads in a process forked after it was made waits forever for them
+def _rgb(
+    scaler: VideoReformatter, frame: av.VideoFrame, size: tuple[int, int] | None
+) -> np.ndarray:
+    """``frame`` in RGB (resized to ``size``) by the decoder's one scaler.
+
+    ``frame.to_ndarray(format=...)`` would give every frame a scaler of its own, set up anew
+    for each frame: on small frames that set-up costs more than the conversion. One scaler
+    thread, as the codecs (see _open): freeing a scaler with slice threads in a process forked
+    after it was made waits forever for them.
+    """
     width, height = size if size is not None else (None, None)
-    return frame.to_ndarray(
-        format="rgb24", width=width, height=height, interpolation="BILINEAR", **_ONE_THREAD
-    )
+    return scaler.reformat(
+        frame, format="rgb24", width=width, height=height, interpolation="BILINEAR",
+        **_ONE_THREAD,
+    ).to_ndarray()  # fmt: skip
 
 
 def _samples(frame: av.AudioFrame) -> np.ndarray:
