@@ -44,10 +44,11 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import callgrind
 import psutil
 from bench_pipeline import BATCH_SIZE, PlainTarDataset, build_dataset
 from bench_receive import w1_dataset
-from common import callgrind_instructions, fmt_num, markdown_table, median
+from common import fmt_num, markdown_table, median
 
 RESULT = "RESULT "
 
@@ -167,7 +168,7 @@ def instructions(root: Path, batches: int, workers: int) -> dict[str, float]:
     def total(part: str, n: int) -> int:
         args = ["--count", part, "--samples", str(SAMPLES[0]), "--batches", str(n)]
         args += ["--workers", str(workers)]
-        return callgrind_instructions(str(Path(__file__).resolve()), args, f"{part} x{n}")
+        return callgrind.whole_process(str(Path(__file__).resolve()), args, f"{part} x{n}")
 
     runs = [(p, n) for p in ("worker", "limit") for n in (0, batches)]
     with ThreadPoolExecutor(2) as pool:

@@ -45,7 +45,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_stats
-from common import ab_order, callgrind_instructions, fmt_num, markdown_table, median
+import callgrind
+from common import ab_order, fmt_num, markdown_table, median
 
 RESULT, MARK = bench_stats.RESULT, bench_stats.MARK  # what a child prints (child_rounds)
 VARIANTS = ("off", "metrics", "trace")
@@ -126,7 +127,7 @@ def instructions(root: Path, batches: int, jobs: int = 2) -> dict[str, float]:
 
     def total(variant: str, n: int) -> int:
         args = ["--count", variant, "--data", str(root), "--batches", str(n)]
-        return callgrind_instructions(str(Path(__file__).resolve()), args, f"{variant} x{n}")
+        return callgrind.whole_process(str(Path(__file__).resolve()), args, f"{variant} x{n}")
 
     runs = [(v, n) for v in VARIANTS for n in (0, batches)]
     with ThreadPoolExecutor(jobs) as pool:

@@ -18,6 +18,7 @@ import subprocess
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 
 MARKER = "getloadavg"
@@ -43,14 +44,37 @@ def mark() -> None:
     os.getloadavg()
 
 
+def _valgrind() -> None:
+    if shutil.which("valgrind") is None:
+        raise SystemExit("instruction counts need valgrind (Debian: apt-get install valgrind)")
+
+
+def whole_process(script: str, args: Sequence[str], label: str) -> int:
+    """The instructions ``python script args`` executes under callgrind from start to end,
+    with a fixed ``PYTHONHASHSEED``; printed with ``label``. Start-up is left out by the
+    caller, by counting the same command with and without the work."""
+    import sys
+
+    _valgrind()
+    with tempfile.TemporaryDirectory() as folder:
+        cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={folder}/cg.out"]
+        cmd += [sys.executable, script, *args]
+        env = {**os.environ, "PYTHONHASHSEED": "0"}
+        run = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
+    found = re.findall(r"Collected : (\d+)", run.stderr)
+    if run.returncode != 0 or not found:
+        raise RuntimeError(f"{label} failed:\n{run.stderr[-3000:]}")
+    print(f"{label}: {int(found[-1]):,} instructions", file=sys.stderr)
+    return int(found[-1])
+
+
 def phases(
     cmd: list[str], env: dict[str, str] | None = None, keep: Path | None = None
 ) -> tuple[str, list[Counter[str]]]:
     """Run ``cmd`` under callgrind; its stdout and, per phase in order (the part after the
     last mark included), the instructions executed by each shared object. ``keep``: a
     folder to leave the dumps in (``cg.out.N``, one per phase) for ``callgrind_annotate``."""
-    if shutil.which("valgrind") is None:
-        raise SystemExit("instruction counts need valgrind (Debian: apt-get install valgrind)")
+    _valgrind()
     with tempfile.TemporaryDirectory() as temporary:
         folder = Path(temporary) if keep is None else keep
         folder.mkdir(parents=True, exist_ok=True)

@@ -185,28 +185,6 @@ def process_tree_cpu(include_self: bool = True) -> float:
     return total
 
 
-def callgrind_instructions(script: str, args: Sequence[str], label: str) -> int:
-    """The instructions ``python script args`` executes under valgrind's callgrind (which the
-    machine's load does not change), with a fixed ``PYTHONHASHSEED``; printed with ``label``."""
-    import re
-    import shutil
-    import sys
-    import tempfile
-
-    if shutil.which("valgrind") is None:
-        raise SystemExit("counting instructions needs valgrind (Debian: apt-get install valgrind)")
-    with tempfile.TemporaryDirectory() as folder:
-        cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={folder}/cg.out"]
-        cmd += [sys.executable, script, *args]
-        env = {**os.environ, "PYTHONHASHSEED": "0"}
-        run = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
-    found = re.findall(r"Collected : (\d+)", run.stderr)
-    if run.returncode != 0 or not found:
-        raise RuntimeError(f"{label} failed:\n{run.stderr[-3000:]}")
-    print(f"{label}: {int(found[-1]):,} instructions", file=sys.stderr)
-    return int(found[-1])
-
-
 def median(values: Sequence[float | None]) -> float | None:
     """Median of the values that are not None (None if there are none)."""
     present = [v for v in values if v is not None]
