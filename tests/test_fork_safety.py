@@ -124,21 +124,26 @@ def test_a_process_that_froze_objects_itself_keeps_them_frozen() -> None:
 
 
 def test_our_decoder_scales_in_one_thread() -> None:
-    """A frame our decoder scaled can be freed in a process forked after it was scaled."""
+    """A frame our decoder scaled, and the decoder's scaler itself (kept over the frames of
+    a decoder), can be freed in a process forked after they were used."""
+    from av.video.reformatter import VideoReformatter
+
     from energon_lite.av.decoder import _rgb
     from energon_lite.synth.av import make_video
 
     buffer = io.BytesIO()
     make_video(buffer, num_frames=2, width=320, height=240)
     buffer.seek(0)
+    scaler = VideoReformatter()  # as AVDecoder keeps one
     with av.open(buffer) as container:
         frame = next(container.decode(video=0))
-    assert _rgb(frame, (160, 120)).shape == (120, 160, 3)
-    frames = [frame]
-    del frame  # from here on only the cycle holds it
+    assert _rgb(scaler, frame, (160, 120)).shape == (120, 160, 3)
+    assert _rgb(scaler, frame, None).shape == (240, 320, 3)  # the same scaler, set up anew
+    held = [(frame, scaler)]
+    del frame, scaler  # from here on only the cycle holds them
     read_fd, write_fd = os.pipe()
     try:
-        finished = _fork_and_collect(lambda: _Cycle(write_fd, frames.pop()) and None, nullcontext())
+        finished = _fork_and_collect(lambda: _Cycle(write_fd, held.pop()) and None, nullcontext())
         freed = bool(_finalized_in(read_fd))
         gc.collect()
     finally:
