@@ -74,6 +74,35 @@ def test_resize_crop_shape_range_layout_on_known_frames() -> None:
         resize_crop(frames, (8, 8), random_crop=True)
 
 
+@pytest.mark.parametrize(
+    ("shape", "size"),
+    [((4, 3, 36, 64), (36, 64)), ((4, 3, 36, 64), (24, 24)), ((3, 3, 20, 18), (30, 16))],
+)
+def test_resize_crop_gives_the_values_of_the_plain_formula(
+    shape: tuple[int, ...], size: tuple[int, int]
+) -> None:
+    """Written in place for speed, the output is still, to the bit, interpolate, crop,
+    ``x / 127.5 - 1`` clamped to [-1, 1], laid out (C, T, H, W) and contiguous."""
+    import torch.nn.functional as F
+
+    frames = torch.randint(
+        0, 256, shape, dtype=torch.uint8, generator=torch.Generator().manual_seed(0)
+    )
+    out = resize_crop(frames, size)
+    h, w = shape[-2:]
+    scale = max(size[0] / h, size[1] / w)
+    new_h, new_w = max(size[0], round(h * scale)), max(size[1], round(w * scale))
+    want = frames.float()
+    if (new_h, new_w) != (h, w):
+        want = F.interpolate(want, size=(new_h, new_w), mode="bilinear", align_corners=False,
+                             antialias=new_h < h)  # fmt: skip
+    top, left = (new_h - size[0]) // 2, (new_w - size[1]) // 2
+    want = want[:, :, top : top + size[0], left : left + size[1]]
+    want = (want / 127.5 - 1.0).clamp(-1.0, 1.0).permute(1, 0, 2, 3).contiguous()
+    assert out.is_contiguous() and out.shape == want.shape
+    assert torch.equal(out.view(torch.int32), want.view(torch.int32))
+
+
 @pytest.mark.parametrize("container", ["mp4", "mkv", "webm", "avi"])
 def test_read_frames_decodes_the_asked_frames(tmp_path: Path, container: str) -> None:
     path = tmp_path / f"v.{container}"

@@ -102,10 +102,11 @@ def resize_crop(
     scale = max(height / h, width / w)
     # rounded so that 1080x1920 covering 256 gives 256x455
     new_h, new_w = max(height, round(h * scale)), max(width, round(w * scale))
-    x = frames.float()
-    if (new_h, new_w) != (h, w):
+    resized = (new_h, new_w) != (h, w)
+    x = frames
+    if resized:
         # antialias: downscaling a 1080p clip to 240p without it aliases badly
-        x = F.interpolate(x, size=(new_h, new_w), mode="bilinear", align_corners=False,
+        x = F.interpolate(x.float(), size=(new_h, new_w), mode="bilinear", align_corners=False,
                           antialias=new_h < h)  # fmt: skip
     if random_crop:
         assert rng is not None  # checked above
@@ -114,8 +115,14 @@ def resize_crop(
     else:
         top, left = (new_h - height) // 2, (new_w - width) // 2
     x = x[:, :, top : top + height, left : left + width]
-    x = (x / 127.5 - 1.0).clamp_(-1.0, 1.0)
-    return x.permute(1, 0, 2, 3).contiguous()
+    # One output written in place: a float clip is tens of MB, and every fresh one costs
+    # its page faults (the same values as ``(x.float() / 127.5 - 1).clamp(-1, 1)``).
+    out = torch.empty((x.shape[1], x.shape[0], height, width), dtype=torch.float32)
+    out.copy_(x.permute(1, 0, 2, 3))
+    out.div_(127.5).sub_(1.0)
+    if resized:  # uint8 / 127.5 - 1 is within [-1, 1] already; interpolation may overshoot
+        out.clamp_(-1.0, 1.0)
+    return out
 
 
 Transform = Callable[[torch.Tensor, tuple[int, int], "np.random.Generator | None"], torch.Tensor]
