@@ -29,9 +29,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import torch
-
-from energon_lite.batching.collate import batch_pad_stack
+from energon_lite.batching.collate import batch_pad_stack, batch_stack
 from energon_lite.errors import ConfigError, SkipSample, logger
 from energon_lite.flavors.video_text.buckets import BucketAssigner, BucketConfig, BucketId
 from energon_lite.flavors.video_text.layout import is_video_text
@@ -240,6 +238,7 @@ class VideoTextTaskEncoder(TaskEncoder[VideoTextSample, dict, dict, dict]):
             if name.startswith("__") or name in ("text", "fps", "bucket"):
                 continue
             values = [s[name] for s in samples]
-            # one bucket -> one video shape; features may differ in length (padded)
-            out[name] = torch.stack(values) if name == "video" else batch_pad_stack(values)
+            # one bucket -> one video shape; features may differ in length (padded). Stacked
+            # into the worker's reused shared memory, not a fresh batch copied there again
+            out[name] = batch_stack(values) if name == "video" else batch_pad_stack(values)
         return out
