@@ -1,26 +1,42 @@
 """Open-Sora-style video-text input end to end: energon_lite's video-text loader against the
 same clips read with TorchCodec in a plain torch ``DataLoader``, 2 workers each.
 
-The table: ``--rows`` rows cycling over the videos of ``bench_video_ranges.py`` (h264 with
-B-frames, 10 s at 30 fps: 256x192 mp4 and mkv, 640x360 mp4), prepared once. Every sample is a
-random 16-frame window of its row's video, kept at the video's size (one bucket per size,
-``"192x256"`` and ``"360x640"``, 4 clips a batch), through the same ``resize_crop`` (at the
-same size: only [-1, 1] and the ``(C, T, H, W)`` layout), batched by bucket.
+The dataset (made once, cached under ``--data``, by default in the system's temporary
+folder): ``--files`` h264 mp4s per size made with PyAV (x264 ``veryfast``: B-frames, a
+keyframe every 2 s; a scrolling texture over each frame's index drawn as a grid), one CSV
+row per file as Open-Sora's tables have one file per clip (so energon_lite's two open
+videos per worker are seldom the next clip's), prepared with ``prepare_video_text``:
 
-* ``energon_lite``: ``get_train_dataset(csv, task_encoder=VideoTextTaskEncoder(buckets,
-  sync_buckets=False))``, shuffle buffer 64, ``get_savable_loader``;
-* ``torchcodec``: a map-style ``Dataset`` over the CSV rows (``csv.DictReader``), each item
-  ``VideoDecoder(path, seek_mode="exact", num_ffmpeg_threads=1).get_frames_in_range(s,
-  s + 16)`` at a random start, a batch sampler grouping shuffled rows by size into batches
-  of 4, a plain ``DataLoader``.
+* 256x192 (4:3), 90 frames; 256x256 (1:1), 120 frames; 640x360 (16:9), 150 frames.
 
-Each loader runs in a fresh child process (TorchCodec's under ``--python
-torchcodec=INTERPRETER`` where it is not importable here), one torch thread everywhere;
-after ``--warmup`` batches, ``--batches`` batches are timed: samples/s (wall clock) and CPU ms
-per sample of the child and its worker processes together (``psutil``, the whole process
-tree). Rounds alternate the two loaders; the table shows the median with min-max::
+Buckets: one per size, 16 frames, 4 clips a batch; the clips stay at their size (the
+transform is only [-1, 1] and the ``(C, T, H, W)`` layout), so the work is decoding and
+moving batches, not resizing.
 
-    PYTHONPATH=. python benchmarks/bench_video_loader.py [--rounds 3] [--batches 30] \
+* ``energon_lite``: what a user writes: ``get_train_dataset(csv,
+  task_encoder=VideoTextTaskEncoder(buckets))`` (a random 16-frame window of each clip,
+  exact frames, synchronised buckets), shuffle buffer 32, ``get_savable_loader``, 2 workers;
+* ``torchcodec``: a map-style ``Dataset`` whose item is ``(path, frame indices)``:
+  ``VideoDecoder(path, seek_mode="exact", num_ffmpeg_threads=1).get_frames_at(indices)``,
+  the same [-1, 1] ``(C, T, H, W)`` float32 transform, a plain ``DataLoader`` with
+  ``batch_sampler`` = energon_lite's batches and 2 workers.
+
+Both read the same clips in the same batches: a first, untimed pass of energon_lite records
+each batch's rows and frame indices (read back from the frames: each shows its index) and a
+checksum per clip; TorchCodec's pass over that plan must give the same checksums (uint8
+frames, to the byte), and every timed energon_lite run must give the same batches.
+
+Each run is a fresh child process (TorchCodec's under ``--python
+torchcodec=INTERPRETER`` where it is not importable here), one torch thread everywhere.
+Time to first batch counts from the child's start (interpreter, imports, workers, first
+batch); after ``--warmup`` batches, ``--batches`` batches are timed: samples/s (wall clock)
+and CPU ms per clip of the child and its workers together (``psutil``, the whole process
+tree) and of the child alone (the trainer's side: receiving batches). Rounds alternate the
+two loaders (A B, B A, ...); the table shows the median with min-max over rounds. Children
+read bytecode cached under ``--data`` (a user's environment has it; compiling torch in every
+child is not loading)::
+
+    PYTHONPATH=. python benchmarks/bench_video_loader.py [--rounds 3] [--data FOLDER] \
         [--python torchcodec=/path/to/env/bin/python]
 """
 
@@ -28,170 +44,336 @@ from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
 import json
 import os
-import random
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import bench_video_ranges as ranges  # the videos
+import numpy as np
 import torch
-from common import process_tree_cpu
 
-CLIP = 16
-BUCKETS = {"4:3": {"192x256": {CLIP: (1.0, 4)}}, "16:9": {"360x640": {CLIP: (1.0, 4)}}}
-BATCH = 4
+CLIP, BATCH, FPS, GOP = 16, 4, 30, 60
+SIZES = [(192, 256, 90), (256, 256, 120), (360, 640, 150)]  # (height, width, frames)
+BUCKETS = {
+    "4:3": {"192x256": {CLIP: (1.0, BATCH)}},
+    "1:1": {"256x256": {CLIP: (1.0, BATCH)}},
+    "16:9": {"360x640": {CLIP: (1.0, BATCH)}},
+}
+WAYS = ["energon_lite", "torchcodec"]
+STARTED_AT = "BENCH_STARTED_AT"
+Plan = list[list[dict[str, Any]]]  # per batch, per clip: {"row", "path", "indices", "digest"}
 
 
-def make_table(rows: int) -> Path:
+# -- the dataset -----------------------------------------------------------------------------
+
+
+def _encode(path: Path, height: int, width: int, frames: int, seed: int) -> None:
+    """An h264 mp4 whose frame ``i`` shows ``frame_pattern(i)`` under a scrolling texture
+    (so that decoding costs what textured video costs, and the index can be read back)."""
+    import av
+
+    from energon_lite.synth.av import frame_pattern
+
+    rng = np.random.default_rng(seed)
+    blocks = rng.integers(-40, 41, (height // 4 + 1, (width + frames) // 4 + 1), dtype=np.int16)
+    texture = np.repeat(np.repeat(blocks, 4, axis=0), 4, axis=1)[:height]
+    tmp = path.with_name(path.name + ".tmp")
+    with av.open(str(tmp), mode="w", format="mp4") as out:
+        stream = out.add_stream("libx264", rate=FPS)
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        stream.codec_context.gop_size = GOP
+        stream.options = {"preset": "veryfast"}
+        for i in range(frames):
+            picture = frame_pattern(i, width, height).astype(np.int16)
+            picture += texture[:, i : i + width, None]
+            frame = av.VideoFrame.from_ndarray(picture.clip(0, 255).astype(np.uint8), "rgb24")
+            frame.pts = i
+            out.mux(stream.encode(frame))
+        out.mux(stream.encode(None))
+    tmp.rename(path)  # atomic: an interrupted run leaves no half file
+
+
+def make_dataset(folder: Path, files: int) -> Path:
+    """The videos, the CSV and its prepared index under ``folder`` (made once)."""
     from energon_lite.flavors.video_text import prepare_video_text
 
-    paths = ranges.generate()
-    csv_path = ranges.DATA / f"table_{rows}.csv"
-    if not (ranges.DATA / f"table_{rows}.energon").is_dir():
-        with open(csv_path, "w", newline="", encoding="utf-8") as file:
-            writer = csv.writer(file)
-            writer.writerow(["path", "text", "num_frames", "height", "width", "fps"])
-            for row in range(rows):
-                path = paths[row % len(paths)]
-                width, height = (int(v) for v in path.name.split("_")[0].split("x"))
-                writer.writerow([path.name, f"clip {row}", ranges.FRAMES, height, width,
-                                 ranges.FPS])  # fmt: skip
-        prepare_video_text(csv_path, progress=False)
+    csv_path = folder / f"clips_{files}.csv"
+    if (folder / f"clips_{files}.energon").is_dir():
+        return csv_path
+    (folder / "videos").mkdir(parents=True, exist_ok=True)
+    rows = []
+    for n in range(files):
+        for height, width, frames in SIZES:
+            name = f"videos/{width}x{height}_{n:03d}.mp4"
+            if not (folder / name).exists():
+                _encode(folder / name, height, width, frames, seed=len(rows))
+            rows.append([name, f"clip {len(rows)} ({width}x{height})", frames, height, width, FPS])
+    with open(csv_path, "w", newline="", encoding="utf-8") as file:
+        writer = csv.writer(file)
+        writer.writerow(["path", "text", "num_frames", "height", "width", "fps"])
+        writer.writerows(rows)
+    prepare_video_text(csv_path, progress=False)
     return csv_path
 
 
-def energon_lite_batches(csv_path: Path, workers: int) -> Iterator[torch.Tensor]:
+# -- the two loaders: each yields (video (B, C, T, H, W) float32, row of each clip) -------------
+
+
+def energon_lite_batches(csv_path: Path, workers: int) -> Iterator[tuple[torch.Tensor, list[int]]]:
     from energon_lite import WorkerConfig, get_savable_loader, get_train_dataset
     from energon_lite.flavors.video_text import VideoTextTaskEncoder
 
-    encoder = VideoTextTaskEncoder(BUCKETS, seed=0, sync_buckets=False)
-    dataset = get_train_dataset(csv_path, worker_config=WorkerConfig(0, 1, workers),
-                                batch_size=None, shuffle_buffer_size=64,
-                                max_samples_per_sequence=8, task_encoder=encoder)  # fmt: skip
+    dataset = get_train_dataset(
+        csv_path,
+        worker_config=WorkerConfig(rank=0, world_size=1, num_workers=workers),
+        batch_size=None,  # the bucket sets it
+        shuffle_buffer_size=32,
+        max_samples_per_sequence=8,
+        task_encoder=VideoTextTaskEncoder(BUCKETS, seed=0),
+    )
     for batch in get_savable_loader(dataset):
-        yield batch["video"]
+        yield batch["video"], [int(key.rsplit(":", 1)[1]) for key in batch["__key__"]]
 
 
-class TorchCodecClips(torch.utils.data.Dataset):
-    """The CSV's rows; item ``i`` a random 16-frame window of row ``i``'s video."""
+def model_input(frames: torch.Tensor) -> torch.Tensor:
+    """uint8 ``(T, C, H, W)`` -> float32 ``(C, T, H, W)`` in [-1, 1]: Open-Sora's transform at
+    the bucket's size, written as energon_lite's ``resize_crop`` does it (one output tensor,
+    scaled in place), so that both ways pay the same for it."""
+    out = torch.empty((frames.shape[1], frames.shape[0], *frames.shape[2:]), dtype=torch.float32)
+    out.copy_(frames.permute(1, 0, 2, 3))
+    return out.div_(127.5).sub_(1.0)
 
-    def __init__(self, csv_path: Path) -> None:
-        with open(csv_path, newline="", encoding="utf-8") as file:
-            self.rows = list(csv.DictReader(file))
-        self.folder = csv_path.parent
+
+class PlannedClips(torch.utils.data.Dataset):
+    """Item ``i``: the frames ``indices`` of video ``path`` of the ``i``-th planned clip."""
+
+    def __init__(self, folder: Path, plan: Plan) -> None:
+        self.folder = folder
+        self.clips = [(clip["row"], clip["path"], clip["indices"]) for b in plan for clip in b]
 
     def __len__(self) -> int:
-        return len(self.rows)
+        return len(self.clips)
 
-    def __getitem__(self, index: int) -> torch.Tensor:
+    def __getitem__(self, index: int) -> dict[str, Any]:
         from torchcodec.decoders import VideoDecoder
 
-        from energon_lite.flavors.video_text.transforms import resize_crop
-
-        row = self.rows[index]
-        decoder = VideoDecoder(str(self.folder / row["path"]), seek_mode="exact",
-                               num_ffmpeg_threads=1)  # fmt: skip
-        start = random.randrange(0, int(row["num_frames"]) - CLIP + 1)
-        frames = decoder.get_frames_in_range(start, start + CLIP).data  # (T, C, H, W) uint8
-        return resize_crop(frames, (int(row["height"]), int(row["width"])))
+        row, path, indices = self.clips[index]
+        decoder = VideoDecoder(str(self.folder / path), seek_mode="exact", num_ffmpeg_threads=1)
+        frames = decoder.get_frames_at(indices).data  # (T, C, H, W) uint8
+        return {"video": model_input(frames), "row": row}
 
 
-class BySize(torch.utils.data.Sampler[list[int]]):
-    """Shuffled rows, each batched with the next rows of its frame size (a bucket sampler,
-    forever): sizes mix over the stream as in energon_lite's buckets."""
-
-    def __init__(self, rows: list[dict[str, str]]) -> None:
-        self.sizes = [(row["height"], row["width"]) for row in rows]
-
-    def __iter__(self) -> Iterator[list[int]]:
-        rng = random.Random(0)
-        order = list(range(len(self.sizes)))
-        pending: dict[tuple[str, str], list[int]] = {}
-        while True:
-            rng.shuffle(order)
-            for i in order:
-                batch = pending.setdefault(self.sizes[i], [])
-                batch.append(i)
-                if len(batch) == BATCH:
-                    yield pending.pop(self.sizes[i])
-
-
-def _worker_init(_: int) -> None:
+def _one_thread(_: int) -> None:
     torch.set_num_threads(1)
 
 
-def torchcodec_batches(csv_path: Path, workers: int) -> Iterator[torch.Tensor]:
-    dataset = TorchCodecClips(csv_path)
-    loader = torch.utils.data.DataLoader(dataset, batch_sampler=BySize(dataset.rows),
-                                         num_workers=workers, worker_init_fn=_worker_init)  # fmt: skip
-    yield from loader
+def torchcodec_batches(
+    csv_path: Path, workers: int, plan: Plan
+) -> Iterator[tuple[torch.Tensor, list[int]]]:
+    dataset = PlannedClips(csv_path.parent, plan)
+    at, batches = 0, []
+    for batch in plan:
+        batches.append(list(range(at, at + len(batch))))
+        at += len(batch)
+    loader = torch.utils.data.DataLoader(dataset, batch_sampler=batches, num_workers=workers,
+                                         worker_init_fn=_one_thread)  # fmt: skip
+    for batch in loader:
+        yield batch["video"], batch["row"].tolist()
 
 
-def child(way: str, csv_path: Path, workers: int, warmup: int, batches: int) -> None:
+# -- the children ------------------------------------------------------------------------------
+
+
+def clip_digest(clip: torch.Tensor) -> str:
+    """A checksum of one ``(C, T, H, W)`` clip in [-1, 1], over its uint8 frames."""
+    frames = ((clip + 1.0) * 127.5).round_().to(torch.uint8)
+    return hashlib.blake2b(frames.numpy().tobytes() + str(tuple(clip.shape)).encode()).hexdigest()
+
+
+def frame_indices_shown(clip: torch.Tensor) -> list[int]:
+    """The index each frame of a ``(C, T, H, W)`` clip shows (``frame_pattern``'s grid)."""
+    from energon_lite.synth.av import read_frame_index
+
+    frames = ((clip + 1.0) * 127.5).round_().to(torch.uint8).permute(1, 0, 2, 3)
+    return [read_frame_index(frame.numpy()) for frame in frames]
+
+
+def child(args: argparse.Namespace) -> None:
     torch.set_num_threads(1)
-    source = {"energon_lite": energon_lite_batches, "torchcodec": torchcodec_batches}[way]
-    iterator = source(csv_path, workers)
-    for _ in range(warmup):  # worker start-up and imports are not loading
-        next(iterator)
-    cpu, wall, samples = process_tree_cpu(), time.perf_counter(), 0
-    for _ in range(batches):
-        video = next(iterator)
-        assert video.shape[0] == BATCH and video.shape[2] == CLIP, video.shape
+    csv_path = Path(args.csv)
+    plan = json.loads(Path(args.plan).read_text()) if args.plan else None
+    if args.child == "energon_lite":
+        iterator = energon_lite_batches(csv_path, args.workers)
+    else:
+        if plan is None:
+            raise SystemExit("the torchcodec child needs --plan")
+        iterator = torchcodec_batches(csv_path, args.workers, plan)
+    rows: list[list[int]] = []
+    if args.check:  # untimed: each clip's checksum and the frame indices it shows
+        paths = {}
+        with open(csv_path, newline="", encoding="utf-8") as file:
+            paths = {i: row["path"] for i, row in enumerate(csv.DictReader(file))}
+        batches = []
+        for _ in range(args.warmup + args.batches):
+            video, rows_of = next(iterator)
+            batches.append([
+                {"row": row, "path": paths[row], "indices": frame_indices_shown(clip),
+                 "digest": clip_digest(clip)}
+                for row, clip in zip(rows_of, video)
+            ])  # fmt: skip
+        print(json.dumps({"plan": batches}), flush=True)
+        os._exit(0)
+    video, rows_of = next(iterator)
+    first_batch = time.time() - float(os.environ[STARTED_AT])
+    rows.append(rows_of)
+    for _ in range(args.warmup - 1):  # worker start-up and the first batches are not steady
+        rows.append(next(iterator)[1])
+    from common import process_tree_cpu
+
+    cpu, main, wall, samples = process_tree_cpu(), time.process_time(), time.perf_counter(), 0
+    for _ in range(args.batches):
+        video, rows_of = next(iterator)
         samples += video.shape[0]
-    cpu, wall = process_tree_cpu() - cpu, time.perf_counter() - wall
-    print(json.dumps({"samples": samples, "cpu": cpu, "wall": wall}), flush=True)
+        rows.append(rows_of)
+    cpu, main = process_tree_cpu() - cpu, time.process_time() - main
+    result = {"samples": samples, "cpu": cpu, "main": main, "wall": time.perf_counter() - wall,
+              "first_batch": first_batch}  # fmt: skip
+    print(json.dumps({**result, "rows": rows}), flush=True)
     os._exit(0)  # leave the workers to the OS: their shutdown is not loading
+
+
+# -- the parent --------------------------------------------------------------------------------
+
+
+def run(way: str, python: str, args: argparse.Namespace, csv_path: Path, plan: Path | None,
+        check: bool = False) -> dict[str, Any]:  # fmt: skip
+    command = [python, __file__, "--child", way, "--csv", str(csv_path),
+               "--workers", str(args.workers), "--warmup", str(args.warmup),
+               "--batches", str(args.batches)]  # fmt: skip
+    if plan is not None:
+        command += ["--plan", str(plan)]
+    if check:
+        command.append("--check")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", STARTED_AT: repr(time.time()),
+           "PYTHONPYCACHEPREFIX": str(args.data / "pycache")}  # fmt: skip
+    # A user's interpreter imports from cached bytecode; compiling torch from source in each
+    # child (an environment without caches, PYTHONDONTWRITEBYTECODE) is not loading
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    out = subprocess.run(command, capture_output=True, text=True, env=env, timeout=1800)
+    if out.returncode != 0:
+        raise RuntimeError(f"{way} failed (exit {out.returncode}):\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def compare_plans(want: Plan, got: Plan) -> list[str]:
+    """Where TorchCodec's pass differs from energon_lite's (rows, frame indices, pixels)."""
+    problems = []
+    if len(want) != len(got):
+        problems.append(f"{len(want)} batches planned, {len(got)} read")
+    for number, (a, b) in enumerate(zip(want, got)):
+        for i, (x, y) in enumerate(zip(a, b)):
+            for name in ("row", "indices", "digest"):
+                if x[name] != y[name]:
+                    problems.append(f"batch {number} clip {i} ({x['path']}): {name} differs")
+        if len(a) != len(b):
+            problems.append(f"batch {number}: {len(a)} clips planned, {len(b)} read")
+    return problems
+
+
+def check_plan(plan: Plan) -> None:
+    """Each planned clip is an exact window: 16 consecutive frames, as the frames show."""
+    for number, batch in enumerate(plan):
+        for clip in batch:
+            first = clip["indices"][0]
+            if clip["indices"] != list(range(first, first + CLIP)):
+                raise AssertionError(f"batch {number}, {clip['path']}: frames {clip['indices']}")
+
+
+def _cell(values: list[float], digits: int = 1) -> str:
+    return f"{statistics.median(values):.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
+
+
+def report(results: dict[str, list[dict[str, Any]]], load: tuple[float, float],
+           args: argparse.Namespace) -> None:  # fmt: skip
+    from common import markdown_table
+
+    print(f"\nload average before {load[0]:.1f}, after {load[1]:.1f}; {args.workers} workers, "
+          f"{args.batches} batches of {BATCH} x {CLIP} frames timed after {args.warmup}; "
+          f"median of {args.rounds} rounds (min-max)\n")  # fmt: skip
+    medians: dict[str, dict[str, float]] = {}
+    rows = []
+    for way, runs in results.items():
+        figures = {
+            "cpu": [r["cpu"] / r["samples"] * 1e3 for r in runs],
+            "main": [r["main"] / r["samples"] * 1e3 for r in runs],
+            "rate": [r["samples"] / r["wall"] for r in runs],
+            "first": [r["first_batch"] for r in runs],
+        }
+        medians[way] = {name: statistics.median(v) for name, v in figures.items()}
+        rows.append([way, _cell(figures["cpu"]), _cell(figures["main"]), _cell(figures["rate"]),
+                     _cell(figures["first"], 2)])  # fmt: skip
+    print(markdown_table(["loader", "CPU ms per clip, all processes", "of which the trainer's",
+                          "clips/s", "first batch from start, s"], rows))  # fmt: skip
+    if len(medians) == 2:
+        ours, theirs = medians["energon_lite"], medians["torchcodec"]
+        print(f"\nenergon_lite vs torchcodec: CPU per clip {theirs['cpu'] / ours['cpu']:.2f}x less, "
+              f"clips/s {ours['rate'] / theirs['rate']:.2f}x, first batch "
+              f"{theirs['first'] / ours['first']:.2f}x sooner")  # fmt: skip
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--rows", type=int, default=3000)
+    parser.add_argument("--data", type=Path,
+                        default=Path(tempfile.gettempdir()) / "energon_lite_bench_video_loader")  # fmt: skip
+    parser.add_argument("--files", type=int, default=12, help="videos per size (one row each)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--batches", type=int, default=30)
+    parser.add_argument("--batches", type=int, default=24)
     parser.add_argument("--python", nargs="*", default=[], metavar="WAY=INTERPRETER")
-    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=WAYS, help=argparse.SUPPRESS)
     parser.add_argument("--csv", help=argparse.SUPPRESS)
+    parser.add_argument("--plan", help=argparse.SUPPRESS)
+    parser.add_argument("--check", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.child, Path(args.csv), args.workers, args.warmup, args.batches)
+        child(args)
         return
-    pythons = dict(item.split("=", 1) for item in args.python)
-    csv_path = make_table(args.rows)
-    load_before = os.getloadavg()
+    pythons = {way: sys.executable for way in WAYS} | dict(i.split("=", 1) for i in args.python)
+    started = time.perf_counter()
+    csv_path = make_dataset(args.data, args.files)
+    print(f"dataset ready in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+    plan = run("energon_lite", pythons["energon_lite"], args, csv_path, None, check=True)["plan"]
+    check_plan(plan)
+    plan_path = args.data / "plan.json"
+    plan_path.write_text(json.dumps(plan))
+    got = run("torchcodec", pythons["torchcodec"], args, csv_path, plan_path, check=True)["plan"]
+    problems = compare_plans(plan, got)
+    if problems:
+        raise AssertionError(
+            "TorchCodec's clips differ from energon_lite's:\n" + "\n".join(problems)
+        )
+    print(f"frames checked equal, {sum(map(len, plan))} clips", file=sys.stderr)
+    rows = [[clip["row"] for clip in batch] for batch in plan]
+    load_before = os.getloadavg()[0]
     results: dict[str, list[dict[str, Any]]] = {}
     for round_no in range(args.rounds):
-        order = ["energon_lite", "torchcodec"][:: 1 if round_no % 2 == 0 else -1]
-        for way in order:
-            command = [pythons.get(way, sys.executable), __file__, "--child", way,
-                       "--csv", str(csv_path), "--workers", str(args.workers),
-                       "--warmup", str(args.warmup), "--batches", str(args.batches)]  # fmt: skip
-            env = {**os.environ, "OMP_NUM_THREADS": "1"}
-            out = subprocess.run(command, check=True, capture_output=True, text=True, env=env)
-            results.setdefault(way, []).append(json.loads(out.stdout.strip().splitlines()[-1]))
-    load_after = os.getloadavg()
-    from common import markdown_table
-
-    print(f"\nload average before {load_before[0]:.1f}, after {load_after[0]:.1f}; "
-          f"{args.workers} workers, {args.batches} batches of {BATCH} x {CLIP} frames\n")  # fmt: skip
-    rows, medians = [], {}
-    for way, runs in results.items():
-        per = [r["cpu"] / r["samples"] * 1e3 for r in runs]
-        rate = [r["samples"] / r["wall"] for r in runs]
-        medians[way] = statistics.median(per)
-        rows.append([way, f"{statistics.median(per):.1f} ({min(per):.1f}-{max(per):.1f})",
-                     f"{statistics.median(rate):.1f} ({min(rate):.1f}-{max(rate):.1f})"])  # fmt: skip
-    print(markdown_table(["loader", "CPU ms per sample, all processes", "samples/s"], rows))
-    if len(medians) == 2:
-        print(f"\ntorchcodec / energon_lite CPU per sample: "
-              f"{medians['torchcodec'] / medians['energon_lite']:.2f}x")  # fmt: skip
+        for way in WAYS[:: 1 if round_no % 2 == 0 else -1]:
+            result = run(
+                way, pythons[way], args, csv_path, plan_path if way == "torchcodec" else None
+            )
+            if result.pop("rows") != rows:
+                raise AssertionError(f"round {round_no}: {way} read other batches than planned")
+            results.setdefault(way, []).append(result)
+    report(results, (load_before, os.getloadavg()[0]), args)
+    print(f"\n{time.perf_counter() - started:.0f} s in all", file=sys.stderr)
 
 
 if __name__ == "__main__":
