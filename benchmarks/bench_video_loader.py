@@ -177,6 +177,8 @@ def _one_thread(_: int) -> None:
 def torchcodec_batches(
     csv_path: Path, workers: int, plan: Plan
 ) -> Iterator[tuple[torch.Tensor, list[int]]]:
+    import torchcodec.decoders  # noqa: F401  (as a script imports it: before the workers fork)
+
     dataset = PlannedClips(csv_path.parent, plan)
     at, batches = 0, []
     for batch in plan:
