@@ -7,9 +7,9 @@ import importlib.metadata
 import io
 import subprocess
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 from packaging.requirements import Requirement
@@ -78,6 +78,21 @@ def extra_installed(extra: str) -> bool:
     except importlib.metadata.PackageNotFoundError:
         return False
     return bool(wanted)
+
+
+@contextlib.contextmanager
+def energons_loader(loader: Any) -> Iterator[Any]:
+    """Energon's ``loader`` (megatron-energon, the oracle), its worker processes shut down on
+    leaving. Energon keeps torch's iterator (persistent workers) until the garbage collector
+    finalises the loader's reference cycle, in no set order: a queue finalised first makes
+    torch wait out its join timeout, 5 s per worker, idle, in whichever later test the
+    collector happens to run."""
+    try:
+        yield loader
+    finally:
+        iterator = getattr(loader, "_iterator", None)
+        if iterator is not None:
+            iterator._shutdown_workers()
 
 
 T = TypeVar("T")
