@@ -83,16 +83,16 @@ def extra_installed(extra: str) -> bool:
 @contextlib.contextmanager
 def energons_loader(loader: Any) -> Iterator[Any]:
     """Energon's ``loader`` (megatron-energon, the oracle), its worker processes shut down on
-    leaving. Energon keeps torch's iterator (persistent workers) until the garbage collector
+    leaving (ours, given here too, shuts its own down when dropped). Energon keeps torch's iterator (persistent workers) until the garbage collector
     finalises the loader's reference cycle, in no set order: a queue finalised first makes
     torch wait out its join timeout, 5 s per worker, idle, in whichever later test the
     collector happens to run."""
     try:
         yield loader
     finally:
-        iterator = getattr(loader, "_iterator", None)
-        if iterator is not None:
-            iterator._shutdown_workers()
+        shut_down = getattr(getattr(loader, "_iterator", None), "_shutdown_workers", None)
+        if shut_down is not None:
+            shut_down()
 
 
 T = TypeVar("T")
