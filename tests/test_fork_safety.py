@@ -23,7 +23,6 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from energon_lite.fork_hook import parents_objects_kept_from_children
@@ -127,7 +126,7 @@ def test_a_process_that_froze_objects_itself_keeps_them_frozen() -> None:
 def test_our_decoder_scales_in_one_thread() -> None:
     """A frame our decoder scaled, and the decoder's scaler itself (kept over the frames of
     a decoder), can be freed in a process forked after they were used."""
-    from energon_lite.av.rgb import RgbScaler
+    from energon_lite.av.rgb import Frames, RgbScaler
     from energon_lite.synth.av import make_video
 
     buffer = io.BytesIO()
@@ -138,8 +137,8 @@ def test_our_decoder_scales_in_one_thread() -> None:
         frame = next(container.decode(video=0))
     assert scaler.rgb(frame, (160, 120)).shape == (120, 160, 3)
     assert scaler.rgb(frame, None).shape == (240, 320, 3)  # the same scaler, set up anew
-    into = np.empty((120, 160, 3), np.uint8)  # and its own swscale context, kept as well
-    scaler.into(frame, (160, 120), into)
+    into = Frames(1, 120, 160)  # and its own swscale context, kept as well
+    scaler.into(frame, (160, 120), into, 0)
     held = [(frame, scaler)]
     del frame, scaler  # from here on only the cycle holds them
     read_fd, write_fd = os.pipe()

@@ -321,9 +321,9 @@ class AVDecoder(EnergonAVMethods):
                 beyond = True
                 break
             width, height = size if size is not None else (frame.width, frame.height)
-            slot = clip.slot(frame.pts, (height, width, 3))
-            if slot is not None:
-                self._scaler.into(frame, size, slot)
+            index = clip.slot(frame.pts, height, width)
+            if index is not None:
+                self._scaler.into(frame, size, clip.frames, index)
             else:
                 clip.more.append(self._scaler.rgb(frame, size))
             first = frame if first is None else first
@@ -554,26 +554,28 @@ class _ClipFrames:
 
     def __init__(self, hi: float, step: float) -> None:
         self.hi, self.step = hi, step
-        self.out: np.ndarray | None = None
+        self.frames: rgb.Frames | None = None
         self.count = 0
         self.more: list[np.ndarray] = []
 
-    def slot(self, pts: int, shape: tuple[int, int, int]) -> np.ndarray | None:
-        """Where the next frame (``shape``, RGB) goes in the clip's array; None when it is
-        kept apart in ``more`` (past the planned length, or another shape)."""
-        if self.out is None:
+    def slot(self, pts: int, height: int, width: int) -> int | None:
+        """Where the next frame (RGB, ``height`` x ``width``) goes in ``frames``; None when
+        it is kept apart in ``more`` (past the planned length, or another size)."""
+        if self.frames is None:
             planned = int(min((self.hi - pts) / self.step, _MAX_PLANNED - 1)) + 1
-            self.out = rgb.empty((max(planned, 1), *shape))
-        if not self.more and self.count < len(self.out) and shape == self.out.shape[1:]:
+            self.frames = rgb.Frames(max(planned, 1), height, width)
+        out = self.frames.array
+        if not self.more and self.count < len(out) and out.shape[1:3] == (height, width):
             self.count += 1
-            return self.out[self.count - 1]
+            return self.count - 1
         return None
 
     def array(self) -> np.ndarray:
-        assert self.out is not None  # a clip has at least one frame
+        assert self.frames is not None  # a clip has at least one frame
+        out = self.frames.array
         if self.more:
-            return np.concatenate([self.out[: self.count], np.stack(self.more)])
-        return self.out if self.count == len(self.out) else self.out[: self.count].copy()
+            return np.concatenate([out[: self.count], np.stack(self.more)])
+        return out if self.count == len(out) else out[: self.count].copy()
 
 
 _MAX_PLANNED = 256  # frames an unbounded range's array is sized for before it grows

@@ -5,8 +5,8 @@ copies into its array: for 64 frames of 640x360 that copy is 44 MB per sample, a
 of everything a multi-range sample costs besides the h264 decoder itself
 (benchmarks/README.md, "Video III"). ``RgbScaler.into`` hands the same library PyAV bundles
 (libswscale) the decoded frame's planes and the clip's rows, so the conversion is the only
-write. The clip's array is made by ``empty``: swscale's vector code may write a few bytes
-past a row's end, so the array has room after its last row.
+write. A clip's array is a ``Frames``: swscale's vector code may write a few bytes past a
+row's end, so the array has room after its last row.
 
 The frames stay exact to the byte. The scale is the one PyAV's ``reformat(format="rgb24",
 interpolation="BILINEAR")`` runs (one thread, the frame's colour space and range). Each kind of
@@ -119,21 +119,20 @@ _EXACT: dict[tuple[Any, ...], bool] = {}
 
 
 # swscale's vector code may write whole blocks of pixels past a row's end (18 bytes measured
-# for rows of 250 pixels); ``into`` writes straight only into arrays with this much room after them
+# for rows of 250 pixels): ``Frames`` leaves this much room after its last frame
 _ROOM = 1024
 
 
-def empty(shape: tuple[int, ...]) -> np.ndarray:
-    """An uninitialised uint8 array of ``shape`` with room after it for ``into``."""
-    size = int(np.prod(shape))
-    return np.empty(size + _ROOM, np.uint8)[:size].reshape(shape)
+class Frames:
+    """Room for ``count`` RGB frames of ``height`` x ``width`` in one uninitialised array,
+    ``array`` (count, height, width, 3), with room after it for what swscale writes past the
+    last row; ``RgbScaler.into`` converts a frame straight into one of its places."""
 
-
-def _room_after(out: np.ndarray) -> int:
-    root = out
-    while isinstance(root.base, np.ndarray):
-        root = root.base
-    return root.ctypes.data + root.nbytes - (out.ctypes.data + out.nbytes)
+    def __init__(self, count: int, height: int, width: int) -> None:
+        self.frame_bytes = height * width * 3
+        flat = np.empty(count * self.frame_bytes + _ROOM, np.uint8)
+        self.array = flat[: count * self.frame_bytes].reshape(count, height, width, 3)
+        self.address: int = flat.__array_interface__["data"][0]
 
 
 def active() -> bool:
@@ -163,20 +162,21 @@ class RgbScaler:
             **_ONE_THREAD,
         ).to_ndarray()  # fmt: skip
 
-    def into(self, frame: av.VideoFrame, size: tuple[int, int] | None, out: np.ndarray) -> None:
-        """``frame`` in RGB (resized to ``size``) written into ``out`` (height, width, 3).
-
-        Straight into ``out`` when it lies in an array made by ``empty`` (room after it for
-        swscale's writes past the last row); otherwise converted apart and copied in."""
+    def into(
+        self, frame: av.VideoFrame, size: tuple[int, int] | None, frames: Frames, index: int
+    ) -> None:
+        """``frame`` in RGB (resized to ``size``) written into ``frames.array[index]``."""
+        out = frames.array[index]
         width, height = size if size is not None else (frame.width, frame.height)
-        if out.shape != (height, width, 3) or out.dtype != np.uint8:
+        if out.shape != (height, width, 3):
             raise ValueError(f"an RGB frame of {width}x{height} does not fit {out.shape}")
-        kind = self._kind(frame, width, height, out)
+        address = frames.address + index * frames.frame_bytes
+        kind = self._kind(frame, width, height, address)
         exact = _EXACT.get(kind) if kind is not None else False
         if exact is False:
             out[...] = self.rgb(frame, size)
             return
-        self._scale(frame, width, height, out, kind)
+        self._scale(frame, width, height, address, kind)
         if exact is None:  # the first of its kind in this process: check it against PyAV
             want = self.rgb(frame, size)
             _EXACT[kind] = bool(np.array_equal(out, want))
@@ -184,22 +184,22 @@ class RgbScaler:
                 logger.debug("RGB conversion %s through PyAV: bytes differ", kind)
                 out[...] = want
 
-    def _kind(self, frame: av.VideoFrame, width: int, height: int, out: np.ndarray) -> Any:
-        if _lib is None or not out.flags.c_contiguous or frame.format.name == "rgb24":
+    def _kind(self, frame: av.VideoFrame, width: int, height: int, address: int) -> Any:
+        name = frame.format.name
+        if _lib is None or name == "rgb24":
             return None
-        if _room_after(out) < _ROOM:
-            return None
-        source = _lib.pix_fmt(frame.format.name)
+        source = _lib.pix_fmt(name)
         if source < 0:
             return None
-        space = frame.colorspace if frame.colorspace in _SWS_SPACES else _SWS_CS_DEFAULT
-        full = frame.color_range == _AVCOL_RANGE_JPEG or frame.format.name.startswith("yuvj")
+        space = frame.colorspace
+        space = space if space in _SWS_SPACES else _SWS_CS_DEFAULT
+        full = frame.color_range == _AVCOL_RANGE_JPEG or name.startswith("yuvj")
         # swscale takes aligned rows on other code paths: the alignment is part of the kind
-        aligned = out.ctypes.data % 16 == 0 and (width * 3) % 16 == 0
+        aligned = address % 16 == 0 and (width * 3) % 16 == 0
         return (source, frame.width, frame.height, width, height, space, full, aligned)
 
     def _scale(
-        self, frame: av.VideoFrame, width: int, height: int, out: np.ndarray, kind: Any
+        self, frame: av.VideoFrame, width: int, height: int, address: int, kind: Any
     ) -> None:
         assert _lib is not None
         setup = kind[:-1]
@@ -217,10 +217,10 @@ class RgbScaler:
             _lib.sws.sws_setColorspaceDetails(context, table, int(full), rgb_table, 1, 0,
                                               1 << 16, 1 << 16)  # fmt: skip
         planes = frame.planes
-        source_planes = _Planes(*(p.buffer_ptr for p in planes))
-        strides = _Strides(*(p.line_size for p in planes))
+        source_planes = _Planes(*[p.buffer_ptr for p in planes])
+        strides = _Strides(*[p.line_size for p in planes])
         rows = _lib.sws.sws_scale(self._context, source_planes, strides, 0, frame.height,
-                                  _Planes(out.ctypes.data), _Strides(width * 3))  # fmt: skip
+                                  _Planes(address), _Strides(width * 3))  # fmt: skip
         if rows != height:
             raise RuntimeError(f"swscale wrote {rows} of {height} rows ({kind})")
 
