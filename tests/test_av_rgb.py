@@ -5,9 +5,6 @@ path, room after the array for what swscale writes past a row, and the switch.""
 from __future__ import annotations
 
 import io
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -16,6 +13,7 @@ av = pytest.importorskip("av")
 
 from energon_lite.av import rgb  # noqa: E402
 from energon_lite.av.decoder import AVDecoder  # noqa: E402
+from energon_lite.errors import ConfigError  # noqa: E402
 
 # (width, height, pixel format, colour space, colour range) of the encoded videos: untagged
 # 4:2:0, BT.709 limited range, full range ("yuvj"), BT.601 full range, rows of a width that
@@ -128,13 +126,15 @@ def test_swscale_writes_past_a_row_only_into_the_room_after_the_array() -> None:
         scaler.into(frames[-1], (96, 64), places, 0)
 
 
-def test_the_switch_keeps_pyavs_conversion_and_a_bad_value_is_named() -> None:
-    code = "from energon_lite.av import rgb; print(rgb.active())"
-    env = {**os.environ, rgb.ENV: "pyav"}
-    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    assert run.returncode == 0, run.stderr
-    assert run.stdout.strip() == "False"
-    env[rgb.ENV] = "fast"
-    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    assert run.returncode != 0
-    assert "ENERGON_LITE_VIDEO_RGB='fast'" in run.stderr and "auto, pyav" in run.stderr
+def test_the_switch_keeps_pyavs_conversion_and_a_bad_value_is_named(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The variable is read when the module loads its libraries (``_load``, run once at
+    import): ``pyav`` loads none, a value it does not know is an error naming it."""
+    monkeypatch.setenv(rgb.ENV, "pyav")
+    assert rgb._load() is None
+    monkeypatch.setenv(rgb.ENV, "fast")
+    with pytest.raises(ConfigError, match=r"ENERGON_LITE_VIDEO_RGB='fast'.*auto, pyav"):
+        rgb._load()
+    monkeypatch.setenv(rgb.ENV, "auto")
+    assert (rgb._load() is not None) == rgb.active()
