@@ -13,7 +13,7 @@ splits that time where it is spent in the main process:
 * ``first batch``: ``next()`` until the first batch is in the main process (at 0 workers the
   chain's plan, the reads and the 32 decodes run here; at 2 workers the main process waits).
 
-Three views, each independent of the others:
+Four views:
 
 * modules: ``sys.modules`` after each phase (ours and third-party), deterministic;
 * ``--instructions``: the main process's instructions per phase under callgrind, from its
