@@ -43,6 +43,19 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+# Test modules that leave their xdist worker holding large libraries (the S3 server and
+# clients, Arrow, the trainers of the runnable guides): they run after the others, so that
+# the many loaders with forked workers before them fork from a smaller process. Forking
+# and the copy-on-write faults after it cost system time in proportion to what the
+# parent holds; the order changes no test's outcome (xdist already orders tests freely).
+_HEAVY_LAST = ("test_docs", "test_remote", "test_tables", "test_msc_", "test_prepare_cluster",
+               "test_shard_cache", "test_storage_session", "test_deep_imports")  # fmt: skip
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: item.path.stem.startswith(_HEAVY_LAST))
+
+
 def run_cli(*args: str) -> subprocess.CompletedProcess:
     """``energon-lite ARGS`` in this process: its exit status, stdout and stderr, as a
     subprocess would give them, without an interpreter start and imports per call (tests
