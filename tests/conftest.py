@@ -7,9 +7,9 @@ import importlib.metadata
 import io
 import subprocess
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 from packaging.requirements import Requirement
@@ -41,6 +41,19 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if _WARNINGS and exitstatus == 0 and not hasattr(session.config, "workerinput"):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+# Test modules that leave their xdist worker holding large libraries (the S3 server and
+# clients, Arrow, the trainers of the runnable guides): they run after the others, so that
+# the many loaders with forked workers before them fork from a smaller process. Forking
+# and the copy-on-write faults after it cost system time in proportion to what the
+# parent holds; the order changes no test's outcome (xdist already orders tests freely).
+_HEAVY_LAST = ("test_docs", "test_remote", "test_tables", "test_msc_", "test_prepare_cluster",
+               "test_shard_cache", "test_storage_session", "test_deep_imports")  # fmt: skip
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: item.path.stem.startswith(_HEAVY_LAST))
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
@@ -78,6 +91,21 @@ def extra_installed(extra: str) -> bool:
     except importlib.metadata.PackageNotFoundError:
         return False
     return bool(wanted)
+
+
+@contextlib.contextmanager
+def energons_loader(loader: Any) -> Iterator[Any]:
+    """Energon's ``loader`` (megatron-energon, the oracle), its worker processes shut down on
+    leaving (ours, given here too, shuts its own down when dropped). Energon keeps torch's iterator (persistent workers) until the garbage collector
+    finalises the loader's reference cycle, in no set order: a queue finalised first makes
+    torch wait out its join timeout, 5 s per worker, idle, in whichever later test the
+    collector happens to run."""
+    try:
+        yield loader
+    finally:
+        shut_down = getattr(getattr(loader, "_iterator", None), "_shutdown_workers", None)
+        if shut_down is not None:
+            shut_down()
 
 
 T = TypeVar("T")

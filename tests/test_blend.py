@@ -6,6 +6,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from conftest import energons_loader
 
 import energon_lite as el
 from energon_lite import StateError, prepare_dataset
@@ -272,8 +273,8 @@ def test_metadataset_blend_draws_as_energon(nested, workers):
     energon = pytest.importorskip("megatron.energon")
 
     def counts(lib) -> list[Counter]:
-        loader = _nested_loader(lib, nested, workers)
-        return [Counter(k[0] for k in batch.__key__) for _, batch in zip(range(60), loader)]
+        with energons_loader(_nested_loader(lib, nested, workers)) as loader:
+            return [Counter(k[0] for k in batch.__key__) for _, batch in zip(range(60), loader)]
 
     ours = counts(el)
     assert ours == counts(energon)

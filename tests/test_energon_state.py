@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from conftest import energons_loader
 
 import energon_lite as el
 from energon_lite.errors import StateError
@@ -107,10 +108,12 @@ def _energon_saved(
     every: dict[str, Any] = {}
     if current:
         every = {"checkpoint_every_sec": 0, "checkpoint_every_min_n_samples": 1}
-    loader = energon.get_savable_loader(_dataset(energon, path, workers, packing), **every)
-    it = iter(loader)
-    delivered = [k for _ in range(batches) for k in _samples(next(it))]
-    state = loader.save_state_rank()
+    with energons_loader(
+        energon.get_savable_loader(_dataset(energon, path, workers, packing), **every)
+    ) as loader:
+        it = iter(loader)
+        delivered = [k for _ in range(batches) for k in _samples(next(it))]
+        state = loader.save_state_rank()
     offsets = [getattr(w, "offset", 0) for w in state.worker_states]
     assert (max(offsets) == 0) == (current or workers == 0), offsets
     print(f"Energon's worker snapshots are {offsets} batches behind")
@@ -192,12 +195,14 @@ def test_a_global_state_of_two_ranks_restores_exactly_once(
     delivers its rank's rest, together the rest of the epoch once."""
     states, theirs = [], []
     for rank in range(2):
-        loader = energon.get_savable_loader(
-            _dataset(energon, roots["a"], 2, False, rank, 2, parallel_shard_iters=2)
-        )
-        it = iter(loader)
-        theirs += [k for _ in range(5) for k in _samples(next(it))]
-        states.append(loader.save_state_rank())
+        with energons_loader(
+            energon.get_savable_loader(
+                _dataset(energon, roots["a"], 2, False, rank, 2, parallel_shard_iters=2)
+            )
+        ) as loader:
+            it = iter(loader)
+            theirs += [k for _ in range(5) for k in _samples(next(it))]
+            states.append(loader.save_state_rank())
         assert max(w.offset for w in states[-1].worker_states) > 0
     data = pickle.dumps(states)  # as save_state_global() gathers them
     _without_energon(monkeypatch)

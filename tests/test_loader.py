@@ -6,10 +6,12 @@ import copy
 import ctypes
 import logging
 import os
+import select
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -319,27 +321,41 @@ def test_a_temp_folder_too_long_for_a_socket_raises_instead_of_hanging(
     assert "AF_UNIX path too long" in run.stderr
 
 
+class ReleasedByTheReport(logging.FileHandler):
+    """Writes the records to ``path`` (a worker process inherits it); the watchdog's report of
+    a stall in stage Encode releases the stalled worker (``stall_ends``), so the stall lasts
+    exactly until the report, however busy the machine."""
+
+    def __init__(self, path: Path, stall_ends: Callable[[], None]) -> None:
+        super().__init__(path)
+        self.stall_ends = stall_ends
+
+    def emit(self, record: logging.LogRecord) -> None:
+        super().emit(record)
+        if "made no progress" in record.getMessage() and "in stage Encode" in record.getMessage():
+            self.stall_ends()
+
+
 @pytest.mark.timeout(600)  # a hang guard only (a loaded machine is slow)
 def test_the_watchdog_logs_where_a_stalled_worker_is(train_ds: Path, tmp_path: Path) -> None:
-    # the worker process inherits this handler; its records land in the file
-    handler = logging.FileHandler(tmp_path / "worker.log")
+    encoder = Stalled()
+    # the worker process inherits this handler; its records land in the file, and the report
+    # releases the stalled worker: the batch comes only after the report
+    handler = ReleasedByTheReport(tmp_path / "worker.log", encoder.release)
     logging.getLogger("energon_lite").addHandler(handler)
-    encoder = Stalled(tmp_path / "release")
     loader = get_loader(
         _train(train_ds, 1, task_encoder=encoder, batch_size=2),
-        # the stall lasts until the test ends it: the bounds may be generous, the machine busy
-        # (the worker reaches its stalled sample and its watchdog logs well within 30 s)
-        watchdog_timeout_seconds=2,
-        watchdog_initial_timeout_seconds=2,
-        fail_on_timeout=True,
-        timeout_seconds=30,
+        # a report of an earlier, slow stage (a busy machine) releases nothing: the stall in
+        # Encode is reported once the worker has stood still in it this long
+        watchdog_timeout_seconds=0.5,
+        watchdog_initial_timeout_seconds=0.5,
     )
     try:
-        with pytest.raises(WorkerTimeoutError, match=r"rank 0: worker 0 .* timed out: no batch"):
-            take(loader, 1)
+        take(loader, 1)
     finally:
-        encoder.release.touch()
+        encoder.release()
         logging.getLogger("energon_lite").removeHandler(handler)
+        handler.close()
     log = (tmp_path / "worker.log").read_text()
     assert "worker 0 made no progress for" in log
     assert "in stage Encode on sample '0" in log  # the stalled sample's key
@@ -483,30 +499,32 @@ def test_energon_loader_arguments(train_ds: Path) -> None:
 
 
 class Stalled(TaskEncoder):
-    """Blocks every sample until the test creates ``release`` (a condition, not a guessed
-    sleep), for at most 120 s."""
+    """Blocks every sample until ``release()`` (a condition, not a guessed sleep; one blocking
+    call, so the worker stands still on one line), for at most 120 s. A pipe the forked
+    worker inherits: a worker killed while it waits leaves nothing locked."""
 
-    def __init__(self, release: Path) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        self.release = release
+        self._released, self._release = os.pipe()
+
+    def release(self) -> None:
+        os.write(self._release, b"x")
 
     def encode_sample(self, sample: CaptioningSample) -> CaptioningSample:
-        deadline = time.monotonic() + 120
-        while not self.release.exists() and time.monotonic() < deadline:
-            time.sleep(0.01)
+        select.select([self._released], [], [], 120)
         return sample
 
 
 @pytest.mark.timeout(600)  # a hang guard only (a loaded machine is slow)
-def test_fail_on_timeout_raises_instead_of_waiting(train_ds: Path, tmp_path: Path) -> None:
-    encoder = Stalled(tmp_path / "release")
+def test_fail_on_timeout_raises_instead_of_waiting(train_ds: Path) -> None:
+    encoder = Stalled()
     dataset = _train(train_ds, 1, task_encoder=encoder, batch_size=2)
     loader = get_loader(dataset, fail_on_timeout=True, watchdog_timeout_seconds=0.5)
     try:
-        with pytest.raises(RuntimeError, match="timed out"):
+        with pytest.raises(WorkerTimeoutError, match=r"rank 0: worker 0 .* timed out: no batch"):
             take(loader, 1)
     finally:
-        encoder.release.touch()  # let a still-running worker finish
+        encoder.release()  # let a still-running worker finish
 
 
 class BadBatches(TaskEncoder):
