@@ -14,7 +14,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from energon_lite.errors import ConfigError, UnsavableStateError, restoring
 from energon_lite.loader.probe import ChainProbe
-from energon_lite.loader.transport import check_descriptors_travel, check_sendable
+from energon_lite.loader.transport import check_descriptors_travel, pickled_item
 from energon_lite.loader.watchdog import Watchdog
 from energon_lite.pipeline.dataset_pipeline import DatasetPipeline, Pipeline
 from energon_lite.resume.sent_state import StateSender
@@ -79,8 +79,8 @@ class SavableDataset(IterableDataset[T_sample], Generic[T_sample]):
 
         In a worker process the state is sent as bytes, pickled apart from the batch
         (:mod:`energon_lite.resume.sent_state`: the trainer decodes it only when a save
-        asks), and every batch is test-pickled first (an unpicklable batch would
-        hang torch's queue). ``watchdog=(timeout, initial_timeout)`` (or the dataset's own,
+        asks), and each item is yielded pickled (:mod:`energon_lite.loader.transport`: an
+        unpicklable batch raises here instead of hanging torch's queue). ``watchdog=(timeout, initial_timeout)`` (or the dataset's own,
         ``watch_settings``) starts a :class:`~energon_lite.loader.watchdog.Watchdog` that
         logs where a stalled worker (or, without workers, the loading thread) is.
         """
@@ -122,8 +122,6 @@ class SavableDataset(IterableDataset[T_sample], Generic[T_sample]):
                     return
                 if probe is not None:
                     probe.produced()
-                if in_worker:
-                    check_sendable(batch, logical)
                 if logging:
                     keys = default_get_batch_keys(batch)
                     wc.worker_log(
@@ -141,8 +139,11 @@ class SavableDataset(IterableDataset[T_sample], Generic[T_sample]):
                     extra += (
                         pool.collect() if pool is not None else memory.held_nothing(physical),
                     )
-                out = [(logical, batch, state, *extra)]
-                del batch  # while suspended this frame holds no batch: a worker builds the
+                item: Any = (logical, batch, state, *extra)
+                if in_worker:  # pickled here, once: torch's queue copies the bytes
+                    item = pickled_item(item, batch, logical)
+                out = [item]
+                del batch, item  # while suspended this frame holds no batch: a worker builds the
                 if dog is not None:
                     # waiting for the trainer is not a stall of the loader: its step (no
                     # workers), or in a worker torch's wait for the next batch to be asked
