@@ -62,9 +62,28 @@ def _source_info(
     shard_name: str | None,
     file_names: tuple[str, ...],
 ) -> SourceInfo:
-    return SourceInfo(
-        dataset_path=dataset_path, index=index, shard_name=shard_name, file_names=file_names
-    )
+    return source_record(dataset_path, index, shard_name, file_names)
+
+
+_SOURCE_SETTERS = tuple(getattr(SourceInfo, name).__set__ for name in SourceInfo.BATCH_COLUMNS)
+
+
+def source_record(
+    dataset_path: EPath | str,
+    index: int | str | None,
+    shard_name: str | None,
+    file_names: tuple[str, ...],
+) -> SourceInfo:
+    """``SourceInfo(dataset_path=..., ...)``, equal to it, made at a third of the cost (one per
+    sample read): without the frozen dataclass's ``__init__``, each slot set by its descriptor,
+    as a dataclass's own ``__init__`` and unpickling do."""
+    record = object.__new__(SourceInfo)
+    path, at, shard, files = _SOURCE_SETTERS
+    path(record, dataset_path)
+    at(record, index)
+    shard(record, shard_name)
+    files(record, file_names)
+    return record
 
 
 # Energon's layout: the key fields are keyword-only and live in slots, so a subclass may add
