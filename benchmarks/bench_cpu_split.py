@@ -22,6 +22,14 @@ cost, start-up cancelled. ``--instructions`` runs the callgrind pairs and prints
 (``tar_loop``): the tar walk's instructions per sample are the callgrind difference of
 ``--batches 10`` and ``--batches 0`` over 5,000.
 
+``--steps``: instructions per sample by step, each counted as a phase of one process under
+callgrind with its start-up left uncounted (``callgrind.phases``): ``STEP_SAMPLES`` raw
+samples built ``--batches`` times through the chain's ``Encode`` stage, less the same
+samples' decoding as the limit does it (what is left is the sample build and the decode
+dispatch), the whole chain over as many samples, and the worker's loop of ``--count worker``
+(chain, state, the item's pickle, the queue's pickle) over as many samples (10 batches per
+loop) after 5 warm-up batches.
+
 ``--profile``: where a worker's CPU goes, step by step, against the limit's: both loops run
 in this process under a sampling profiler (``SIGPROF`` every 0.5 ms of CPU time; each sample
 is charged to the innermost frame that names a step in ``STEPS``), in microseconds per sample
