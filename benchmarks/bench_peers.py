@@ -14,6 +14,9 @@ caption, batch 32, shuffled), each in a fresh child process, rounds in A/B order
 * ``limit``: not a loader but the ceiling of all of them: as many processes as workers (one
   for 0) that only read and decode the same samples with the same decoder. ``limit / it``
   is the most any loader can lead that loader by on this machine, in this run.
+* ``limit_mem``: the same, but each image decoded into its row of a batch in reused
+  shared-memory buffers, as a loader with workers must deliver its batches to the trainer;
+  ``limit_mem / it`` leaves out only the cost of that delivery.
 
 Peers without a decoder of their own (all but Energon) decode with energon_lite's own
 ``decode_image(jpg, "torchrgb")`` (``--peer-decode same``, the default: simplejpeg where the
@@ -61,11 +64,24 @@ from typing import Any
 import bench_pipeline as bp
 from common import STARTED_AT, fmt_bytes, fmt_num, markdown_table, median, ratio
 
-ALL = ("energon_lite", "energon", "torch", "webdataset", "streaming", "litdata", "limit")
+ALL = (
+    "energon_lite",
+    "energon",
+    "torch",
+    "webdataset",
+    "streaming",
+    "litdata",
+    "limit",
+    "limit_mem",
+)
 # "limit": as many processes as workers (one for 0) that only read and decode the same
 # samples with the same decoder (bench_pipeline's ``limit``): no loader can pass it, so
 # ``limit / peer`` is the most any loader can lead that peer by on this machine
 LIMIT = "limit"
+# "limit_mem": the limit, each image decoded into its row of a batch in reused shared-memory
+# buffers, as the batches of any loader with workers must be delivered (bench_pipeline's
+# ``limit_mem``): ``limit_mem / it`` leaves out only what the delivery itself costs
+LIMIT_MEM = "limit_mem"
 NEW = ("webdataset", "streaming", "litdata")
 WORKERS = (0, 2)
 RESULT, MARK = bp.RESULT, bp.MARK
@@ -299,7 +315,7 @@ def measure(
 
     warnings.filterwarnings("ignore")
     torch.set_num_threads(torch_threads)
-    if lib == LIMIT:
+    if lib in (LIMIT, LIMIT_MEM):
         return bp.measure_limit(lib, root, workers, batches, warmup)
     peer = NewPeer(lib, root, workers)
     peer.import_modules()
@@ -356,6 +372,7 @@ def summarise(results: dict[tuple[str, int], list[dict[str, Any]]], libs: tuple[
             first = ratios(w, "first_batch_s", lib)
             cold = ratios(w, "start_to_first_batch_s", lib)
             ceiling = ratios(w, "samples_per_s", lib, LIMIT) if LIMIT in libs else []
+            delivered = ratios(w, "samples_per_s", lib, LIMIT_MEM) if LIMIT_MEM in libs else []
             rows.append(
                 [
                     w,
@@ -363,6 +380,7 @@ def summarise(results: dict[tuple[str, int], list[dict[str, Any]]], libs: tuple[
                     fmt_num(med(lib, w, "samples_per_s")),
                     spread(speed) if speed else "n/a",
                     spread(ceiling) if ceiling else "n/a",
+                    spread(delivered) if delivered else "n/a",
                     fmt_num(med(lib, w, "first_batch_s"), 2, " s"),
                     fmt_num(median(first), 2, "x") if first else "n/a",
                     fmt_num(med(lib, w, "start_to_first_batch_s"), 2, " s"),
@@ -380,6 +398,7 @@ def summarise(results: dict[tuple[str, int], list[dict[str, Any]]], libs: tuple[
             "samples/s",
             "energon_lite / it (min-max)",
             "limit / it: the most any loader can lead it by",
+            "limit_mem / it",
             "first batch",
             "first batch, ours / it",
             "from interpreter start",

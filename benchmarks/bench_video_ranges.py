@@ -449,6 +449,7 @@ def _print_instructions(
         for key in keys
     ]  # fmt: skip
     print(markdown_table(["video", "workload", *exact], rows))
+    _print_bound(keys, exact, peers, per_sample, differ)
     libraries = sorted({lib for counts in per_sample.values() for lib in counts})
     print("\nBy library, million instructions per sample summed over the rows:\n")
     rows = [
@@ -456,6 +457,55 @@ def _print_instructions(
         for w in ways
     ]
     print(markdown_table(["way", *libraries], rows))
+
+
+def _print_bound(
+    keys: list[tuple[str, str]],
+    exact: list[str],
+    peers: list[str],
+    per_sample: dict[tuple[str, str, str], Counter[str]],
+    differ: set[tuple[str, str, str]],
+) -> None:
+    """How far ahead of the fastest peer any exact decoder could be on each row, counted.
+
+    An exact decoder must run the h264 decoder over the frames the wanted ones depend on,
+    and convert and hand out the wanted frames. The row's floor takes the least of each
+    that any way with the same frames showed: the fewest libavcodec instructions (the
+    decode) plus the fewest of everything else (demuxing, conversion to RGB, copies,
+    Python). The fastest peer divided by that floor is the most a loader could lead by on
+    the row without decoding fewer frames or converting them more cheaply than every
+    measured way does."""
+    from benchmarks.common import markdown_table
+
+    rows, reachable, now = [], [], []
+    for key in keys:
+        same = [w for w in exact if (*key, w) not in differ]
+        same_peers = [w for w in peers if w in same]
+        if not same_peers or "energon_lite" not in same:
+            continue
+        codec = {w: per_sample[(*key, w)]["libavcodec"] / 1e6 for w in same}
+        rest = {w: sum(per_sample[(*key, w)].values()) / 1e6 - codec[w] for w in same}
+        fastest = min(codec[w] + rest[w] for w in same_peers)
+        floor = min(codec.values()) + min(rest.values())
+        ours = codec["energon_lite"] + rest["energon_lite"]
+        reachable.append(fastest / floor)
+        now.append(fastest / ours)
+        rows.append([
+            *key, f"{min(codec.values()):.1f} ({min(codec, key=codec.__getitem__)})",
+            f"{min(rest.values()):.1f} ({min(rest, key=rest.__getitem__)})", f"{floor:.1f}",
+            f"{ours:.1f}", f"{fastest / ours:.2f}x", f"{fastest / floor:.2f}x",
+        ])  # fmt: skip
+    if not rows:
+        return
+    print("\nThe floor of a row: the fewest decoder instructions any way ran plus the fewest "
+          "of everything else, million per sample; the fastest peer against energon_lite "
+          "and against that floor:\n")  # fmt: skip
+    print(markdown_table(["video", "workload", "least decode", "least rest", "floor",
+                          "energon_lite", "fastest peer / energon_lite",
+                          "fastest peer / floor"], rows))  # fmt: skip
+    print(f"\nfastest peer / floor over the rows: median {statistics.median(reachable):.2f}x, "
+          f"min {min(reachable):.2f}x (energon_lite now: median "
+          f"{statistics.median(now):.2f}x, min {min(now):.2f}x)")  # fmt: skip
 
 
 def _available(way: str, pythons: dict[str, str]) -> bool:

@@ -126,19 +126,19 @@ def test_a_process_that_froze_objects_itself_keeps_them_frozen() -> None:
 def test_our_decoder_scales_in_one_thread() -> None:
     """A frame our decoder scaled, and the decoder's scaler itself (kept over the frames of
     a decoder), can be freed in a process forked after they were used."""
-    from av.video.reformatter import VideoReformatter
-
-    from energon_lite.av.decoder import _rgb
+    from energon_lite.av.rgb import Frames, RgbScaler
     from energon_lite.synth.av import make_video
 
     buffer = io.BytesIO()
     make_video(buffer, num_frames=2, width=320, height=240)
     buffer.seek(0)
-    scaler = VideoReformatter()  # as AVDecoder keeps one
+    scaler = RgbScaler()  # as AVDecoder keeps one
     with av.open(buffer) as container:
         frame = next(container.decode(video=0))
-    assert _rgb(scaler, frame, (160, 120)).shape == (120, 160, 3)
-    assert _rgb(scaler, frame, None).shape == (240, 320, 3)  # the same scaler, set up anew
+    assert scaler.rgb(frame, (160, 120)).shape == (120, 160, 3)
+    assert scaler.rgb(frame, None).shape == (240, 320, 3)  # the same scaler, set up anew
+    into = Frames(1, 120, 160)  # and its own swscale context, kept as well
+    scaler.into(frame, (160, 120), into, 0)
     held = [(frame, scaler)]
     del frame, scaler  # from here on only the cycle holds them
     read_fd, write_fd = os.pipe()

@@ -58,11 +58,12 @@ from energon_lite.media_records.records import AVMetadata
 
 try:
     import av
-    from av.video.reformatter import VideoReformatter
 except ImportError as exc:
     raise missing_extra(
         "av", "av", "energon_lite.av (video and audio decoding)", package="PyAV"
     ) from exc
+
+from energon_lite.av import rgb  # needs PyAV, checked above
 
 AV_DECODE_MODES = ("AVDecoder", "pyav", "torch")
 INF = float("inf")
@@ -100,7 +101,7 @@ class AVDecoder(EnergonAVMethods):
         self._container: av.container.InputContainer | None = None
         self._cursor: _Cursor | None = None
         self._metadata: AVMetadata | None = None
-        self._scaler = VideoReformatter()  # to RGB, kept over the frames (see _rgb)
+        self._scaler = rgb.RgbScaler()  # to RGB, kept over the frames
 
     # -- container lifetime: opened lazily, reopened after pickling or close() --
     def _open(self) -> av.container.InputContainer:
@@ -123,11 +124,12 @@ class AVDecoder(EnergonAVMethods):
         return self._container
 
     def close(self) -> None:
-        """Release the container; a later call reopens it."""
+        """Release the container and the scaler; a later call reopens them."""
         self._drop_cursor()
         if self._container is not None:
             self._container.close()
         self._container = None
+        self._scaler.close()
 
     def __enter__(self) -> AVDecoder:
         return self
@@ -318,7 +320,12 @@ class AVDecoder(EnergonAVMethods):
                 self._pend(frame)
                 beyond = True
                 break
-            clip.add(frame.pts, _rgb(self._scaler, frame, size))
+            width, height = size if size is not None else (frame.width, frame.height)
+            index = clip.slot(frame.pts, height, width)
+            if index is not None:
+                self._scaler.into(frame, size, clip.frames, index)
+            else:
+                clip.more.append(self._scaler.rgb(frame, size))
             first = frame if first is None else first
             last = frame
             if frame.pts + (frame.duration or step) > hi:
@@ -538,11 +545,8 @@ class _Cursor:
 
 
 class _ClipFrames:
-    """The RGB frames of one clip, each copied as it comes into one array sized for the range.
-
-    Collecting them for one ``np.stack`` at the end keeps every converted frame's buffer
-    alive until then; copying each at once frees it for the next frame, which then reuses
-    the same memory (warm in the cache, no fresh pages), and the stack's copy is the only one.
+    """The RGB frames of one clip, each converted as it comes into one array sized for the
+    range (``RgbScaler.into`` writes it there; no frame of its own, no copy).
     The size is the number of frames starting between the first frame and ``hi`` at the
     nominal rate; a clip that turns out shorter is cut to its length, one that turns out
     longer (a variable frame rate, more than ``_MAX_PLANNED`` frames) is joined at the end.
@@ -550,25 +554,28 @@ class _ClipFrames:
 
     def __init__(self, hi: float, step: float) -> None:
         self.hi, self.step = hi, step
-        self.out: np.ndarray | None = None
+        self.frames: rgb.Frames | None = None
         self.count = 0
         self.more: list[np.ndarray] = []
 
-    def add(self, pts: int, rgb: np.ndarray) -> None:
-        if self.out is None:
+    def slot(self, pts: int, height: int, width: int) -> int | None:
+        """Where the next frame (RGB, ``height`` x ``width``) goes in ``frames``; None when
+        it is kept apart in ``more`` (past the planned length, or another size)."""
+        if self.frames is None:
             planned = int(min((self.hi - pts) / self.step, _MAX_PLANNED - 1)) + 1
-            self.out = np.empty((max(planned, 1), *rgb.shape), rgb.dtype)
-        if not self.more and self.count < len(self.out) and rgb.shape == self.out.shape[1:]:
-            self.out[self.count] = rgb
+            self.frames = rgb.Frames(max(planned, 1), height, width)
+        out = self.frames.array
+        if not self.more and self.count < len(out) and out.shape[1:3] == (height, width):
             self.count += 1
-        else:
-            self.more.append(rgb)
+            return self.count - 1
+        return None
 
     def array(self) -> np.ndarray:
-        assert self.out is not None  # a clip has at least one frame
+        assert self.frames is not None  # a clip has at least one frame
+        out = self.frames.array
         if self.more:
-            return np.concatenate([self.out[: self.count], np.stack(self.more)])
-        return self.out if self.count == len(self.out) else self.out[: self.count].copy()
+            return np.concatenate([out[: self.count], np.stack(self.more)])
+        return out if self.count == len(out) else out[: self.count].copy()
 
 
 _MAX_PLANNED = 256  # frames an unbounded range's array is sized for before it grows
@@ -586,28 +593,6 @@ def _start_pts(stream: av.stream.Stream) -> int:
 def _check_range(start: float, end: float, unit: str) -> None:
     if not (0 <= start <= end):
         raise MediaDecodeError(f"range ({start}, {end}) {unit} must have 0 <= start <= end")
-
-
-# PyAV 17 scales with swscale's slice threads (one per CPU unless told); before 17 it has
-# one thread and no ``threads`` argument
-_ONE_THREAD: dict[str, Any] = {"threads": 1} if int(av.__version__.split(".", 1)[0]) >= 17 else {}
-
-
-def _rgb(
-    scaler: VideoReformatter, frame: av.VideoFrame, size: tuple[int, int] | None
-) -> np.ndarray:
-    """``frame`` in RGB (resized to ``size``) by the decoder's one scaler.
-
-    ``frame.to_ndarray(format=...)`` would give every frame a scaler of its own, set up anew
-    for each frame: on small frames that set-up costs more than the conversion. One scaler
-    thread, as the codecs (see _open): freeing a scaler with slice threads in a process forked
-    after it was made waits forever for them.
-    """
-    width, height = size if size is not None else (None, None)
-    return scaler.reformat(
-        frame, format="rgb24", width=width, height=height, interpolation="BILINEAR",
-        **_ONE_THREAD,
-    ).to_ndarray()  # fmt: skip
 
 
 def _samples(frame: av.AudioFrame) -> np.ndarray:
