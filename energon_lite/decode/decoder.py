@@ -132,7 +132,7 @@ class SampleDecoder:
             fn = functools.partial(
                 decode_image,
                 mode=self.image_decode,
-                size=self.image_size,
+                size=cast("tuple[int, int] | None", self.image_size),  # normalised at init
                 draft=self.image_draft,
                 max_pixels=self.max_image_pixels,
                 name=part,

@@ -53,16 +53,7 @@ class SourceInfo:
         # Every batch a worker sends carries one per sample: rebuilt in the trainer from a
         # plain tuple, not by dataclasses' generic __setstate__ (which looks up the fields
         # again for each one): about a third fewer instructions
-        return (_source_info, (self.dataset_path, self.index, self.shard_name, self.file_names))
-
-
-def _source_info(
-    dataset_path: EPath | str,
-    index: int | str | None,
-    shard_name: str | None,
-    file_names: tuple[str, ...],
-) -> SourceInfo:
-    return source_record(dataset_path, index, shard_name, file_names)
+        return (source_record, (self.dataset_path, self.index, self.shard_name, self.file_names))
 
 
 _SOURCE_SETTERS = tuple(getattr(SourceInfo, name).__set__ for name in SourceInfo.BATCH_COLUMNS)
@@ -84,6 +75,9 @@ def source_record(
     shard(record, shard_name)
     files(record, file_names)
     return record
+
+
+_source_info = source_record  # the name pickles made before source_record refer to
 
 
 # Energon's layout: the key fields are keyword-only and live in slots, so a subclass may add
