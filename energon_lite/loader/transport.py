@@ -10,7 +10,9 @@ then gets :class:`PickledItem`, whose unpickling in the trainer gives back the i
 feeder thread only copies its bytes. Until the worker did this, every batch was pickled twice
 (once to test it, once by the queue). The item is one pickle, batch and held segments
 together, because the trainer checks that a batch's tensors and its ``Held`` entry share one
-storage object, which only one pickle's memo gives.
+storage object, which only one pickle's memo gives. The dataset iterated by a plain torch
+``DataLoader`` yields its batches as they are (its ``collate_fn`` gets them), test-pickled
+first as before (:func:`check_sendable`), and the queue pickles them.
 
 Tensors themselves travel as file descriptors (torch's default sharing strategy on Linux),
 handed over by ``multiprocessing``'s resource sharer, which listens on a Unix socket in the
@@ -33,6 +35,7 @@ from multiprocessing import connection
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
+import numpy as np
 import torch
 import torch.multiprocessing
 
@@ -59,15 +62,47 @@ def pickled_item(item: tuple[Any, ...], batch: Any, worker: int) -> PickledItem:
     try:
         ForkingPickler(buffer, pickle.HIGHEST_PROTOCOL).dump(item)
     except Exception as exc:
-        keys = basic_sample_keys(batch)["__key__"] if not isinstance(batch, (list, tuple)) else None
-        raise ConfigError(
-            f"worker {worker}: a batch of type {type(batch).__module__}.{type(batch).__qualname__} "
-            f"(keys {keys!r}) cannot be pickled to send it to the trainer process "
-            f"({type(exc).__name__}: {exc}); define sample and batch classes at module level "
-            "in an importable module and keep unpicklable objects (locks, open files, "
-            "lambdas, generators) out of batches"
-        ) from exc
+        raise _unsendable(batch, worker, exc) from exc
     return PickledItem(buffer.getvalue())
+
+
+class _NullSink(io.RawIOBase):
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        return len(data)
+
+
+class _StructurePickler(ForkingPickler):
+    """The queue's pickler, with tensors and arrays replaced by a constant."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, (torch.Tensor, np.ndarray)):
+            return int, (0,)
+        return NotImplemented
+
+
+def check_sendable(batch: Any, worker: int) -> None:
+    """Raise a ConfigError naming the batch's keys if torch's queue could not send it: the
+    batch's structure test-pickled, tensors and arrays skipped. For a worker whose batches
+    torch's queue pickles itself (the dataset iterated by a plain torch ``DataLoader``, whose
+    ``collate_fn`` gets the batch as it is)."""
+    try:
+        _StructurePickler(_NullSink(), -1).dump(batch)
+    except Exception as exc:
+        raise _unsendable(batch, worker, exc) from exc
+
+
+def _unsendable(batch: Any, worker: int, exc: Exception) -> ConfigError:
+    keys = basic_sample_keys(batch)["__key__"] if not isinstance(batch, (list, tuple)) else None
+    return ConfigError(
+        f"worker {worker}: a batch of type {type(batch).__module__}.{type(batch).__qualname__} "
+        f"(keys {keys!r}) cannot be pickled to send it to the trainer process "
+        f"({type(exc).__name__}: {exc}); define sample and batch classes at module level "
+        "in an importable module and keep unpicklable objects (locks, open files, "
+        "lambdas, generators) out of batches"
+    )
 
 
 def check_descriptors_travel(worker: int) -> None:
