@@ -84,8 +84,9 @@ class SavableDataset(IterableDataset[T_sample], Generic[T_sample]):
 
         In a worker process the state is sent as bytes, pickled apart from the batch
         (:mod:`energon_lite.resume.sent_state`: the trainer decodes it only when a save
-        asks), and each item is yielded pickled (:mod:`energon_lite.loader.transport`: an
-        unpicklable batch raises here instead of hanging torch's queue). ``watchdog=(timeout, initial_timeout)`` (or the dataset's own,
+        asks), and each item is yielded pickled once (:mod:`energon_lite.loader.transport`;
+        a batch alone is test-pickled): an unpicklable batch raises here instead of hanging
+        torch's queue. ``watchdog=(timeout, initial_timeout)`` (or the dataset's own,
         ``watch_settings``) starts a :class:`~energon_lite.loader.watchdog.Watchdog` that
         logs where a stalled worker (or, without workers, the loading thread) is.
         """

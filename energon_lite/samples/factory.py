@@ -40,8 +40,8 @@ from energon_lite.storage.ops import local_copy
 
 _INDEX = re.compile(r"\[([^\]]*)\]")
 CRUDE_CLASSES = ("CrudeWebdataset", "DefaultCrudeWebdataset")
-PART_TYPES = "__part_types__"
-_MAX_PART_SETS = 64  # sets of part names whose file-name suffixes a factory keeps  # a source's config: ``SampleDecoder.decode``'s ``types``
+PART_TYPES = "__part_types__"  # a source's config: ``SampleDecoder.decode``'s ``types``
+_MAX_PART_SETS = 64  # sets of part names whose file-name suffixes a factory keeps
 
 
 def _load_function(
