@@ -28,7 +28,8 @@ samples built ``--batches`` times through the chain's ``Encode`` stage, less the
 samples' decoding as the limit does it (what is left is the sample build and the decode
 dispatch), the whole chain over as many samples, and the worker's loop of ``--count worker``
 (chain, state, the item's pickle, the queue's pickle) over as many samples (10 batches per
-loop) after 5 warm-up batches.
+loop) after 5 warm-up batches, and the decode-only limit's loop (``--count limit``) the same
+way.
 
 ``--profile``: where a worker's CPU goes, step by step, against the limit's: both loops run
 in this process under a sampling profiler (``SIGPROF`` every 0.5 ms of CPU time; each sample
@@ -221,10 +222,12 @@ def step_instructions(root: Path, workers: int, loops: int) -> dict[str, float]:
         cmd += ["--samples", str(SAMPLES[0]), "--batches", str(n), "--workers", str(workers)]
         return callgrind.phases(cmd, {**os.environ, "PYTHONHASHSEED": "0"})[1]
 
-    with ThreadPoolExecutor(2) as pool:
+    batches = loops * STEP_SAMPLES // BATCH_SIZE
+    with ThreadPoolExecutor(3) as pool:
         steps = pool.submit(run, "steps", loops)
-        worker = pool.submit(run, "worker-phases", loops * STEP_SAMPLES // BATCH_SIZE)
-        phases, worker_phases = steps.result(), worker.result()
+        worker = pool.submit(run, "worker-phases", batches)
+        limit = pool.submit(run, "limit-phases", batches)
+        phases, worker_phases, limit_phases = steps.result(), worker.result(), limit.result()
     encode, decode, chain = (sum(phases[i].values()) / (loops * STEP_SAMPLES) for i in (1, 2, 3))
     return {
         "encode": encode,
@@ -232,6 +235,7 @@ def step_instructions(root: Path, workers: int, loops: int) -> dict[str, float]:
         "build": encode - decode,
         "chain": chain,
         "worker": sum(worker_phases[1].values()) / (loops * STEP_SAMPLES),
+        "limit": sum(limit_phases[1].values()) / (loops * STEP_SAMPLES),
     }
 
 
@@ -245,6 +249,13 @@ def counted(root: Path, part: str, batches: int, workers: int) -> None:
         steps_loop(root, workers, batches)
     elif part == "worker-phases":
         worker_loop(root, workers, batches, marks=True)
+    elif part == "limit-phases":
+        dataset, indices = limit_samples(root, (5 + batches) * BATCH_SIZE)
+        callgrind.ready()
+        limit_loop(dataset, indices[: 5 * BATCH_SIZE])  # 5 warm-up batches, as the worker's
+        callgrind.mark()
+        limit_loop(dataset, indices[5 * BATCH_SIZE :])
+        callgrind.mark()
     elif part == "worker":
         worker_loop(root, workers, batches)
     else:
@@ -343,7 +354,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", action="store_true", help="count steps under callgrind")
     parser.add_argument(
         "--count",
-        choices=("worker", "limit", "tar", "steps", "worker-phases"),
+        choices=("worker", "limit", "tar", "steps", "worker-phases", "limit-phases"),
         help=argparse.SUPPRESS,
     )
     args = parser.parse_args(argv)
