@@ -376,7 +376,7 @@ def instructions(ways: list[str], pythons: dict[str, str], paths: list[Path], sa
         answer = json.loads(stdout.strip().splitlines()[-1])
         if len(parts) != len(answer["labels"]):
             raise RuntimeError(f"{way}: {len(parts)} callgrind dumps, {answer['labels']} phases")
-        if keep is not None:  # which dump is which row: cg.out.N is the phase labels[N - 1]
+        if keep is not None:  # which dump is which row: cg.out.PID.N is the phase labels[N - 1]
             (keep / "labels.json").write_text(json.dumps(answer["labels"]))
         rows = {label: part for label, part in zip(answer["labels"], parts) if "|" in label}
         print(f"{way}: counted in {time.perf_counter() - started:.0f} s", file=sys.stderr)

@@ -69,20 +69,29 @@ def whole_process(script: str, args: Sequence[str], label: str) -> int:
 
 
 def phases(
-    cmd: list[str], env: dict[str, str] | None = None, keep: Path | None = None
+    cmd: list[str],
+    env: dict[str, str] | None = None,
+    keep: Path | None = None,
+    from_start: bool = False,
 ) -> tuple[str, list[Counter[str]]]:
     """Run ``cmd`` under callgrind; its stdout and, per phase in order (the part after the
     last mark included), the instructions executed by each shared object. ``keep``: a
-    folder to leave the dumps in (``cg.out.N``, one per phase) for ``callgrind_annotate``."""
+    folder to leave the dumps in (``cg.out.PID.N``, one per phase) for ``callgrind_annotate``.
+
+    ``from_start``: count from the interpreter's first instruction (start-up and imports
+    are the first phase; ``ready()`` is not waited for). Only ``cmd``'s own process is
+    counted: processes it forks (DataLoader workers) run under callgrind too, into files of
+    their own that are left out."""
     _valgrind()
     with tempfile.TemporaryDirectory() as temporary:
         folder = Path(temporary) if keep is None else keep
         folder.mkdir(parents=True, exist_ok=True)
-        out, go = folder / "cg.out", Path(temporary) / "go"
+        # one file per process (%p): a forked worker's dumps must not overwrite the parent's
+        pattern, go = folder / "cg.out.%p", Path(temporary) / "go"
         with (folder / "stderr.txt").open("w+") as stderr:
             child = subprocess.Popen(
-                ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--dump-before={MARKER}",
-                 f"--callgrind-out-file={out}", *cmd],
+                ["valgrind", "--tool=callgrind", f"--instr-atstart={'yes' if from_start else 'no'}",
+                 f"--dump-before={MARKER}", f"--callgrind-out-file={pattern}", *cmd],
                 stdout=subprocess.PIPE, stderr=stderr, text=True,
                 env={**(os.environ if env is None else env), GO: str(go)},
             )  # fmt: skip
@@ -98,7 +107,8 @@ def phases(
             if child.wait() != 0:
                 stderr.seek(0)
                 raise RuntimeError(f"{cmd} failed under callgrind:\n{stderr.read()[-3000:]}")
-        dumps = sorted(folder.glob("cg.out.*"), key=lambda p: int(p.suffix[1:]))
+        out = folder / f"cg.out.{child.pid}"  # valgrind runs the command in its own process
+        dumps = sorted(folder.glob(f"{out.name}.*"), key=lambda p: int(p.suffix[1:]))
         return "".join(lines), [by_object(p) for p in [*dumps, out]]
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -165,3 +167,42 @@ def test_a_crude_dataset_needs_pyav_only_for_the_video_it_holds(
     dataset = get_train_dataset(video, worker_config=wc, repeat=False, **options)  # opens
     with pytest.raises(ConfigError, match=r"part 'mp4' holds video/audio.*energon-lite\[av\]"):
         next(iter(dataset))
+
+
+PLUGIN_MODULE = """
+from energon_lite.sources.kinds import DatasetKind, register_kind
+
+KIND = register_kind(DatasetKind({name!r}, detect=lambda path: path.suffix == ".plug"))
+"""
+
+
+def _install_plugin(site: Path, dist: str, module: str, kind: str) -> None:
+    """A distribution in ``site`` as pip lays one out: its module and a dist-info folder whose
+    entry_points.txt names the dataset-kind group."""
+    site.mkdir(parents=True, exist_ok=True)
+    (site / f"{module}.py").write_text(PLUGIN_MODULE.format(name=kind))
+    info = site / f"{dist}-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(
+        f"[console_scripts]\n{dist}-cli = {module}:KIND\n\n"
+        f"[energon_lite.dataset_kinds]\n{kind} = {module}:KIND\n"
+    )
+
+
+def test_a_kind_of_an_installed_package_is_found_by_its_entry_point(tmp_path: Path) -> None:
+    """A package's entry point registers its kind in a fresh process (the registry reads only
+    the distributions that name the group); an older copy of the same distribution later on
+    the path is shadowed, as importlib.metadata shadows it."""
+    _install_plugin(tmp_path / "site", "plugkind", "plugkind_mod", "plugged")
+    _install_plugin(tmp_path / "old", "plugkind", "plugkind_old", "shadowed")
+    code = (
+        "import sys; from pathlib import Path\n"
+        f"sys.path[:0] = [{str(tmp_path / 'site')!r}, {str(tmp_path / 'old')!r}]\n"
+        "from energon_lite.sources.kinds import kind_of, registered_kinds\n"
+        "print(kind_of(Path('data.plug')).name, [k.name for k in registered_kinds()][-2:],"
+        " 'plugkind_old' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["plugged", "['plugged',", "'webdataset']", "False"]

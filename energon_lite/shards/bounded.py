@@ -19,7 +19,6 @@ import re
 import string
 from typing import Any
 
-import braceexpand
 import yaml
 
 from energon_lite.errors import DatasetFormatError, short_repr
@@ -219,5 +218,7 @@ def expand_bounded(patterns: list[str] | str, limit: int, what: str, where: str)
                 f"{where}: pattern {short_repr(pattern)} expands to {count} names; with the "
                 f"{len(out)} before it that is more than {limit} {what}"
             )
+        import braceexpand  # only for brace patterns: a plain split lists names (issue 42)
+
         out.extend(braceexpand.braceexpand(pattern))
     return out

@@ -22,7 +22,7 @@ import os
 import pkgutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from importlib.metadata import entry_points
+from importlib.metadata import Distribution, EntryPoint, distributions
 from pathlib import Path
 from typing import Any
 
@@ -144,6 +144,33 @@ def open_source(leaf: Leaf) -> Source:
     )
 
 
+def _plugin_entry_points() -> list[EntryPoint]:
+    """The ``ENTRY_POINT_GROUP`` entry points of the installed distributions, as
+    ``importlib.metadata.entry_points(group=...)`` gives them (a distribution shadowed by an
+    earlier one of the same name on ``sys.path`` is left out), parsing only the distributions
+    whose ``entry_points.txt`` names the group: ``entry_points`` parses every distribution's
+    file (about 50 ms in an environment of 200 packages, on the first dataset a process
+    opens), while a plain tar loop has no plugin at all (issue 42)."""
+    dists = list(distributions())
+    found: list[EntryPoint] = []
+    for i, dist in enumerate(dists):
+        text = dist.read_text("entry_points.txt")
+        if not text or ENTRY_POINT_GROUP not in text:
+            continue
+        name = _dist_name(dist)
+        if any(_dist_name(earlier) == name for earlier in dists[:i]):
+            continue  # shadowed, as importlib.metadata leaves it out
+        found.extend(dist.entry_points.select(group=ENTRY_POINT_GROUP))
+    return found
+
+
+def _dist_name(dist: Distribution) -> str:
+    """The name ``importlib.metadata`` tells distributions apart by (from the folder's name
+    where it can)."""
+    name = getattr(dist, "_normalized_name", None) or dist.metadata["Name"] or ""
+    return str(name)
+
+
 def _discover() -> None:
     """Import the shipped flavors' ``kind`` modules and the entry points, once."""
     global _discovered
@@ -157,7 +184,7 @@ def _discover() -> None:
         folder = getattr(module.module_finder, "path", None)
         if module.ispkg and folder and (Path(folder) / module.name / "kind.py").is_file():
             importlib.import_module(f"{FLAVORS_PACKAGE}.{module.name}.kind")
-    for entry in entry_points(group=ENTRY_POINT_GROUP):
+    for entry in _plugin_entry_points():
         try:
             loaded = entry.load()
         except Exception as exc:  # a broken third-party plugin must not stop the others
