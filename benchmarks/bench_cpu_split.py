@@ -14,13 +14,22 @@ caches): rounds alternate the two measurements and the ratios are taken per roun
 
 ``--count worker|limit|trainer`` runs one part alone in this process for callgrind (see
 ``--instructions``): ``worker`` is worker 0's chain as a worker runs it (torch's worker info
-set, each batch test-pickled, its state sent as bytes) plus the pickling torch's queue does
+set, each item pickled, its state sent as bytes) plus the pickling torch's queue does
 (the image tensor through the batch memory pool); ``limit`` the decode-only loop; the
 instruction count of ``N`` batches minus that of none, over the samples, is each part's
 cost, start-up cancelled. ``--instructions`` runs the callgrind pairs and prints the table.
 ``--count tar`` parses the first shard's first 500 samples ``--batches`` times
 (``tar_loop``): the tar walk's instructions per sample are the callgrind difference of
 ``--batches 10`` and ``--batches 0`` over 5,000.
+
+``--steps``: instructions per sample by step, each counted as a phase of one process under
+callgrind with its start-up left uncounted (``callgrind.phases``): ``STEP_SAMPLES`` raw
+samples built ``--batches`` times through the chain's ``Encode`` stage, less the same
+samples' decoding as the limit does it (what is left is the sample build and the decode
+dispatch), the whole chain over as many samples, and the worker's loop of ``--count worker``
+(chain, state, the item's pickle, the queue's pickle) over as many samples (10 batches per
+loop) after 5 warm-up batches, and the decode-only limit's loop (``--count limit``) the same
+way.
 
 ``--profile``: where a worker's CPU goes, step by step, against the limit's: both loops run
 in this process under a sampling profiler (``SIGPROF`` every 0.5 ms of CPU time; each sample
@@ -104,28 +113,42 @@ def limit_cpu(root: Path, samples: int) -> float:
     return (time.thread_time() - cpu) / samples * 1e6
 
 
-def worker_loop(root: Path, workers: int, batches: int) -> None:
-    """Worker 0's chain and the queue's pickling, in this process (``--count worker``)."""
+def worker_loop(root: Path, workers: int, batches: int, marks: bool = False) -> None:
+    """Worker 0's chain and the queue's pickling, in this process (``--count worker``).
+    ``marks``: for :func:`callgrind.phases`, the ``batches`` after the 5 warm-up ones are a
+    phase of their own (``--count worker-phases``)."""
     from multiprocessing.reduction import ForkingPickler
 
     from torch.utils.data._utils import worker as torch_worker
 
-    from energon_lite.batching.memory import BatchMemoryPool
+    from energon_lite.batching.memory import BatchMemoryPool, Held
+
+    class RecordingPool(BatchMemoryPool):
+        """Keeps what each batch holds: the items come out pickled, as a worker sends them."""
+
+        def collect(self) -> Held:
+            held.append(super().collect())
+            return held[-1]
 
     dataset = w1_dataset(root, workers)
     # as in torch's worker 0 (a private name: a benchmark's shortcut, not the loader's)
     torch_worker._worker_info = torch_worker.WorkerInfo(
         id=0, num_workers=workers, seed=0, dataset=dataset
     )
-    pool = BatchMemoryPool(workers, 3)
-    held: list[Any] = []
+    pool = RecordingPool(workers, 3)
+    held: list[Held] = []
     items = dataset.iter_with_state(None, 0, 0, memory=pool)
-    for item in itertools.islice(items, 5 + batches):  # 5 warm-up batches, as for the limit
+    if marks:
+        callgrind.ready()
+    for index, item in enumerate(itertools.islice(items, 5 + batches)):
+        if marks and index == 5:  # after 5 warm-up batches, as for the limit
+            callgrind.mark()
         ForkingPickler.dumps(item)
-        held.append(item[-1])
         if len(held) > 2:  # the trainer lets go of a batch two batches later
             for slot, _ in held.pop(0).segments:
                 pool.flags[0, slot] = 0
+    if marks:
+        callgrind.mark()
     torch_worker._worker_info = None
 
 
@@ -147,12 +170,92 @@ def tar_loop(root: Path, loops: int) -> None:
             parse_sample(view[start:end], start, path)
 
 
+STEP_SAMPLES = 320  # ``--steps``: raw samples built again and again, as a worker builds them
+
+
+def steps_loop(root: Path, workers: int, loops: int) -> None:
+    """``--steps`` (run under callgrind by :func:`step_instructions`): worker 0's chain in this
+    process; phases: ``encode`` builds ``STEP_SAMPLES`` raw samples (as the shuffle buffer
+    hands them out) ``loops`` times through the chain's ``Encode`` stage, ``decode`` decodes
+    their parts as the limit does, ``chain`` runs the whole chain for as many samples."""
+    import torch
+
+    from energon_lite.decode.image import decode_image
+    from energon_lite.stages.encode import Encode
+
+    torch.set_num_threads(1)
+    dataset = w1_dataset(root, workers)
+    chain = dataset.pipeline.build(dataset.worker_config.slot(0, 0))
+    chain.restore_state(None)
+    encode = chain
+    while not isinstance(encode, Encode):
+        encode = encode.source
+    for _ in range(3):  # the chain started: the buffer full, the first batches made
+        chain.next()
+    raws = [encode.source.next() for _ in range(STEP_SAMPLES)]
+    callgrind.ready()
+    callgrind.mark()  # the phase before (set-up) is left out
+    with chain.context.running():
+        for _ in range(loops):
+            for raw in raws:
+                encode.encode(raw)
+    callgrind.mark()
+    for _ in range(loops):
+        for raw in raws:
+            decode_image(raw["jpg"], "torchrgb")
+            bytes(raw["txt"]).decode("utf-8")
+    callgrind.mark()
+    for _ in range(loops * STEP_SAMPLES // BATCH_SIZE):
+        chain.next()
+    callgrind.mark()
+
+
+def step_instructions(root: Path, workers: int, loops: int) -> dict[str, float]:
+    """``--steps``: instructions per sample of the sample build (``Encode`` less the decode
+    itself), of the whole chain (no pickling) and of the worker (``--count worker``'s loop:
+    the chain, the state sent, the item pickled, the queue's pickle), each counted by phase
+    in a process whose start-up is not counted (callgrind's instrumentation off until then)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def run(part: str, n: int) -> list[Any]:
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--count", part]
+        cmd += ["--samples", str(SAMPLES[0]), "--batches", str(n), "--workers", str(workers)]
+        return callgrind.phases(cmd, {**os.environ, "PYTHONHASHSEED": "0"})[1]
+
+    batches = loops * STEP_SAMPLES // BATCH_SIZE
+    with ThreadPoolExecutor(3) as pool:
+        steps = pool.submit(run, "steps", loops)
+        worker = pool.submit(run, "worker-phases", batches)
+        limit = pool.submit(run, "limit-phases", batches)
+        phases, worker_phases, limit_phases = steps.result(), worker.result(), limit.result()
+    encode, decode, chain = (sum(phases[i].values()) / (loops * STEP_SAMPLES) for i in (1, 2, 3))
+    return {
+        "encode": encode,
+        "decode": decode,
+        "build": encode - decode,
+        "chain": chain,
+        "worker": sum(worker_phases[1].values()) / (loops * STEP_SAMPLES),
+        "limit": sum(limit_phases[1].values()) / (loops * STEP_SAMPLES),
+    }
+
+
 def counted(root: Path, part: str, batches: int, workers: int) -> None:
     import torch
 
     torch.set_num_threads(1)
     if part == "tar":
         tar_loop(root, batches)
+    elif part == "steps":
+        steps_loop(root, workers, batches)
+    elif part == "worker-phases":
+        worker_loop(root, workers, batches, marks=True)
+    elif part == "limit-phases":
+        dataset, indices = limit_samples(root, (5 + batches) * BATCH_SIZE)
+        callgrind.ready()
+        limit_loop(dataset, indices[: 5 * BATCH_SIZE])  # 5 warm-up batches, as the worker's
+        callgrind.mark()
+        limit_loop(dataset, indices[5 * BATCH_SIZE :])
+        callgrind.mark()
     elif part == "worker":
         worker_loop(root, workers, batches)
     else:
@@ -187,7 +290,7 @@ STEPS = (
     ("uint8 HWC -> float CHW (into the batch)", ("image.py:_planar_from_hwc",)),
     ("read + tar parse", ("reader.py:next", "bench_pipeline.py:read_parts")),
     ("shuffle buffer", ("shuffle.py:next",)),
-    ("test-pickle + queue pickle", ("transport.py:check_sendable", "reduction.py:dumps")),
+    ("item pickle + queue pickle", ("transport.py:pickled_item", "reduction.py:dumps")),
     ("state save + send", ("savable_dataset.py:_save", "sent_state.py:__call__")),
     ("slab + collate", ("batch.py:collate_or_skip", "memory.py:collect")),
     ("sample build, decode dispatch", ("encode.py:next", "bench_cpu_split.py:limit_loop")),
@@ -248,7 +351,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--instructions", action="store_true", help="count under callgrind")
     parser.add_argument("--profile", action="store_true", help="CPU per step, sampled")
-    parser.add_argument("--count", choices=("worker", "limit", "tar"), help=argparse.SUPPRESS)
+    parser.add_argument("--steps", action="store_true", help="count steps under callgrind")
+    parser.add_argument(
+        "--count",
+        choices=("worker", "limit", "tar", "steps", "worker-phases", "limit-phases"),
+        help=argparse.SUPPRESS,
+    )
     args = parser.parse_args(argv)
     SAMPLES[0] = args.samples
     root = build_dataset(args.samples)
@@ -260,6 +368,9 @@ def main(argv: list[str] | None = None) -> None:
 
         torch.set_num_threads(1)
         profiles(root, args.workers, args.batches, args.rounds)
+        return
+    if args.steps:
+        print(RESULT + json.dumps(step_instructions(root, args.workers, args.batches)), flush=True)
         return
     if args.instructions:
         counts = instructions(root, args.batches, args.workers)

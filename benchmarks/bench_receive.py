@@ -132,7 +132,8 @@ def worker_items(root: Path, workers: int, items: int) -> list[bytes]:
         id=0, num_workers=workers, seed=0, dataset=dataset
     )
     sent: list[bytes] = []
-    for logical, batch, state in itertools.islice(dataset.iter_with_state(None, 0, 0), items):
+    for item in itertools.islice(dataset.iter_with_state(None, 0, 0), items):
+        logical, batch, state = pickle.loads(item.data)  # a worker yields its item pickled
         batch = dataclasses.replace(batch, image=None)  # the tensor travels as a descriptor
         sent.append(bytes(ForkingPickler.dumps((logical, batch, state))))  # as torch's queue
     torch_worker._worker_info = None

@@ -54,3 +54,25 @@ def test_other_parts() -> None:
     assert decoder.decode_part("bin", b"\x00\x01") == b"\x00\x01"
     raw = {"__key__": "k", "jpg": b"...", "txt": b"a"}
     assert decoder.decode(raw, frozenset({"txt"})) == {"__key__": "k", "jpg": b"...", "txt": "a"}
+
+
+class Shouting(SampleDecoder):
+    """A subclass with its own ``decode_part``: the decoder must call it for every part."""
+
+    def decode_part(self, part: str, data: bytes) -> object:
+        return f"{part}:{bytes(data).decode().upper()}"
+
+
+def test_each_part_names_decoding_is_worked_out_once_and_keeps_every_rule() -> None:
+    raw = {"__key__": "k", "txt": b"hi", "label.cls": b"7", "x.txt": b"yo"}
+    plain = SampleDecoder()
+    for _ in range(2):  # the second sample reuses each name's function
+        assert plain.decode(raw) == {"__key__": "k", "txt": "hi", "label.cls": 7, "x.txt": "yo"}
+    # a decoders entry wins over the built-in one, as in decode_part
+    assert SampleDecoder(decoders={"txt": bytes.upper}).decode(raw)["x.txt"] == b"YO"
+    # a subclass's own decode_part is called, not the built-in functions
+    assert Shouting().decode(raw)["txt"] == "txt:HI"
+    # guessing from the content decides per sample: PNG bytes in a .txt part are an image
+    png = _png(np.zeros((2, 3, 3), dtype=np.uint8))
+    guessed = SampleDecoder(guess_content=True).decode({"a.txt": png, "b.txt": b"plain"})
+    assert guessed["a.txt"].shape == (3, 2, 3) and guessed["b.txt"] == "plain"

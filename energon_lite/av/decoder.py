@@ -321,9 +321,9 @@ class AVDecoder(EnergonAVMethods):
                 beyond = True
                 break
             width, height = size if size is not None else (frame.width, frame.height)
-            index = clip.slot(frame.pts, height, width)
-            if index is not None:
-                self._scaler.into(frame, size, clip.frames, index)
+            place = clip.place(frame.pts, height, width)
+            if place is not None:
+                self._scaler.into(frame, size, *place)
             else:
                 clip.more.append(self._scaler.rgb(frame, size))
             first = frame if first is None else first
@@ -558,16 +558,17 @@ class _ClipFrames:
         self.count = 0
         self.more: list[np.ndarray] = []
 
-    def slot(self, pts: int, height: int, width: int) -> int | None:
-        """Where the next frame (RGB, ``height`` x ``width``) goes in ``frames``; None when
-        it is kept apart in ``more`` (past the planned length, or another size)."""
+    def place(self, pts: int, height: int, width: int) -> tuple[rgb.Frames, int] | None:
+        """Where the next frame (RGB, ``height`` x ``width``) goes: ``frames`` and its index
+        there; None when it is kept apart in ``more`` (past the planned length, or another
+        size)."""
         if self.frames is None:
             planned = int(min((self.hi - pts) / self.step, _MAX_PLANNED - 1)) + 1
             self.frames = rgb.Frames(max(planned, 1), height, width)
         out = self.frames.array
         if not self.more and self.count < len(out) and out.shape[1:3] == (height, width):
             self.count += 1
-            return self.count - 1
+            return self.frames, self.count - 1
         return None
 
     def array(self) -> np.ndarray:

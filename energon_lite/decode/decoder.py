@@ -7,6 +7,7 @@ stay bytes. ``TaskEncoder.decoder = None`` keeps every part raw. Pickled parts (
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import io
 import json
@@ -35,6 +36,7 @@ INT_EXTS = frozenset({"cls", "cls2", "index", "inx", "id"})
 PICKLE_EXTS = frozenset({"pyd", "pickle"})
 AV_MODES = ("AVDecoder", "pyav", "torch")
 ALLOW_PICKLE_ENV = "ENERGON_LITE_ALLOW_PICKLE"
+_MAX_PART_NAMES = 256  # part names whose decoding function a decoder keeps
 
 
 def pickle_allowed_by_env() -> bool:
@@ -74,6 +76,10 @@ class SampleDecoder:
     image_size: tuple[int, int] | int | None = None
     image_draft: bool | float = True
     max_image_pixels: int | None = MAX_IMAGE_PIXELS
+    # part name -> its decoding function, worked out once per name (``part_decoder``)
+    _by_part: dict[str, Callable[[Any], Any]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         check_image_mode(self.image_decode)
@@ -109,6 +115,36 @@ class SampleDecoder:
             "video_decode_audio": self.video_decode_audio,
             "guess_content": self.guess_content,
         }
+
+    def part_decoder(self, part: str) -> Callable[[Any], Any]:
+        """What :meth:`decode_part` does with part ``part``'s bytes, as one function, worked
+        out once per part name (a dataset's samples repeat a few names): the extension is
+        looked up once, not per sample. Guessing from the content (or a subclass's own
+        ``decode_part``) decides per sample."""
+        fn = self._by_part.get(part)
+        if fn is not None:
+            return fn
+        ext = part.rsplit(".", 1)[-1].lower()
+        direct = not self.guess_content and type(self).decode_part is SampleDecoder.decode_part
+        if ext in self.decoders and direct:
+            fn = self.decoders[ext]
+        elif direct and ext in IMAGE_EXTS:
+            fn = functools.partial(
+                decode_image,
+                mode=self.image_decode,
+                size=cast("tuple[int, int] | None", self.image_size),  # normalised at init
+                draft=self.image_draft,
+                max_pixels=self.max_image_pixels,
+                name=part,
+            )
+        elif direct and ext in TEXT_EXTS:
+            fn = _utf8
+        else:
+            fn = functools.partial(self.decode_part, part)
+        if len(self._by_part) >= _MAX_PART_NAMES:
+            self._by_part.clear()
+        self._by_part[part] = fn
+        return fn
 
     def decode_part(self, part: str, data: bytes) -> Any:
         """Decode one part's bytes according to its extension (or content, if guessing)."""
@@ -189,7 +225,7 @@ class SampleDecoder:
                     guessed = guess_extension(value) if kind == "auto" else kind
                     name_as = f"{name}.{guessed}" if guessed else name
                 try:
-                    out[name] = self.decode_part(name if kind is None else name_as, value)
+                    out[name] = self.part_decoder(name if kind is None else name_as)(value)
                 except ConfigError as exc:
                     raise ConfigError(f"sample {raw.get('__key__')!r}: {exc}") from None
                 except MediaDecodeError as exc:  # the file and the sample, for the log
@@ -203,6 +239,10 @@ class SampleDecoder:
     def __call__(self, sample: dict[str, Any]) -> dict[str, Any]:
         """Decode every part of a raw sample dict (Energon's ``decoder(sample)``)."""
         return self.decode(sample)
+
+
+def _utf8(data: Any) -> str:
+    return bytes(data).decode("utf-8")
 
 
 def _cannot_decode(raw: dict[str, Any], part: str, data: Any, exc: OSError) -> str:

@@ -14,7 +14,11 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from energon_lite.errors import ConfigError, UnsavableStateError, restoring
 from energon_lite.loader.probe import ChainProbe
-from energon_lite.loader.transport import check_descriptors_travel, check_sendable
+from energon_lite.loader.transport import (
+    check_descriptors_travel,
+    check_sendable,
+    pickled_item,
+)
 from energon_lite.loader.watchdog import Watchdog
 from energon_lite.pipeline.dataset_pipeline import DatasetPipeline, Pipeline
 from energon_lite.resume.sent_state import StateSender
@@ -56,8 +60,7 @@ class SavableDataset(IterableDataset[T_sample], Generic[T_sample]):
         self.shard_cache = shard_cache  # made this process's cache where the chain runs
 
     def __iter__(self) -> Iterator[Any]:
-        for _, batch, _ in self.iter_with_state(None, 0, 0, save_states=False):
-            yield batch
+        return self.iter_with_state(None, 0, 0, save_states=False, batch_only=True)
 
     def iter_with_state(
         self,
@@ -69,18 +72,21 @@ class SavableDataset(IterableDataset[T_sample], Generic[T_sample]):
         stats: bool = False,
         memory: BatchMemoryPool | None = None,
         trace_events: int = 0,
-    ) -> Iterator[tuple[Any, ...]]:
+        batch_only: bool = False,
+    ) -> Iterator[Any]:
         """Run the chain of the calling worker; yield ``(logical worker, batch, state)``,
         plus a :class:`~energon_lite.loader.probe.ChainProbe` snapshot when ``stats``, plus
         the batch's :class:`~energon_lite.batching.memory.Held` segments when ``memory`` is
         given (in a worker process, batches are then built in that pool's segments).
         ``trace_events``: the probe also keeps up to that many stage calls as events
-        (:mod:`energon_lite.loader.trace`).
+        (:mod:`energon_lite.loader.trace`). ``batch_only``: yield the batches alone (the
+        dataset iterated as a plain torch ``IterableDataset``).
 
         In a worker process the state is sent as bytes, pickled apart from the batch
         (:mod:`energon_lite.resume.sent_state`: the trainer decodes it only when a save
-        asks), and every batch is test-pickled first (an unpicklable batch would
-        hang torch's queue). ``watchdog=(timeout, initial_timeout)`` (or the dataset's own,
+        asks), and each item is yielded pickled once (:mod:`energon_lite.loader.transport`;
+        a batch alone is test-pickled): an unpicklable batch raises here instead of hanging
+        torch's queue. ``watchdog=(timeout, initial_timeout)`` (or the dataset's own,
         ``watch_settings``) starts a :class:`~energon_lite.loader.watchdog.Watchdog` that
         logs where a stalled worker (or, without workers, the loading thread) is.
         """
@@ -122,8 +128,6 @@ class SavableDataset(IterableDataset[T_sample], Generic[T_sample]):
                     return
                 if probe is not None:
                     probe.produced()
-                if in_worker:
-                    check_sendable(batch, logical)
                 if logging:
                     keys = default_get_batch_keys(batch)
                     wc.worker_log(
@@ -141,8 +145,13 @@ class SavableDataset(IterableDataset[T_sample], Generic[T_sample]):
                     extra += (
                         pool.collect() if pool is not None else memory.held_nothing(physical),
                     )
-                out = [(logical, batch, state, *extra)]
-                del batch  # while suspended this frame holds no batch: a worker builds the
+                item: Any = batch if batch_only else (logical, batch, state, *extra)
+                if in_worker and batch_only:  # torch's queue pickles it: test it first
+                    check_sendable(batch, logical)
+                elif in_worker:  # pickled here, once: torch's queue copies the bytes
+                    item = pickled_item(item, batch, logical)
+                out = [item]
+                del batch, item  # while suspended this frame holds no batch: a worker builds the
                 if dog is not None:
                     # waiting for the trainer is not a stall of the loader: its step (no
                     # workers), or in a worker torch's wait for the next batch to be asked

@@ -1,25 +1,34 @@
-"""Checks that a batch can travel from a worker process to the trainer.
+"""How a worker's item (batch, state, held segments) travels to the trainer process.
 
-torch's worker queue pickles each batch in a feeder thread; when that fails, the thread
-prints a traceback and drops the batch, and the trainer waits for it forever. So every
-batch is test-pickled in the worker first, cheaply: tensors and arrays are skipped (they
-always pickle, and their bytes would dominate the cost), so only the Python structure around
-them (sample classes, lists of keys, user objects) is walked.
+torch's worker queue pickles each item in a feeder thread; when that fails, the thread prints
+a traceback and drops the item, and the trainer waits for it forever. So the worker pickles
+each item itself, in its main thread (:func:`pickled_item`), with the queue's own pickler
+(``ForkingPickler``, where torch registers its tensor reducers: tensors still travel as
+shared memory, the pool's segments as :mod:`energon_lite.batching.memory` sends them), and a
+failure is a :class:`~energon_lite.errors.ConfigError` naming the batch's keys. The queue
+then gets :class:`PickledItem`, whose unpickling in the trainer gives back the item: the
+feeder thread only copies its bytes. Until the worker did this, every batch was pickled twice
+(once to test it, once by the queue). The item is one pickle, batch and held segments
+together, because the trainer checks that a batch's tensors and its ``Held`` entry share one
+storage object, which only one pickle's memo gives. The dataset iterated by a plain torch
+``DataLoader`` yields its batches as they are (its ``collate_fn`` gets them), test-pickled
+first as before (:func:`check_sendable`), and the queue pickles them.
 
 Tensors themselves travel as file descriptors (torch's default sharing strategy on Linux),
 handed over by ``multiprocessing``'s resource sharer, which listens on a Unix socket in the
 worker's temp folder (``$TMPDIR/pymp-XXXXXXXX/listener-XXXXXXXX``). A socket path has at
 most 107 bytes on Linux, so a ``TMPDIR`` of 76 or more characters makes every batch with a
-tensor fail in that feeder thread (only recent Pythons fall back to ``/tmp`` on their own),
-and the run hangs without a word. Each worker therefore binds that socket once when it
-starts; a refusal is a :class:`~energon_lite.errors.ConfigError` naming the folder, raised
-in the trainer as any worker's error is.
+tensor fail in the trainer (only recent Pythons fall back to ``/tmp`` on their own), and the
+run hangs without a word. Each worker therefore binds that socket once when it starts; a
+refusal is a :class:`~energon_lite.errors.ConfigError` naming the folder, raised in the
+trainer as any worker's error is.
 """
 
 from __future__ import annotations
 
 import io
 import os
+import pickle
 import socket
 import tempfile
 from multiprocessing import connection
@@ -32,6 +41,29 @@ import torch.multiprocessing
 
 from energon_lite.errors import ConfigError
 from energon_lite.samples.types import basic_sample_keys
+
+
+class PickledItem:
+    """A worker's item pickled by :func:`pickled_item`; unpickled, the item itself."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def __reduce__(self) -> tuple[Any, tuple[bytes]]:
+        return pickle.loads, (self.data,)
+
+
+def pickled_item(item: tuple[Any, ...], batch: Any, worker: int) -> PickledItem:
+    """``item`` (which holds ``batch``) pickled as torch's queue would pickle it; a
+    ConfigError naming the batch's keys if it cannot be."""
+    buffer = io.BytesIO()
+    try:
+        ForkingPickler(buffer, pickle.HIGHEST_PROTOCOL).dump(item)
+    except Exception as exc:
+        raise _unsendable(batch, worker, exc) from exc
+    return PickledItem(buffer.getvalue())
 
 
 class _NullSink(io.RawIOBase):
@@ -52,18 +84,25 @@ class _StructurePickler(ForkingPickler):
 
 
 def check_sendable(batch: Any, worker: int) -> None:
-    """Raise a ConfigError naming the batch's keys if torch's queue could not send it."""
+    """Raise a ConfigError naming the batch's keys if torch's queue could not send it: the
+    batch's structure test-pickled, tensors and arrays skipped. For a worker whose batches
+    torch's queue pickles itself (the dataset iterated by a plain torch ``DataLoader``, whose
+    ``collate_fn`` gets the batch as it is)."""
     try:
         _StructurePickler(_NullSink(), -1).dump(batch)
     except Exception as exc:
-        keys = basic_sample_keys(batch)["__key__"] if not isinstance(batch, (list, tuple)) else None
-        raise ConfigError(
-            f"worker {worker}: a batch of type {type(batch).__module__}.{type(batch).__qualname__} "
-            f"(keys {keys!r}) cannot be pickled to send it to the trainer process "
-            f"({type(exc).__name__}: {exc}); define sample and batch classes at module level "
-            "in an importable module and keep unpicklable objects (locks, open files, "
-            "lambdas, generators) out of batches"
-        ) from exc
+        raise _unsendable(batch, worker, exc) from exc
+
+
+def _unsendable(batch: Any, worker: int, exc: Exception) -> ConfigError:
+    keys = basic_sample_keys(batch)["__key__"] if not isinstance(batch, (list, tuple)) else None
+    return ConfigError(
+        f"worker {worker}: a batch of type {type(batch).__module__}.{type(batch).__qualname__} "
+        f"(keys {keys!r}) cannot be pickled to send it to the trainer process "
+        f"({type(exc).__name__}: {exc}); define sample and batch classes at module level "
+        "in an importable module and keep unpicklable objects (locks, open files, "
+        "lambdas, generators) out of batches"
+    )
 
 
 def check_descriptors_travel(worker: int) -> None:

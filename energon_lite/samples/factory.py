@@ -9,6 +9,7 @@ resolve to energon_lite's classes, so Energon datasets load unchanged.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import re
 from collections.abc import Callable, Sequence
@@ -32,7 +33,7 @@ from energon_lite.samples.resolver import (
     trusted_joiner,
     upgrade_legacy_config,
 )
-from energon_lite.samples.types import SourceInfo
+from energon_lite.samples.types import source_record
 from energon_lite.state.restore_key import SampleKey
 from energon_lite.storage import StoragePath, as_path
 from energon_lite.storage.ops import local_copy
@@ -40,6 +41,7 @@ from energon_lite.storage.ops import local_copy
 _INDEX = re.compile(r"\[([^\]]*)\]")
 CRUDE_CLASSES = ("CrudeWebdataset", "DefaultCrudeWebdataset")
 PART_TYPES = "__part_types__"  # a source's config: ``SampleDecoder.decode``'s ``types``
+_MAX_PART_SETS = 64  # sets of part names whose file-name suffixes a factory keeps
 
 
 def _load_function(
@@ -164,6 +166,9 @@ class SampleFactory:
         self.joined: list[tuple[SampleFactory, dict[str, Any] | None]] | None = None
         # the dataset's own factory class's decoder (TASK_ENCODER_DECODER: the task encoder's)
         self.own_decoder: Any = TASK_ENCODER_DECODER
+        # (field, part) of each field when every field is a whole part (no json[...] paths)
+        self._whole_parts: tuple[tuple[str, str], ...] | None = None
+        self._suffixes: dict[tuple[str, ...], tuple[str, ...]] = {}  # part names -> ".ext"s
         if self.crude:
             return
         if config.get("__class__") == "JoinedWebdataset":  # a join: one factory per dataset
@@ -185,6 +190,8 @@ class SampleFactory:
         if "field_map" in config:
             self.fields = {k: _parse_field(str(v), where) for k, v in config["field_map"].items()}
             self.parts = frozenset(part for part, _ in self.fields.values())
+            if not any(path for _, path in self.fields.values()):
+                self._whole_parts = tuple((name, part) for name, (part, _) in self.fields.items())
         elif "sample_loader" in config:
             self.loader = _load_function(config["sample_loader"], meta_dir, where, modules)
             if "part_filter" in config:
@@ -207,35 +214,61 @@ class SampleFactory:
         if self.part_filter is not None:
             raw = {k: v for k, v in raw.items() if k.startswith("__") or self.part_filter(k)}
         decoded = self._decode(raw, decoder)
-        restore_key = raw["__restore_key__"]
-        source = SourceInfo(
-            dataset_path=self._source_path,
-            index=self._index(restore_key)
-            if isinstance(restore_key, SampleKey)
-            else raw["__key__"],
-            shard_name=raw.get("__shard__", ""),
-            file_names=tuple(
-                f"{raw['__key__']}.{part}" for part in raw if not part.startswith("__")
-            ),
+        key, restore_key = raw["__key__"], raw["__restore_key__"]
+        source = source_record(
+            self._source_path,
+            self._index(restore_key) if isinstance(restore_key, SampleKey) else key,
+            raw.get("__shard__", ""),
+            self._file_names(raw, key),
         )
-        keys = {
-            "__key__": raw["__key__"],
-            "__restore_key__": restore_key,
-            "__subflavors__": subflavors,
-            "__sources__": (source,),
-        }
-        if self.crude:
-            crude = CrudeSample({**decoded, **keys})
-            crude.aux_stores = self.aux
-            crude.primary_store = self.primary
-            return crude
-        assert self.sample_type is not None  # set whenever not crude
-        if self.loader is not None:
+        if self.crude or self.loader is not None:
+            keys = {
+                "__key__": key,
+                "__restore_key__": restore_key,
+                "__subflavors__": subflavors,
+                "__sources__": (source,),
+            }
+            if self.crude:
+                crude = CrudeSample({**decoded, **keys})
+                crude.aux_stores = self.aux
+                crude.primary_store = self.primary
+                return crude
+            assert self.sample_type is not None and self.loader is not None
             fields = self.loader(decoded)
             if "__key__" in fields:  # as in Energon, a sample_loader may set the key (only)
                 keys["__key__"] = fields["__key__"]
             fields = {k: v for k, v in fields.items() if not k.startswith("__")}
             return self.sample_type(**keys, **fields)
+        assert self.sample_type is not None  # set whenever not crude
+        values = None
+        if self._whole_parts is not None:  # each field is one part, as it was decoded
+            with contextlib.suppress(KeyError):  # a part is missing: the loop below names it
+                values = {name: decoded[part] for name, part in self._whole_parts}
+        if values is None:
+            values = self._field_values(raw, decoded)
+        return self.sample_type(
+            __key__=key,
+            __restore_key__=restore_key,
+            __subflavors__=subflavors,
+            __sources__=(source,),
+            **values,
+        )
+
+    def _file_names(self, raw: dict[str, Any], key: Any) -> tuple[str, ...]:
+        """``<key>.<part>`` of each part of ``raw``; the parts' suffixes are worked out once
+        per set of part names (a dataset's samples mostly share one)."""
+        names = tuple(raw)
+        suffixes = self._suffixes.get(names)
+        if suffixes is None:
+            suffixes = tuple(f".{part}" for part in names if not part.startswith("__"))
+            if len(self._suffixes) >= _MAX_PART_SETS:
+                self._suffixes.clear()
+            self._suffixes[names] = suffixes
+        prefix = key if type(key) is str else f"{key}"
+        return tuple([prefix + suffix for suffix in suffixes])
+
+    def _field_values(self, raw: dict[str, Any], decoded: dict[str, Any]) -> dict[str, Any]:
+        """Each field's value: its part, or the entry its path names in that part."""
         values = {}
         for name, (part, path) in self.fields.items():
             if part not in decoded:
@@ -254,7 +287,7 @@ class SampleFactory:
                     + f" does not resolve ({type(exc).__name__}: {exc})"
                 ) from None
             values[name] = value
-        return self.sample_type(**keys, **values)
+        return values
 
     def _decode(self, raw: dict[str, Any], decoder: SampleDecoder | None) -> dict[str, Any]:
         if self.own_decoder is TASK_ENCODER_DECODER:

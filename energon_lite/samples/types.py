@@ -53,18 +53,31 @@ class SourceInfo:
         # Every batch a worker sends carries one per sample: rebuilt in the trainer from a
         # plain tuple, not by dataclasses' generic __setstate__ (which looks up the fields
         # again for each one): about a third fewer instructions
-        return (_source_info, (self.dataset_path, self.index, self.shard_name, self.file_names))
+        return (source_record, (self.dataset_path, self.index, self.shard_name, self.file_names))
 
 
-def _source_info(
+_SOURCE_SETTERS = tuple(getattr(SourceInfo, name).__set__ for name in SourceInfo.BATCH_COLUMNS)
+
+
+def source_record(
     dataset_path: EPath | str,
     index: int | str | None,
     shard_name: str | None,
     file_names: tuple[str, ...],
 ) -> SourceInfo:
-    return SourceInfo(
-        dataset_path=dataset_path, index=index, shard_name=shard_name, file_names=file_names
-    )
+    """``SourceInfo(dataset_path=..., ...)``, equal to it, made at a third of the cost (one per
+    sample read): without the frozen dataclass's ``__init__``, each slot set by its descriptor,
+    as a dataclass's own ``__init__`` and unpickling do."""
+    record = object.__new__(SourceInfo)
+    path, at, shard, files = _SOURCE_SETTERS
+    path(record, dataset_path)
+    at(record, index)
+    shard(record, shard_name)
+    files(record, file_names)
+    return record
+
+
+_source_info = source_record  # the name pickles made before source_record refer to
 
 
 # Energon's layout: the key fields are keyword-only and live in slots, so a subclass may add

@@ -160,11 +160,10 @@ class Encode(Stage):
         index.sample = self._calls - 1
         if self.counts_batches:
             index.batch = self._calls - 1
-        self._hook_context()
+        self._hook_context(index)
         index.read = False
 
-    def _hook_context(self) -> None:
-        index = self.context.index
+    def _hook_context(self, index: HookIndex) -> None:
         index.seeds, index.seed_offset = self._seeds, self.seed
         if self._seeds != SEEDS_BY_KEY:
             index.global_worker = self.worker
@@ -214,8 +213,8 @@ class Encode(Stage):
         return self._indexed_output(_with_restore_key(out, key), key)
 
     def fetch(self, restore_key: Any) -> Any:
-        self._hook_context()  # this chain's seeding form, also for a key without indices
         index = self.context.index
+        self._hook_context(index)  # this chain's seeding form, also for a key without indices
         if isinstance(restore_key, IndexKey):
             with index.replay(restore_key.worker, restore_key.batch, restore_key.sample):
                 out = self._fetch(restore_key.parent)

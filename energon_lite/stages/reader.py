@@ -164,9 +164,6 @@ class Reader(Stage):
             bounds = self._bounds_cache[slice_id] = self.slice_bounds(slice_id)
         return bounds
 
-    def _end(self, slice_id: int) -> int:
-        return self._bounds(slice_id)[2]
-
     def open_slice_error(self, slice_id: int, position: int) -> str | None:
         """Why an open slice ``[slice_id, position]`` of a saved state is outside this
         leaf's plan, or None: the rule of this restore and of an elastic one."""
@@ -230,7 +227,8 @@ class Reader(Stage):
             self._next = 0
         choice = 0
         if self.shuffle and len(self._open) > 1:
-            left = [self._end(s) - pos for s, pos in self._open]
+            bounds = self._bounds  # (a sample's choice weighs what each open slice has left)
+            left = [bounds(s)[2] - pos for s, pos in self._open]
             target = self._rng.random() * sum(left)
             while choice < len(left) - 1 and target >= left[choice]:
                 target -= left[choice]
