@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.metadata
+import importlib.util
 import io
 import subprocess
 import warnings
@@ -44,16 +45,31 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 # Test modules that leave their xdist worker holding large libraries (the S3 server and
-# clients, Arrow, the trainers of the runnable guides): they run after the others, so that
-# the many loaders with forked workers before them fork from a smaller process. Forking
-# and the copy-on-write faults after it cost system time in proportion to what the
-# parent holds; the order changes no test's outcome (xdist already orders tests freely).
+# clients, Arrow, torch's distributed checkpoint, matplotlib, the trainers of the runnable
+# guides; each imports them when it runs, not at collection: installed_or_skip below): they
+# run after the others, so that the many loaders with forked workers before them fork from
+# a smaller process. Forking and the copy-on-write faults after it cost system time in
+# proportion to what the parent holds; the order changes no test's outcome (xdist already
+# orders tests freely).
 _HEAVY_LAST = ("test_docs", "test_remote", "test_tables", "test_msc_", "test_prepare_cluster",
-               "test_shard_cache", "test_storage_session", "test_deep_imports")  # fmt: skip
+               "test_shard_cache", "test_storage_session", "test_deep_imports", "test_stateful",
+               "test_cli_checkpoint_dcp", "test_bench_report")  # fmt: skip
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: item.path.stem.startswith(_HEAVY_LAST))
+
+
+def installed_or_skip(*modules: str, reason: str | None = None) -> None:
+    """Skip the calling test module unless each of ``modules`` is installed, found without
+    importing it (``pytest.importorskip`` imports it). Every xdist worker collects every
+    module: a library imported at collection would sit in both workers from the start, and
+    each loader before the modules that use it would fork from a process that much larger
+    (S3's moto and s3fs, Arrow and Hugging Face datasets: over 150 MiB). The tests import
+    what they use when they run."""
+    for name in modules:
+        if importlib.util.find_spec(name) is None:
+            pytest.skip(reason or f"{name} is not installed", allow_module_level=True)
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:

@@ -12,14 +12,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import make_dataset, write_two_leaves
+from conftest import installed_or_skip, make_dataset, write_two_leaves
 from PIL import Image
-
-pytest.importorskip("matplotlib", reason="pip install 'energon-lite[plot]'")
 
 from energon_lite.cli import main
 from energon_lite.cli.bench import run_bench
 from energon_lite.cli.bench_report import PLOTS
+
+installed_or_skip("matplotlib", reason="pip install 'energon-lite[plot]'")
 
 CHROMIUM = "/usr/bin/chromium"
 ORANGE, BLUE = (255, 127, 14), (31, 119, 180)  # the stage bars, the throughput line

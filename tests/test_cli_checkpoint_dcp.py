@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.distributed.checkpoint as dcp
 from conftest import make_dataset, run_cli
 
 from energon_lite import WorkerConfig, get_savable_loader, get_train_dataset
@@ -33,6 +32,8 @@ def _loader(root: Path, rank: int, world: int):
 
 
 def _dcp_save(value: dict, folder: Path) -> None:
+    import torch.distributed.checkpoint as dcp
+
     with warnings.catch_warnings():  # "assuming ... a single process"
         warnings.simplefilter("ignore", UserWarning)
         dcp.save(value, checkpoint_id=folder, no_dist=True)
@@ -65,6 +66,8 @@ def test_info_shows_the_step_the_datasets_and_the_ranks(saved) -> None:
 
 
 def test_redist_writes_a_dcp_folder_the_new_layout_loads(saved, tmp_path: Path) -> None:
+    import torch.distributed.checkpoint as dcp
+
     root, folder, delivered = saved
     out = tmp_path / "three"
     args = ["redist", str(folder), "--world-size", "3", "--num-workers", "0", "-o", str(out)]

@@ -19,12 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-pytest.importorskip("multistorageclient")
-pytest.importorskip("moto")
-pytest.importorskip("s3fs")
-
-from conftest import make_dataset
+from conftest import installed_or_skip, make_dataset
 from s3_fixtures import env, proxy, s3  # noqa: F401 (fixtures: moto, its counting proxy, env)
 from test_remote import _keys_and_pixels, _train
 
@@ -37,6 +32,8 @@ from energon_lite.storage import STATS, RemotePath, ranged, reset_session
 from energon_lite.synth.servers import TEST_CREDENTIALS, FaultProxy, S3Server
 from energon_lite.synth.shards import make_image
 from energon_lite.testing import assert_loader_resumes, take
+
+installed_or_skip("multistorageclient", "moto", "s3fs")
 
 SECRET = TEST_CREDENTIALS["secret"]
 BUCKET = "mscdata"

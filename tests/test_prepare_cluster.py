@@ -12,12 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import installed_or_skip, make_dataset
 from s3_fixtures import point_aws_at
-
-pytest.importorskip("moto")
-pytest.importorskip("s3fs")
-
-from conftest import make_dataset
 
 from energon_lite import prepare_dataset
 from energon_lite.cli import main as cli_main
@@ -27,6 +23,8 @@ from energon_lite.shards.prepare_journal import JOURNAL_DIR
 from energon_lite.shards.tar_index import scan_shard
 from energon_lite.synth.servers import S3Server
 from energon_lite.synth.shards import write_captioning_shards
+
+installed_or_skip("moto", "s3fs")
 
 OPTIONS = {"split_ratio": [("train", 1)], "sample_type": "CaptioningSample",
            "field_map": {"image": "jpg", "caption": "txt"}, "progress": False}  # fmt: skip

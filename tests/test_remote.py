@@ -18,11 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-pytest.importorskip("moto")
-pytest.importorskip("s3fs")
-
-from conftest import make_dataset
+from conftest import installed_or_skip, make_dataset
 
 from energon_lite import (
     Cooker,
@@ -43,6 +39,8 @@ from energon_lite.synth.lines import write_caption_jsonl
 from energon_lite.synth.servers import TEST_CREDENTIALS, FaultProxy, RangeHTTPServer, S3Server
 from energon_lite.synth.shards import write_captioning_shards
 from energon_lite.testing import assert_loader_resumes, take
+
+installed_or_skip("moto", "s3fs")
 
 SECRET = TEST_CREDENTIALS["secret"]
 

@@ -10,10 +10,7 @@ from typing import Any
 
 import pytest
 import s3_fixtures
-
-pytest.importorskip("moto")
-pytest.importorskip("s3fs")
-
+from conftest import installed_or_skip
 from test_crude import _crude_dataset
 
 from energon_lite import (
@@ -31,6 +28,8 @@ from energon_lite.flavors.jsonl import prepare_lines
 from energon_lite.synth.lines import write_caption_jsonl
 from energon_lite.synth.servers import S3Server, write_msc_config
 from energon_lite.testing import assert_loader_resumes
+
+installed_or_skip("moto", "s3fs")
 
 # the moto server, the counting proxy and each test's environment (tests/s3_fixtures.py)
 s3, proxy, env = s3_fixtures.s3, s3_fixtures.proxy, s3_fixtures.env

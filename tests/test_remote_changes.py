@@ -18,11 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-
-pytest.importorskip("moto")
-pytest.importorskip("s3fs")
-
-from conftest import make_dataset
+from conftest import installed_or_skip, make_dataset
 
 from energon_lite import WorkerConfig, get_savable_loader, get_train_dataset
 from energon_lite.errors import DatasetFormatError, RemoteStorageError
@@ -36,6 +32,8 @@ from energon_lite.synth.servers import (
     S3Server,
     write_msc_config,
 )
+
+installed_or_skip("moto", "s3fs")
 
 BUCKET = "changes"
 

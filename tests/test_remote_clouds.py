@@ -13,12 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import installed_or_skip, make_dataset
 from test_remote import _keys_and_pixels, _train
-
-pytest.importorskip("moto")
-pytest.importorskip("s3fs")
-
-from conftest import make_dataset
 
 from energon_lite.cli import main as cli_main
 from energon_lite.errors import DatasetFormatError, RemoteStorageError
@@ -27,6 +23,8 @@ from energon_lite.storage.ops import ObjectChangedError
 from energon_lite.synth.servers import TEST_CREDENTIALS, S3Server
 from energon_lite.synth.shards import write_captioning_shards
 from energon_lite.testing import assert_loader_resumes, take
+
+installed_or_skip("moto", "s3fs")
 
 CLOUDS = ["az", "gs"]
 

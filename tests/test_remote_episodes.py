@@ -10,11 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import installed_or_skip
 from s3_fixtures import point_aws_at
-
-pytest.importorskip("moto")
-pytest.importorskip("s3fs")
-pytest.importorskip("h5py")
 
 from energon_lite.flavors.episodes import (
     compute_norm_stats,
@@ -27,6 +24,8 @@ from energon_lite.storage import STATS, RangedFile, RemotePath
 from energon_lite.storage.ops import ObjectChangedError
 from energon_lite.synth.episodes import write_dataset
 from energon_lite.synth.servers import S3Server
+
+installed_or_skip("moto", "s3fs", "h5py")
 
 LENGTHS = [5, 3, 8, 2, 6, 4, 1, 7]
 CAMS = ["cam_high", "cam_left_wrist"]

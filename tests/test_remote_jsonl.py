@@ -7,9 +7,7 @@ from pathlib import Path
 
 import pytest
 import s3_fixtures
-
-pytest.importorskip("moto")
-pytest.importorskip("s3fs")
+from conftest import installed_or_skip
 
 from energon_lite import (
     Cooker,
@@ -26,6 +24,8 @@ from energon_lite.flavors.jsonl import prepare_lines
 from energon_lite.synth.lines import write_caption_jsonl
 from energon_lite.synth.servers import FaultProxy, S3Server
 from energon_lite.testing import assert_loader_resumes
+
+installed_or_skip("moto", "s3fs")
 
 # the moto server, the counting proxy and each test's environment (tests/s3_fixtures.py)
 s3, proxy, env = s3_fixtures.s3, s3_fixtures.proxy, s3_fixtures.env

@@ -9,10 +9,7 @@ from pathlib import Path
 
 import pytest
 import s3_fixtures
-
-pytest.importorskip("moto")
-pytest.importorskip("s3fs")
-pytest.importorskip("av")
+from conftest import installed_or_skip
 
 from energon_lite import WorkerConfig, get_savable_loader, get_train_dataset
 from energon_lite.errors import DatasetFormatError, TooManyFailuresError
@@ -20,6 +17,8 @@ from energon_lite.flavors.video_text import VideoTextTaskEncoder, prepare_video_
 from energon_lite.synth.servers import FaultProxy, S3Server
 from energon_lite.synth.video_text import make_media, write_table
 from energon_lite.testing import assert_loader_resumes, take
+
+installed_or_skip("moto", "s3fs", "av")
 
 # the moto server, the counting proxy and each test's environment (tests/s3_fixtures.py)
 s3, proxy, env = s3_fixtures.s3, s3_fixtures.proxy, s3_fixtures.env

@@ -9,10 +9,11 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-
-pytest.importorskip("s3fs")
+from conftest import installed_or_skip
 
 from energon_lite.storage import as_path, ops
+
+installed_or_skip("s3fs")
 
 
 class _Objects(BaseHTTPRequestHandler):

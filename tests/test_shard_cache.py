@@ -16,11 +16,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
-
-pytest.importorskip("moto")
-pytest.importorskip("s3fs")
-
-from conftest import make_dataset
+from conftest import installed_or_skip, make_dataset
 
 from energon_lite import WorkerConfig, get_savable_loader, get_train_dataset, get_val_dataset
 from energon_lite.errors import ConfigError, DatasetFormatError
@@ -28,6 +24,8 @@ from energon_lite.storage import cache_config, reset_session
 from energon_lite.storage.cache_config import ShardCacheConfig, parse_size
 from energon_lite.synth.servers import TEST_CREDENTIALS, FaultProxy, S3Server
 from energon_lite.testing import assert_loader_resumes
+
+installed_or_skip("moto", "s3fs")
 
 BUCKET = "cached"
 

@@ -15,9 +15,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint._nested_dict import flatten_state_dict
-from torch.distributed.checkpoint.stateful import Stateful
 
 from energon_lite import StateError, WorkerConfig, get_loader, get_savable_loader, get_train_dataset
 from energon_lite.loader.stateful import KEYS
@@ -50,6 +47,8 @@ def _weights_only(value):
 
 
 def test_state_dict_round_trips_weights_only_with_workers(train_ds: Path) -> None:
+    from torch.distributed.checkpoint.stateful import Stateful
+
     loader = _loader(train_ds, workers=2)
     assert isinstance(loader, Stateful)
     take(loader, 5)
@@ -69,6 +68,8 @@ def test_state_dict_round_trips_weights_only_with_workers(train_ds: Path) -> Non
 def test_dcp_keys_do_not_depend_on_progress_or_layout(train_ds: Path) -> None:
     """DCP loads only the keys a fresh loader's state_dict() has: they must be the same for
     a fresh loader, one part-way through, and a loader of another layout."""
+    from torch.distributed.checkpoint._nested_dict import flatten_state_dict
+
     fresh = _loader(train_ds, 0, 1, 0)
     moved = _loader(train_ds, 1, 2, 2)
     take(moved, 3)
@@ -82,6 +83,8 @@ def test_dcp_keys_do_not_depend_on_progress_or_layout(train_ds: Path) -> None:
     "ignore:torch.distributed is disabled, unavailable or uninit:UserWarning"
 )
 def test_dcp_in_one_process_restores_exactly(train_ds: Path, tmp_path: Path) -> None:
+    import torch.distributed.checkpoint as dcp
+
     loader = _loader(train_ds, workers=1)
     take(loader, 4)
     dcp.save({"dataloader": loader}, checkpoint_id=tmp_path / "ckpt", no_dist=True)

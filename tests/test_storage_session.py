@@ -13,11 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-
-pytest.importorskip("moto")
-pytest.importorskip("s3fs")
-
-from conftest import make_dataset
+from conftest import installed_or_skip, make_dataset
 from s3_fixtures import env, proxy, s3  # noqa: F401 (fixtures)
 
 from energon_lite import WorkerConfig, get_savable_loader, get_val_dataset
@@ -31,6 +27,8 @@ from energon_lite.storage import (
     session,
 )
 from energon_lite.synth.servers import FaultProxy, S3Server
+
+installed_or_skip("moto", "s3fs")
 
 BUCKET = "sessions"
 

@@ -10,9 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-pytest.importorskip("pyarrow")
-pytest.importorskip("datasets")
+from conftest import installed_or_skip
 
 from energon_lite import WorkerConfig, get_savable_loader, get_train_dataset, prepare_dataset
 from energon_lite.cli.main import main
@@ -20,6 +18,8 @@ from energon_lite.stages.mix import largest_remainder
 from energon_lite.synth.shards import write_captioning_shards
 from energon_lite.synth.tables import caption_rows, write_hf_parquet
 from energon_lite.testing import assert_loader_resumes, take
+
+installed_or_skip("pyarrow", "datasets")
 
 HUB, WEB = 48, 40  # samples of the Parquet set and of the tar set
 

@@ -8,16 +8,9 @@ import io
 import json
 from pathlib import Path
 
-import pytest
-
-pytest.importorskip("pyarrow")
-pytest.importorskip("datasets")
-
-import datasets
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
-from conftest import read_split
+import pytest
+from conftest import installed_or_skip, read_split
 from PIL import Image
 
 from energon_lite import CaptioningSample
@@ -28,6 +21,8 @@ from energon_lite.errors import DatasetFormatError
 from energon_lite.flavors.tables import TableSource
 from energon_lite.sources.kinds import kind_of
 from energon_lite.synth.tables import caption_rows, write_hf_parquet, write_save_to_disk
+
+installed_or_skip("pyarrow", "datasets")
 
 ROWS = caption_rows(30)
 
@@ -115,6 +110,10 @@ def test_configs_are_read_one_at_a_time_and_splits_by_file_name(tmp_path):
 def test_plain_parquet_with_binary_images_and_an_hf_image_without_bytes(tmp_path):
     """Files written by pyarrow alone: a binary column decoded by content, other columns as
     read; an ``Image`` struct holding only a path reads the file beside the Parquet file."""
+    import datasets
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     table = pa.table(
         {
             "jpg": [jpg for jpg, _ in ROWS[:3]],
@@ -140,6 +139,8 @@ def test_plain_parquet_with_binary_images_and_an_hf_image_without_bytes(tmp_path
 
 
 def test_a_save_to_disk_dataset_dict_reads_each_split(tmp_path):
+    import datasets
+
     folder = tmp_path / "disk"
     dataset = datasets.DatasetDict(
         {"train": datasets.Dataset.from_dict({"n": list(range(7))}),

@@ -8,17 +8,15 @@ from pathlib import Path
 
 import pytest
 import s3_fixtures
-
-pytest.importorskip("moto")
-pytest.importorskip("s3fs")
-pytest.importorskip("pyarrow")
-pytest.importorskip("datasets")
+from conftest import installed_or_skip
 
 from energon_lite import WorkerConfig, get_savable_loader, get_train_dataset
 from energon_lite.cli.main import main
 from energon_lite.sources.kinds import kind_of
 from energon_lite.synth.tables import caption_rows, write_hf_parquet
 from energon_lite.testing import assert_loader_resumes
+
+installed_or_skip("moto", "s3fs", "pyarrow", "datasets")
 
 s3, proxy, env = s3_fixtures.s3, s3_fixtures.proxy, s3_fixtures.env
 
