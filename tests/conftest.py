@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib.metadata
 import importlib.util
 import io
@@ -122,6 +123,24 @@ def energons_loader(loader: Any) -> Iterator[Any]:
         shut_down = getattr(getattr(loader, "_iterator", None), "_shutdown_workers", None)
         if shut_down is not None:
             shut_down()
+
+
+@pytest.fixture
+def collector_spared() -> Iterator[None]:
+    """The test process's objects frozen (``gc.freeze``) for the test: Energon collects
+    garbage in full at every ``get_loader`` call, and its loaders without worker processes
+    (``GcDataset``) every few batches, in this process; frozen, each collection looks at the
+    test's own objects only, not at everything the session holds (a tenth of a second each),
+    and a worker forked meanwhile does not collect them either. Garbage the test makes is
+    still collected. A process that froze objects itself is left as it is."""
+    if gc.get_freeze_count():
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 T = TypeVar("T")

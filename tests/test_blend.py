@@ -266,6 +266,7 @@ def nested(datasets, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.usefixtures("collector_spared")  # Energon collects garbage
 def test_metadataset_blend_draws_as_energon(nested, workers):
     """A metadataset's weighted blend draws as Energon's BlendDataset (its worker stream and
     float32 cumulative weights): the same weights give the same per-source counts, batch by
@@ -282,6 +283,7 @@ def test_metadataset_blend_draws_as_energon(nested, workers):
     assert total["a"] > total["c"] > total["b"]  # 0.8, 0.15, 0.05 of 600
 
 
+@pytest.mark.usefixtures("collector_spared")  # Energon collects garbage
 def test_blend_state_without_stream_keeps_the_counter_stream(nested):
     """A state saved before the stream was recorded goes on with the counter stream it was
     drawn from; a fresh run's state records ``stream: energon``."""

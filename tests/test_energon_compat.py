@@ -53,6 +53,7 @@ def test_energon_prepared_dataset_reads_here(tmp_path: Path) -> None:
     assert all(caption.startswith(f"sample {int(key[1:])}:") for key, caption in samples)
 
 
+@pytest.mark.usefixtures("collector_spared")  # Energon collects garbage
 def test_our_dataset_loads_in_energon_with_the_same_samples(tmp_path: Path) -> None:
     _shards(tmp_path)
     prepare_dataset(

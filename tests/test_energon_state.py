@@ -139,6 +139,7 @@ def _without_energon(monkeypatch: pytest.MonkeyPatch) -> None:
         ("packing", 2, True),  # current snapshots (a packing chain is not replayed)
     ],
 )
+@pytest.mark.usefixtures("collector_spared")  # Energon collects garbage
 def test_energon_state_restores_exactly_once(
     roots: dict[str, Path], kind: str, workers: int, current: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -187,6 +188,7 @@ def _epochs_of(key: Any) -> list[int]:
     raise AssertionError(f"no sample key in {key!r}")
 
 
+@pytest.mark.usefixtures("collector_spared")  # Energon collects garbage
 def test_a_global_state_of_two_ranks_restores_exactly_once(
     roots: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -223,6 +225,7 @@ def test_a_global_state_of_two_ranks_restores_exactly_once(
     assert set(ours) | set(theirs) == epoch
 
 
+@pytest.mark.usefixtures("collector_spared")  # Energon collects garbage
 def test_plain_pickle_and_objects_read_alike(roots: dict[str, Path]) -> None:
     data, _ = _energon_saved(roots["a"], 2, 2, packing=False)
     restored = torch.load(io.BytesIO(data), weights_only=False)  # with Energon installed
@@ -244,6 +247,7 @@ def test_a_planted_class_is_refused_without_running(capsys: pytest.CaptureFixtur
     assert "code ran" not in capsys.readouterr().out
 
 
+@pytest.mark.usefixtures("collector_spared")  # Energon collects garbage
 def test_a_packing_chain_behind_its_snapshot_is_refused_naming_it(
     roots: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -256,6 +260,7 @@ def test_a_packing_chain_behind_its_snapshot_is_refused_naming_it(
         ours.restore_state_rank(read_energon_state(data))
 
 
+@pytest.mark.usefixtures("collector_spared")  # Energon collects garbage
 def test_another_dataset_layout_is_refused(
     roots: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -298,6 +303,7 @@ def test_energon_slices_are_energons(
     assert [list(t) for t in theirs] == ours
 
 
+@pytest.mark.usefixtures("collector_spared")  # Energon collects garbage
 def test_an_unknown_wrapper_is_refused_naming_it(
     roots: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:

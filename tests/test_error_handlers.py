@@ -132,6 +132,7 @@ def _first_keys_fail(lib: Any, fails: int, tolerance: int | None) -> Any:
 
 
 @pytest.mark.parametrize(("fails", "tolerance"), [(2, 3), (3, 3), (10, 0), (2, None)])
+@pytest.mark.usefixtures("collector_spared")  # Energon collects garbage
 def test_stateless_failure_tolerance_as_in_energon(
     dataset_factory: Any, tmp_path: Path, fails: int, tolerance: int | None
 ) -> None:

@@ -247,6 +247,7 @@ def test_bad_aux_is_named(tmp_path: Path) -> None:
         _train(tmp_path / "mds.yaml")
 
 
+@pytest.mark.usefixtures("collector_spared")  # Energon collects garbage
 def test_energon_reads_the_same_lines(lines: Path) -> None:
     energon = pytest.importorskip("megatron.energon")
 

@@ -5,8 +5,6 @@ with fractional repetitions rounded down, ``virtual_epoch_length`` is the length
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -45,19 +43,6 @@ def two_leaves(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "blend.yaml").write_text(BLEND)
     (root / "epochized.yaml").write_text(EPOCHIZED)
     return root
-
-
-@pytest.fixture
-def collector_spared() -> Iterator[None]:
-    """Energon's ``get_loader`` collects garbage at every call (``gc.collect()``, for the
-    workers it may fork): with the test process's objects frozen (``gc.freeze``) each of
-    these tests' dozens of collections looks at the test's own objects only, not at everything
-    the test session holds. Nothing is forked meanwhile (the loaders are only measured)."""
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
 
 
 def _lens(lib: object, path: Path, **kwargs: object) -> tuple[int, int]:

@@ -199,6 +199,7 @@ def test_val_concatenates_in_order(data):
     assert keys == [f"b-{i:04d}" for i in range(20, 40)] + [f"a-{i:04d}" for i in range(60, 80)]
 
 
+@pytest.mark.usefixtures("collector_spared")  # Energon collects garbage
 def test_energon_metadataset_loads_unchanged_here_and_in_energon(data):
     path = _yaml(data, "epochized.yaml", EPOCHIZED)
     assert len([s for s in _loader(path, repeat=False)]) == 130

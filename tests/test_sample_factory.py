@@ -214,6 +214,7 @@ def _energon_text_dataset(root: Path) -> Path:
     return root
 
 
+@pytest.mark.usefixtures("collector_spared")  # Energon collects garbage
 def test_sources_name_the_dataset_and_index_as_energon(tmp_path: Path) -> None:
     """``__sources__``: the dataset's EPath and the sample's index in the whole dataset (not
     in its shard), as megatron-energon (the oracle) gives them for every sample."""

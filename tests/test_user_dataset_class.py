@@ -85,6 +85,7 @@ def _samples(lib, root: Path) -> dict:
     return {s.__key__: s for s in lib.get_loader(dataset)}
 
 
+@pytest.mark.usefixtures("collector_spared")  # Energon collects garbage
 def test_user_factory_class_loads_as_in_energon(tmp_path: Path, user_modules: Path) -> None:
     ours = _samples(el, _dataset(tmp_path / "ours", "bridge_user_ours"))
     theirs = _samples(energon, _dataset(tmp_path / "theirs", "bridge_user_theirs"))
@@ -97,6 +98,7 @@ def test_user_factory_class_loads_as_in_energon(tmp_path: Path, user_modules: Pa
         assert sample.image.size == theirs[key].image.size == (16, 12)
 
 
+@pytest.mark.usefixtures("collector_spared")  # Energon collects garbage
 def test_a_class_without_a_decoder_gives_raw_bytes_as_in_energon(
     tmp_path: Path, user_modules: Path
 ) -> None:

@@ -120,6 +120,7 @@ def _identity(item: Any) -> Any:
 
 
 @pytest.mark.parametrize("name", list(COMPOSITIONS))
+@pytest.mark.usefixtures("collector_spared")  # Energon collects garbage
 def test_composition_yields_what_energon_yields(name: str, data: Path) -> None:
     got = {}
     for lib in (el, energon):
