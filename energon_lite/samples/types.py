@@ -241,27 +241,37 @@ def _pinned(value: Any) -> Any:
     return value
 
 
-# The built-in types, with Energon's fields: required fields have no default.
+# The built-in types, with Energon's fields: required fields have no default. Each has a
+# docstring: without one, dataclass() writes its signature as one (``inspect.signature``,
+# about a quarter of making the class), in every process that imports this module.
 
 
 @edataclass
 class TextSample(Sample):
+    """A text."""
+
     text: str
 
 
 @edataclass
 class ImageSample(Sample):
+    """An image."""
+
     image: torch.Tensor | Any
 
 
 @edataclass
 class CaptioningSample(Sample):
+    """An image and its caption."""
+
     image: torch.Tensor | Any
     caption: str
 
 
 @edataclass
 class ImageClassificationSample(Sample):
+    """An image and its class (an index, a name, or both)."""
+
     image: torch.Tensor | Any
     label: int | None = None
     label_name: str | None = None
@@ -269,6 +279,8 @@ class ImageClassificationSample(Sample):
 
 @edataclass
 class VQASample(Sample):
+    """An image, a question about it (``context``) and its answers."""
+
     image: torch.Tensor | Any
     context: str
     answers: list[str] | None = None
@@ -277,6 +289,8 @@ class VQASample(Sample):
 
 @edataclass
 class VQAOCRSample(Sample):
+    """Visual question answering over text in an image, with the words' boxes."""
+
     image: torch.Tensor | Any
     context: str
     text: str
@@ -288,6 +302,8 @@ class VQAOCRSample(Sample):
 
 @edataclass
 class MultiChoiceVQASample(Sample):
+    """An image, a question and the choices, with the index of the right one."""
+
     image: torch.Tensor | Any
     context: str
     choices: list[str] | None = None
@@ -296,6 +312,8 @@ class MultiChoiceVQASample(Sample):
 
 @edataclass
 class VidQASample(Sample):
+    """A video, a question about it and its answers."""
+
     video: Any
     context: str
     answers: list[str] | None = None
@@ -321,6 +339,8 @@ class OCRSample(Sample):
 
 @edataclass
 class InterleavedSample(Sample):
+    """Images and texts in one sequence, in their order."""
+
     sequence: list[Any]
 
 
