@@ -51,6 +51,7 @@ _MODULE_STATE_ALLOWED = {
     "energon_lite/samples/resolver.py:_allowed": "the user's allow_sample_type_modules",
     "energon_lite/samples/resolver.py:_trusted_joiners": "the joiners the user's specs name",
     "energon_lite/sources/kinds.py:_discovered": "the dataset-kind registry",
+    "energon_lite/sources/kinds.py:_plugins": "the dataset-kind registry's entry points",
     "energon_lite/sources/kinds.py:_registered": "the dataset-kind registry",
     "energon_lite/stages/base.py:_CLASSES": "the stage-class registry",
     "energon_lite/stages/base.py:_loaded": "the stage-class registry",
