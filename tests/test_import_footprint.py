@@ -34,9 +34,8 @@ HEAVY_PACKAGES = (
     "braceexpand",  # brace patterns in a split: a prepared split lists plain names
 )
 # the most of our own modules the loop may load (107 at 2 workers when this was set: the
-# chain's own and the loader's); a change that adds one
-# to every plain loop raises this on purpose, with its cost measured by
-# benchmarks/bench_first_batch.py
+# chain's own and the loader's); a change that adds one to every plain loop raises this on
+# purpose, with its cost measured by benchmarks/bench_first_batch.py
 MAX_OURS = 107
 # our modules that only other features use
 HEAVY_OURS = (
@@ -124,6 +123,9 @@ def test_a_plain_tar_loop_imports_no_heavy_module(
     # the loop ran through the chain it should (these are loaded, so the check sees them)
     assert {"energon_lite.stages.reader", "energon_lite.shards.dataset", "torch"} <= loaded
     assert _heavy(loaded) == []
+    # of the built-in sample types, only the one the dataset names is made
+    builtin = sorted(name for name in loaded if name.startswith("energon_lite.samples.builtin."))
+    assert builtin == ["energon_lite.samples.builtin.captioning"]
     ours = sorted(name for name in loaded if name.split(".")[0] == "energon_lite")
     assert len(ours) <= MAX_OURS, ours
 
