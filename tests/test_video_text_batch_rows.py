@@ -1,9 +1,7 @@
-"""Video-text clips written straight into their bucket's batch: the same batches, no copy.
-
-``VideoTextTaskEncoder`` writes each clip into its row of its bucket's next batch
-(``batching/group_slab.py``); these tests hold it to the values of the path that makes each
-clip on its own and stacks the batch (a transform that is not one of the built-in ones),
-on PyAV-made videos, in one process and with 2 worker processes.
+"""Video-text clips written straight into their bucket's batch (``batching/group_slab.py``):
+a bucket's batch is the tensor its clips were written into, on PyAV-made videos; anything
+else is copied. The loader's batches against the copying path, with 2 worker processes:
+``tests/test_video_text_loader.py``.
 """
 
 from __future__ import annotations
@@ -12,15 +10,12 @@ import pickle
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 import torch
 
-from energon_lite import WorkerConfig, get_savable_loader, get_train_dataset
 from energon_lite.batching.group_slab import MAX_WAITING, GroupSlabs
-from energon_lite.flavors.video_text import VideoTextTaskEncoder, prepare_video_text, resize_crop
-from energon_lite.synth.video_text import make_media, write_table
-from energon_lite.testing import take
+from energon_lite.flavors.video_text import VideoTextTaskEncoder, resize_crop
+from energon_lite.synth.video_text import make_media
 
 # 48x64 and 64x48 videos and the 48x64 image; the 64x48 mkv is resized to 32x24 (antialiased)
 BUCKETS = {
@@ -30,60 +25,19 @@ BUCKETS = {
 }
 
 
-def _copying(frames: torch.Tensor, size: tuple[int, int], rng: np.random.Generator | None) -> Any:
-    """The built-in random crop as a transform of the user's: each clip a tensor of its own."""
-    return resize_crop(frames, size, rng=rng, random_crop=rng is not None)
-
-
-class CopyingTaskEncoder(VideoTextTaskEncoder):
-    """Each clip made on its own and copied into its batch (the path before the rows)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.transform = _copying
-
-
 @pytest.fixture(scope="module")
-def table(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def media(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("vt_rows")
-    csv_path = write_table(folder / "videos.csv", make_media(folder), 40)
-    prepare_video_text(csv_path, progress=False)
-    return csv_path
+    make_media(folder)
+    return folder / "media"
 
 
-def _batches(path: Path, encoder: VideoTextTaskEncoder, num_workers: int, count: int) -> list:
-    dataset = get_train_dataset(
-        path,
-        worker_config=WorkerConfig(rank=0, world_size=1, num_workers=num_workers),
-        batch_size=None,
-        shuffle_buffer_size=8,
-        max_samples_per_sequence=5,
-        task_encoder=encoder,
-    )
-    return [(b["__key__"], b["video"].clone()) for b in take(get_savable_loader(dataset), count)]
-
-
-@pytest.mark.parametrize("num_workers", [0, 2])
-def test_batches_equal_to_the_bit_those_stacked_from_clips(table: Path, num_workers: int) -> None:
-    got = _batches(table, VideoTextTaskEncoder(BUCKETS, seed=5, random_crop=True), num_workers, 24)
-    want = _batches(table, CopyingTaskEncoder(BUCKETS, seed=5, random_crop=True), num_workers, 24)
-    shapes = set()
-    for (keys, video), (want_keys, want_video) in zip(got, want, strict=True):
-        assert keys == want_keys
-        assert video.shape == want_video.shape and video.is_contiguous()
-        assert torch.equal(video.view(torch.int32), want_video.view(torch.int32))
-        shapes.add(tuple(video.shape[1:]))
-    assert (3, 8, 32, 24) in shapes and (3, 16, 48, 64) in shapes  # resized, and at size
-    assert len(shapes) == 4
-
-
-def test_a_bucket_batch_is_its_clips_rows_and_other_orders_are_copied(table: Path) -> None:
+def test_a_bucket_batch_is_its_clips_rows_and_other_orders_are_copied(media: Path) -> None:
     """In one process: clips of two buckets arrive interleaved; each bucket's batch is the
     tensor its clips were written into; a batch of the same clips in another order, or
     with a clip replaced by a tensor of its own, is stacked by copying."""
     from energon_lite.flavors.video_text.sample import VideoTextSample
 
-    media = table.parent / "media"
     encoder = VideoTextTaskEncoder(BUCKETS, seed=0, training=False)
 
     def encode(name: str, index: int, height: int, width: int, frames: int) -> dict[str, Any]:
