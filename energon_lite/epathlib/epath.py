@@ -68,6 +68,14 @@ class EPath:
         new._path, new._dss = path, dss
         return new
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A worker sends its dataset's path with every batch (in the batch's ``__sources__``):
+        # a local path is rebuilt from its string, once per process (``_local``), not parsed
+        # again by pathlib for each batch
+        if self._dss is None and type(self._path) is type(_LOCAL_TYPE) and type(self) is EPath:
+            return (_local, (str(self._path),))
+        return (EPath._of, (self._path, self._dss))
+
     def __storage_path__(self) -> StoragePath:
         """The ``pathlib.Path`` or ``RemotePath`` the rest of energon_lite reads."""
         return self._path
@@ -299,6 +307,22 @@ class _RemoteWriter(io.BytesIO):
         data = self.getvalue()
         super().close()
         ops.write_atomic(self._target, data)
+
+
+_LOCAL_TYPE = Path("/")  # the concrete class local paths are made of (PosixPath here)
+_LOCAL: dict[str, EPath] = {}  # local EPaths unpickled in this process, by their string
+_LOCAL_MAX = 1024
+
+
+def _local(text: str) -> EPath:
+    """The local ``EPath`` of the absolute path ``text``, one object per string (paths are
+    not changed in place), kept for at most ``_LOCAL_MAX`` strings at a time."""
+    path = _LOCAL.get(text)
+    if path is None:
+        if len(_LOCAL) >= _LOCAL_MAX:
+            _LOCAL.clear()
+        path = _LOCAL[text] = EPath._of(Path(text))
+    return path
 
 
 def _absolute(text: str) -> Path:
