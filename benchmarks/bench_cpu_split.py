@@ -267,30 +267,32 @@ def counted(root: Path, part: str, batches: int, workers: int) -> None:
     elif part == "worker":
         worker_loop(root, workers, batches)
     elif part == "trainer-phases":
-        trainer_loop(root, workers, batches, WARMUP[0], marks=True)
+        trainer_loop(root, workers, batches, WARMUP[0])
     else:
         dataset, indices = limit_samples(root, (5 + batches) * BATCH_SIZE)
         limit_loop(dataset, indices)
 
 
-def trainer_loop(root: Path, workers: int, batches: int, warmup: int, marks: bool) -> int:
+def trainer_loop(root: Path, workers: int, batches: int, warmup: int, profiler: Any = None) -> int:
     """The trainer's side of the W1 loader: ``batches`` batches after ``warmup``, each read
-    as ``bench_peers.py`` reads it; ``marks``: those batches are a callgrind phase of their
-    own. The samples received."""
+    as ``bench_peers.py`` reads it, and only those counted: a callgrind phase of their own,
+    or (``profiler``) profiled. The samples received."""
     import energon_lite as el
 
     loader = el.get_savable_loader(w1_dataset(root, workers))
     iterator = iter(loader)
     for _ in range(warmup):
         next(iterator)
-    if marks:
-        callgrind.ready()
-        callgrind.mark()
+    callgrind.ready()
+    callgrind.mark()
+    if profiler is not None:
+        profiler.enable()
     samples = 0
     for _ in range(batches):
         samples += int(next(iterator).image.shape[0])
-    if marks:
-        callgrind.mark()
+    if profiler is not None:
+        profiler.disable()
+    callgrind.mark()
     loader.close()
     return samples
 
@@ -316,10 +318,8 @@ def trainer_profile(root: Path, workers: int, batches: int, warmup: int) -> None
     import pstats
 
     profiler = cProfile.Profile(time.thread_time)
-    profiler.enable()
-    samples = trainer_loop(root, workers, batches, warmup, marks=False)
-    profiler.disable()
-    print(f"{samples} samples (the profile includes the loader's start and {warmup} batches)")
+    samples = trainer_loop(root, workers, batches, warmup, profiler)
+    print(f"{samples} samples after {warmup} warm-up batches")
     pstats.Stats(profiler).sort_stats("tottime").print_stats(30)
 
 
