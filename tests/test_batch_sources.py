@@ -82,3 +82,16 @@ def test_a_loaders_batches_carry_the_same_sources_through_workers(train_ds):
         assert batch.__sources__ == tuple(by_key[key] for key in batch.__key__)
         assert type(batch.__restore_key__) is list
         assert batch.__restore_key__ == [restore[key] for key in batch.__key__]
+
+
+def test_a_local_dataset_path_arrives_as_one_object_per_process_a_remote_one_equal():
+    """Each batch names its dataset's ``EPath``: a local one is rebuilt from its string once
+    per process (no pathlib parse per batch), any other comes back equal."""
+    first = pickle.loads(ForkingPickler.dumps(BatchSources(_infos(3))))
+    second = pickle.loads(ForkingPickler.dumps(BatchSources(_infos(2))))
+    assert first[0].dataset_path is second[0].dataset_path
+    assert first[0].dataset_path == EPath("/data/set") and str(first[0].dataset_path) == "/data/set"
+    assert first[0].dataset_path / "parts" == EPath("/data/set/parts")
+    remote = EPath("s3://bucket/set")
+    back = pickle.loads(pickle.dumps(remote))
+    assert back == remote and str(back) == "s3://bucket/set" and not back.is_local()
