@@ -5,8 +5,7 @@ from __future__ import annotations
 import pickle
 from multiprocessing.reduction import ForkingPickler
 
-from energon_lite.batching.restore_keys import BatchRestoreKeys
-from energon_lite.state.restore_key import PackKey, SampleKey, SubKey
+from energon_lite.state.restore_key import BatchRestoreKeys, PackKey, SampleKey, SubKey
 
 
 def _keys(n: int) -> list[SampleKey]:

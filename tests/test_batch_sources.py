@@ -60,7 +60,7 @@ def test_records_without_columns_or_of_two_classes_travel_one_by_one():
 def test_a_loaders_batches_carry_the_same_sources_through_workers(train_ds):
     """Real worker processes: each batch's ``__sources__`` is a plain tuple equal, record by
     record, to the sample's own record read without workers; its ``__restore_key__`` (also
-    sent as columns, ``batching/restore_keys.py``) a plain list of the samples' own keys."""
+    sent as columns, ``state/restore_key.py``) a plain list of the samples' own keys."""
 
     def batches(workers: int, count: int) -> list:
         dataset = get_train_dataset(

@@ -9,9 +9,9 @@ from typing import Any
 import torch
 
 from energon_lite.batching.allocate import batch_tensor
-from energon_lite.batching.restore_keys import batch_restore_keys
 from energon_lite.batching.slab import claim
 from energon_lite.batching.sources import BatchSources
+from energon_lite.state.restore_key import batch_restore_keys
 
 KEY_FIELDS = ("__key__", "__restore_key__", "__subflavors__")
 

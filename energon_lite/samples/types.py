@@ -195,7 +195,7 @@ class Batch:
         other field of ``cls`` collated from the samples' field of that name (tensors padded
         and stacked, numbers and the rest listed), as Energon's ``Batch.from_samples``."""
         from energon_lite.batching.collate import generic_batch, merged_sources
-        from energon_lite.batching.restore_keys import batch_restore_keys
+        from energon_lite.state.restore_key import batch_restore_keys
 
         keys = [basic_sample_keys(s) for s in samples]
         for name in (f.name for f in dataclasses.fields(cls)):
