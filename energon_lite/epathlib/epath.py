@@ -20,6 +20,7 @@ name (``str``, ``url``, ``/``, ``walk``, ``glob``, ``relative_to``) and reads th
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import posixpath
@@ -310,19 +311,13 @@ class _RemoteWriter(io.BytesIO):
 
 
 _LOCAL_TYPE = Path("/")  # the concrete class local paths are made of (PosixPath here)
-_LOCAL: dict[str, EPath] = {}  # local EPaths unpickled in this process, by their string
-_LOCAL_MAX = 1024
 
 
+@functools.lru_cache(maxsize=1024)
 def _local(text: str) -> EPath:
-    """The local ``EPath`` of the absolute path ``text``, one object per string (paths are
-    not changed in place), kept for at most ``_LOCAL_MAX`` strings at a time."""
-    path = _LOCAL.get(text)
-    if path is None:
-        if len(_LOCAL) >= _LOCAL_MAX:
-            _LOCAL.clear()
-        path = _LOCAL[text] = EPath._of(Path(text))
-    return path
+    """The local ``EPath`` of the absolute path ``text``: one object per string (paths are
+    not changed in place) for the last 1,024 strings unpickled."""
+    return EPath._of(Path(text))
 
 
 def _absolute(text: str) -> Path:
