@@ -65,7 +65,10 @@ MODULE_NAMES = {
     (torch.autograd, "_profiler_enabled"): "whether a profiler is on (next() then opens its range)",
 }
 # and "_utils" (torch's private module), "_reader" (the multiprocessing queue's read end)
-PRIVATE_NAMES = sorted({*ITERATOR_FIELDS, *(name for _, name in MODULE_NAMES), "_utils", "_reader"})
+# and "_poll" (the queue's poll of its read end, replaced by :func:`_reader_poll` when there)
+PRIVATE_NAMES = sorted(
+    {*ITERATOR_FIELDS, *(name for _, name in MODULE_NAMES), "_utils", "_reader", "_poll"}
+)
 
 
 class TorchInternalsError(EnergonLiteError, RuntimeError):
@@ -129,6 +132,18 @@ def _unwatch(iterator: Any) -> None:
         iterator._worker_pids_set = False
 
 
+def _reader_poll(reader: multiprocessing.connection.Connection) -> Any:
+    """``reader.poll`` (True when a message can be read within ``timeout`` seconds, None:
+    no limit) over one ``select.poll`` object kept with it."""
+    poller = select.poll()
+    poller.register(reader.fileno(), select.POLLIN)
+
+    def poll(timeout: float | None = 0.0) -> bool:
+        return bool(poller.poll(-1 if timeout is None else max(0, math.ceil(timeout * 1000))))
+
+    return poll
+
+
 class WorkerPool:
     """torch's iterator over a ``DataLoader`` with worker processes, and what the trainer
     reads of it. ``watched=False`` (a pool that heals): torch's ``SIGCHLD`` handler never
@@ -148,6 +163,11 @@ class WorkerPool:
                 raise
             if not watched:
                 _unwatch(iterator)
+        queue = iterator._data_queue
+        if not iterator._pin_memory and hasattr(select, "poll") and hasattr(queue, "_poll"):
+            # torch's queue polls its read end before each read, after the pool's own wait
+            # found it readable: one kept poll object instead of a selector built per call
+            queue._poll = _reader_poll(queue._reader)
         self._iterator = iterator
         # (the descriptors it watches, a poll object over them) for :meth:`wait`
         self.poll_set: tuple[tuple[int, ...], Any] | None = None
