@@ -53,6 +53,7 @@ from collections.abc import Iterator, Sequence
 from multiprocessing.reduction import DupFd, ForkingPickler
 from typing import Any
 
+import numpy as np
 import torch
 import torch.multiprocessing
 from torch.multiprocessing.reductions import reduce_storage as _torch_reduce_storage
@@ -90,6 +91,9 @@ class BatchMemoryPool:
         self.slots = slots
         self.flags = torch.zeros((num_workers, slots + SPARE_SLOTS), dtype=torch.uint8)
         self.flags.share_memory_()
+        # the same memory as a NumPy array: setting one flag through it costs a fraction of
+        # a torch ``__setitem__`` (one per batch on each side)
+        self._flag_array = self.flags.numpy()
         # cleared by the trainer if torch ever hands a batch's tensors a storage other than
         # the one received for its segment (the finalizers would then free segments early)
         self.enabled = torch.ones(1, dtype=torch.uint8).share_memory_()
@@ -124,6 +128,7 @@ class BatchMemoryPool:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.slots, self.flags, self.enabled = state["slots"], state["flags"], state["enabled"]
+        self._flag_array = self.flags.numpy()
         self.token = state["token"]
         self._checked, self._worker, self._segments, self._taken = True, None, [], []
         self._held_back = []
@@ -178,7 +183,7 @@ class BatchMemoryPool:
         assert self._worker is not None
         if not self.enabled[0]:
             return None
-        row = self.flags[self._worker]
+        row = self._flag_array[self._worker]
         other = None  # a free segment of another size
         for slot, segment in enumerate(self._segments):
             if row[slot] != _FREE or not _only_pool_uses(segment):
@@ -214,7 +219,7 @@ class BatchMemoryPool:
 
     def _hand_out(self, slot: int, segment: torch.UntypedStorage) -> torch.UntypedStorage:
         assert self._worker is not None
-        self.flags[self._worker, slot] = _BUSY
+        self._flag_array[self._worker, slot] = _BUSY
         self._taken.append((slot, segment))
         return segment
 
@@ -268,7 +273,7 @@ class BatchMemoryPool:
                 self.enabled[0] = 0  # never free these, nor reuse any segment from now on
                 held.segments = []
         for slot, storage in held.segments:
-            weakref.finalize(storage, _release, self.flags, held.worker, slot)
+            weakref.finalize(storage, _release, self._flag_array, held.worker, slot)
         held.segments = []
 
 
@@ -324,7 +329,7 @@ def _only_pool_uses(segment: torch.UntypedStorage) -> bool:
     return _USE_COUNT is not None and _USE_COUNT(segment._cdata) == 1
 
 
-def _release(flags: torch.Tensor, worker: int, slot: int) -> None:
+def _release(flags: np.ndarray, worker: int, slot: int) -> None:
     flags[worker, slot] = _FREE
 
 
