@@ -44,6 +44,8 @@ _MODULE_STATE_ALLOWED = {
     "Energon's signatures, so nothing can hand it the pool",
     "energon_lite/batching/memory.py:_POOLS": "unpickling calls the rebuild functions with "
     "their pickled arguments only; weak references to the trainer's pools",
+    "energon_lite/epathlib/epath.py:_local": "memo of a pure function (one EPath per local "
+    "path string a worker sent)",
     "energon_lite/flavors/episodes/transitions.py:_powers": "memo of a pure function",
     "energon_lite/flavors/jsonl/index.py:_SOLID": "a constant table built at import",
     "energon_lite/flavors/video_text/aspect_ratios.py:resolution_table": "memo of a pure function",

@@ -194,6 +194,7 @@ class Batch:
         other field of ``cls`` collated from the samples' field of that name (tensors padded
         and stacked, numbers and the rest listed), as Energon's ``Batch.from_samples``."""
         from energon_lite.batching.collate import generic_batch, merged_sources
+        from energon_lite.state.restore_key import batch_restore_keys
 
         keys = [basic_sample_keys(s) for s in samples]
         for name in (f.name for f in dataclasses.fields(cls)):
@@ -203,7 +204,7 @@ class Batch:
             fields[name] = generic_batch(column)
         return cls(
             __key__=[k["__key__"] for k in keys],
-            __restore_key__=[k["__restore_key__"] for k in keys],
+            __restore_key__=batch_restore_keys([k["__restore_key__"] for k in keys]),
             __subflavors__=[k["__subflavors__"] for k in keys],
             __sources__=merged_sources([k["__sources__"] for k in keys]),
             **fields,
