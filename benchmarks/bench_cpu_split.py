@@ -31,6 +31,14 @@ dispatch), the whole chain over as many samples, and the worker's loop of ``--co
 loop) after 5 warm-up batches, and the decode-only limit's loop (``--count limit``) the same
 way.
 
+``--trainer``: the trainer's instructions per batch at ``--workers`` workers: the W1 loader
+runs under callgrind with its workers (forked: their instrumentation stays off, so they run
+uncounted) and only the trainer's main thread's ``--batches`` batches after ``--warmup`` are
+counted, as one phase (``callgrind.phases``): receiving each batch (torch's iterator, the
+item's unpickling, the segment's storage, the state and the loader's bookkeeping) and reading
+its image's shape, as ``bench_peers.py`` does. ``--trainer --profile``: the same loop under
+``cProfile`` (CPU time of the main thread), the functions with the most time of their own.
+
 ``--profile``: where a worker's CPU goes, step by step, against the limit's: both loops run
 in this process under a sampling profiler (``SIGPROF`` every 0.5 ms of CPU time; each sample
 is charged to the innermost frame that names a step in ``STEPS``), in microseconds per sample
@@ -258,9 +266,61 @@ def counted(root: Path, part: str, batches: int, workers: int) -> None:
         callgrind.mark()
     elif part == "worker":
         worker_loop(root, workers, batches)
+    elif part == "trainer-phases":
+        trainer_loop(root, workers, batches, WARMUP[0])
     else:
         dataset, indices = limit_samples(root, (5 + batches) * BATCH_SIZE)
         limit_loop(dataset, indices)
+
+
+def trainer_loop(root: Path, workers: int, batches: int, warmup: int, profiler: Any = None) -> int:
+    """The trainer's side of the W1 loader: ``batches`` batches after ``warmup``, each read
+    as ``bench_peers.py`` reads it, and only those counted: a callgrind phase of their own,
+    or (``profiler``) profiled. The samples received."""
+    import energon_lite as el
+
+    loader = el.get_savable_loader(w1_dataset(root, workers))
+    iterator = iter(loader)
+    for _ in range(warmup):
+        next(iterator)
+    callgrind.ready()
+    callgrind.mark()
+    if profiler is not None:
+        profiler.enable()
+    samples = 0
+    for _ in range(batches):
+        samples += int(next(iterator).image.shape[0])
+    if profiler is not None:
+        profiler.disable()
+    callgrind.mark()
+    loader.close()
+    return samples
+
+
+def trainer_instructions(root: Path, workers: int, batches: int, warmup: int) -> dict[str, float]:
+    """``--trainer``: the trainer's main-thread instructions per batch and per sample."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--count", "trainer-phases"]
+    cmd += ["--samples", str(SAMPLES[0]), "--batches", str(batches), "--workers", str(workers)]
+    cmd += ["--warmup", str(warmup)]
+    counts = callgrind.phases(cmd, {**os.environ, "PYTHONHASHSEED": "0"})[1][1]
+    total = sum(counts.values())
+    by_library: collections.Counter[str] = collections.Counter()
+    for obj, n in counts.items():
+        by_library[callgrind.library(obj)] += n
+    found = {"per_batch": total / batches, "per_sample": total / (batches * BATCH_SIZE)}
+    found.update({f"per_batch_{lib}": n / batches for lib, n in by_library.most_common()})
+    return found
+
+
+def trainer_profile(root: Path, workers: int, batches: int, warmup: int) -> None:
+    """``--trainer --profile``: the trainer's loop under ``cProfile`` (main-thread CPU)."""
+    import cProfile
+    import pstats
+
+    profiler = cProfile.Profile(time.thread_time)
+    samples = trainer_loop(root, workers, batches, warmup, profiler)
+    print(f"{samples} samples after {warmup} warm-up batches")
+    pstats.Stats(profiler).sort_stats("tottime").print_stats(30)
 
 
 def instructions(root: Path, batches: int, workers: int) -> dict[str, float]:
@@ -282,6 +342,7 @@ def instructions(root: Path, batches: int, workers: int) -> dict[str, float]:
 
 
 SAMPLES = [20_000]
+WARMUP = [10]
 
 # (step, the functions whose frames charge a profile sample to it); the innermost frame of a
 # sample that is one of these names it
@@ -353,15 +414,41 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--profile", action="store_true", help="CPU per step, sampled")
     parser.add_argument("--steps", action="store_true", help="count steps under callgrind")
     parser.add_argument(
+        "--trainer",
+        action="store_true",
+        help="the trainer's instructions per batch under callgrind (with --profile: cProfile)",
+    )
+    parser.add_argument(
         "--count",
-        choices=("worker", "limit", "tar", "steps", "worker-phases", "limit-phases"),
+        choices=(
+            "worker",
+            "limit",
+            "tar",
+            "steps",
+            "worker-phases",
+            "limit-phases",
+            "trainer-phases",
+        ),
         help=argparse.SUPPRESS,
     )
     args = parser.parse_args(argv)
-    SAMPLES[0] = args.samples
+    SAMPLES[0], WARMUP[0] = args.samples, args.warmup
     root = build_dataset(args.samples)
     if args.count:
         counted(root, args.count, args.batches, args.workers)
+        return
+    if args.trainer:
+        import torch
+
+        torch.set_num_threads(1)
+        if args.profile:
+            trainer_profile(root, args.workers, args.batches, args.warmup)
+            return
+        found = trainer_instructions(root, args.workers, args.batches, args.warmup)
+        print(RESULT + json.dumps(found), flush=True)
+        print(
+            markdown_table(["part", "instructions"], [[k, fmt_num(v, 0)] for k, v in found.items()])
+        )
         return
     if args.profile:
         import torch

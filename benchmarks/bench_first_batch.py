@@ -13,7 +13,7 @@ splits that time where it is spent in the main process:
 * ``first batch``: ``next()`` until the first batch is in the main process (at 0 workers the
   chain's plan, the reads and the 32 decodes run here; at 2 workers the main process waits).
 
-Four views:
+Five views:
 
 * modules: ``sys.modules`` after each phase (ours and third-party), deterministic;
 * ``--instructions``: the main process's instructions per phase under callgrind, from its
@@ -21,6 +21,9 @@ Four views:
   load; the workers are not counted (their chain is the ``first batch`` phase at 0 workers);
 * wall-clock seconds per phase from the interpreter's start, median of ``--rounds`` rounds
   with the ways interleaved (noisy on a shared machine);
+* full garbage collections per phase (``gc.get_stats``, the count is deterministic for one
+  way) and the seconds spent in them (a ``gc.callbacks`` hook): a full collection walks every
+  object torch left, so one more of them costs more than many small modules;
 * ``--importtime N``: the ``N`` slowest of our modules by ``python -X importtime`` self time,
   median over the rounds (the order of size only: the self time of a module includes any
   garbage collection that happens to run while it executes).
@@ -32,6 +35,7 @@ Four views:
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import subprocess
@@ -58,13 +62,14 @@ OURS = "energon_lite"
 def child(lib: str, root: Path, workers: int) -> dict[str, Any]:
     """``bench_peers.measure`` up to the first batch, with a mark after each phase: seconds
     since the interpreter's start and the modules loaded then."""
+    full_gc = _FullCollections()
     import torch
 
-    marks: list[tuple[float, list[str]]] = []
+    marks: list[tuple[float, list[str], int, float]] = []
 
     def mark() -> None:
         callgrind.mark()
-        marks.append((time.time(), sorted(sys.modules)))
+        marks.append((time.time(), sorted(sys.modules), *full_gc.so_far()))
 
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
@@ -82,10 +87,37 @@ def child(lib: str, root: Path, workers: int) -> dict[str, Any]:
         raise RuntimeError(f"{lib}: a first batch of {peer.size(first)}")
     started = float(os.environ.get(STARTED_AT, marks[0][0]))
     seconds, before = [], started
-    for at, _ in marks:
+    for at, *_ in marks:
         seconds.append(at - before)
         before = at
-    return {"seconds": seconds, "modules": [names for _, names in marks]}
+    counts, gc_seconds = [m[2] for m in marks], [m[3] for m in marks]
+    return {
+        "seconds": seconds,
+        "modules": [m[1] for m in marks],
+        "full_gc": [b - a for a, b in zip([0, *counts], counts)],
+        "full_gc_seconds": [b - a for a, b in zip([0.0, *gc_seconds], gc_seconds)],
+    }
+
+
+class _FullCollections:
+    """The full (generation 2) garbage collections of this process so far, and the seconds
+    spent in those seen since this was made (the first phase's count includes any before)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._began = 0.0
+        gc.callbacks.append(self._on_gc)
+
+    def _on_gc(self, phase: str, info: dict[str, int]) -> None:
+        if info["generation"] != 2:
+            return
+        if phase == "start":
+            self._began = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._began
+
+    def so_far(self) -> tuple[int, float]:
+        return gc.get_stats()[2]["collections"], self.seconds
 
 
 # the parent --------------------------------------------------------------------------------
@@ -159,6 +191,7 @@ def main(argv: list[str] | None = None) -> None:
     load_before = os.getloadavg()
     seconds: dict[tuple[str, int], list[list[float]]] = {}
     modules: dict[tuple[str, int], list[list[str]]] = {}
+    collections: dict[tuple[str, int], list[tuple[list[int], list[float]]]] = {}
     self_us: dict[str, list[int]] = {}
     for r in range(args.rounds):
         for workers in worker_counts:
@@ -166,6 +199,9 @@ def main(argv: list[str] | None = None) -> None:
                 flags = ("-X", "importtime") if args.importtime and lib == OURS else ()
                 result, stderr = run(lib, root, workers, env, *flags)
                 seconds.setdefault((lib, workers), []).append(result["seconds"])
+                collections.setdefault((lib, workers), []).append(
+                    (result["full_gc"], result["full_gc_seconds"])
+                )
                 modules.setdefault((lib, workers), result["modules"])
                 for name, us in importtime_self(stderr).items():
                     if name.split(".")[0] == OURS and workers == worker_counts[-1]:
@@ -186,6 +222,17 @@ def main(argv: list[str] | None = None) -> None:
         total = median([sum(run_) for run_ in runs])
         rows.append([workers, lib, *(fmt_num(s, 3) for s in per_phase), fmt_num(total, 3)])
     print(markdown_table(["workers", "way", *PHASES, "from start"], rows) + "\n")
+    print("Full garbage collections per phase (main process; seconds in them, median):\n")
+    rows = []
+    for (lib, workers), runs_ in collections.items():
+        cells = []
+        for i in range(len(PHASES)):
+            counts = sorted({run_[0][i] for run_ in runs_})
+            took = median([run_[1][i] for run_ in runs_]) or 0.0
+            cells.append("/".join(map(str, counts)) + (f" ({took:.3f} s)" if took else ""))
+        total = median([sum(run_[1]) for run_ in runs_]) or 0.0
+        rows.append([workers, lib, *cells, f"{total:.3f} s"])
+    print(markdown_table(["workers", "way", *PHASES, "seconds in all"], rows) + "\n")
     if self_us:
         top = sorted(self_us.items(), key=lambda kv: -(median(kv[1]) or 0))[: args.importtime]
         total_ms = sum(median(v) or 0 for v in self_us.values()) / 1000

@@ -321,11 +321,9 @@ class Peer:
             import energon_lite
             import energon_lite.decode.image
             import energon_lite.sources.kinds
-            import energon_lite.stages.shuffle
+            import energon_lite.stages.shuffle  # noqa: F401
 
-            # the first dataset a process opens imports the shipped flavors' kind modules
-            # (38 modules; 0.2-0.5 s on this machine, which writes no bytecode caches)
-            energon_lite.sources.kinds.registered_kinds()
+            # (a prepared tar folder is opened without the flavors' kind modules: not here)
         elif self.lib == "energon":
             import megatron.energon  # noqa: F401
         else:

@@ -31,13 +31,26 @@ torchcodec=INTERPRETER`` where it is not importable here), one torch thread ever
 Time to first batch counts from the child's start (interpreter, imports, workers, first
 batch); after ``--warmup`` batches, ``--batches`` batches are timed: samples/s (wall clock)
 and CPU ms per clip of the child and its workers together (``psutil``, the whole process
-tree) and of the child alone (the trainer's side: receiving batches). Rounds alternate the
-two loaders (A B, B A, ...); the table shows the median with min-max over rounds. Children
+tree), of the child alone (the trainer's side: receiving batches) and the kernel's part of the
+first (system time: page faults of fresh memory, mappings). Each round runs the
+loaders in another order (rotated, and reversed every other round); the table shows the median with min-max over rounds. Children
 read bytecode cached under ``--data`` (a user's environment has it; compiling torch in every
 child is not loading)::
 
     PYTHONPATH=. python benchmarks/bench_video_loader.py [--rounds 3] [--data FOLDER] \
-        [--python torchcodec=/path/to/env/bin/python]
+        [--python torchcodec=/path/to/env/bin/python] [--tree before=/path/to/checkout]
+
+``--tree NAME=CHECKOUT`` adds ``energon_lite@NAME``: the same loader with the
+``energon_lite`` of another checkout (e.g. before a change), in the same rounds, checked to
+read the same batches; the ratios then compare it with this checkout's too.
+
+``--instructions`` counts instead, under valgrind's callgrind, the instructions per clip of
+energon_lite's loader (and each ``--tree``'s) in one process (0 workers: callgrind counts
+the process it runs, and the kernel's page faults are not instructions), over the
+``--batches`` batches after ``--warmup``, by library (``benchmarks/callgrind.py``)::
+
+    PYTHONPATH=. python benchmarks/bench_video_loader.py --instructions --warmup 2 \
+        --batches 6 [--tree before=/path/to/checkout]
 """
 
 from __future__ import annotations
@@ -232,6 +245,16 @@ def child(args: argparse.Namespace) -> None:
             ])  # fmt: skip
         print(json.dumps({"plan": batches}), flush=True)
         os._exit(0)
+    if args.count:  # under callgrind: the batches after the warm-up only
+        import callgrind
+
+        for _ in range(args.warmup):
+            next(iterator)
+        callgrind.ready()
+        samples = sum(next(iterator)[0].shape[0] for _ in range(args.batches))
+        callgrind.mark()
+        print(json.dumps({"samples": samples}), flush=True)
+        os._exit(0)
     video, rows_of = next(iterator)
     first_batch = time.time() - float(os.environ[STARTED_AT])
     rows.append(rows_of)
@@ -239,14 +262,16 @@ def child(args: argparse.Namespace) -> None:
         rows.append(next(iterator)[1])
     from common import process_tree_cpu
 
+    kernel = process_tree_cpu(system_only=True)
     cpu, main, wall, samples = process_tree_cpu(), time.process_time(), time.perf_counter(), 0
     for _ in range(args.batches):
         video, rows_of = next(iterator)
         samples += video.shape[0]
         rows.append(rows_of)
     cpu, main = process_tree_cpu() - cpu, time.process_time() - main
+    kernel = process_tree_cpu(system_only=True) - kernel
     result = {"samples": samples, "cpu": cpu, "main": main, "wall": time.perf_counter() - wall,
-              "first_batch": first_batch}  # fmt: skip
+              "first_batch": first_batch, "kernel": kernel}  # fmt: skip
     print(json.dumps({**result, "rows": rows}), flush=True)
     os._exit(0)  # leave the workers to the OS: their shutdown is not loading
 
@@ -255,8 +280,8 @@ def child(args: argparse.Namespace) -> None:
 
 
 def run(way: str, python: str, args: argparse.Namespace, csv_path: Path, plan: Path | None,
-        check: bool = False) -> dict[str, Any]:  # fmt: skip
-    command = [python, __file__, "--child", way, "--csv", str(csv_path),
+        check: bool = False, tree: str | None = None) -> dict[str, Any]:  # fmt: skip
+    command = [python, __file__, "--child", way.split("@")[0], "--csv", str(csv_path),
                "--workers", str(args.workers), "--warmup", str(args.warmup),
                "--batches", str(args.batches)]  # fmt: skip
     if plan is not None:
@@ -268,6 +293,8 @@ def run(way: str, python: str, args: argparse.Namespace, csv_path: Path, plan: P
     # A user's interpreter imports from cached bytecode; compiling torch from source in each
     # child (an environment without caches, PYTHONDONTWRITEBYTECODE) is not loading
     env.pop("PYTHONDONTWRITEBYTECODE", None)
+    if tree is not None:  # that checkout's energon_lite; this one's benchmark helpers
+        env["PYTHONPATH"] = os.pathsep.join([tree, str(Path(__file__).parent)])
     out = subprocess.run(command, capture_output=True, text=True, env=env, timeout=1800)
     if out.returncode != 0:
         raise RuntimeError(f"{way} failed (exit {out.returncode}):\n{out.stderr[-3000:]}")
@@ -315,19 +342,54 @@ def report(results: dict[str, list[dict[str, Any]]], load: tuple[float, float],
         figures = {
             "cpu": [r["cpu"] / r["samples"] * 1e3 for r in runs],
             "main": [r["main"] / r["samples"] * 1e3 for r in runs],
+            "kernel": [r["kernel"] / r["samples"] * 1e3 for r in runs],
             "rate": [r["samples"] / r["wall"] for r in runs],
             "first": [r["first_batch"] for r in runs],
         }
         medians[way] = {name: statistics.median(v) for name, v in figures.items()}
-        rows.append([way, _cell(figures["cpu"]), _cell(figures["main"]), _cell(figures["rate"]),
-                     _cell(figures["first"], 2)])  # fmt: skip
+        rows.append([way, _cell(figures["cpu"]), _cell(figures["main"]), _cell(figures["kernel"]),
+                     _cell(figures["rate"]), _cell(figures["first"], 2)])  # fmt: skip
     print(markdown_table(["loader", "CPU ms per clip, all processes", "of which the trainer's",
-                          "clips/s", "first batch from start, s"], rows))  # fmt: skip
-    if len(medians) == 2:
-        ours, theirs = medians["energon_lite"], medians["torchcodec"]
-        print(f"\nratios of the medians (above 1: energon_lite ahead): CPU per clip "
-              f"{theirs['cpu'] / ours['cpu']:.2f}x, clips/s {ours['rate'] / theirs['rate']:.2f}x, "
-              f"first batch {theirs['first'] / ours['first']:.2f}x")  # fmt: skip
+                          "of which the kernel's", "clips/s", "first batch from start, s"],
+                         rows))  # fmt: skip
+    ours = medians["energon_lite"]
+    for way, theirs in medians.items():
+        if way != "energon_lite":
+            print(f"\nratios of the medians (above 1: energon_lite ahead of {way}): CPU per clip "
+                  f"{theirs['cpu'] / ours['cpu']:.2f}x, clips/s {ours['rate'] / theirs['rate']:.2f}x, "
+                  f"first batch {theirs['first'] / ours['first']:.2f}x")  # fmt: skip
+
+
+def count_instructions(args: argparse.Namespace, csv_path: Path, trees: dict[str, str]) -> None:
+    """Million instructions per clip of energon_lite (and each tree) in one process, by
+    library; each way counted once (the counts do not change with the machine's load)."""
+    import callgrind
+    from common import markdown_table
+
+    per_clip: dict[str, dict[str, float]] = {}
+    for way in ["energon_lite", *trees]:
+        tree = trees.get(way, os.environ.get("PYTHONPATH", ""))  # energon_lite: this one's
+        command = [sys.executable, __file__, "--child", "energon_lite", "--csv", str(csv_path),
+                   "--workers", "0", "--warmup", str(args.warmup), "--batches",
+                   str(args.batches), "--count"]  # fmt: skip
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0",
+               "PYTHONPATH": os.pathsep.join([tree, str(Path(__file__).parent)])}  # fmt: skip
+        started = time.perf_counter()
+        out, phases = callgrind.phases(command, env)
+        samples = json.loads(out.strip().splitlines()[-1])["samples"]
+        by_library: dict[str, float] = {}
+        for obj, count in phases[0].items():
+            name = callgrind.library(obj)
+            by_library[name] = by_library.get(name, 0.0) + count / samples / 1e6
+        per_clip[way] = by_library
+        print(f"{way}: {samples} clips counted in {time.perf_counter() - started:.0f} s",
+              file=sys.stderr)  # fmt: skip
+    libraries = sorted({name for counts in per_clip.values() for name in counts})
+    rows = [[way, f"{sum(counts.values()):.1f}", *(f"{counts.get(n, 0.0):.1f}" for n in libraries)]
+            for way, counts in per_clip.items()]  # fmt: skip
+    print(f"\nmillion instructions per clip, 0 workers, {args.batches} batches of {BATCH} after "
+          f"{args.warmup}:\n")  # fmt: skip
+    print(markdown_table(["way", "all", *libraries], rows))
 
 
 def main() -> None:
@@ -340,7 +402,12 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--batches", type=int, default=24)
     parser.add_argument("--python", nargs="*", default=[], metavar="WAY=INTERPRETER")
+    parser.add_argument("--tree", nargs="*", default=[], metavar="NAME=CHECKOUT",
+                        help="also run energon_lite@NAME: the energon_lite of CHECKOUT")  # fmt: skip
+    parser.add_argument("--instructions", action="store_true",
+                        help="count instructions per clip under callgrind (0 workers)")  # fmt: skip
     parser.add_argument("--child", choices=WAYS, help=argparse.SUPPRESS)
+    parser.add_argument("--count", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--csv", help=argparse.SUPPRESS)
     parser.add_argument("--plan", help=argparse.SUPPRESS)
     parser.add_argument("--check", action="store_true", help=argparse.SUPPRESS)
@@ -352,6 +419,10 @@ def main() -> None:
     started = time.perf_counter()
     csv_path = make_dataset(args.data, args.files)
     print(f"dataset ready in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+    trees = {f"energon_lite@{name}": tree for name, tree in (i.split("=", 1) for i in args.tree)}
+    if args.instructions:
+        count_instructions(args, csv_path, trees)
+        return
     plan = run("energon_lite", pythons["energon_lite"], args, csv_path, None, check=True)["plan"]
     check_plan(plan)
     plan_path = args.data / "plan.json"
@@ -363,14 +434,23 @@ def main() -> None:
             "TorchCodec's clips differ from energon_lite's:\n" + "\n".join(problems)
         )
     print(f"frames checked equal, {sum(map(len, plan))} clips", file=sys.stderr)
+    from common import ab_order
+
     rows = [[clip["row"] for clip in batch] for batch in plan]
+    for way, tree in trees.items():  # the other checkout's clips, to the byte
+        other = run(way, pythons["energon_lite"], args, csv_path, None, check=True, tree=tree)
+        problems = compare_plans(plan, other["plan"])
+        if problems:
+            raise AssertionError(
+                f"{way}'s clips differ from energon_lite's:\n" + "\n".join(problems)
+            )
     load_before = os.getloadavg()[0]
     results: dict[str, list[dict[str, Any]]] = {}
     for round_no in range(args.rounds):
-        for way in WAYS[:: 1 if round_no % 2 == 0 else -1]:
-            result = run(
-                way, pythons[way], args, csv_path, plan_path if way == "torchcodec" else None
-            )
+        for way in ab_order([*WAYS, *trees], round_no):
+            python = pythons[way.split("@")[0]]
+            plan_of = plan_path if way == "torchcodec" else None
+            result = run(way, python, args, csv_path, plan_of, tree=trees.get(way))
             if result.pop("rows") != rows:
                 raise AssertionError(f"round {round_no}: {way} read other batches than planned")
             results.setdefault(way, []).append(result)

@@ -171,9 +171,10 @@ def run_child(
     )
 
 
-def process_tree_cpu(include_self: bool = True) -> float:
-    """CPU seconds (user + system) used so far by this process (unless ``include_self`` is
-    False) and all its descendants that are still alive (a loader's workers)."""
+def process_tree_cpu(include_self: bool = True, system_only: bool = False) -> float:
+    """CPU seconds (user + system; ``system_only``: the kernel's alone, e.g. page faults)
+    used so far by this process (unless ``include_self`` is False) and all its descendants
+    that are still alive (a loader's workers)."""
     me = psutil.Process()
     total = 0.0
     for process in [me, *me.children(recursive=True)][0 if include_self else 1 :]:
@@ -181,7 +182,7 @@ def process_tree_cpu(include_self: bool = True) -> float:
             times = process.cpu_times()
         except psutil.Error:
             continue
-        total += times.user + times.system
+        total += times.system if system_only else times.user + times.system
     return total
 
 

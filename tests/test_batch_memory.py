@@ -282,3 +282,32 @@ def test_a_canonical_layouts_pipelines_let_go_of_their_last_sample(tmp_path: Pat
     pooled = [batch["pooled"] for _, batch in zip(range(40), loader)]
     loader.close()
     assert all(pooled[8:]), pooled  # after the workers' first batches: always a segment
+
+
+def test_held_back_segments_travel_with_their_own_batch_and_sizes_replace_free_ones() -> None:
+    """A bucket's slab (``batching/group_slab.py``) takes its segment while other buckets'
+    batches go out: held back, it goes with none of them, and does not count against the
+    slots; batches of a size no free segment fits replace a free one of another size."""
+    pool = BatchMemoryPool(num_workers=1, slots=2)
+    pool._worker = 0  # as activate() does in a worker, without making it this process's pool
+    like, small = torch.empty(0), (MIN_BYTES // 4,)
+    slab = pool.empty(like, small)
+    assert slab is not None
+    pool.hold_back(slab)
+    batches = [pool.empty(like, small) for _ in range(2)]
+    assert all(b is not None for b in batches)  # the held-back one is beyond the 2 slots
+    held = pool.collect()
+    assert len(held.segments) == 2 and all(
+        s.data_ptr() != slab.data_ptr() for _, s in held.segments
+    )
+    pool.let_travel(slab)
+    ((_, segment),) = pool.collect().segments
+    assert segment.data_ptr() == slab.data_ptr()
+    # the trainer lets go of all three (its finalizers); nothing here refers to them any more
+    pool.flags[0, :] = 0
+    del slab, batches, held, segment
+    big = pool.empty(like, (4 * MIN_BYTES // 4,))  # 4x: no free segment fits
+    assert big is not None and len(pool._segments) == 3
+    assert sorted(s.nbytes() for s in pool._segments) == [MIN_BYTES, MIN_BYTES, 4 * MIN_BYTES]
+    replaced = pool._segments.index(big.untyped_storage())
+    assert replaced not in pool._sent  # its next batch sends the new segment's descriptor

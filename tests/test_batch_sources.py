@@ -59,7 +59,8 @@ def test_records_without_columns_or_of_two_classes_travel_one_by_one():
 
 def test_a_loaders_batches_carry_the_same_sources_through_workers(train_ds):
     """Real worker processes: each batch's ``__sources__`` is a plain tuple equal, record by
-    record, to the sample's own record read without workers."""
+    record, to the sample's own record read without workers; its ``__restore_key__`` (also
+    sent as columns, ``state/restore_key.py``) a plain list of the samples' own keys."""
 
     def batches(workers: int, count: int) -> list:
         dataset = get_train_dataset(
@@ -74,7 +75,23 @@ def test_a_loaders_batches_carry_the_same_sources_through_workers(train_ds):
     local = batches(0, 24)  # the whole epoch: 120 samples
     assert all(isinstance(batch.__sources__, BatchSources) for batch in local)  # never sent
     by_key = {key: info for b in local for key, info in zip(b.__key__, b.__sources__)}
+    restore = {key: rk for b in local for key, rk in zip(b.__key__, b.__restore_key__)}
     assert len(by_key) == 120
     for batch in batches(2, 8):
         assert type(batch.__sources__) is tuple
         assert batch.__sources__ == tuple(by_key[key] for key in batch.__key__)
+        assert type(batch.__restore_key__) is list
+        assert batch.__restore_key__ == [restore[key] for key in batch.__key__]
+
+
+def test_a_local_dataset_path_arrives_as_one_object_per_process_a_remote_one_equal():
+    """Each batch names its dataset's ``EPath``: a local one is rebuilt from its string once
+    per process (no pathlib parse per batch), any other comes back equal."""
+    first = pickle.loads(ForkingPickler.dumps(BatchSources(_infos(3))))
+    second = pickle.loads(ForkingPickler.dumps(BatchSources(_infos(2))))
+    assert first[0].dataset_path is second[0].dataset_path
+    assert first[0].dataset_path == EPath("/data/set") and str(first[0].dataset_path) == "/data/set"
+    assert first[0].dataset_path / "parts" == EPath("/data/set/parts")
+    remote = EPath("s3://bucket/set")
+    back = pickle.loads(pickle.dumps(remote))
+    assert back == remote and str(back) == "s3://bucket/set" and not back.is_local()

@@ -44,6 +44,8 @@ _MODULE_STATE_ALLOWED = {
     "Energon's signatures, so nothing can hand it the pool",
     "energon_lite/batching/memory.py:_POOLS": "unpickling calls the rebuild functions with "
     "their pickled arguments only; weak references to the trainer's pools",
+    "energon_lite/epathlib/epath.py:_local": "memo of a pure function (one EPath per local "
+    "path string a worker sent)",
     "energon_lite/flavors/episodes/transitions.py:_powers": "memo of a pure function",
     "energon_lite/flavors/jsonl/index.py:_SOLID": "a constant table built at import",
     "energon_lite/flavors/video_text/aspect_ratios.py:resolution_table": "memo of a pure function",
@@ -51,6 +53,7 @@ _MODULE_STATE_ALLOWED = {
     "energon_lite/samples/resolver.py:_allowed": "the user's allow_sample_type_modules",
     "energon_lite/samples/resolver.py:_trusted_joiners": "the joiners the user's specs name",
     "energon_lite/sources/kinds.py:_discovered": "the dataset-kind registry",
+    "energon_lite/sources/kinds.py:_plugins": "the dataset-kind registry's entry points",
     "energon_lite/sources/kinds.py:_registered": "the dataset-kind registry",
     "energon_lite/stages/base.py:_CLASSES": "the stage-class registry",
     "energon_lite/stages/base.py:_loaded": "the stage-class registry",

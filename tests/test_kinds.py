@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -172,15 +173,17 @@ def test_a_crude_dataset_needs_pyav_only_for_the_video_it_holds(
 PLUGIN_MODULE = """
 from energon_lite.sources.kinds import DatasetKind, register_kind
 
-KIND = register_kind(DatasetKind({name!r}, detect=lambda path: path.suffix == ".plug"))
+KIND = register_kind(DatasetKind({name!r}, detect=lambda path: {detect}))
 """
 
 
-def _install_plugin(site: Path, dist: str, module: str, kind: str) -> None:
+def _install_plugin(
+    site: Path, dist: str, module: str, kind: str, detect: str = 'path.suffix == ".plug"'
+) -> None:
     """A distribution in ``site`` as pip lays one out: its module and a dist-info folder whose
     entry_points.txt names the dataset-kind group."""
     site.mkdir(parents=True, exist_ok=True)
-    (site / f"{module}.py").write_text(PLUGIN_MODULE.format(name=kind))
+    (site / f"{module}.py").write_text(PLUGIN_MODULE.format(name=kind, detect=detect))
     info = site / f"{dist}-1.0.dist-info"
     info.mkdir()
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.0\n")
@@ -206,3 +209,42 @@ def test_a_kind_of_an_installed_package_is_found_by_its_entry_point(tmp_path: Pa
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["plugged", "['plugged',", "'webdataset']", "False"]
+
+
+def _fresh(code: str) -> list[str]:
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()
+
+
+def test_a_prepared_tar_folder_is_known_without_importing_the_flavors(
+    train_ds: Path, tmp_path: Path
+) -> None:
+    """No shipped flavor claims a prepared tar folder, so a fresh process knows one by the names
+    in its .nv-meta and imports no flavor; another kind's marker there sends the folder to the
+    flavors, which decide as before."""
+    assert [kind.name for kind in registered_kinds() if kind.detect(train_ds)] == ["webdataset"]
+    marked = tmp_path / "marked"
+    shutil.copytree(train_ds, marked)
+    (marked / ".nv-meta" / "video_text.json").write_text("{}")
+    code = (
+        "import sys; from pathlib import Path\n"
+        "from energon_lite.sources.kinds import kind_of\n"
+        "def flavors(): return sorted(m for m in sys.modules if m.startswith('energon_lite.flavors'))\n"
+        f"print(kind_of(Path({str(train_ds)!r})).name, len(flavors()))\n"
+        f"print(kind_of(Path({str(marked)!r})).name, 'energon_lite.flavors.video_text.kind' in flavors())\n"
+    )  # fmt: skip
+    assert _fresh(code) == ["webdataset", "0", "video_text", "True"]
+
+
+def test_a_plugin_may_claim_a_prepared_tar_folder(train_ds: Path, tmp_path: Path) -> None:
+    """Where the environment has kind plugins they are asked about every path, prepared tar
+    folders included."""
+    detect = "(path / '.nv-meta' / '.info.json').is_file()"
+    _install_plugin(tmp_path / "site", "tarplug", "tarplug_mod", "tar-plugged", detect)
+    code = (
+        f"import sys; sys.path[:0] = [{str(tmp_path / 'site')!r}]\n"
+        "from pathlib import Path; from energon_lite.sources.kinds import kind_of\n"
+        f"print(kind_of(Path({str(train_ds)!r})).name)\n"
+    )
+    assert _fresh(code) == ["tar-plugged"]

@@ -78,3 +78,64 @@ def test_default_from_joined_refuses_names_and_a_missing_primary() -> None:
         TextSample.from_joined(text1=first)
     with pytest.raises(ValueError, match="primary sample"):
         TextSample.from_joined(None, first)
+
+
+BUILTIN_CHECK = """
+import pickle, sys
+import energon_lite.samples.types as types
+import energon_lite.samples as samples
+
+def made():
+    return sorted(m.rsplit(".", 1)[1] for m in sys.modules if m.startswith("energon_lite.samples.builtin."))
+
+print(made())  # importing the types makes none of the built-in ones
+from energon_lite.samples.types import CaptioningSample
+print(made())  # one, on first use
+old = pickle.loads({old!r})  # a pickle naming the public path, made before
+print(type(old).__name__, type(old) is samples.VQASample, made())
+sample = CaptioningSample(__key__="k", __restore_key__=("s", 0), image=None, caption="c")
+print(pickle.loads(pickle.dumps(sample)) == sample, CaptioningSample.__module__)
+import energon_lite as el
+print(el.CaptioningSample is CaptioningSample, samples.CaptioningSample is CaptioningSample)
+print(list(types.SAMPLE_TYPES) == list(types.SAMPLE_TYPE_NAMES),
+      types.SAMPLE_TYPES["CaptioningSample"] is CaptioningSample, len(made()))
+print({{n for n in samples.__all__ if n[0].isupper()}} <= set(dir(samples)), "OCRSample" in dir(types))
+"""
+
+
+def test_built_in_types_are_made_on_first_use_under_their_public_path() -> None:
+    """The 11 built-in sample types are made when a process first uses one (by name, from either
+    package, by a pickle or through SAMPLE_TYPES), are the same object on every path, and
+    keep energon_lite.samples.types as their module, so pickles made before still load."""
+    import pickle
+    import subprocess
+    import sys
+
+    from energon_lite.samples.types import VQASample
+
+    old = pickle.dumps(VQASample(__key__="q", __restore_key__=("s", 1), image=None, context="?"))
+    assert b"energon_lite.samples.types" in old
+    code = BUILTIN_CHECK.format(old=old)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "[]",
+        "['captioning']",
+        "VQASample True ['captioning', 'vqa']",
+        "True energon_lite.samples.types",
+        "True True",
+        "True True 11",
+        "True True",
+    ]
+
+
+def test_a_user_subclass_of_a_built_in_type() -> None:
+    from energon_lite.samples.types import CaptioningSample
+
+    @dataclass
+    class Scored(CaptioningSample):
+        score: float = 0.0
+
+    sample = Scored(__key__="k", __restore_key__=("s", 0), image=None, caption="c", score=1.5)
+    assert isinstance(sample, CaptioningSample) and isinstance(sample, Sample)
+    assert (sample.caption, sample.score) == ("c", 1.5)

@@ -44,6 +44,22 @@ def test_every_private_name_it_reads_exists_on_this_torch() -> None:
     assert all(not process.is_alive() for process in pool.processes)
 
 
+def test_a_profiler_sees_the_range_torch_opens_for_each_batch_only_when_it_is_on() -> None:
+    # the pool hands batches out without torch's record_function range unless a profiler
+    # is on: then each batch is inside its range, as with torch's own next()
+    pool = WorkerPool(DataLoader(Counting(), batch_size=None, num_workers=2), watched=True)
+    try:
+        first = next(pool)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            got = [next(pool), next(pool)]
+        names = [event.name for event in prof.events()]
+        rest = list(pool)
+    finally:
+        pool.close()
+    assert [first, *got, *rest] == [0, 100, 1, 101, 2, 102]  # torch's round robin
+    assert sum("DataLoader" in name for name in names) == 2, names
+
+
 def test_a_torch_without_a_name_is_refused_naming_the_version_and_the_name() -> None:
     # torch's iterator without workers has none of the pool's fields
     single = iter(DataLoader(range(3), batch_size=None, num_workers=0))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ import torch
 
 from energon_lite import WorkerConfig, get_savable_loader, get_train_dataset, get_val_dataset
 from energon_lite.errors import ConfigError
-from energon_lite.flavors.video_text import VideoTextTaskEncoder, prepare_video_text
+from energon_lite.flavors.video_text import VideoTextTaskEncoder, prepare_video_text, resize_crop
 from energon_lite.synth.video_text import make_media, write_table
 from energon_lite.testing import assert_loader_resumes, take
 
@@ -157,3 +158,43 @@ def test_open_videos_kept_between_samples_give_the_same_batches(
         assert torch.equal(kept["video"], fresh["video"])
     with pytest.raises(ConfigError, match="open_videos=-1"):
         VideoTextTaskEncoder(BUCKETS, open_videos=-1)
+
+
+def _copying(
+    frames: torch.Tensor, size: tuple[int, int], rng: np.random.Generator | None
+) -> torch.Tensor:
+    """The built-in random crop as a transform of the user's: each clip a tensor of its own."""
+    return resize_crop(frames, size, rng=rng, random_crop=rng is not None)
+
+
+class CopyingTaskEncoder(VideoTextTaskEncoder):
+    """Each clip made on its own and copied into its batch (the path before clips were
+    written into their bucket's batch, ``batching/group_slab.py``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.transform = _copying
+
+
+# BUCKETS with the 64x48 mkv resized to 32x24 (antialiased) instead of kept at its size
+RESIZING = {**BUCKETS, "3:4": {"32x24": {8: (1.0, 3)}}}
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_clips_written_into_the_batch_equal_stacked_clips_to_the_bit(
+    table: Path, num_workers: int
+) -> None:
+    def batches(encoder: VideoTextTaskEncoder) -> list[tuple[list[str], torch.Tensor]]:
+        loader = get_savable_loader(_train(table, num_workers, task_encoder=encoder))
+        return [(b["__key__"], b["video"].clone()) for b in take(loader, 24)]
+
+    got = batches(VideoTextTaskEncoder(RESIZING, seed=5, random_crop=True))
+    want = batches(CopyingTaskEncoder(RESIZING, seed=5, random_crop=True))
+    shapes = set()
+    for (keys, video), (want_keys, want_video) in zip(got, want, strict=True):
+        assert keys == want_keys
+        assert video.shape == want_video.shape and video.is_contiguous()
+        assert torch.equal(video.view(torch.int32), want_video.view(torch.int32))
+        shapes.add(tuple(video.shape[1:]))
+    assert (3, 8, 32, 24) in shapes and (3, 16, 48, 64) in shapes  # resized, and at size
+    assert len(shapes) == 4

@@ -24,6 +24,12 @@ class SegmentPool(Protocol):
     def empty(self, like: torch.Tensor, shape: Sequence[int]) -> torch.Tensor | None:
         """An uninitialised tensor of ``like``'s dtype over a free segment, or None."""
 
+    def hold_back(self, tensor: torch.Tensor) -> None:
+        """Send ``tensor``'s segment with no batch until :meth:`let_travel` is called."""
+
+    def let_travel(self, tensor: torch.Tensor) -> None:
+        """Send ``tensor``'s segment with the next batch made."""
+
 
 # Process-global: the collate functions keep Energon's signatures (a user's batch function
 # calls them), so there is no place to hand them the pool; a worker process runs one stream.

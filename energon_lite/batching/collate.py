@@ -11,6 +11,7 @@ import torch
 from energon_lite.batching.allocate import batch_tensor
 from energon_lite.batching.slab import claim
 from energon_lite.batching.sources import BatchSources
+from energon_lite.state.restore_key import batch_restore_keys
 
 KEY_FIELDS = ("__key__", "__restore_key__", "__subflavors__")
 
@@ -94,6 +95,8 @@ def default_collate(samples: Sequence[Any], result_type: type | None = None) -> 
             column = [getattr(s, name, None) for s in samples]
             if name == "__sources__":
                 values[name] = merged_sources(column)
+            elif name == "__restore_key__":
+                values[name] = batch_restore_keys(column)
             else:
                 values[name] = list(column) if name in KEY_FIELDS else generic_batch(column)
         return cls(**values)
@@ -101,6 +104,8 @@ def default_collate(samples: Sequence[Any], result_type: type | None = None) -> 
         batch = {
             k: merged_sources(v)
             if k == "__sources__"
+            else batch_restore_keys(v)
+            if k == "__restore_key__"
             else list(v)
             if k in KEY_FIELDS
             else generic_batch(v)

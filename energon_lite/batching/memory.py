@@ -53,6 +53,7 @@ from collections.abc import Iterator, Sequence
 from multiprocessing.reduction import DupFd, ForkingPickler
 from typing import Any
 
+import numpy as np
 import torch
 import torch.multiprocessing
 from torch.multiprocessing.reductions import reduce_storage as _torch_reduce_storage
@@ -60,6 +61,7 @@ from torch.multiprocessing.reductions import reduce_storage as _torch_reduce_sto
 from energon_lite.batching.allocate import use_pool
 
 MIN_BYTES = 256 * 1024
+SPARE_SLOTS = 8  # segments held back for filling slabs, beyond ``slots``
 _PAGE = 4096
 _FREE, _BUSY = 0, 1
 # how long the trainer waits for a segment's descriptor that a worker sent before the batch
@@ -87,7 +89,11 @@ class BatchMemoryPool:
 
     def __init__(self, num_workers: int, slots: int) -> None:
         self.slots = slots
-        self.flags = torch.zeros((num_workers, slots), dtype=torch.uint8).share_memory_()
+        self.flags = torch.zeros((num_workers, slots + SPARE_SLOTS), dtype=torch.uint8)
+        self.flags.share_memory_()
+        # the same memory as a NumPy array: setting one flag through it costs a fraction of
+        # a torch ``__setitem__`` (one per batch on each side)
+        self._flag_array = self.flags.numpy()
         # cleared by the trainer if torch ever hands a batch's tensors a storage other than
         # the one received for its segment (the finalizers would then free segments early)
         self.enabled = torch.ones(1, dtype=torch.uint8).share_memory_()
@@ -95,6 +101,7 @@ class BatchMemoryPool:
         self._worker: int | None = None
         self._segments: list[torch.UntypedStorage] = []
         self._taken: list[tuple[int, torch.UntypedStorage]] = []
+        self._held_back: list[tuple[int, torch.UntypedStorage]] = []  # hold_back()
         self._sent: set[int] = set()  # worker: slots whose descriptor the trainer has
         # trainer: (worker, slot) -> the segment's mapping, for the stream's lifetime
         self._mapped: dict[tuple[int, int], mmap.mmap] = {}
@@ -121,8 +128,10 @@ class BatchMemoryPool:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.slots, self.flags, self.enabled = state["slots"], state["flags"], state["enabled"]
+        self._flag_array = self.flags.numpy()
         self.token = state["token"]
         self._checked, self._worker, self._segments, self._taken = True, None, [], []
+        self._held_back = []
         self._sent, self._mapped = set(), {}
         self._channels, self._channel, self._arrived, self.by_channel = None, None, {}, 0
 
@@ -165,23 +174,34 @@ class BatchMemoryPool:
         return (_rebuild_first, (self.token, self._worker, slot, DupFd(fd), size))
 
     def take(self, nbytes: int) -> torch.UntypedStorage | None:
-        """A free segment of at least ``nbytes`` (not more than twice that), or None."""
+        """A free segment of at least ``nbytes`` (not more than twice that), or None.
+
+        Segments held back for a filling slab (:meth:`hold_back`) do not count against
+        ``slots`` (up to :data:`SPARE_SLOTS` of them). When every slot has a segment and
+        none that is free fits (batches of several sizes: one per bucket), a free one of
+        another size is replaced by one of this size, which later batches of it reuse."""
         assert self._worker is not None
         if not self.enabled[0]:
             return None
-        row = self.flags[self._worker]
+        row = self._flag_array[self._worker]
+        other = None  # a free segment of another size
         for slot, segment in enumerate(self._segments):
-            if (
-                row[slot] == _FREE
-                and nbytes <= segment.nbytes() <= 2 * nbytes
-                and _only_pool_uses(segment)
-            ):
+            if row[slot] != _FREE or not _only_pool_uses(segment):
+                continue
+            if nbytes <= segment.nbytes() <= 2 * nbytes:
                 return self._hand_out(slot, segment)
-        if len(self._segments) < self.slots:
-            size = -(-nbytes // _PAGE) * _PAGE
+            other = slot if other is None else other
+        size = -(-nbytes // _PAGE) * _PAGE
+        if len(self._segments) < self.slots + min(len(self._held_back), SPARE_SLOTS):
             self._segments.append(torch.UntypedStorage._new_shared(size))
             return self._hand_out(len(self._segments) - 1, self._segments[-1])
-        return None
+        if other is None:
+            return None
+        # the trainer let go of it (free) and holds no batch in it: its next batch in this
+        # slot sends the new segment's descriptor, which replaces the old mapping there
+        self._segments[other] = torch.UntypedStorage._new_shared(size)
+        self._sent.discard(other)
+        return self._hand_out(other, self._segments[other])
 
     def empty(self, like: torch.Tensor, shape: Sequence[int]) -> torch.Tensor | None:
         """An uninitialised tensor over a free segment of this worker's, or None (a small
@@ -199,9 +219,19 @@ class BatchMemoryPool:
 
     def _hand_out(self, slot: int, segment: torch.UntypedStorage) -> torch.UntypedStorage:
         assert self._worker is not None
-        self.flags[self._worker, slot] = _BUSY
+        self._flag_array[self._worker, slot] = _BUSY
         self._taken.append((slot, segment))
         return segment
+
+    def hold_back(self, tensor: torch.Tensor) -> None:
+        """Keep ``tensor``'s segment (taken for it by :meth:`empty`) out of the batches that
+        go out until :meth:`let_travel`: a bucket's slab fills while other buckets' batches
+        are made (``batching/group_slab.py``), and travels with its own."""
+        _move(self._taken, self._held_back, tensor)
+
+    def let_travel(self, tensor: torch.Tensor) -> None:
+        """``tensor``'s held-back segment travels with the next batch collected."""
+        _move(self._held_back, self._taken, tensor)
 
     def held_nothing(self, worker: int) -> Held:
         """What travels with a batch built outside the pool (not in a worker process)."""
@@ -243,8 +273,21 @@ class BatchMemoryPool:
                 self.enabled[0] = 0  # never free these, nor reuse any segment from now on
                 held.segments = []
         for slot, storage in held.segments:
-            weakref.finalize(storage, _release, self.flags, held.worker, slot)
+            weakref.finalize(storage, _release, self._flag_array, held.worker, slot)
         held.segments = []
+
+
+def _move(
+    source: list[tuple[int, torch.UntypedStorage]],
+    target: list[tuple[int, torch.UntypedStorage]],
+    tensor: torch.Tensor,
+) -> None:
+    """Move the entry of ``tensor``'s segment from ``source`` to ``target`` (if there)."""
+    address = tensor.untyped_storage().data_ptr()
+    for index, entry in enumerate(source):
+        if entry[1].data_ptr() == address:
+            target.append(source.pop(index))
+            return
 
 
 def _shares_storages(batch: Any, held: Held) -> bool:
@@ -286,7 +329,7 @@ def _only_pool_uses(segment: torch.UntypedStorage) -> bool:
     return _USE_COUNT is not None and _USE_COUNT(segment._cdata) == 1
 
 
-def _release(flags: torch.Tensor, worker: int, slot: int) -> None:
+def _release(flags: np.ndarray, worker: int, slot: int) -> None:
     flags[worker, slot] = _FREE
 
 

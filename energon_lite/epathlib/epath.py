@@ -20,6 +20,7 @@ name (``str``, ``url``, ``/``, ``walk``, ``glob``, ``relative_to``) and reads th
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import posixpath
@@ -67,6 +68,14 @@ class EPath:
         new = object.__new__(cls)
         new._path, new._dss = path, dss
         return new
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A worker sends its dataset's path with every batch (in the batch's ``__sources__``):
+        # a local path is rebuilt from its string, once per process (``_local``), not parsed
+        # again by pathlib for each batch
+        if self._dss is None and type(self._path) is type(_LOCAL_TYPE) and type(self) is EPath:
+            return (_local, (str(self._path),))
+        return (EPath._of, (self._path, self._dss))
 
     def __storage_path__(self) -> StoragePath:
         """The ``pathlib.Path`` or ``RemotePath`` the rest of energon_lite reads."""
@@ -299,6 +308,16 @@ class _RemoteWriter(io.BytesIO):
         data = self.getvalue()
         super().close()
         ops.write_atomic(self._target, data)
+
+
+_LOCAL_TYPE = Path("/")  # the concrete class local paths are made of (PosixPath here)
+
+
+@functools.lru_cache(maxsize=1024)
+def _local(text: str) -> EPath:
+    """The local ``EPath`` of the absolute path ``text``: one object per string (paths are
+    not changed in place) for the last 1,024 strings unpickled."""
+    return EPath._of(Path(text))
 
 
 def _absolute(text: str) -> Path:

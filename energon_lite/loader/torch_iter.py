@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import multiprocessing.connection
+import select
 import signal
 import threading
 from collections.abc import Iterator
@@ -49,6 +51,10 @@ ITERATOR_FIELDS = {
     "_pin_memory": "whether a pin-memory thread reads that queue",
     "_worker_pids_set": "whether torch's SIGCHLD handler watches the workers",
     "_shutdown_workers": "shutting the workers down",
+    "_next_data": "the next batch without the profiler range torch opens around it",
+    "_num_yielded": "the batches handed out, counted as torch's own next() counts them",
+    "_sampler_iter": "whether torch's next() would restart the iterator first",
+    "_IterableDataset_len_called": "whether torch's next() checks a length it reported",
 }
 # module-level names, checked once per process
 MODULE_NAMES = {
@@ -56,9 +62,13 @@ MODULE_NAMES = {
     (torch_data_utils, "MP_STATUS_CHECK_INTERVAL"): "how long torch waits for a worker to exit",
     (torch_signal_handling, "_set_SIGCHLD_handler"): "installing torch's SIGCHLD handler",
     (torch_signal_handling, "_remove_worker_pids"): "unregistering workers from that handler",
+    (torch.autograd, "_profiler_enabled"): "whether a profiler is on (next() then opens its range)",
 }
 # and "_utils" (torch's private module), "_reader" (the multiprocessing queue's read end)
-PRIVATE_NAMES = sorted({*ITERATOR_FIELDS, *(name for _, name in MODULE_NAMES), "_utils", "_reader"})
+# and "_poll" (the queue's poll of its read end, replaced by :func:`_reader_poll` when there)
+PRIVATE_NAMES = sorted(
+    {*ITERATOR_FIELDS, *(name for _, name in MODULE_NAMES), "_utils", "_reader", "_poll"}
+)
 
 
 class TorchInternalsError(EnergonLiteError, RuntimeError):
@@ -122,6 +132,18 @@ def _unwatch(iterator: Any) -> None:
         iterator._worker_pids_set = False
 
 
+def _reader_poll(reader: multiprocessing.connection.Connection) -> Any:
+    """``reader.poll`` (True when a message can be read within ``timeout`` seconds, None:
+    no limit) over one ``select.poll`` object kept with it."""
+    poller = select.poll()
+    poller.register(reader.fileno(), select.POLLIN)
+
+    def poll(timeout: float | None = 0.0) -> bool:
+        return bool(poller.poll(-1 if timeout is None else max(0, math.ceil(timeout * 1000))))
+
+    return poll
+
+
 class WorkerPool:
     """torch's iterator over a ``DataLoader`` with worker processes, and what the trainer
     reads of it. ``watched=False`` (a pool that heals): torch's ``SIGCHLD`` handler never
@@ -141,13 +163,32 @@ class WorkerPool:
                 raise
             if not watched:
                 _unwatch(iterator)
+        queue = iterator._data_queue
+        if not iterator._pin_memory and hasattr(select, "poll") and hasattr(queue, "_poll"):
+            # torch's queue polls its read end before each read, after the pool's own wait
+            # found it readable: one kept poll object instead of a selector built per call
+            queue._poll = _reader_poll(queue._reader)
         self._iterator = iterator
+        # (the descriptors it watches, a poll object over them) for :meth:`wait`
+        self.poll_set: tuple[tuple[int, ...], Any] | None = None
 
     def __iter__(self) -> WorkerPool:
         return self
 
     def __next__(self) -> Any:
-        return next(self._iterator)
+        it = self._iterator
+        if (
+            it._sampler_iter is None
+            or it._IterableDataset_len_called is not None
+            or torch.autograd._profiler_enabled()
+        ):
+            return next(it)
+        # torch's next() without its profiler range (a ``record_function`` costs about as
+        # much as the rest of the trainer's receive when no profiler is on); with one on,
+        # the range is there as before
+        data = it._next_data()
+        it._num_yielded += 1
+        return data
 
     def close(self) -> None:
         """Shut the workers down (again: a no-op)."""
@@ -184,10 +225,24 @@ class WorkerPool:
             return "ask"
         reader = it._data_queue._reader
         ends = [w.sentinel for i, w in enumerate(it._workers) if it._workers_status[i]]
-        found = multiprocessing.connection.wait([reader, *ends], timeout=slice_s)
-        if any(item is not reader for item in found):
+        if not hasattr(select, "poll"):
+            found = multiprocessing.connection.wait([reader, *ends], timeout=slice_s)
+            if any(item is not reader for item in found):
+                return "ended"
+            return "ready" if found else "idle"
+        # one poll object while the descriptors stay the same (multiprocessing's ``wait``
+        # builds a selector and registers each one on every call: about half of this
+        # method's cost per batch)
+        fds = (reader.fileno(), *ends)
+        if self.poll_set is None or self.poll_set[0] != fds:
+            poller = select.poll()
+            for fd in fds:
+                poller.register(fd, select.POLLIN)
+            self.poll_set = (fds, poller)
+        events = self.poll_set[1].poll(math.ceil(slice_s * 1000))
+        if any(fd != fds[0] for fd, _ in events):
             return "ended"
-        return "ready" if found else "idle"
+        return "ready" if events else "idle"
 
     def kill(self, physical: int) -> None:
         """SIGKILL worker ``physical`` (a stalled one: torch's shutdown would wait for it to

@@ -50,6 +50,8 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class PipelineOptions:
+    """The loader's arguments that shape a chain, as the pipeline is built from them."""
+
     training: bool
     batch_size: int | None
     batch_drop_last: bool = False

@@ -24,7 +24,7 @@ from types import ModuleType
 from typing import Any
 
 from energon_lite.errors import DatasetFormatError
-from energon_lite.samples.types import SAMPLE_TYPES, Sample
+from energon_lite.samples.types import SAMPLE_TYPE_NAMES, Sample, sample_type_named
 
 OUR_MODULES = ("megatron.energon", "energon_lite")
 # the base of every dataset factory a dataset.yaml may name (compat/, a layer above: by name)
@@ -148,12 +148,13 @@ def resolve_class(
     ):
         allowed_modules = (*allowed_modules, module)  # our own code (e.g. a flavor's type)
     elif is_our_module(module):
-        if name not in SAMPLE_TYPES:
+        builtin = sample_type_named(name)
+        if builtin is None:
             raise DatasetFormatError(
                 f"{where}: sample_type {module}.{name} is not a built-in type; "
-                f"known: {sorted(SAMPLE_TYPES)}"
+                f"known: {sorted(SAMPLE_TYPE_NAMES)}"
             )
-        return SAMPLE_TYPES[name]
+        return builtin
     if own_module is not None and module == own_module[0]:
         cls = getattr(own_module[1], name, None)
         if isinstance(cls, type) and cls.__module__ == own_module[1].__name__:

@@ -8,6 +8,7 @@ Every sample carries ``__key__`` (the bare sample key inside its shard), ``__res
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import sys
 import typing
 from dataclasses import dataclass
@@ -16,8 +17,6 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from energon_lite.edataclass import edataclass
 
 if TYPE_CHECKING:  # torch is imported where a tensor is made (batching), not by the types
-    import torch
-
     from energon_lite.epathlib import EPath  # with the file stores that make one
 
 T = TypeVar("T", bound="Sample")
@@ -195,6 +194,7 @@ class Batch:
         other field of ``cls`` collated from the samples' field of that name (tensors padded
         and stacked, numbers and the rest listed), as Energon's ``Batch.from_samples``."""
         from energon_lite.batching.collate import generic_batch, merged_sources
+        from energon_lite.state.restore_key import batch_restore_keys
 
         keys = [basic_sample_keys(s) for s in samples]
         for name in (f.name for f in dataclasses.fields(cls)):
@@ -204,7 +204,7 @@ class Batch:
             fields[name] = generic_batch(column)
         return cls(
             __key__=[k["__key__"] for k in keys],
-            __restore_key__=[k["__restore_key__"] for k in keys],
+            __restore_key__=batch_restore_keys([k["__restore_key__"] for k in keys]),
             __subflavors__=[k["__subflavors__"] for k in keys],
             __sources__=merged_sources([k["__sources__"] for k in keys]),
             **fields,
@@ -241,118 +241,56 @@ def _pinned(value: Any) -> Any:
     return value
 
 
-# The built-in types, with Energon's fields: required fields have no default.
-
-
-@edataclass
-class TextSample(Sample):
-    text: str
-
-
-@edataclass
-class ImageSample(Sample):
-    image: torch.Tensor | Any
-
-
-@edataclass
-class CaptioningSample(Sample):
-    image: torch.Tensor | Any
-    caption: str
-
-
-@edataclass
-class ImageClassificationSample(Sample):
-    image: torch.Tensor | Any
-    label: int | None = None
-    label_name: str | None = None
-
-
-@edataclass
-class VQASample(Sample):
-    image: torch.Tensor | Any
-    context: str
-    answers: list[str] | None = None
-    answer_weights: torch.Tensor | None = None
-
-
-@edataclass
-class VQAOCRSample(Sample):
-    image: torch.Tensor | Any
-    context: str
-    text: str
-    answers: list[str] | None = None
-    answer_weights: torch.Tensor | None = None
-    words_boxes: torch.Tensor | None = None
-    words_text: list[str] | None = None
-
-
-@edataclass
-class MultiChoiceVQASample(Sample):
-    image: torch.Tensor | Any
-    context: str
-    choices: list[str] | None = None
-    correct_choice_idx: int = 0
-
-
-@edataclass
-class VidQASample(Sample):
-    video: Any
-    context: str
-    answers: list[str] | None = None
-    answer_weights: torch.Tensor | None = None
-
-
-@edataclass
-class OCRSample(Sample):
-    """Optical character recognition: boxes are float (N, 4|5) ``x, y, w, h[, confidence]``."""
-
-    image: torch.Tensor | Any
-    text: str
-    block_boxes: torch.Tensor | None = None
-    block_classes: torch.Tensor | list[str] | None = None
-    block_text: list[str] | None = None
-    lines_boxes: torch.Tensor | None = None
-    lines_text: list[str] | None = None
-    words_boxes: torch.Tensor | None = None
-    words_text: list[str] | None = None
-    chars_boxes: torch.Tensor | None = None
-    chars_text: list[str] | None = None
-
-
-@edataclass
-class InterleavedSample(Sample):
-    sequence: list[Any]
-
-
-@edataclass
-class SimilarityInterleavedSample(Sample):
-    """Images and texts without alignment; ``similarity_matrix`` relates them."""
-
-    images: list[Any]
-    texts: list[str]
-    audio: list[Any] | None = None
-    video: list[Any] | None = None
-    similarity_matrix: torch.Tensor | None = None
-    matched_text_indices: list[int] | None = None
-
-
-SAMPLE_TYPES: dict[str, type[Sample]] = {
-    cls.__name__: cls
-    for cls in (
-        Sample,
-        TextSample,
-        ImageSample,
-        CaptioningSample,
-        ImageClassificationSample,
-        VQASample,
-        VQAOCRSample,
-        MultiChoiceVQASample,
-        VidQASample,
-        OCRSample,
-        InterleavedSample,
-        SimilarityInterleavedSample,
-    )
+# The built-in types, with Energon's fields, live one per module in ``samples/builtin`` and are
+# imported on first use (PEP 562), here and in ``energon_lite.samples``: a process makes only
+# the types it uses (a plain tar loop makes one of 11; making a slotted dataclass costs about
+# as much as importing a small module). Each keeps this module as its ``__module__``.
+BUILTIN_MODULES: dict[str, str] = {
+    "TextSample": "text",
+    "ImageSample": "image",
+    "CaptioningSample": "captioning",
+    "ImageClassificationSample": "image_classification",
+    "VQASample": "vqa",
+    "VQAOCRSample": "vqa_ocr",
+    "MultiChoiceVQASample": "multichoice_vqa",
+    "VidQASample": "vid_qa",
+    "OCRSample": "ocr",
+    "InterleavedSample": "interleaved",
+    "SimilarityInterleavedSample": "similarity_interleaved",
 }
+# the names of SAMPLE_TYPES, in its order
+SAMPLE_TYPE_NAMES: tuple[str, ...] = ("Sample", *BUILTIN_MODULES)
+
+if TYPE_CHECKING:  # the names below, for type checkers; at run time see __getattr__
+    # every built-in type by name (``Sample`` first)
+    SAMPLE_TYPES: dict[str, type[Sample]]
+
+
+def sample_type_named(name: str) -> type[Sample] | None:
+    """The built-in sample type called ``name`` (made now if it is the first use), or None."""
+    if name == "Sample":
+        return Sample
+    if name not in BUILTIN_MODULES:
+        return None
+    cls: type[Sample] | None = globals().get(name)
+    return cls if cls is not None else __getattr__(name)
+
+
+def __getattr__(name: str) -> Any:
+    """A built-in sample type, or ``SAMPLE_TYPES``, on first use (then a plain attribute)."""
+    if name == "SAMPLE_TYPES":
+        value: Any = {n: sample_type_named(n) for n in SAMPLE_TYPE_NAMES}
+    elif name in BUILTIN_MODULES:
+        module = importlib.import_module(f"energon_lite.samples.builtin.{BUILTIN_MODULES[name]}")
+        value = getattr(module, name)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *BUILTIN_MODULES, "SAMPLE_TYPES"})
 
 
 def sample_field_names(cls: type) -> list[str]:

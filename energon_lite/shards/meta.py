@@ -147,6 +147,8 @@ DATASET_KEYS = (
 
 @dataclass
 class SplitConfig:
+    """A ``split.yaml`` read: the shard names of each split and those excluded."""
+
     split_parts: dict[str, list[str]]  # brace-expanded shard names per split
     exclude: list[str]  # brace-expanded: shard names or "<shard>/<sample key>"
     source: StoragePath

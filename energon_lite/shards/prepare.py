@@ -31,7 +31,7 @@ import yaml
 from tqdm import tqdm
 
 from energon_lite.errors import ConfigError, DatasetFormatError
-from energon_lite.samples.types import SAMPLE_TYPES, sample_field_names
+from energon_lite.samples.types import SAMPLE_TYPE_NAMES, sample_field_names, sample_type_named
 from energon_lite.shards.folder_lock import clean_stale_temporaries, prepare_lock
 from energon_lite.shards.meta import (
     INFO_JSON,
@@ -135,20 +135,21 @@ def dataset_yaml(
 ) -> dict[str, Any]:
     if sample_type == "CrudeWebdataset":
         return {"__module__": "megatron.energon", "__class__": "CrudeWebdataset"}
-    if sample_type not in SAMPLE_TYPES:
+    cls = None if sample_type is None else sample_type_named(sample_type)
+    if cls is None:
         raise ConfigError(
             f"--sample-type {sample_type!r} is not a built-in sample type; "
-            f"allowed: {sorted(SAMPLE_TYPES)} or CrudeWebdataset"
+            f"allowed: {sorted(SAMPLE_TYPE_NAMES)} or CrudeWebdataset"
         )
     config: dict[str, Any] = {
         "sample_type": {"__module__": "megatron.energon", "__class__": sample_type}
     }
     if field_map is not None:
-        fields = sample_field_names(SAMPLE_TYPES[sample_type])
+        fields = sample_field_names(cls)
         unknown = sorted(set(field_map) - set(fields))
         if unknown:
             raise ConfigError(f"--field-map names {unknown}, not fields of {sample_type}: {fields}")
-        check_required_fields(sample_type, field_map)
+        check_required_fields(cls.__name__, field_map)
         config["field_map"] = dict(field_map)
     elif sample_loader is not None:
         config["sample_loader"] = sample_loader

@@ -12,6 +12,13 @@ registry finds kinds in two places, on first use:
 ``kind_of(path)`` asks each registered kind's ``detect`` in registration order (flavors in
 name order, then entry points) and falls back to the tar folder. Adding a kind is one
 module with one ``register_kind(DatasetKind(...))`` line; see ``docs/architecture.md``.
+
+A local folder that ``prepare`` made a tar dataset of is known by the names in its
+``.nv-meta`` alone: the tar format's own files (``.info.json`` among them) and nothing else.
+No shipped flavor claims such a folder (``tests/test_kinds.py`` asks each of them), so for it
+the flavors' modules are not imported: only kinds already registered in the process and,
+where the environment has any, the entry-point plugins are asked. A plain tar loop then
+loads none of the flavors' 18 modules (issue 42: time to the first batch).
 """
 
 from __future__ import annotations
@@ -78,6 +85,7 @@ TAR_FOLDER = DatasetKind("webdataset", detect=lambda path: True, open=_open_tar_
 
 _registered: list[DatasetKind] = []
 _discovered = False
+_plugins: list[EntryPoint] | None = None  # the entry points, read once
 
 
 def register_kind(kind: DatasetKind) -> DatasetKind:
@@ -113,10 +121,29 @@ def kind_of(path: str | os.PathLike[str] | RemotePath) -> DatasetKind:
             if kind.remote and kind.marker and (path / kind.marker).is_file():
                 return kind
         return TAR_FOLDER
-    for kind in registered_kinds():
+    # a prepared tar folder: no shipped flavor claims it, so only kinds registered so far and
+    # plugins are asked (all kinds when the environment has plugins)
+    asked = list(_registered) if _prepared_tar_folder(path) and not _plugin_entries() else None
+    for kind in registered_kinds() if asked is None else asked:
         if kind.detect(path):
             return kind
-    return TAR_FOLDER  # unreachable: the tar folder detects everything
+    return TAR_FOLDER
+
+
+def _prepared_tar_folder(path: Path) -> bool:
+    """Whether ``path``'s ``.nv-meta`` holds a tar prepare's files and nothing else: one
+    listing, the cheap marker that lets ``kind_of`` leave the flavors unimported."""
+    from energon_lite.shards.meta import INFO_JSON, INFO_YAML, META_DIR
+    from energon_lite.shards.record_table import TABLE
+    from energon_lite.shards.shard_record import RECORD
+
+    try:
+        names = set(os.listdir(path / META_DIR))
+    except OSError:  # no such folder, or a file
+        return False
+    own = {INFO_JSON, INFO_YAML, "split.yaml", "dataset.yaml", RECORD, TABLE}
+    own |= {"index.sqlite", "index.uuid"}  # Energon's, beside a folder it prepared
+    return bool(names & {INFO_JSON, INFO_YAML}) and names <= own
 
 
 def resolve_path(path: str | os.PathLike[str] | RemotePath) -> StoragePath:
@@ -142,6 +169,14 @@ def open_source(leaf: Leaf) -> Source:
         dataset_config=leaf.dataset_config,
         subset=leaf.subset,
     )
+
+
+def _plugin_entries() -> list[EntryPoint]:
+    """The plugins' entry points, read on first use and kept."""
+    global _plugins
+    if _plugins is None:
+        _plugins = _plugin_entry_points()
+    return _plugins
 
 
 def _plugin_entry_points() -> list[EntryPoint]:
@@ -184,7 +219,7 @@ def _discover() -> None:
         folder = getattr(module.module_finder, "path", None)
         if module.ispkg and folder and (Path(folder) / module.name / "kind.py").is_file():
             importlib.import_module(f"{FLAVORS_PACKAGE}.{module.name}.kind")
-    for entry in _plugin_entry_points():
+    for entry in _plugin_entries():
         try:
             loaded = entry.load()
         except Exception as exc:  # a broken third-party plugin must not stop the others

@@ -50,6 +50,8 @@ STATS = cast(RetryStats, _SessionStats())
 
 @dataclass(frozen=True)
 class RetryPolicy:
+    """How often, and how far apart, a failed remote request is tried again."""
+
     attempts: int = 6  # ENERGON_LITE_REMOTE_ATTEMPTS overrides
     base_delay: float = 0.05
     max_delay: float = 2.0

@@ -15,12 +15,15 @@ Hooks, in the order they run:
    function of (``seed``, restore key, CSV shape), so no video is opened for a sample no
    bucket keeps (``SkipSample``) - then decode only the bucket's ``T`` frames
    (:func:`sample_frame_indices`, random window when training) and :func:`resize_crop` them
-   to the bucket's ``(H, W)``; or, when the row names precomputed feature files, load those
-   tensors instead of decoding video. A sample thinned by the synchronised mode is skipped
+   to the bucket's ``(H, W)``, written straight into the clip's row of its bucket's next
+   batch (``energon_lite/batching/group_slab.py``; a ``transform_name`` transform does;
+   another transform's clip is copied into the batch); or, when the row names
+   precomputed feature files, load those tensors instead of decoding video. A sample thinned by the synchronised mode is skipped
    before any file is opened too.
 2. ``batch_group_criterion(encoded) -> (BucketId, batch_size)``: the bucket computed in 1.
 3. ``batch(samples) -> {"video": (B, 3, T, H, W), "text": [...], "fps": [...], "__key__": [...]}``
-   (plus one stacked tensor per feature column).
+   (plus one stacked tensor per feature column): the video is the bucket's batch the clips
+   were written into when they are its rows in order, else a stack of copies (same values).
 """
 
 from __future__ import annotations
@@ -29,7 +32,10 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from energon_lite.batching.collate import batch_pad_stack, batch_stack
+from energon_lite.batching.group_slab import GroupSlabs
 from energon_lite.errors import ConfigError, SkipSample, logger
 from energon_lite.flavors.video_text.buckets import BucketAssigner, BucketConfig, BucketId
 from energon_lite.flavors.video_text.layout import is_video_text
@@ -37,6 +43,7 @@ from energon_lite.flavors.video_text.sample import VideoTextSample
 from energon_lite.flavors.video_text.source import PATH_SUFFIX
 from energon_lite.flavors.video_text.transforms import (
     TEMPORAL_SAMPLINGS,
+    WRITES_INTO,
     frame_indices,
     get_transform,
 )
@@ -100,6 +107,7 @@ class VideoTextTaskEncoder(TaskEncoder[VideoTextSample, dict, dict, dict]):
             raise ConfigError(f"{open_videos=} must be >= 0")
         self.open_videos = open_videos
         self._videos: DecoderCache | None = None  # made in the worker, on first use
+        self._slabs = GroupSlabs()  # per bucket, the batch its clips are written into
 
     def default_bucket_sync(
         self, path: str | os.PathLike[str], split_part: str
@@ -206,7 +214,18 @@ class VideoTextTaskEncoder(TaskEncoder[VideoTextSample, dict, dict, dict]):
             self.temporal_sampling, total, num_frames, frame_interval=self.frame_interval, rng=rng
         )
         frames = sample.read_frames(indices, self._open_videos())
-        out["video"] = self.transform(frames, (height, width), rng)
+        if self.transform not in WRITES_INTO:
+            out["video"] = self.transform(frames, (height, width), rng)
+            return out
+        # straight into its row of the bucket's next batch, which ``batch`` then hands out
+        # without copying (batching/group_slab.py)
+        clip = (frames.shape[1], len(indices), height, width)
+        row = self._slabs.row(bucket, bucket.batch_size, torch.float32, clip)
+        try:
+            out["video"] = self.transform(frames, (height, width), rng, out=row)  # type: ignore[call-arg]
+        except BaseException:
+            self._slabs.give_back(bucket, row)
+            raise
         return out
 
     def _open_videos(self) -> DecoderCache | None:
@@ -238,7 +257,12 @@ class VideoTextTaskEncoder(TaskEncoder[VideoTextSample, dict, dict, dict]):
             if name.startswith("__") or name in ("text", "fps", "bucket"):
                 continue
             values = [s[name] for s in samples]
-            # one bucket -> one video shape; features may differ in length (padded). Stacked
-            # into the worker's reused shared memory, not a fresh batch copied there again
-            out[name] = batch_stack(values) if name == "video" else batch_pad_stack(values)
+            # one bucket -> one video shape; features may differ in length (padded). The
+            # clips were written into their bucket's batch; else stacked into the worker's
+            # reused shared memory, not a fresh batch copied there again
+            if name == "video":
+                slab = self._slabs.claim(samples[0]["bucket"], values)
+                out[name] = batch_stack(values) if slab is None else slab
+            else:
+                out[name] = batch_pad_stack(values)
         return out

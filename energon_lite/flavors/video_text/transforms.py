@@ -84,12 +84,15 @@ def resize_crop(
     *,
     rng: np.random.Generator | None = None,
     random_crop: bool = False,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """uint8 ``(T, C, h, w)`` frames -> float32 ``(C, T, H, W)`` in [-1, 1] covering ``size``.
 
     The scale is the smallest that makes both sides >= the target, so nothing is padded
     and one side is cropped. ``random_crop`` draws the crop offset from ``rng`` (required
-    then); otherwise the crop is centred.
+    then); otherwise the crop is centred. ``out``: a float32 ``(C, T, H, W)`` tensor to
+    write into (a row of the batch, ``batching/group_slab.py``) and return; the values are
+    the same.
     """
     if frames.dim() != 4 or frames.shape[1] not in (1, 3):
         raise ValueError(f"frames must be (T, C, H, W) with C in (1, 3), got {tuple(frames.shape)}")
@@ -115,13 +118,21 @@ def resize_crop(
     else:
         top, left = (new_h - height) // 2, (new_w - width) // 2
     x = x[:, :, top : top + height, left : left + width]
+    shape = (x.shape[1], x.shape[0], height, width)
+    if out is None:
+        out = torch.empty(shape, dtype=torch.float32)
+    elif out.dtype != torch.float32 or tuple(out.shape) != shape:
+        raise ValueError(f"out must be float32 {shape}, got {out.dtype} {tuple(out.shape)}")
     # One output written in place: a float clip is tens of MB, and every fresh one costs
-    # its page faults (the same values as ``(x.float() / 127.5 - 1).clamp(-1, 1)``).
-    out = torch.empty((x.shape[1], x.shape[0], height, width), dtype=torch.float32)
-    out.copy_(x.permute(1, 0, 2, 3))
-    out.div_(127.5).sub_(1.0)
-    if resized:  # uint8 / 127.5 - 1 is within [-1, 1] already; interpolation may overshoot
-        out.clamp_(-1.0, 1.0)
+    # its page faults (the same values as ``(x.float() / 127.5 - 1).clamp(-1, 1)``). One
+    # frame at a time, so that the scaling reads what the conversion just wrote from the
+    # cache, not from memory (a 640x360 frame is 2.8 MB of float)
+    for t in range(x.shape[0]):
+        frame = out[:, t]
+        frame.copy_(x[t])
+        frame.div_(127.5).sub_(1.0)
+        if resized:  # uint8 / 127.5 - 1 is within [-1, 1] already; interpolation may overshoot
+            frame.clamp_(-1.0, 1.0)
     return out
 
 
@@ -129,15 +140,21 @@ Transform = Callable[[torch.Tensor, tuple[int, int], "np.random.Generator | None
 
 
 def _resize_centre_crop(
-    frames: torch.Tensor, size: tuple[int, int], rng: np.random.Generator | None
+    frames: torch.Tensor,
+    size: tuple[int, int],
+    rng: np.random.Generator | None,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    return resize_crop(frames, size)
+    return resize_crop(frames, size, out=out)
 
 
 def _resize_random_crop(
-    frames: torch.Tensor, size: tuple[int, int], rng: np.random.Generator | None
+    frames: torch.Tensor,
+    size: tuple[int, int],
+    rng: np.random.Generator | None,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    return resize_crop(frames, size, rng=rng, random_crop=rng is not None)
+    return resize_crop(frames, size, rng=rng, random_crop=rng is not None, out=out)
 
 
 # Video-text training's usual order: resize, then centre or random crop, then [-1, 1], (C, T, H, W).
@@ -148,6 +165,10 @@ TRANSFORMS: dict[str, Transform] = {
     "center_crop": _resize_centre_crop,
     "random_crop": _resize_random_crop,
 }
+
+
+# The transforms above take ``out=`` (a float32 ``(C, T, H, W)`` tensor to write into)
+WRITES_INTO: frozenset[Transform] = frozenset({_resize_centre_crop, _resize_random_crop})
 
 
 def get_transform(name: str) -> Transform:

@@ -1,0 +1,26 @@
+"""``VQAOCRSample``, a built-in sample type (public home: :mod:`energon_lite.samples.types`)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from energon_lite.edataclass import edataclass
+from energon_lite.samples.types import Sample
+
+if TYPE_CHECKING:
+    import torch
+
+
+@edataclass
+class VQAOCRSample(Sample):
+    """Visual question answering over text in an image, with the words' boxes."""
+
+    __module__ = "energon_lite.samples.types"  # its public home (reprs, pickles)
+
+    image: torch.Tensor | Any
+    context: str
+    text: str
+    answers: list[str] | None = None
+    answer_weights: torch.Tensor | None = None
+    words_boxes: torch.Tensor | None = None
+    words_text: list[str] | None = None
