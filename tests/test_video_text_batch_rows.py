@@ -99,3 +99,24 @@ def test_group_slabs_rows_claims_and_give_back() -> None:
     # a copy (a worker's, pickled) starts with none
     copy = pickle.loads(pickle.dumps(slabs))
     assert copy._slabs == {}
+
+
+def test_a_subclass_that_batches_its_own_way_gets_clips_of_their_own(media: Path) -> None:
+    """A subclass overriding ``batch`` never claims slabs, so its clips are not written into
+    any: otherwise every bucket would keep up to MAX_WAITING batch-sized slabs alive."""
+    from energon_lite.flavors.video_text.sample import VideoTextSample
+
+    class OwnBatch(VideoTextTaskEncoder):
+        def batch(self, samples: list[dict[str, Any]]) -> dict[str, Any]:
+            return {"video": torch.stack([s["video"] for s in samples])}
+
+    encoder = OwnBatch(BUCKETS, seed=0, training=False)
+    assert encoder._slabs is None
+    sample = VideoTextSample(__key__="v:0", __restore_key__=("Webdataset", 0),
+                             path=str(media / "wide.mp4"), text="t", num_frames=48,
+                             height=48, width=64, fps=24.0)  # fmt: skip
+    encoder._set_sample_context(0, sample.__restore_key__)
+    clip = encoder.encode_sample(sample)["video"]
+    assert clip.shape == (3, 16, 48, 64) and clip.untyped_storage().nbytes() == clip.nbytes
+    assert torch.equal(clip, resize_crop(_frames({"video": clip}), (48, 64)))
+    assert VideoTextTaskEncoder(BUCKETS, seed=0, training=False)._slabs is not None

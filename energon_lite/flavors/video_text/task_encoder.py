@@ -107,7 +107,11 @@ class VideoTextTaskEncoder(TaskEncoder[VideoTextSample, dict, dict, dict]):
             raise ConfigError(f"{open_videos=} must be >= 0")
         self.open_videos = open_videos
         self._videos: DecoderCache | None = None  # made in the worker, on first use
-        self._slabs = GroupSlabs()  # per bucket, the batch its clips are written into
+        # per bucket, the batch its clips are written into. Only while ``batch`` is this
+        # class's own: a subclass that batches otherwise would never claim the slabs, and
+        # each bucket would keep up to MAX_WAITING batch-sized ones alive in every worker
+        own_batch = type(self).batch is VideoTextTaskEncoder.batch
+        self._slabs: GroupSlabs | None = GroupSlabs() if own_batch else None
 
     def default_bucket_sync(
         self, path: str | os.PathLike[str], split_part: str
@@ -214,7 +218,7 @@ class VideoTextTaskEncoder(TaskEncoder[VideoTextSample, dict, dict, dict]):
             self.temporal_sampling, total, num_frames, frame_interval=self.frame_interval, rng=rng
         )
         frames = sample.read_frames(indices, self._open_videos())
-        if self.transform not in WRITES_INTO:
+        if self._slabs is None or self.transform not in WRITES_INTO:
             out["video"] = self.transform(frames, (height, width), rng)
             return out
         # straight into its row of the bucket's next batch, which ``batch`` then hands out
@@ -261,7 +265,8 @@ class VideoTextTaskEncoder(TaskEncoder[VideoTextSample, dict, dict, dict]):
             # clips were written into their bucket's batch; else stacked into the worker's
             # reused shared memory, not a fresh batch copied there again
             if name == "video":
-                slab = self._slabs.claim(samples[0]["bucket"], values)
+                slabs = self._slabs
+                slab = None if slabs is None else slabs.claim(samples[0]["bucket"], values)
                 out[name] = batch_stack(values) if slab is None else slab
             else:
                 out[name] = batch_pad_stack(values)
