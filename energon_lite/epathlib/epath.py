@@ -73,7 +73,7 @@ class EPath:
         # A worker sends its dataset's path with every batch (in the batch's ``__sources__``):
         # a local path is rebuilt from its string, once per process (``_local``), not parsed
         # again by pathlib for each batch
-        if self._dss is None and type(self._path) is type(_LOCAL_TYPE) and type(self) is EPath:
+        if self._dss is None and type(self._path) is _LOCAL_TYPE and type(self) is EPath:
             return (_local, (str(self._path),))
         return (EPath._of, (self._path, self._dss))
 
@@ -310,7 +310,7 @@ class _RemoteWriter(io.BytesIO):
         ops.write_atomic(self._target, data)
 
 
-_LOCAL_TYPE = Path("/")  # the concrete class local paths are made of (PosixPath here)
+_LOCAL_TYPE = type(Path("/"))  # the concrete class local paths are made of (PosixPath here)
 
 
 @functools.lru_cache(maxsize=1024)
