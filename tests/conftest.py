@@ -74,6 +74,31 @@ def installed_or_skip(*modules: str, reason: str | None = None) -> None:
             pytest.skip(reason or f"{name} is not installed", allow_module_level=True)
 
 
+class _OnFirstUse:
+    """A module imported when a test first takes a name from it (see ``oracle``)."""
+
+    def __init__(self, name: str) -> None:
+        self.__name__ = name
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("_") and attr != "__all__":  # what pytest probes a global for
+            raise AttributeError(attr)
+        return getattr(importlib.import_module(self.__name__), attr)
+
+    def __repr__(self) -> str:
+        return f"<module {self.__name__!r}, imported on first use>"
+
+
+def oracle(name: str = "megatron.energon", *needs: str, reason: str | None = None) -> Any:
+    """megatron-energon's module ``name`` (the oracle of the compatibility tests), imported
+    when a test first uses it, not at collection; the calling test module skips unless
+    megatron-energon and ``needs`` are installed (``installed_or_skip``). Collected by every
+    xdist worker, the import would cost each about a second of CPU and leave it 37 MiB
+    larger, for every loader it forks before the Energon tests run."""
+    installed_or_skip("megatron.energon", *needs, reason=reason)
+    return _OnFirstUse(name)
+
+
 def run_cli(*args: str) -> subprocess.CompletedProcess:
     """``energon-lite ARGS`` in this process: its exit status, stdout and stderr, as a
     subprocess would give them, without an interpreter start and imports per call (tests

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import torch
+from conftest import oracle
 
 from energon_lite.av import (
     AVData,
@@ -26,8 +27,8 @@ from energon_lite.av import (
 from energon_lite.errors import DatasetFormatError
 from energon_lite.synth.av import make_video
 
-energon_av = pytest.importorskip("megatron.energon.av")
-energon_media = pytest.importorskip("megatron.energon.media")
+energon_av = oracle("megatron.energon.av", "av")
+energon_media = oracle("megatron.energon.media")
 
 
 def _bytes(container: str, **kwargs: Any) -> bytes:

@@ -10,6 +10,7 @@ import itertools
 
 import numpy as np
 import pytest
+from conftest import oracle
 
 from energon_lite.stages.dealing import (
     bit_reversal_order,
@@ -18,14 +19,16 @@ from energon_lite.stages.dealing import (
     worker_sample_counts,
 )
 
-sharder = pytest.importorskip("megatron.energon.flavors.webdataset.sharder").Sharder
-energon_worker = pytest.importorskip("megatron.energon.worker")
+sharder_module = oracle("megatron.energon.flavors.webdataset.sharder")
+energon_worker = oracle("megatron.energon.worker")
 
 
 def test_bit_reversal_is_energons() -> None:
     assert bit_reversal_order(8) == (0, 4, 2, 6, 1, 5, 3, 7)
     for n in range(1, 80):
-        assert list(bit_reversal_order(n)) == list(sharder._generalized_bit_reversal(n)), n
+        assert list(bit_reversal_order(n)) == list(
+            sharder_module.Sharder._generalized_bit_reversal(n)
+        ), n
 
 
 @pytest.mark.parametrize(
@@ -38,7 +41,9 @@ def test_worker_ranges_are_energons(total: int, world: int, workers: int) -> Non
         bounds = worker_bounds(total, G, rotation)
         for rank in range(world):
             config = energon_worker.WorkerConfig(rank=rank, world_size=world, num_workers=workers)
-            expected = sharder.split_samples_to_workers(0, total, config, rotation_offset=rotation)
+            expected = sharder_module.Sharder.split_samples_to_workers(
+                0, total, config, rotation_offset=rotation
+            )
             per_rank = max(1, workers)
             assert bounds[rank * per_rank : (rank + 1) * per_rank + 1].tolist() == list(expected)
 
@@ -80,7 +85,7 @@ def test_deal_ranges_match_energons_shard_workers() -> None:
     world, workers = 3, 2
     for rank in range(world):
         config = energon_worker.WorkerConfig(rank=rank, world_size=world, num_workers=workers)
-        offsets = sharder.shard_workers(
+        offsets = sharder_module.Sharder.shard_workers(
             shards, config, max_samples_per_sequence=None, rotation_offset=2
         )
         for local, worker_offsets in enumerate(offsets):

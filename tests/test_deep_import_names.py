@@ -9,8 +9,9 @@ import importlib
 from typing import TypeVar
 
 import pytest
+from conftest import oracle
 
-energon = pytest.importorskip("megatron.energon")
+energon = oracle()
 
 WRAPPERS = {
     "batch_dataset": ["BatchDataset"],

@@ -11,13 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import oracle
 
 import energon_lite as el
 from energon_lite import ConfigError, WorkerConfig, get_savable_loader, get_train_dataset
 from energon_lite.epathlib import DEFAULT_PROFILE_NAME, EPath
 from energon_lite.errors import DatasetFormatError
 
-energon = pytest.importorskip("megatron.energon")
+energon = oracle()
 
 WRAPPER_MODULES = [
     "batch_dataset",

@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import oracle
 
 from energon_lite import WorkerConfig, get_loader, get_train_dataset, prepare_dataset
 from energon_lite.shards.dataset import PreparedDataset
 from energon_lite.synth.shards import write_captioning_shards
 
-energon = pytest.importorskip("megatron.energon")
+energon = oracle()
 
 
 def _shards(root: Path) -> None:

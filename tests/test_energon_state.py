@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from conftest import energons_loader
+from conftest import energons_loader, oracle
 
 import energon_lite as el
 from energon_lite.errors import StateError
@@ -28,9 +28,7 @@ from energon_lite.resume.energon_owed import energon_slices
 from energon_lite.state.restore_key import PackKey, SampleKey
 from energon_lite.synth.shards import write_captioning_shards
 
-energon = pytest.importorskip(
-    "megatron.energon", reason="megatron-energon (the bench extra) saves the states here"
-)
+energon = oracle(reason="megatron-energon (the bench extra) saves the states here")
 
 PER_SLICE = 5
 BATCH = 4
@@ -123,8 +121,10 @@ def _energon_saved(
 
 
 def _without_energon(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every megatron module unimportable, as where megatron-energon is not installed."""
-    for name in [n for n in sys.modules if n == "megatron" or n.startswith("megatron.")]:
+    """Every megatron module unimportable, as where megatron-energon is not installed (the
+    package itself too: the tests import it on first use, so it may not be loaded yet)."""
+    names = {n for n in sys.modules if n == "megatron" or n.startswith("megatron.")}
+    for name in sorted(names | {"megatron", "megatron.energon"}):
         monkeypatch.setitem(sys.modules, name, None)
 
 

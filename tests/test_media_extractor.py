@@ -9,6 +9,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from conftest import oracle
 
 from energon_lite.media import AVMetadata, ImageMetadata
 from energon_lite.media.extractor import MediaFilterConfig, MediaFilterStrategy
@@ -16,7 +17,7 @@ from energon_lite.media.filesystem_prepare import prepare_filesystem_dataset
 from energon_lite.synth.shards import make_image
 
 pytest.importorskip("av")
-energon = pytest.importorskip("megatron.energon")
+energon = oracle()
 
 
 def _files() -> dict[str, bytes]:

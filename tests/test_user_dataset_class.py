@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import oracle
 
 import energon_lite as el
 from energon_lite.errors import DatasetFormatError
 from energon_lite.synth.shards import write_captioning_shards
 
-energon = pytest.importorskip("megatron.energon")
-pytest.importorskip("webdataset")
+energon = oracle("megatron.energon", "webdataset")
 
 USER_MODULE = """
 from webdataset.autodecode import Decoder, imagehandler

@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import make_dataset
+from conftest import make_dataset, oracle
 
 import energon_lite as el
 from energon_lite.errors import ConfigError, StateError
 from energon_lite.testing import assert_loader_resumes
 
-energon = pytest.importorskip("megatron.energon")
+energon = oracle()
 
 
 @pytest.fixture(scope="module")
