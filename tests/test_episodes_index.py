@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 
-import h5py
 import numpy as np
 import pytest
 
@@ -54,6 +53,8 @@ def test_locate_matches_brute_force_at_every_index(folder):
 
 
 def test_bad_episodes_are_skipped_and_logged_naming_file_and_key(tmp_path, caplog):
+    import h5py  # when used, not at collection (see installed_or_skip in conftest.py)
+
     folder = write_dataset(tmp_path / "eps", [4, 2])
     with h5py.File(folder / "no_action.hdf5", "w") as f:
         f.create_dataset("observations/qpos", data=np.zeros((3, 4), np.float32))
@@ -119,6 +120,8 @@ def test_require_cameras_leaves_out_and_logs_episodes_missing_a_camera(tmp_path,
 def _write_bomb(path, length, qpos_dim=4, shape=(8000, 8000)):
     """An episode whose cameras declare ``length`` frames of ``shape`` x 3 bytes: chunked and
     compressed but never written, so the file stays a few KB."""
+    import h5py  # when used, not at collection (see installed_or_skip in conftest.py)
+
     with h5py.File(path, "w") as f:
         f.attrs["success"] = True
         f.create_dataset("observations/qpos", data=np.zeros((length, qpos_dim), np.float32))
@@ -178,6 +181,8 @@ def test_an_episode_whose_cameras_grew_after_prepare_is_named_before_reading(tmp
 def test_a_camera_rewritten_as_float64_with_the_same_shape_is_named(tmp_path):
     """Same shape, other element type: refused from the declaration, naming both types
     (it was served as float64 frames before)."""
+    import h5py  # when used, not at collection (see installed_or_skip in conftest.py)
+
     folder = write_dataset(tmp_path / "eps", [5, 5])
     prepare_episodes(folder, progress=False)
     index = load_episode_index(folder)

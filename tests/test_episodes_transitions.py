@@ -5,7 +5,6 @@ from __future__ import annotations
 import multiprocessing as mp
 import pickle
 
-import h5py
 import numpy as np
 import pytest
 
@@ -115,6 +114,8 @@ def test_norm_stats_match_numpy_over_all_frames(tmp_path):
 
 
 def test_bad_settings_and_bad_frames_raise_clear_errors(tmp_path):
+    import h5py  # when used, not at collection (see installed_or_skip in conftest.py)
+
     write_episode(tmp_path / "e.hdf5", 3, images="jpeg")
     index = scan_episodes(tmp_path)
     with pytest.raises(ConfigError, match="chunk_size=0"):
