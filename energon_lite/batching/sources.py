@@ -1,4 +1,5 @@
-"""A batch's ``__sources__``: every sample's records in one tuple, sent to the trainer as columns.
+"""A batch's ``__sources__``: every sample's records in one tuple, sent to the trainer as columns
+and made into records there only when something reads them.
 
 A worker sends a batch's ``SourceInfo`` records (one or more per sample) with every batch.
 Pickled one by one, each record is rebuilt in the trainer by a Python call of its own: 13.7k
@@ -7,10 +8,22 @@ unpickling a batch. :class:`BatchSources` pickles the records of a class that de
 ``BATCH_COLUMNS`` (its slotted fields, all of its state) as one list per field, and the
 trainer rebuilds them in a single call, the fields set by C loops over the columns.
 
-What the trainer gets is a plain ``tuple`` of the same records, equal field for field; in the
-worker (and without worker processes) ``__sources__`` is a :class:`BatchSources`, a ``tuple``
-subclass that compares, hashes and prints as the tuple it holds. Records of several classes,
-or of a class without ``BATCH_COLUMNS``, travel as a plain tuple, one by one.
+Most training loops never read a batch's sources, yet making the 32 records of a W1 batch and
+freeing them again was still an eighth of the trainer's instructions per batch. So a
+:class:`~energon_lite.samples.types.Sample`'s ``__sources__`` slot is read through
+:class:`SourcesSlot`: a worker sends a sample batch's records as :class:`PendingSources` in
+that slot (:func:`deferred_sources`, around the item's pickling), and the trainer makes the
+records from the columns the first time the field is read, then keeps them in the slot. What
+any reader gets is what it got before: a plain ``tuple`` of equal ``SourceInfo`` records
+(equality, hashing, ``repr``, ``dataclasses.asdict``, pickling and copying of the batch all
+read the field; a dataclass subclass that re-declares the field keeps the inherited slot,
+so it reads through the same descriptor). A batch that is not a ``Sample`` or ``Batch`` (a
+dict, a dataclass of the user's own), and records without ``BATCH_COLUMNS``, travel as
+before.
+
+In the worker (and without worker processes) ``__sources__`` is a :class:`BatchSources`, a
+``tuple`` subclass that compares, hashes and prints as the tuple it holds. Records of several
+classes, or of a class without ``BATCH_COLUMNS``, travel as a plain tuple, one by one.
 """
 
 from __future__ import annotations
@@ -25,13 +38,21 @@ class BatchSources(tuple[Any, ...]):
     __slots__ = ()
 
     def __reduce__(self) -> tuple[Any, ...]:
-        kinds = {*map(type, self)}
-        cls = kinds.pop() if len(kinds) == 1 else None
-        names = getattr(cls, "BATCH_COLUMNS", None)
-        if names is None:
+        columns = record_columns(self)
+        if columns is None:
             return (tuple, (tuple(self),))
-        columns = [list(map(getattr(cls, name).__get__, self)) for name in names]
-        return (_records, (cls, names, *columns))
+        return (_records, columns)
+
+
+def record_columns(records: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """``(cls, names, *columns)`` of records all of one class that declares ``BATCH_COLUMNS``
+    (one list per field), or None."""
+    kinds = {*map(type, records)}
+    cls = kinds.pop() if len(kinds) == 1 else None
+    names = getattr(cls, "BATCH_COLUMNS", None)
+    if names is None:
+        return None
+    return (cls, names, *[list(map(getattr(cls, name).__get__, records)) for name in names])
 
 
 def _records(cls: type, names: tuple[str, ...], *columns: list[Any]) -> tuple[Any, ...]:
@@ -42,3 +63,83 @@ def _records(cls: type, names: tuple[str, ...], *columns: list[Any]) -> tuple[An
     for name, column in zip(names, columns):
         deque(map(getattr(cls, name).__set__, records, column), maxlen=0)  # runs, keeps nothing
     return records
+
+
+class PendingSources:
+    """A batch's records as :func:`record_columns` gives them, in the trainer's copy of the
+    batch until its ``__sources__`` is first read (never seen by a reader)."""
+
+    __slots__ = ("columns",)
+
+    def __init__(self, columns: tuple[Any, ...]) -> None:
+        self.columns = columns
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (PendingSources, (self.columns,))
+
+
+class SourcesSlot:
+    """``Sample.__sources__``: the slot, with :class:`PendingSources` made into their records
+    (and kept) on first read."""
+
+    __slots__ = ("slot",)
+
+    def __init__(self, slot: Any) -> None:
+        self.slot = slot  # the member descriptor of the dataclass's slot
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        if obj is None:
+            return self
+        value = self.slot.__get__(obj, owner)
+        if type(value) is PendingSources and not _SENDING:
+            value = _records(*value.columns)
+            self.slot.__set__(obj, value)
+        return value
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        self.slot.__set__(obj, value)
+
+    def __delete__(self, obj: Any) -> None:
+        self.slot.__delete__(obj)
+
+
+# while a worker pickles a batch (deferred_sources): its slot's PendingSources are what
+# pickling reads (the batch's state is read through the descriptor), not its records
+_SENDING: list[bool] = []
+_LAZY: dict[type, SourcesSlot | None] = {}  # per batch class: its SourcesSlot, if it reads one
+
+
+def _slot_of(cls: type) -> SourcesSlot | None:
+    slot = _LAZY.get(cls, False)
+    if slot is False:
+        found = next(
+            (c.__dict__["__sources__"] for c in cls.__mro__ if "__sources__" in c.__dict__), None
+        )
+        slot = _LAZY[cls] = found if isinstance(found, SourcesSlot) else None
+    return slot  # type: ignore[return-value]
+
+
+def deferred_sources(batch: Any) -> tuple[Any, ...] | None:
+    """In a worker, before ``batch`` is pickled: put its records in its ``__sources__`` slot as
+    :class:`PendingSources` and return them (put them back with :func:`restore_sources`
+    once pickled); None where the batch's sources travel as they are."""
+    slot = _slot_of(type(batch))
+    if slot is None:
+        return None
+    value = slot.slot.__get__(batch, type(batch))
+    if not isinstance(value, tuple) or not (type(value) is tuple or type(value) is BatchSources):
+        return None
+    columns = record_columns(value) if value else None
+    if columns is None:
+        return None
+    slot.slot.__set__(batch, PendingSources(columns))
+    _SENDING.append(True)
+    return value
+
+
+def restore_sources(batch: Any, records: tuple[Any, ...]) -> None:
+    """Undo :func:`deferred_sources` once the batch is pickled."""
+    _SENDING.pop()
+    slot = _slot_of(type(batch))
+    assert slot is not None
+    slot.slot.__set__(batch, records)

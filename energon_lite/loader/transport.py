@@ -40,6 +40,7 @@ import numpy as np
 import torch
 import torch.multiprocessing
 
+from energon_lite.batching.sources import deferred_sources, restore_sources
 from energon_lite.errors import ConfigError
 from energon_lite.samples.types import basic_sample_keys
 
@@ -80,10 +81,14 @@ def pickled_item(item: tuple[Any, ...], batch: Any, worker: int) -> PickledItem:
     """``item`` (which holds ``batch``) pickled as torch's queue would pickle it; a
     ConfigError naming the batch's keys if it cannot be."""
     buffer = io.BytesIO()
+    records = deferred_sources(batch)  # made in the trainer when read (batching/sources.py)
     try:
         ForkingPickler(buffer, pickle.HIGHEST_PROTOCOL).dump(item)
     except Exception as exc:
         raise _unsendable(batch, worker, exc) from exc
+    finally:
+        if records is not None:
+            restore_sources(batch, records)
     return PickledItem(buffer.getvalue())
 
 
