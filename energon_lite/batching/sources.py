@@ -9,11 +9,14 @@ unpickling a batch. :class:`BatchSources` pickles the records of a class that de
 trainer rebuilds them in a single call, the fields set by C loops over the columns.
 
 Most training loops never read a batch's sources, yet making the 32 records of a W1 batch and
-freeing them again was still an eighth of the trainer's instructions per batch. So a
-:class:`~energon_lite.samples.types.Sample`'s ``__sources__`` slot is read through
-:class:`SourcesSlot`: a worker sends a sample batch's records as :class:`PendingSources` in
-that slot (:func:`deferred_sources`, around the item's pickling), and the trainer makes the
-records from the columns the first time the field is read, then keeps them in the slot. What
+freeing them again was still an eighth of the trainer's instructions per batch. So a worker
+sends a ``Sample``'s or ``Batch``'s records as :class:`PendingSources` in its ``__sources__``
+slot (:func:`deferred_sources`, around the item's pickling), and in the trainer's process,
+once batches from workers arrive (:func:`read_lazily`), the slot is read through
+:class:`SourcesSlot`, which makes the records from the columns the first time the field is
+read and keeps them in the slot. Workers, and a process that never received a batch from
+one, read the plain slot (a Python-level descriptor costs every read and write of the field,
+and samples are built and read there). What
 any reader gets is what it got before: a plain ``tuple`` of equal ``SourceInfo`` records
 (equality, hashing, ``repr``, ``dataclasses.asdict``, pickling and copying of the batch all
 read the field; a dataclass subclass that re-declares the field keeps the inherited slot,
@@ -106,17 +109,46 @@ class SourcesSlot:
 # while a worker pickles a batch (deferred_sources): its slot's PendingSources are what
 # pickling reads (the batch's state is read through the descriptor), not its records
 _SENDING: list[bool] = []
-_LAZY: dict[type, SourcesSlot | None] = {}  # per batch class: its SourcesSlot, if it reads one
+# the classes whose ``__sources__`` slot may hold PendingSources: their slot's member
+# descriptor and the SourcesSlot over it (registered by samples/types.py)
+_CLASSES: dict[type, tuple[Any, SourcesSlot]] = {}
+_SLOTS: dict[type, Any] = {}  # per batch class: the member descriptor of a registered slot
+_LAZY = [False]  # whether this process reads the registered slots through SourcesSlot
 
 
-def _slot_of(cls: type) -> SourcesSlot | None:
-    slot = _LAZY.get(cls, False)
+def register_slot(cls: type) -> None:
+    """Let ``cls``'s ``__sources__`` slot (its own, a dataclass's member descriptor) and that
+    of its subclasses be sent as :class:`PendingSources`."""
+    member = cls.__dict__["__sources__"]
+    _CLASSES[cls] = (member, SourcesSlot(member))
+
+
+def read_lazily() -> None:
+    """From now on this process reads the registered slots through :class:`SourcesSlot`: the
+    trainer's process, once batches from workers arrive. A Python-level descriptor costs
+    every read and write of the field (a sample is built and read in the worker, or
+    without workers here, several times), so the plain slot stays everywhere else."""
+    if not _LAZY[0]:
+        _LAZY[0] = True
+        for cls, (_, lazy) in _CLASSES.items():
+            type.__setattr__(cls, "__sources__", lazy)
+
+
+def read_directly() -> None:
+    """This process reads the registered slots directly (a worker process: it only sends)."""
+    if _LAZY[0]:
+        _LAZY[0] = False
+        for cls, (member, _) in _CLASSES.items():
+            type.__setattr__(cls, "__sources__", member)
+
+
+def _slot_of(cls: type) -> Any:
+    """The member descriptor of ``cls``'s ``__sources__`` if it is a registered slot."""
+    slot = _SLOTS.get(cls, False)
     if slot is False:
-        found = next(
-            (c.__dict__["__sources__"] for c in cls.__mro__ if "__sources__" in c.__dict__), None
-        )
-        slot = _LAZY[cls] = found if isinstance(found, SourcesSlot) else None
-    return slot  # type: ignore[return-value]
+        found = next((c for c in cls.__mro__ if "__sources__" in c.__dict__), None)
+        slot = _SLOTS[cls] = _CLASSES[found][0] if found in _CLASSES else None
+    return slot
 
 
 def deferred_sources(batch: Any) -> tuple[Any, ...] | None:
@@ -126,13 +158,13 @@ def deferred_sources(batch: Any) -> tuple[Any, ...] | None:
     slot = _slot_of(type(batch))
     if slot is None:
         return None
-    value = slot.slot.__get__(batch, type(batch))
+    value = slot.__get__(batch, type(batch))
     if not isinstance(value, tuple) or not (type(value) is tuple or type(value) is BatchSources):
         return None
     columns = record_columns(value) if value else None
     if columns is None:
         return None
-    slot.slot.__set__(batch, PendingSources(columns))
+    slot.__set__(batch, PendingSources(columns))
     _SENDING.append(True)
     return value
 
@@ -140,6 +172,4 @@ def deferred_sources(batch: Any) -> tuple[Any, ...] | None:
 def restore_sources(batch: Any, records: tuple[Any, ...]) -> None:
     """Undo :func:`deferred_sources` once the batch is pickled."""
     _SENDING.pop()
-    slot = _slot_of(type(batch))
-    assert slot is not None
-    slot.slot.__set__(batch, records)
+    _slot_of(type(batch)).__set__(batch, records)

@@ -40,7 +40,7 @@ import numpy as np
 import torch
 import torch.multiprocessing
 
-from energon_lite.batching.sources import deferred_sources, restore_sources
+from energon_lite.batching.sources import deferred_sources, read_lazily, restore_sources
 from energon_lite.errors import ConfigError
 from energon_lite.samples.types import basic_sample_keys
 
@@ -73,7 +73,9 @@ class _ItemUnpickler(pickle.Unpickler):
 
 
 def item_loaded(data: bytes) -> Any:
-    """The trainer's side of :class:`PickledItem`: the item pickled in ``data``."""
+    """The trainer's side of :class:`PickledItem`: the item pickled in ``data`` (its batch's
+    ``__sources__`` made when first read, :mod:`energon_lite.batching.sources`)."""
+    read_lazily()
     return _ItemUnpickler(io.BytesIO(data)).load()
 
 

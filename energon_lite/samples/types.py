@@ -14,7 +14,7 @@ import typing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from energon_lite.batching.sources import SourcesSlot
+from energon_lite.batching.sources import register_slot
 from energon_lite.edataclass import edataclass
 
 if TYPE_CHECKING:  # torch is imported where a tensor is made (batching), not by the types
@@ -230,8 +230,8 @@ class Batch:
 
 # a batch's records are made in the trainer when its __sources__ is first read
 # (energon_lite/batching/sources.py); the slot itself is the dataclass's
-for _cls in (Sample, Batch):
-    type.__setattr__(_cls, "__sources__", SourcesSlot(_cls.__dict__["__sources__"]))
+register_slot(Sample)
+register_slot(Batch)
 
 
 def _pinned(value: Any) -> Any:
