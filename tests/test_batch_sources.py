@@ -10,7 +10,13 @@ from multiprocessing.reduction import ForkingPickler
 import pytest
 
 from energon_lite import SourceInfo, WorkerConfig, get_loader, get_train_dataset
-from energon_lite.batching.sources import BatchSources, PendingSources
+from energon_lite.batching.sources import (
+    BatchSources,
+    PendingSources,
+    SourcesSlot,
+    read_directly,
+    read_lazily,
+)
 from energon_lite.epathlib import EPath
 from energon_lite.loader.transport import pickled_item
 from energon_lite.samples.types import Batch
@@ -151,3 +157,24 @@ def test_a_batchs_records_are_made_in_the_trainer_when_read():
     back_own = _sent(own)
     assert type(_OwnSlotBatch.__dict__["__sources__"]).__name__ == "member_descriptor"
     assert type(back_own.__sources__) is tuple and back_own == own
+
+
+def test_only_a_process_that_received_batches_reads_through_the_descriptor():
+    """Workers (and a process without workers) read the plain slot: the descriptor costs
+    every sample's build and read; the trainer's process switches to it with its first
+    batch from a worker, and a batch's records read the same either way."""
+    member = Batch.__dict__["__sources__"]
+    member = getattr(member, "slot", member)
+    infos = _infos(2)
+    batch = _TextBatch(
+        __key__=["0", "1"], __restore_key__=[1, 2], __sources__=BatchSources(infos), text=["a", "b"]
+    )
+    read_directly()
+    try:
+        assert Batch.__dict__["__sources__"] is member
+        assert batch.__sources__ == tuple(infos)
+        back = _sent(batch)  # unpickled as the trainer does: the descriptor from now on
+        assert type(Batch.__dict__["__sources__"]) is SourcesSlot
+        assert back.__sources__ == tuple(infos)
+    finally:
+        read_lazily()
