@@ -122,8 +122,11 @@ class _OwnSlotBatch:
 
 
 def _sent(batch: object) -> object:
-    """``batch`` as a worker sends it and the trainer unpickles it."""
-    return pickle.loads(ForkingPickler.dumps(pickled_item((0, batch, None), batch, 0)))[1]
+    """``batch`` as a worker sends it (reading the plain slot, as a worker does) and the
+    trainer unpickles it (from then on through the descriptor)."""
+    read_directly()
+    sent = ForkingPickler.dumps(pickled_item((0, batch, None), batch, 0))
+    return pickle.loads(sent)[1]
 
 
 def test_a_batchs_records_are_made_in_the_trainer_when_read():

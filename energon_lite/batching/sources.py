@@ -94,7 +94,7 @@ class SourcesSlot:
         if obj is None:
             return self
         value = self.slot.__get__(obj, owner)
-        if type(value) is PendingSources and not _SENDING:
+        if type(value) is PendingSources:
             value = _records(*value.columns)
             self.slot.__set__(obj, value)
         return value
@@ -106,13 +106,9 @@ class SourcesSlot:
         self.slot.__delete__(obj)
 
 
-# while a worker pickles a batch (deferred_sources): its slot's PendingSources are what
-# pickling reads (the batch's state is read through the descriptor), not its records
-_SENDING: list[bool] = []
 # the classes whose ``__sources__`` slot may hold PendingSources: their slot's member
 # descriptor and the SourcesSlot over it (registered by samples/types.py)
 _CLASSES: dict[type, tuple[Any, SourcesSlot]] = {}
-_SLOTS: dict[type, Any] = {}  # per batch class: the member descriptor of a registered slot
 _LAZY = [False]  # whether this process reads the registered slots through SourcesSlot
 
 
@@ -144,11 +140,8 @@ def read_directly() -> None:
 
 def _slot_of(cls: type) -> Any:
     """The member descriptor of ``cls``'s ``__sources__`` if it is a registered slot."""
-    slot = _SLOTS.get(cls, False)
-    if slot is False:
-        found = next((c for c in cls.__mro__ if "__sources__" in c.__dict__), None)
-        slot = _SLOTS[cls] = _CLASSES[found][0] if found in _CLASSES else None
-    return slot
+    found = next((c for c in cls.__mro__ if "__sources__" in c.__dict__), None)
+    return _CLASSES[found][0] if found in _CLASSES else None
 
 
 def deferred_sources(batch: Any) -> tuple[Any, ...] | None:
@@ -156,7 +149,7 @@ def deferred_sources(batch: Any) -> tuple[Any, ...] | None:
     :class:`PendingSources` and return them (put them back with :func:`restore_sources`
     once pickled); None where the batch's sources travel as they are."""
     slot = _slot_of(type(batch))
-    if slot is None:
+    if slot is None or _LAZY[0]:  # (pickling would read the records through SourcesSlot)
         return None
     value = slot.__get__(batch, type(batch))
     if not isinstance(value, tuple) or not (type(value) is tuple or type(value) is BatchSources):
@@ -165,11 +158,9 @@ def deferred_sources(batch: Any) -> tuple[Any, ...] | None:
     if columns is None:
         return None
     slot.__set__(batch, PendingSources(columns))
-    _SENDING.append(True)
     return value
 
 
 def restore_sources(batch: Any, records: tuple[Any, ...]) -> None:
     """Undo :func:`deferred_sources` once the batch is pickled."""
-    _SENDING.pop()
     _slot_of(type(batch)).__set__(batch, records)
