@@ -14,6 +14,7 @@ import typing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
+from energon_lite.batching.sources import register_slot
 from energon_lite.edataclass import edataclass
 
 if TYPE_CHECKING:  # torch is imported where a tensor is made (batching), not by the types
@@ -225,6 +226,12 @@ class Batch:
     def pin_memory(self) -> Any:
         """A copy whose tensors are in pinned memory (the loader calls it when pinning)."""
         return _pinned(self)
+
+
+# a batch's records are made in the trainer when its __sources__ is first read
+# (energon_lite/batching/sources.py); the slot itself is the dataclass's
+register_slot(Sample)
+register_slot(Batch)
 
 
 def _pinned(value: Any) -> Any:
