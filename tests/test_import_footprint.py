@@ -35,10 +35,10 @@ HEAVY_PACKAGES = (
     "braceexpand",  # brace patterns in a split: a prepared split lists plain names
 )
 # the most of our own modules the loop may load in its main process: at 0 workers the whole
-# chain runs there (106 when this was set); at 2 workers only the loader and the plan (97:
+# chain runs there (105 when this was set); at 2 workers only the loader and the plan (96:
 # the readers, the task encoder, the state). A change that adds one to every plain loop raises
 # these on purpose, with its cost measured by benchmarks/bench_first_batch.py
-MAX_OURS = {0: 106, 2: 97}
+MAX_OURS = {0: 105, 2: 96}
 # what only a running chain uses: the decode stack (with Pillow and the JPEG backend), the
 # chain's stages past the reader, the tar reader and the collate functions. At num_workers > 0
 # the main process builds the readers and the task encoder but reads, decodes and batches
