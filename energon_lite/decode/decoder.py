@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+import msgpack
 import numpy as np
 
 from energon_lite.decode.image_modes import MAX_IMAGE_PIXELS, check_image_mode
@@ -180,8 +181,6 @@ class SampleDecoder:
         if ext == "npz":
             return dict(np.load(io.BytesIO(data), allow_pickle=False))
         if ext in ("msgpack", "mpk", "mp"):
-            import msgpack
-
             return msgpack.unpackb(data, raw=False)
         if ext in ("pth", "pt"):
             import torch
