@@ -168,3 +168,22 @@ def test_the_heavy_modules_are_loaded_when_used(tar_folder: Path) -> None:
     assert "energon_lite.cache.file_store" in heavy  # the JSONL source reads through one
     assert "energon_lite.loader.energon_tree" in heavy
     assert "energon_lite.flavors.jsonl.source" in heavy
+
+
+def test_a_star_import_of_the_task_encoder_module_still_gives_the_collate_functions() -> None:
+    """Energon's ``task_encoder.base`` hands out its collate functions; ours load them lazily,
+    and a star import (which reads no module ``__getattr__`` without ``__all__``) must still
+    bring them."""
+    names: dict[str, object] = {}
+    exec("from energon_lite.task_encoder.base import *", names)
+    from energon_lite.batching import collate
+
+    for name in (
+        "batch_list",
+        "batch_pad_stack",
+        "batch_stack",
+        "default_collate",
+        "generic_batch",
+    ):
+        assert names[name] is getattr(collate, name)
+    assert names["TaskEncoder"].__name__ == "TaskEncoder"  # type: ignore[attr-defined]

@@ -410,3 +410,8 @@ def convert_fields(value: Any, target: type | None) -> Any:
             f"cannot convert a {type(value).__name__} to {target.__name__} (fields matched by "
             f"name; missing {sorted(wanted - set(fields))}): {exc}"
         ) from None
+
+
+# ``from energon_lite.task_encoder.base import *`` gives every public name, the lazily
+# imported collate functions included (a star import reads them through ``__getattr__``)
+__all__ = sorted({name for name in globals() if not name.startswith("_")} | _COLLATE)
