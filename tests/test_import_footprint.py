@@ -187,3 +187,13 @@ def test_a_star_import_of_the_task_encoder_module_still_gives_the_collate_functi
     ):
         assert names[name] is getattr(collate, name)
     assert names["TaskEncoder"].__name__ == "TaskEncoder"  # type: ignore[attr-defined]
+
+
+def test_a_star_import_of_the_sample_types_module_still_gives_the_built_in_types() -> None:
+    """The built-in sample types are made on first use; a star import must still bring them."""
+    names: dict[str, object] = {}
+    exec("from energon_lite.samples.types import *", names)
+    from energon_lite.samples import types
+
+    for name in ("CaptioningSample", "ImageSample", "VQASample", "TextSample", "SAMPLE_TYPES"):
+        assert names[name] is getattr(types, name)
