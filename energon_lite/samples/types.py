@@ -303,3 +303,10 @@ def __dir__() -> list[str]:
 def sample_field_names(cls: type) -> list[str]:
     """The user fields of a sample dataclass (without the key fields)."""
     return [f.name for f in dataclasses.fields(cls) if not f.name.startswith("__")]
+
+
+# ``from energon_lite.samples.types import *`` gives every public name, the built-in sample
+# types made on first use included (a star import reads them through ``__getattr__``)
+__all__ = sorted(
+    {name for name in globals() if not name.startswith("_")} | {*BUILTIN_MODULES, "SAMPLE_TYPES"}
+)
