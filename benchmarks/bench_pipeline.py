@@ -319,11 +319,11 @@ class Peer:
 
         if self.lib.startswith("energon_lite"):
             import energon_lite
-            import energon_lite.decode.image
-            import energon_lite.sources.kinds
-            import energon_lite.stages.shuffle  # noqa: F401
+            import energon_lite.sources.kinds  # noqa: F401
 
-            # (a prepared tar folder is opened without the flavors' kind modules: not here)
+            # (a prepared tar folder is opened without the flavors' kind modules: not here;
+            # the chain's stages and the decoder load where the chain runs, in the workers
+            # at num_workers > 0, as the other peers' decoders do)
         elif self.lib == "energon":
             import megatron.energon  # noqa: F401
         else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import pickle
 from multiprocessing.reduction import ForkingPickler
@@ -9,8 +10,16 @@ from multiprocessing.reduction import ForkingPickler
 import pytest
 
 from energon_lite import SourceInfo, WorkerConfig, get_loader, get_train_dataset
-from energon_lite.batching.sources import BatchSources
+from energon_lite.batching.sources import (
+    BatchSources,
+    PendingSources,
+    SourcesSlot,
+    read_directly,
+    read_lazily,
+)
 from energon_lite.epathlib import EPath
+from energon_lite.loader.transport import pickled_item
+from energon_lite.samples.types import Batch
 from energon_lite.testing import take
 
 
@@ -95,3 +104,80 @@ def test_a_local_dataset_path_arrives_as_one_object_per_process_a_remote_one_equ
     remote = EPath("s3://bucket/set")
     back = pickle.loads(pickle.dumps(remote))
     assert back == remote and str(back) == "s3://bucket/set" and not back.is_local()
+
+
+@dataclasses.dataclass(slots=True, kw_only=True)
+class _TextBatch(Batch):
+    text: list[str]
+
+
+@dataclasses.dataclass(slots=True, kw_only=True)
+class _OwnSlotBatch:
+    """A batch class of a user's own (not a Sample or Batch): its slot is read directly."""
+
+    __key__: list[str]
+    __restore_key__: list[object]
+    __sources__: tuple[SourceInfo, ...] | None = None
+    text: list[str]
+
+
+def _sent(batch: object) -> object:
+    """``batch`` as a worker sends it (reading the plain slot, as a worker does) and the
+    trainer unpickles it (from then on through the descriptor)."""
+    read_directly()
+    sent = ForkingPickler.dumps(pickled_item((0, batch, None), batch, 0))
+    return pickle.loads(sent)[1]
+
+
+def test_a_batchs_records_are_made_in_the_trainer_when_read():
+    """A sample batch's records arrive as columns in its slot and become the plain tuple of
+    equal records on first read (kept from then on); the worker's batch is left as it was,
+    and every way of reading the batch (equality, repr, asdict, copy, pickling again) sees
+    the records."""
+    infos = _infos(6)
+    batch = _TextBatch(
+        __key__=[f"{i:06d}" for i in range(6)],
+        __restore_key__=[("s", 0, 0, i, 0) for i in range(6)],
+        __sources__=BatchSources(infos),
+        text=[str(i) for i in range(6)],
+    )
+    back = _sent(batch)
+    assert type(batch.__sources__) is BatchSources and batch.__sources__ == tuple(infos)
+    slot = Batch.__dict__["__sources__"].slot
+    assert type(slot.__get__(back, type(back))) is PendingSources  # nothing made yet
+    assert type(back.__sources__) is tuple and back.__sources__ == tuple(infos)
+    assert all(type(info) is SourceInfo for info in back.__sources__)
+    assert back.__sources__ is back.__sources__  # made once, then kept
+    again = _sent(batch)
+    assert again == batch and repr(again) == repr(batch)
+    assert dataclasses.asdict(_sent(batch)) == dataclasses.asdict(batch)
+    assert copy.deepcopy(_sent(batch)) == batch
+    assert pickle.loads(pickle.dumps(_sent(batch))) == batch
+    own = _OwnSlotBatch(
+        __key__=["a"], __restore_key__=[("s", 0, 0, 0, 0)], __sources__=BatchSources(infos[:1]),
+        text=["a"],
+    )  # fmt: skip
+    back_own = _sent(own)
+    assert type(_OwnSlotBatch.__dict__["__sources__"]).__name__ == "member_descriptor"
+    assert type(back_own.__sources__) is tuple and back_own == own
+
+
+def test_only_a_process_that_received_batches_reads_through_the_descriptor():
+    """Workers (and a process without workers) read the plain slot: the descriptor costs
+    every sample's build and read; the trainer's process switches to it with its first
+    batch from a worker, and a batch's records read the same either way."""
+    member = Batch.__dict__["__sources__"]
+    member = getattr(member, "slot", member)
+    infos = _infos(2)
+    batch = _TextBatch(
+        __key__=["0", "1"], __restore_key__=[1, 2], __sources__=BatchSources(infos), text=["a", "b"]
+    )
+    read_directly()
+    try:
+        assert Batch.__dict__["__sources__"] is member
+        assert batch.__sources__ == tuple(infos)
+        back = _sent(batch)  # unpickled as the trainer does: the descriptor from now on
+        assert type(Batch.__dict__["__sources__"]) is SourcesSlot
+        assert back.__sources__ == tuple(infos)
+    finally:
+        read_lazily()

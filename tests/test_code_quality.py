@@ -42,6 +42,10 @@ _MODULE_STATE_ALLOWED = {
     "(whether a kind of conversion gives PyAV's bytes)",
     "energon_lite/batching/allocate.py:_POOL": "a worker's batch memory: collate keeps "
     "Energon's signatures, so nothing can hand it the pool",
+    "energon_lite/batching/sources.py:_CLASSES": "the classes whose __sources__ slot may "
+    "travel pending, registered once at import (class attributes are per process)",
+    "energon_lite/batching/sources.py:_LAZY": "how this process reads those classes' slot: "
+    "a class attribute, per process (the trainer's through the descriptor)",
     "energon_lite/batching/memory.py:_POOLS": "unpickling calls the rebuild functions with "
     "their pickled arguments only; weak references to the trainer's pools",
     "energon_lite/epathlib/epath.py:_local": "memo of a pure function (one EPath per local "

@@ -152,3 +152,55 @@ def test_bad_sizes_names_and_numbers(tmp_path) -> None:
             first_member_name(file.fileno(), 0, str(shard))
         shard.write_bytes(_with_pax(_pax_record("path", "k.txt")))
         assert first_member_name(file.fileno(), 0, str(shard)) == "k.txt"
+
+
+def _walked(buf: bytes) -> tuple[str, dict[str, bytes]]:
+    """A sample's key and parts from ``iter_members``: the general walk, member by member."""
+    key, parts = None, {}
+    for member in iter_members(buf, 0, "s.tar"):
+        split = split_name(member.name)
+        if split is None:
+            continue
+        if key is not None and split[0] != key:
+            raise DatasetFormatError(f"s.tar: byte range at 0 holds samples {key!r} and more")
+        key = split[0]
+        parts[split[1]] = buf[member.data_offset : member.data_offset + member.size]
+    if key is None:
+        raise DatasetFormatError("s.tar: no sample at byte 0; the .tar.idx is stale")
+    return key, parts
+
+
+def _outcome(parse, buf: bytes) -> object:
+    try:
+        return parse(buf)
+    except (DatasetFormatError, ValueError) as exc:
+        return type(exc)  # the messages name the same problem; the class is what callers see
+
+
+@pytest.mark.parametrize("fmt", [tarfile.USTAR_FORMAT, tarfile.GNU_FORMAT, tarfile.PAX_FORMAT])
+def test_parse_sample_agrees_with_the_member_walk_on_damaged_headers(fmt: int) -> None:
+    """``parse_sample`` reads plain samples in one loop of its own; on any header byte changed
+    it still gives what the member walk gives (the parts, or an error)."""
+    data = _tar([("a/s1.jpg", b"j" * 700), ("a/s1.txt", b"caption"), ("__meta__/x", b"m")], fmt)
+    sample = data[: list(iter_members(data))[-1].end]  # a sample's range, as a .tar.idx cuts
+    want = ("a/s1", {"jpg": b"j" * 700, "txt": b"caption"})
+    assert parse_sample(sample, 0, "s.tar") == _walked(sample) == want
+    headers = [m.data_offset - 512 for m in iter_members(sample)]
+    for header in headers:
+        for at in range(512):
+            for value in (0, 0x20, 0x37, 0x41, 0x80, 0xFF):
+                for resum in (False, True):  # with the checksum made right again: the
+                    damaged = bytearray(sample)  # checks after it see the damage
+                    damaged[header + at] = value
+                    if resum and not 148 <= at < 156:
+                        block = damaged[header : header + 512]
+                        block[148:156] = b" " * 8
+                        damaged[header + 148 : header + 156] = b"%06o\0 " % sum(block)
+                    buf = bytes(damaged)
+                    assert _outcome(lambda b: parse_sample(b, 0, "s.tar"), buf) == _outcome(
+                        _walked, buf
+                    ), (header, at, value, resum)
+    for cut in (100, 512, 1000, 1536, len(sample) - 1):
+        assert _outcome(lambda b: parse_sample(b, 0, "s.tar"), sample[:cut]) == _outcome(
+            _walked, sample[:cut]
+        )

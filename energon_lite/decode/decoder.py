@@ -20,7 +20,7 @@ from typing import Any, cast
 import msgpack
 import numpy as np
 
-from energon_lite.decode.image import MAX_IMAGE_PIXELS, check_image_mode, decode_image
+from energon_lite.decode.image_modes import MAX_IMAGE_PIXELS, check_image_mode
 from energon_lite.decode.sniff import guess_extension
 from energon_lite.errors import ConfigError, MediaDecodeError
 
@@ -129,6 +129,8 @@ class SampleDecoder:
         if ext in self.decoders and direct:
             fn = self.decoders[ext]
         elif direct and ext in IMAGE_EXTS:
+            from energon_lite.decode.image import decode_image  # where decoding happens only
+
             fn = functools.partial(
                 decode_image,
                 mode=self.image_decode,
@@ -154,6 +156,8 @@ class SampleDecoder:
         if self.guess_content and isinstance(data, (bytes, bytearray, memoryview)):
             ext = guess_extension(data) or ext
         if ext in IMAGE_EXTS:
+            from energon_lite.decode.image import decode_image
+
             size = cast("tuple[int, int] | None", self.image_size)  # normalised at init
             return decode_image(
                 data,

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from torch.utils.data import IterableDataset, get_worker_info
 
+from energon_lite.batching.sources import read_directly
 from energon_lite.errors import ConfigError, UnsavableStateError, restoring
 from energon_lite.loader.probe import ChainProbe
 from energon_lite.loader.transport import (
@@ -112,6 +113,7 @@ class SavableDataset(IterableDataset[T_sample], Generic[T_sample]):
         try:
             if in_worker:
                 check_descriptors_travel(logical)
+                read_directly()  # a forked worker only sends batches (batching/sources.py)
             chain = self.pipeline.build(self.worker_config.slot(logical, epoch))
             probe = ChainProbe(chain, logical, trace_events) if stats else None
             context = chain.context

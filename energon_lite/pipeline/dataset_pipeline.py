@@ -25,17 +25,13 @@ from energon_lite.decode.decoder import require_av
 from energon_lite.errors import MAX_SKIP_FRACTION, ConfigError, failure_trackers
 from energon_lite.pipeline import lengths
 from energon_lite.quotas import share
-from energon_lite.samples.factory import SampleFactory
+from energon_lite.samples.factory import LeafSpec, SampleFactory
 from energon_lite.shards.meta import META_DIR
 from energon_lite.sources.kinds import open_source
 from energon_lite.sources.leaf import Leaf
 from energon_lite.stages.base import Stage
-from energon_lite.stages.batch import Batch
-from energon_lite.stages.encode import Encode, LeafSpec
 from energon_lite.stages.plan import Node
 from energon_lite.stages.reader import Reader
-from energon_lite.stages.routing import leaf_of
-from energon_lite.stages.shuffle import ShuffleBuffer
 from energon_lite.storage.session import session
 from energon_lite.task_encoder.base import TaskEncoder
 from energon_lite.worker import CanonicalLayout, WorkerConfig, WorkerSlot
@@ -102,6 +98,7 @@ def by_source(
 ) -> Callable[[Any], tuple[Any, int]]:
     """A group criterion whose groups are per source: (leaf, key) (batch_composition:
     per_source with grouped batching)."""
+    from energon_lite.stages.routing import leaf_of
 
     def grouped(sample: Any) -> tuple[Any, int]:
         key, size = criterion(sample)
@@ -272,6 +269,12 @@ class DatasetPipeline:
         :class:`Phases` with ``per_phase`` - 1 others of its phase: its batches are lists of
         ``1 / per_phase`` of the batch size (a ``batch_group_criterion``'s sizes are per
         canonical rank already), and the batch hooks run on the joined batch."""
+        # the chain's stages, imported where a chain is planned (in the workers when there are
+        # any), not where the loader is built
+        from energon_lite.stages.batch import Batch
+        from energon_lite.stages.encode import Encode
+        from energon_lite.stages.shuffle import ShuffleBuffer
+
         opts, te = self.options, self.task_encoder
         layout = self.canonical(slot) if not per_phase else None
         if layout is not None:

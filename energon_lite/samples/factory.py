@@ -13,6 +13,7 @@ import contextlib
 import importlib
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -358,3 +359,12 @@ def _resolve_joiner(spec: dict[str, Any], where: str, meta_dir: StoragePath) -> 
     if joiner is None:
         raise DatasetFormatError(f"{where}: joiner class {cls.__name__} has no from_joined")
     return joiner
+
+
+@dataclass
+class LeafSpec:
+    """How samples of one leaf dataset become typed samples (the ``Encode`` stage's per leaf;
+    made where the pipeline is built, so it lives beside the factory, not with the stage)."""
+
+    factory: SampleFactory
+    subflavors: dict[str, Any] | None = None

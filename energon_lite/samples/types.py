@@ -14,6 +14,7 @@ import typing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
+from energon_lite.batching.sources import register_slot
 from energon_lite.edataclass import edataclass
 
 if TYPE_CHECKING:  # torch is imported where a tensor is made (batching), not by the types
@@ -227,6 +228,12 @@ class Batch:
         return _pinned(self)
 
 
+# a batch's records are made in the trainer when its __sources__ is first read
+# (energon_lite/batching/sources.py); the slot itself is the dataclass's
+register_slot(Sample)
+register_slot(Batch)
+
+
 def _pinned(value: Any) -> Any:
     torch = sys.modules.get("torch")  # no tensor exists before torch is imported
     if torch is not None and isinstance(value, torch.Tensor):
@@ -296,3 +303,10 @@ def __dir__() -> list[str]:
 def sample_field_names(cls: type) -> list[str]:
     """The user fields of a sample dataclass (without the key fields)."""
     return [f.name for f in dataclasses.fields(cls) if not f.name.startswith("__")]
+
+
+# ``from energon_lite.samples.types import *`` gives every public name, the built-in sample
+# types made on first use included (a star import reads them through ``__getattr__``)
+__all__ = sorted(
+    {name for name in globals() if not name.startswith("_")} | {*BUILTIN_MODULES, "SAMPLE_TYPES"}
+)

@@ -28,7 +28,6 @@ from energon_lite.shards.shard_record import (
     check_probe,
     content_identity,
 )
-from energon_lite.shards.tar import first_member_name, parse_sample, split_name
 from energon_lite.shards.tar_index import open_index
 from energon_lite.storage import RemotePath, ShardFile, StoragePath, as_path, is_remote, ops
 from energon_lite.storage.prefetch import prefetch as prefetch_shards
@@ -311,12 +310,16 @@ class PreparedDataset:
         if len(buf) != bounds[-1] - base:
             raise DatasetFormatError(f"{where}: file is shorter than its .tar.idx says")
         view = memoryview(buf)
+        from energon_lite.shards.tar import parse_sample  # the reader's (in the workers)
+
         return [
             parse_sample(view[a - base : b - base], a, where) for a, b in itertools.pairwise(bounds)
         ]
 
     def _indices_of_keys(self, shard_id: int, keys: set[str]) -> set[int]:
         """Indices of the given sample keys in a shard (reads one header per sample)."""
+        from energon_lite.shards.tar import first_member_name, split_name
+
         fd = self._fd(shard_id)
         self._verify(shard_id, fd)
         offsets = self.index(shard_id)

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from energon_lite.errors import DatasetFormatError, short_repr
-from energon_lite.shards.tar import iter_members, split_name
 from energon_lite.storage import StoragePath, as_path
 from energon_lite.storage.ops import local_copy, write_atomic
 
@@ -65,6 +64,8 @@ def scan_shard(path: str | os.PathLike[str], display_name: str | None = None) ->
     Raises DatasetFormatError naming the file (and the key) for a file that is not a tar,
     a truncated tar, or a sample key that appears twice.
     """
+    from energon_lite.shards.tar import iter_members, split_name  # prepare's, not a loader's
+
     where = display_name or str(path)
     try:
         size = os.path.getsize(path)

@@ -30,11 +30,10 @@ from __future__ import annotations
 import types
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 from energon_lite.errors import SKIPPED, FailureTracker, StateError, guarded, short_repr
-from energon_lite.samples.factory import SampleFactory
+from energon_lite.samples.factory import LeafSpec
 from energon_lite.stages.base import Stage
 from energon_lite.state.codec import state_count
 from energon_lite.state.restore_key import (
@@ -47,14 +46,6 @@ from energon_lite.state.restore_key import (
 )
 from energon_lite.task_encoder.base import TaskEncoder
 from energon_lite.task_encoder.hook_index import SEEDS_BY_KEY, SEEDS_LATEST, HookIndex
-
-
-@dataclass
-class LeafSpec:
-    """How samples of one leaf dataset become typed samples."""
-
-    factory: SampleFactory
-    subflavors: dict[str, Any] | None = None
 
 
 class Encode(Stage):

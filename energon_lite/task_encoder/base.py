@@ -24,18 +24,11 @@ import functools
 import random
 import types
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import numpy as np
 import torch
 
-from energon_lite.batching.collate import (  # noqa: F401  (Energon's module path re-exports)
-    batch_list,
-    batch_pad_stack,
-    batch_stack,
-    default_collate,
-    generic_batch,
-)
 from energon_lite.decode import SampleDecoder
 from energon_lite.errors import ConfigError
 from energon_lite.rng import derive_seed, rng_for, torch_generator_for
@@ -44,6 +37,30 @@ from energon_lite.state.restore_key import without_index
 from energon_lite.task_encoder.chain_context import running_context
 from energon_lite.task_encoder.cooking import Cooker
 from energon_lite.task_encoder.hook_index import SEEDS_BY_KEY, HookIndex
+
+if TYPE_CHECKING:  # Energon's module path re-exports these; at run time see __getattr__
+    from energon_lite.batching.collate import (  # noqa: F401
+        batch_list,
+        batch_pad_stack,
+        batch_stack,
+        default_collate,
+        generic_batch,
+    )
+
+# the collate functions, imported where a batch is first made (in the workers when there
+# are any), not where a task encoder is built; still importable from this module
+_COLLATE = frozenset(
+    ("batch_list", "batch_pad_stack", "batch_stack", "default_collate", "generic_batch")
+)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _COLLATE:
+        from energon_lite.batching import collate
+
+        return getattr(collate, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 T_sample = TypeVar("T_sample")
 T_encoded_sample = TypeVar("T_encoded_sample")
@@ -241,6 +258,8 @@ class TaskEncoder(Generic[T_sample, T_encoded_sample, T_raw_batch, T_batch]):
     # 7
     def batch(self, samples: list[T_encoded_sample]) -> T_raw_batch:
         """Default: pad-and-stack tensors, list strings and everything else, keep key lists."""
+        from energon_lite.batching.collate import default_collate
+
         return default_collate(samples)
 
     # 8
@@ -342,6 +361,8 @@ class DefaultTaskEncoder(TaskEncoder[T_sample, T_encoded_sample, T_raw_batch, T_
 
     @stateless
     def batch(self, samples: list[T_encoded_sample]) -> T_raw_batch:
+        from energon_lite.batching.collate import default_collate
+
         return default_collate(samples, self.raw_batch_type)
 
 
@@ -389,3 +410,8 @@ def convert_fields(value: Any, target: type | None) -> Any:
             f"cannot convert a {type(value).__name__} to {target.__name__} (fields matched by "
             f"name; missing {sorted(wanted - set(fields))}): {exc}"
         ) from None
+
+
+# ``from energon_lite.task_encoder.base import *`` gives every public name, the lazily
+# imported collate functions included (a star import reads them through ``__getattr__``)
+__all__ = sorted({name for name in globals() if not name.startswith("_")} | _COLLATE)
