@@ -152,7 +152,7 @@ def deferred_sources(batch: Any) -> tuple[Any, ...] | None:
     if slot is None or _LAZY[0]:  # (pickling would read the records through SourcesSlot)
         return None
     value = slot.__get__(batch, type(batch))
-    if not isinstance(value, tuple) or not (type(value) is tuple or type(value) is BatchSources):
+    if type(value) is not tuple and type(value) is not BatchSources:
         return None
     columns = record_columns(value) if value else None
     if columns is None:
